@@ -1,0 +1,126 @@
+// Package driver is the seam between syncguard's driver-free core and the
+// database/sql drivers it runs on.
+//
+// The core speaks only database/sql. What differs between drivers is how their
+// errors look: lib/pq reports a cancelled statement as SQLSTATE 57014 and a
+// FATAL server error as driver.ErrBadConn, pgx wraps refused connections in
+// *pgconn.ConnectError, and so on. A Dialect turns those shapes into the small
+// vocabulary below, and the core maps that vocabulary, together with the
+// SQLSTATE, onto syncguard error codes.
+//
+// Adapter packages (github.com/syncguard/syncguard-go/pq and .../pgxstd)
+// register their Dialect in an init function, keyed by the type of the
+// database/sql driver they serve, the way database/sql drivers register
+// themselves. syncguard.New finds the dialect from db.Driver(); a dialect can
+// also be passed explicitly in syncguard.Config, which is what a program that
+// wraps the driver (for tracing, say) does.
+package driver
+
+import (
+	sqldriver "database/sql/driver"
+	"fmt"
+	"reflect"
+	"sort"
+	"sync"
+)
+
+// Kind is what a dialect can tell about a driver error without looking at the
+// SQLSTATE. The core decides the final syncguard code.
+type Kind int
+
+const (
+	// KindUnknown: the dialect has no opinion; the core falls back to the
+	// SQLSTATE and to generic network error shapes.
+	KindUnknown Kind = iota
+	// KindUnavailable: the server could not be reached or the connection
+	// broke (refused, reset, closed, FATAL from the server).
+	KindUnavailable
+	// KindTimeout: a connect, read or write deadline passed.
+	KindTimeout
+	// KindAuth: authentication was rejected.
+	KindAuth
+	// KindCanceled: the driver reports a cancelled operation.
+	KindCanceled
+	// KindPoolExhausted: a pool or connection limit was hit.
+	KindPoolExhausted
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindUnavailable:
+		return "unavailable"
+	case KindTimeout:
+		return "timeout"
+	case KindAuth:
+		return "auth"
+	case KindCanceled:
+		return "canceled"
+	case KindPoolExhausted:
+		return "pool-exhausted"
+	default:
+		return "unknown"
+	}
+}
+
+// ErrorInfo is a dialect's reading of one error.
+type ErrorInfo struct {
+	// SQLState is the five-character SQLSTATE the server sent, or "" when the
+	// error did not come from the server.
+	SQLState string
+	// Kind is the dialect's classification of non-SQLSTATE shapes.
+	Kind Kind
+}
+
+// Dialect describes one database/sql driver for PostgreSQL.
+type Dialect interface {
+	// Name is a short name for logs and messages, such as "lib/pq".
+	Name() string
+	// Inspect reads a driver error. It must not panic on any input and must
+	// return the zero ErrorInfo for errors it does not recognise.
+	Inspect(err error) ErrorInfo
+}
+
+var (
+	mu       sync.RWMutex
+	registry = map[reflect.Type]Dialect{}
+)
+
+// Register makes d the dialect for every *sql.DB whose Driver() has the same
+// dynamic type as drv. It is meant to be called from an adapter's init
+// function. Registering a second dialect for the same type panics, as
+// sql.Register does for duplicate names.
+func Register(drv sqldriver.Driver, d Dialect) {
+	if drv == nil || d == nil {
+		panic("syncguard/driver: Register with nil driver or dialect")
+	}
+	t := reflect.TypeOf(drv)
+	mu.Lock()
+	defer mu.Unlock()
+	if old, dup := registry[t]; dup {
+		panic(fmt.Sprintf("syncguard/driver: Register called twice for %v (%s and %s)", t, old.Name(), d.Name()))
+	}
+	registry[t] = d
+}
+
+// Lookup returns the dialect registered for drv's type.
+func Lookup(drv sqldriver.Driver) (Dialect, bool) {
+	if drv == nil {
+		return nil, false
+	}
+	mu.RLock()
+	defer mu.RUnlock()
+	d, ok := registry[reflect.TypeOf(drv)]
+	return d, ok
+}
+
+// Registered lists the names of the registered dialects, sorted.
+func Registered() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	names := make([]string, 0, len(registry))
+	for _, d := range registry {
+		names = append(names, d.Name())
+	}
+	sort.Strings(names)
+	return names
+}

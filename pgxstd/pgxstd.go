@@ -1,0 +1,68 @@
+// Package pgxstd adapts syncguard to github.com/jackc/pgx/v5/stdlib, pgx
+// used through database/sql.
+//
+// Importing it registers the dialect, so syncguard.New finds it from
+// db.Driver() for any *sql.DB opened with sql.Open("pgx", dsn),
+// stdlib.OpenDB or stdlib.OpenDBFromPool:
+//
+//	import _ "github.com/syncguard/syncguard-go/pgxstd"
+//
+// Dialect is also exported for Config.Dialect, for programs that wrap the
+// driver.
+package pgxstd
+
+import (
+	"context"
+	sqldriver "database/sql/driver"
+	"errors"
+	"net"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/syncguard/syncguard-go/driver"
+)
+
+func init() {
+	driver.Register(stdlib.GetDefaultDriver(), Dialect)
+}
+
+// Dialect is pgx's syncguard dialect.
+var Dialect driver.Dialect = dialect{}
+
+type dialect struct{}
+
+func (dialect) Name() string { return "pgx/v5/stdlib" }
+
+// Inspect reads pgx's error shapes: *pgconn.PgError (SQLSTATE),
+// *pgconn.ConnectError (dial or startup failed; it may wrap a PgError such
+// as 28P01), pgconn.Timeout (a deadline or cancelled context ended the
+// read), and pgconn.ErrConnClosed / SafeToRetry errors of a broken
+// connection.
+func (dialect) Inspect(err error) driver.ErrorInfo {
+	var info driver.ErrorInfo
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		info.SQLState = pe.Code
+		if pe.Severity == "FATAL" || pe.Severity == "PANIC" {
+			switch pe.Code {
+			case "28000", "28P01":
+				info.Kind = driver.KindAuth
+			case "53300":
+			default:
+				info.Kind = driver.KindUnavailable
+			}
+		}
+		return info
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	switch {
+	case pgconn.Timeout(err), errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		info.Kind = driver.KindTimeout
+	case errors.As(err, &ce), errors.Is(err, pgconn.ErrConnClosed), pgconn.SafeToRetry(err),
+		errors.Is(err, sqldriver.ErrBadConn), errors.As(err, &ne):
+		info.Kind = driver.KindUnavailable
+	}
+	return info
+}

@@ -1,0 +1,63 @@
+// Package pq adapts syncguard to github.com/lib/pq.
+//
+// Importing it registers lib/pq's dialect, so syncguard.New finds it from
+// db.Driver() for any *sql.DB opened with sql.Open("postgres", dsn) or
+// sql.OpenDB(pq.NewConnector(...)):
+//
+//	import _ "github.com/syncguard/syncguard-go/pq"
+//
+// Dialect is also exported for Config.Dialect, for programs that wrap the
+// driver.
+package pq
+
+import (
+	"context"
+	sqldriver "database/sql/driver"
+	"errors"
+	"net"
+
+	"github.com/lib/pq"
+
+	"github.com/syncguard/syncguard-go/driver"
+)
+
+func init() {
+	driver.Register(&pq.Driver{}, Dialect)
+}
+
+// Dialect is lib/pq's syncguard dialect.
+var Dialect driver.Dialect = dialect{}
+
+type dialect struct{}
+
+func (dialect) Name() string { return "lib/pq" }
+
+// Inspect reads lib/pq's error shapes:
+//   - *pq.Error carries the SQLSTATE. Our own context cancellation also
+//     arrives as 57014; syncguard checks the context before the SQLSTATE.
+//   - after a FATAL error or a broken socket, lib/pq marks the connection bad
+//     and later calls return driver.ErrBadConn.
+//   - dial failures are *net.OpError (refused, unreachable) or timeouts.
+func (dialect) Inspect(err error) driver.ErrorInfo {
+	var info driver.ErrorInfo
+	var pe *pq.Error
+	if errors.As(err, &pe) {
+		info.SQLState = string(pe.Code)
+		if pe.Severity == "FATAL" || pe.Severity == "PANIC" {
+			if info.SQLState == "28000" || info.SQLState == "28P01" {
+				info.Kind = driver.KindAuth
+			} else if info.SQLState != "53300" {
+				info.Kind = driver.KindUnavailable
+			}
+		}
+		return info
+	}
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		info.Kind = driver.KindTimeout
+	case errors.Is(err, sqldriver.ErrBadConn), errors.As(err, &ne):
+		info.Kind = driver.KindUnavailable
+	}
+	return info
+}

@@ -1,0 +1,491 @@
+package syncguard
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/syncguard/syncguard-go/driver"
+)
+
+// Backend is the PostgreSQL lock backend. It is safe for concurrent use and
+// cheap to keep for the life of the program: it holds the *sql.DB, the
+// rendered SQL and lazily prepared statements.
+//
+// Each operation is one SQL statement and, once its statement is prepared
+// on the connection, one round trip.
+type Backend struct {
+	shared *shared
+	tx     *sql.Tx // non-nil for the WithTx view
+}
+
+type shared struct {
+	db       *sql.DB
+	cfg      resolved
+	sql      statements
+	cl       classifier
+	stmts    [numStmts]lazyStmt
+	lastSwep atomic.Int64 // unix nanos of the last background cleanup
+}
+
+const (
+	stmtAcquire = iota
+	stmtRelease
+	stmtExtend
+	stmtLookupKey
+	stmtLookupID
+	numStmts
+)
+
+type lazyStmt struct {
+	mu   sync.Mutex
+	stmt *sql.Stmt
+}
+
+var _ LockBackend = (*Backend)(nil)
+
+// New returns a Backend for db. cfg may be nil. It validates the
+// configuration and finds the driver's dialect, but does no I/O: call
+// SetupSchema once (or apply SchemaSQL with your migrations) before use.
+func New(db *sql.DB, cfg *Config) (*Backend, error) {
+	if db == nil {
+		return nil, invalidArg("new", "db must not be nil")
+	}
+	r, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if r.dialect == nil {
+		d, ok := lookupDialect(db)
+		if !ok {
+			return nil, &Error{Op: "new", Code: CodeInvalidArgument, Msg: fmt.Sprintf(
+				"no syncguard dialect registered for database/sql driver %T: import an adapter, "+
+					`_ "github.com/syncguard/syncguard-go/pq" (lib/pq) or _ "github.com/syncguard/syncguard-go/pgxstd" (pgx/v5/stdlib), `+
+					"or set Config.Dialect (registered: %s)", db.Driver(), strings.Join(driver.Registered(), ", "))}
+		}
+		r.dialect = d
+	}
+	if r.logger == nil {
+		r.logger = slog.Default()
+	}
+	s := &shared{db: db, cfg: r, sql: renderStatements(r.table, r.fenceTable), cl: classifier{dialect: r.dialect}}
+	return &Backend{shared: s}, nil
+}
+
+func lookupDialect(db *sql.DB) (driver.Dialect, bool) {
+	return driver.Lookup(db.Driver())
+}
+
+// WithTx returns a view of b whose operations run inside tx: the lock row
+// and the fence increment commit or roll back with the caller's own writes.
+//
+// A lock taken in tx is invisible to other sessions until tx commits, and
+// other acquirers of the same key wait for tx to end. A fence obtained in tx
+// must not be shown to anything outside tx before it commits: a rollback
+// returns that fence value to the counter, and the next acquire gets it again.
+func (b *Backend) WithTx(tx *sql.Tx) *Backend {
+	return &Backend{shared: b.shared, tx: tx}
+}
+
+// Capabilities reports Backend "postgres", fencing, and server time.
+func (b *Backend) Capabilities() Capabilities {
+	return Capabilities{Backend: "postgres", SupportsFencing: true, TimeAuthority: "server"}
+}
+
+// TableName and FenceTableName report the resolved table names.
+func (b *Backend) TableName() string      { return b.shared.cfg.table }
+func (b *Backend) FenceTableName() string { return b.shared.cfg.fenceTable }
+
+// queryRow runs statement i with args on the transaction or the pool.
+func (b *Backend) queryRow(ctx context.Context, i int, args ...any) (*sql.Row, error) {
+	s := b.shared
+	text := s.text(i)
+	if s.cfg.noPrepare {
+		if b.tx != nil {
+			return b.tx.QueryRowContext(ctx, text, args...), nil
+		}
+		return s.db.QueryRowContext(ctx, text, args...), nil
+	}
+	stmt, err := s.prepared(ctx, i)
+	if err != nil {
+		return nil, err
+	}
+	if b.tx != nil {
+		// Reuses the statement already prepared on the transaction's
+		// connection, or prepares it there once.
+		return b.tx.StmtContext(ctx, stmt).QueryRowContext(ctx, args...), nil
+	}
+	return stmt.QueryRowContext(ctx, args...), nil
+}
+
+func (s *shared) text(i int) string {
+	switch i {
+	case stmtAcquire:
+		return s.sql.acquire
+	case stmtRelease:
+		return s.sql.release
+	case stmtExtend:
+		return s.sql.extend
+	case stmtLookupKey:
+		return s.sql.lookupKey
+	default:
+		return s.sql.lookupID
+	}
+}
+
+// prepared returns the *sql.Stmt for statement i, preparing it on first use.
+// database/sql then prepares it again, once, on each pooled connection that
+// runs it. A failed prepare (a missing table, say) is not cached.
+func (s *shared) prepared(ctx context.Context, i int) (*sql.Stmt, error) {
+	l := &s.stmts[i]
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stmt != nil {
+		return l.stmt, nil
+	}
+	st, err := s.db.PrepareContext(ctx, s.text(i))
+	if err != nil {
+		return nil, err
+	}
+	l.stmt = st
+	return st, nil
+}
+
+// checkKey normalizes and validates a key before any I/O and derives its
+// storage and fence keys.
+func checkKey(op, key string) (norm, storage, fence string, err error) {
+	norm, err = NormalizeKey(key)
+	if err == nil && strings.IndexByte(norm, 0) >= 0 {
+		err = invalidArg(op, "Key must not contain a NUL byte (PostgreSQL text cannot store it)")
+	}
+	if err == nil {
+		storage, fence, err = StorageKeys(norm)
+	}
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			e.Op, e.Key = op, key
+		}
+		return "", "", "", err
+	}
+	return norm, storage, fence, nil
+}
+
+func checkLockID(op, id string) error {
+	if err := ValidateLockID(id); err != nil {
+		e := err.(*Error)
+		e.Op, e.LockID = op, id
+		return e
+	}
+	return nil
+}
+
+// ttlMillis converts ttl to whole milliseconds, rounding down: the spec
+// counts milliseconds, so 1.9 ms is 1 ms. Less than 1 ms is InvalidArgument.
+func ttlMillis(op string, ttl time.Duration) (int64, error) {
+	ms := ttl.Milliseconds()
+	if ms < 1 {
+		return 0, invalidArg(op, fmt.Sprintf("ttl must be at least 1ms, got %v", ttl))
+	}
+	return ms, nil
+}
+
+// Acquire implements LockBackend. It is a single attempt: OK == false
+// means the key is held; use the lock helper for retries.
+func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
+	const op = "acquire"
+	norm, storage, fenceKey, err := checkKey(op, key)
+	if err != nil {
+		return AcquireResult{}, err
+	}
+	ttlMs, err := ttlMillis(op, ttl)
+	if err != nil {
+		err.(*Error).Key = key
+		return AcquireResult{}, err
+	}
+	if e := ctxErr(ctx, op); e != nil {
+		e.Key = key
+		return AcquireResult{}, e
+	}
+	lockID := GenerateLockID()
+	var (
+		gotID             sql.NullString
+		expires, acquired sql.NullInt64
+		fence             sql.NullString
+		exhausted         bool
+	)
+	row, err := b.queryRow(ctx, stmtAcquire, storage, lockID, fenceKey, norm, ttlMs)
+	if err == nil {
+		err = row.Scan(&gotID, &expires, &acquired, &fence, &exhausted)
+	}
+	if err != nil {
+		e := b.shared.cl.wrap(ctx, op, err)
+		e.Key = key
+		if ctx.Err() != nil && b.tx == nil {
+			// The statement may still commit on the server after we stop
+			// waiting (pgx cancels asynchronously). Release our own lockId
+			// in the background so no orphan stays until its TTL.
+			go b.shared.releaseOrphan(ctx, lockID)
+		}
+		return AcquireResult{}, e
+	}
+	if exhausted {
+		return AcquireResult{}, &Error{Op: op, Code: CodeInternal, Key: key,
+			Msg: fmt.Sprintf("fence counter for this key reached its maximum (%d); nothing was committed", int64(FenceMax))}
+	}
+	if !gotID.Valid || gotID.String != lockID {
+		return AcquireResult{OK: false, Reason: ReasonLocked}, nil
+	}
+	if !expires.Valid || !fence.Valid || len(fence.String) != 15 {
+		return AcquireResult{}, &Error{Op: op, Code: CodeInternal, Key: key, Msg: "malformed row returned by acquire"}
+	}
+	f := Fence(fence.String)
+	if n, err := f.Int64(); err == nil && n > FenceWarn {
+		b.shared.cfg.logger.Warn("syncguard: fence above warning threshold; plan a key rotation before it reaches the maximum",
+			slog.String("keyHash", HashKey(norm)), slog.String("fence", fence.String),
+			slog.Int64("warnThreshold", FenceWarn), slog.Int64("max", FenceMax))
+	}
+	return AcquireResult{OK: true, LockID: lockID, Fence: f, ExpiresAt: msToTime(expires.Int64)}, nil
+}
+
+// releaseOrphan releases lockID after a cancelled acquire, with a context
+// detached from the caller's cancellation and bounded by ReleaseTimeout.
+// The acquire may commit on the server after the client gave up, so a
+// "not found" is retried a few times within that bound.
+func (s *shared) releaseOrphan(parent context.Context, lockID string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), s.cfg.releaseTimeout)
+	defer cancel()
+	b := &Backend{shared: s}
+	delay := 50 * time.Millisecond
+	for {
+		res, err := b.Release(ctx, lockID)
+		if err == nil && res.OK {
+			return
+		}
+		if err == nil && res.Reason == ReasonExpired {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay *= 2
+	}
+}
+
+// Release implements LockBackend. At most one Release of a lock succeeds.
+func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, error) {
+	const op = "release"
+	if err := checkLockID(op, lockID); err != nil {
+		return ReleaseResult{}, err
+	}
+	if e := ctxErr(ctx, op); e != nil {
+		e.LockID = lockID
+		return ReleaseResult{}, e
+	}
+	var (
+		deleted     sql.NullString
+		seenExpires sql.NullInt64
+		now         int64
+	)
+	row, err := b.queryRow(ctx, stmtRelease, lockID)
+	if err == nil {
+		err = row.Scan(&deleted, &seenExpires, &now)
+	}
+	if err != nil {
+		e := b.shared.cl.wrap(ctx, op, err)
+		e.LockID = lockID
+		return ReleaseResult{}, e
+	}
+	// Explicit ownership verification (ADR-003): the deleted row must be ours.
+	if deleted.Valid && deleted.String == lockID {
+		return ReleaseResult{OK: true}, nil
+	}
+	return ReleaseResult{OK: false, Reason: failReason(seenExpires, now)}, nil
+}
+
+// failReason tells why a release or extend did nothing, from the snapshot
+// read of the same statement.
+func failReason(seenExpires sql.NullInt64, now int64) string {
+	if seenExpires.Valid && !IsLive(seenExpires.Int64, now, TimeToleranceMs) {
+		return ReasonExpired
+	}
+	return ReasonNotFound
+}
+
+// Extend implements LockBackend. The new expiry is server now + ttl,
+// returned as ExpiresAt; an expired lock is never revived.
+func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) (ExtendResult, error) {
+	const op = "extend"
+	if err := checkLockID(op, lockID); err != nil {
+		return ExtendResult{}, err
+	}
+	ttlMs, err := ttlMillis(op, ttl)
+	if err != nil {
+		err.(*Error).LockID = lockID
+		return ExtendResult{}, err
+	}
+	if e := ctxErr(ctx, op); e != nil {
+		e.LockID = lockID
+		return ExtendResult{}, e
+	}
+	var (
+		updated     sql.NullString
+		newExpires  sql.NullInt64
+		seenExpires sql.NullInt64
+		now         int64
+	)
+	row, err := b.queryRow(ctx, stmtExtend, lockID, ttlMs)
+	if err == nil {
+		err = row.Scan(&updated, &newExpires, &seenExpires, &now)
+	}
+	if err != nil {
+		e := b.shared.cl.wrap(ctx, op, err)
+		e.LockID = lockID
+		return ExtendResult{}, e
+	}
+	if updated.Valid && updated.String == lockID && newExpires.Valid {
+		return ExtendResult{OK: true, ExpiresAt: msToTime(newExpires.Int64)}, nil
+	}
+	return ExtendResult{OK: false, Reason: failReason(seenExpires, now)}, nil
+}
+
+// row is one lock row as read by the lookup statements.
+type lockRow struct {
+	lockID            sql.NullString
+	expires, acquired sql.NullInt64
+	fence, userKey    sql.NullString
+	now               int64
+}
+
+func (r *lockRow) live() bool {
+	return r.lockID.Valid && r.expires.Valid && IsLive(r.expires.Int64, r.now, TimeToleranceMs)
+}
+
+func (b *Backend) readRow(ctx context.Context, op string, i int, arg string) (*lockRow, *Error) {
+	if e := ctxErr(ctx, op); e != nil {
+		return nil, e
+	}
+	var r lockRow
+	row, err := b.queryRow(ctx, i, arg)
+	if err == nil {
+		err = row.Scan(&r.lockID, &r.expires, &r.acquired, &r.fence, &r.userKey, &r.now)
+	}
+	if err != nil {
+		return nil, b.shared.cl.wrap(ctx, op, err)
+	}
+	return &r, nil
+}
+
+// IsLocked implements LockBackend. It is a pure read unless
+// Config.CleanupInIsLocked is set (see there).
+func (b *Backend) IsLocked(ctx context.Context, key string) (bool, error) {
+	const op = "isLocked"
+	_, storage, _, err := checkKey(op, key)
+	if err != nil {
+		return false, err
+	}
+	r, e := b.readRow(ctx, op, stmtLookupKey, storage)
+	if e != nil {
+		e.Key = key
+		return false, e
+	}
+	live := r.live()
+	if !live && r.expires.Valid && b.shared.cfg.cleanup && r.expires.Int64 < r.now-cleanupGraceMs {
+		b.shared.maybeCleanup(ctx, storage)
+	}
+	return live, nil
+}
+
+// maybeCleanup deletes one long-expired lock row in the background, at most
+// once per CleanupInterval. Failures are logged, never returned.
+func (s *shared) maybeCleanup(parent context.Context, storageKey string) {
+	now := time.Now().UnixNano()
+	last := s.lastSwep.Load()
+	if now-last < int64(s.cfg.cleanupInterval) || !s.lastSwep.CompareAndSwap(last, now) {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), s.cfg.releaseTimeout)
+		defer cancel()
+		if _, err := s.db.ExecContext(ctx, s.sql.cleanup, storageKey); err != nil {
+			s.cfg.logger.Warn("syncguard: background cleanup failed", slog.String("keyHash", HashKey(storageKey)),
+				slog.String("code", string(s.cl.wrap(ctx, "cleanup", err).Code)))
+		}
+	}()
+}
+
+// LookupKey implements LockBackend.
+func (b *Backend) LookupKey(ctx context.Context, key string) (*LockInfo, error) {
+	d, err := b.LookupKeyDebug(ctx, key)
+	if d == nil || err != nil {
+		return nil, err
+	}
+	return &d.LockInfo, nil
+}
+
+// LookupID implements LockBackend.
+func (b *Backend) LookupID(ctx context.Context, lockID string) (*LockInfo, error) {
+	d, err := b.LookupIDDebug(ctx, lockID)
+	if d == nil || err != nil {
+		return nil, err
+	}
+	return &d.LockInfo, nil
+}
+
+// LookupKeyDebug is LookupKey with the raw key and lockId. See LockInfoDebug.
+func (b *Backend) LookupKeyDebug(ctx context.Context, key string) (*LockInfoDebug, error) {
+	const op = "lookup"
+	_, storage, _, err := checkKey(op, key)
+	if err != nil {
+		return nil, err
+	}
+	r, e := b.readRow(ctx, op, stmtLookupKey, storage)
+	if e != nil {
+		e.Key = key
+		return nil, e
+	}
+	return r.info(), nil
+}
+
+// LookupIDDebug is LookupID with the raw key and lockId. See LockInfoDebug.
+func (b *Backend) LookupIDDebug(ctx context.Context, lockID string) (*LockInfoDebug, error) {
+	const op = "lookup"
+	if err := checkLockID(op, lockID); err != nil {
+		return nil, err
+	}
+	r, e := b.readRow(ctx, op, stmtLookupID, lockID)
+	if e != nil {
+		e.LockID = lockID
+		return nil, e
+	}
+	// Ownership verification: the row found must carry the lockId asked for.
+	if !r.lockID.Valid || r.lockID.String != lockID {
+		return nil, nil
+	}
+	return r.info(), nil
+}
+
+func (r *lockRow) info() *LockInfoDebug {
+	if !r.live() {
+		return nil
+	}
+	return &LockInfoDebug{
+		LockInfo: LockInfo{
+			KeyHash:    HashKey(r.userKey.String),
+			LockIDHash: HashKey(r.lockID.String),
+			ExpiresAt:  msToTime(r.expires.Int64),
+			AcquiredAt: msToTime(r.acquired.Int64),
+			Fence:      Fence(r.fence.String),
+		},
+		Key:    r.userKey.String,
+		LockID: r.lockID.String,
+	}
+}

@@ -1,0 +1,131 @@
+package syncguard
+
+import (
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/syncguard/syncguard-go/driver"
+)
+
+// Default table names, shared with every SyncGuard implementation.
+const (
+	DefaultTableName      = "syncguard_locks"
+	DefaultFenceTableName = "syncguard_fence_counters"
+)
+
+// Config configures a Backend. The zero value (or a nil *Config) is valid
+// and means the defaults documented on each field.
+type Config struct {
+	// TableName is the lock table. Default "syncguard_locks".
+	// It must match ^[A-Za-z_][A-Za-z0-9_]*$ and be at most 51 bytes, so
+	// that its index names ("idx_<name>_lock_id") fit PostgreSQL's 63-byte
+	// identifier limit instead of being silently truncated. Names are quoted
+	// in SQL, so mixed case is kept as written.
+	TableName string
+
+	// FenceTableName is the fence counter table. Default
+	// "syncguard_fence_counters". Same rules as TableName, and it must
+	// differ from TableName.
+	FenceTableName string
+
+	// CleanupInIsLocked lets IsLocked delete the row of the key it looked at
+	// when that lock expired more than 2 s ago: in the background, at most
+	// about once per CleanupInterval per Backend, never touching fence
+	// counters and never changing IsLocked's answer. Default false:
+	// IsLocked is a pure read.
+	CleanupInIsLocked bool
+
+	// CleanupInterval rate-limits CleanupInIsLocked. Default 1 s.
+	CleanupInterval time.Duration
+
+	// Logger receives warnings (fence above the warning threshold, failed
+	// background cleanup). Default slog.Default(). Keys and lockIds are
+	// logged only as HashKey values.
+	Logger *slog.Logger
+
+	// Dialect says which database/sql driver the *sql.DB uses. Default: found
+	// from db.Driver() among the dialects registered by imported adapter
+	// packages (github.com/syncguard/syncguard-go/pq, .../pgxstd). Set it
+	// when the driver is wrapped (tracing, metrics) so its type is not the
+	// adapter's.
+	Dialect driver.Dialect
+
+	// DisablePrepare runs every statement unprepared. Default false: each
+	// operation's statement is prepared once per connection and then costs
+	// one round trip. Set it behind a pooler in transaction mode that
+	// cannot route prepared statements (PgBouncer before 1.21, or 1.21+
+	// with max_prepared_statements = 0). With lib/pq an unprepared
+	// statement takes two round trips unless the DSN sets
+	// binary_parameters=yes; pgx sends it in one.
+	DisablePrepare bool
+
+	// ReleaseTimeout bounds the background release of a lock whose acquire
+	// was cancelled after its statement was sent. Default 2 s.
+	ReleaseTimeout time.Duration
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// maxTableName keeps "idx_" + name + "_lock_id" within 63 bytes.
+const maxTableName = 63 - len("idx_") - len("_lock_id")
+
+type resolved struct {
+	table, fenceTable string
+	cleanup           bool
+	cleanupInterval   time.Duration
+	logger            *slog.Logger
+	dialect           driver.Dialect
+	noPrepare         bool
+	releaseTimeout    time.Duration
+}
+
+func (c *Config) resolve() (resolved, error) {
+	var cfg Config
+	if c != nil {
+		cfg = *c
+	}
+	r := resolved{
+		table:           cfg.TableName,
+		fenceTable:      cfg.FenceTableName,
+		cleanup:         cfg.CleanupInIsLocked,
+		cleanupInterval: cfg.CleanupInterval,
+		logger:          cfg.Logger,
+		dialect:         cfg.Dialect,
+		noPrepare:       cfg.DisablePrepare,
+		releaseTimeout:  cfg.ReleaseTimeout,
+	}
+	if r.table == "" {
+		r.table = DefaultTableName
+	}
+	if r.fenceTable == "" {
+		r.fenceTable = DefaultFenceTableName
+	}
+	if r.cleanupInterval <= 0 {
+		r.cleanupInterval = time.Second
+	}
+	if r.releaseTimeout <= 0 {
+		r.releaseTimeout = 2 * time.Second
+	}
+	for _, n := range []struct{ field, name string }{{"TableName", r.table}, {"FenceTableName", r.fenceTable}} {
+		if err := checkIdent(n.field, n.name); err != nil {
+			return r, err
+		}
+	}
+	if strings.EqualFold(r.table, r.fenceTable) {
+		return r, invalidArg("new", fmt.Sprintf("FenceTableName must differ from TableName (both %q); sharing a table would let lock cleanup delete fence counters", r.table))
+	}
+	return r, nil
+}
+
+func checkIdent(field, name string) error {
+	if !identRE.MatchString(name) {
+		return invalidArg("new", fmt.Sprintf("%s %q is not a plain SQL identifier (want ^[A-Za-z_][A-Za-z0-9_]*$)", field, name))
+	}
+	if len(name) > maxTableName {
+		return invalidArg("new", fmt.Sprintf("%s %q is %d bytes; at most %d are allowed so that index names stay within PostgreSQL's 63-byte limit", field, name, len(name), maxTableName))
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+package syncguard
+
+import (
+	"errors"
+	"strings"
+)
+
+// Code classifies every error this package returns. The names are the
+// spec's LockError codes, so Go and Node services log the same words.
+type Code string
+
+const (
+	// CodeServiceUnavailable: PostgreSQL could not be reached, the connection
+	// broke, or the server is out of resources. Retryable.
+	CodeServiceUnavailable Code = "ServiceUnavailable"
+	// CodeAuthFailed: the server rejected the credentials or a privilege is
+	// missing.
+	CodeAuthFailed Code = "AuthFailed"
+	// CodeInvalidArgument: bad input (key, lockId, ttl, configuration),
+	// reported before any I/O.
+	CodeInvalidArgument Code = "InvalidArgument"
+	// CodeRateLimited: a pool or server connection limit was hit. Retryable.
+	CodeRateLimited Code = "RateLimited"
+	// CodeNetworkTimeout: a deadline passed (the context's, or a server-side
+	// statement or lock timeout). Retryable.
+	CodeNetworkTimeout Code = "NetworkTimeout"
+	// CodeAcquisitionTimeout: the lock helper ran out of time or retries
+	// while the lock stayed contended.
+	CodeAcquisitionTimeout Code = "AcquisitionTimeout"
+	// CodeAborted: the caller's context was cancelled.
+	CodeAborted Code = "Aborted"
+	// CodeInternal: anything else, including a missing schema and fence
+	// overflow.
+	CodeInternal Code = "Internal"
+)
+
+// Sentinels, one per Code, for errors.Is:
+//
+//	if errors.Is(err, syncguard.ErrInvalidArgument) { ... }
+var (
+	ErrServiceUnavailable = errors.New("syncguard: service unavailable")
+	ErrAuthFailed         = errors.New("syncguard: authentication failed")
+	ErrInvalidArgument    = errors.New("syncguard: invalid argument")
+	ErrRateLimited        = errors.New("syncguard: rate limited")
+	ErrNetworkTimeout     = errors.New("syncguard: network timeout")
+	ErrAcquisitionTimeout = errors.New("syncguard: acquisition timeout")
+	ErrAborted            = errors.New("syncguard: aborted")
+	ErrInternal           = errors.New("syncguard: internal error")
+)
+
+func (c Code) sentinel() error {
+	switch c {
+	case CodeServiceUnavailable:
+		return ErrServiceUnavailable
+	case CodeAuthFailed:
+		return ErrAuthFailed
+	case CodeInvalidArgument:
+		return ErrInvalidArgument
+	case CodeRateLimited:
+		return ErrRateLimited
+	case CodeNetworkTimeout:
+		return ErrNetworkTimeout
+	case CodeAcquisitionTimeout:
+		return ErrAcquisitionTimeout
+	case CodeAborted:
+		return ErrAborted
+	default:
+		return ErrInternal
+	}
+}
+
+// Retryable reports whether an operation that failed with this code may
+// succeed if tried again unchanged: ServiceUnavailable, RateLimited and
+// NetworkTimeout.
+func (c Code) Retryable() bool {
+	return c == CodeServiceUnavailable || c == CodeRateLimited || c == CodeNetworkTimeout
+}
+
+// Error is the one error type of this package, in the manner of
+// io/fs.PathError. Every error returned by syncguard is a *Error.
+//
+// Key and LockID hold the raw values where known, for programs that need
+// them; Error() prints only their HashKey forms, so a logged error never
+// leaks a key or a lockId (a lockId is enough to release a lock).
+type Error struct {
+	Op       string // operation: "acquire", "release", "extend", "isLocked", "lookup", "new", "setupSchema", ...
+	Code     Code
+	Key      string // raw key, when the operation had one
+	LockID   string // raw lockId, when the operation had one
+	SQLState string // SQLSTATE reported by PostgreSQL, if any
+	Msg      string // what went wrong, in words
+	Err      error  // underlying cause (driver error, context error), may be nil
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("syncguard: ")
+	if e.Op != "" {
+		b.WriteString(e.Op)
+		b.WriteString(" ")
+	}
+	if e.Key != "" {
+		b.WriteString("key#")
+		b.WriteString(HashKey(e.Key))
+		b.WriteString(" ")
+	}
+	if e.LockID != "" && ValidateLockID(e.LockID) == nil {
+		b.WriteString("lock#")
+		b.WriteString(HashKey(e.LockID))
+		b.WriteString(" ")
+	}
+	b.WriteString(string(e.Code))
+	if e.SQLState != "" {
+		b.WriteString(" (SQLSTATE ")
+		b.WriteString(e.SQLState)
+		b.WriteString(")")
+	}
+	if e.Msg != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Msg)
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the cause, so errors.As reaches the driver's error and
+// errors.Is reaches context.Canceled or context.DeadlineExceeded.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrXxx) true for the sentinel of e.Code.
+func (e *Error) Is(target error) bool { return target == e.Code.sentinel() }
+
+// Retryable reports whether e.Code is transient (see Code.Retryable).
+func (e *Error) Retryable() bool { return e.Code.Retryable() }
+
+// CodeOf returns the Code of the first *Error in err's chain, or "" when
+// there is none (err is nil or did not come from this package).
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+func invalidArg(op, msg string) *Error {
+	return &Error{Op: op, Code: CodeInvalidArgument, Msg: msg}
+}

@@ -1,0 +1,130 @@
+package syncguard
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"strconv"
+	"strings"
+)
+
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+// statements holds the SQL of one Backend, rendered once from the embedded
+// files with its quoted table names.
+type statements struct {
+	acquire, release, extend, lookupKey, lookupID, cleanup string
+}
+
+// cleanupGraceMs: CleanupInIsLocked deletes only rows expired this long ago.
+const cleanupGraceMs = 2000
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+func renderer(table, fenceTable string) *strings.Replacer {
+	return strings.NewReplacer(
+		"{{locks}}", quoteIdent(table),
+		"{{fences}}", quoteIdent(fenceTable),
+		"{{lock_id_index}}", quoteIdent("idx_"+table+"_lock_id"),
+		"{{expires_index}}", quoteIdent("idx_"+table+"_expires"),
+		"{{tolerance}}", strconv.Itoa(TimeToleranceMs),
+		"{{fence_max}}", strconv.FormatInt(FenceMax, 10),
+		"{{cleanup_grace}}", strconv.Itoa(cleanupGraceMs),
+	)
+}
+
+func mustRead(name string) string {
+	b, err := sqlFiles.ReadFile("sql/" + name)
+	if err != nil {
+		panic(err) // embedded at build time; cannot happen
+	}
+	return string(b)
+}
+
+func renderStatements(table, fenceTable string) statements {
+	r := renderer(table, fenceTable)
+	return statements{
+		acquire:   r.Replace(mustRead("acquire.sql")),
+		release:   r.Replace(mustRead("release.sql")),
+		extend:    r.Replace(mustRead("extend.sql")),
+		lookupKey: r.Replace(mustRead("lookup_key.sql")),
+		lookupID:  r.Replace(mustRead("lookup_id.sql")),
+		cleanup:   r.Replace(mustRead("cleanup.sql")),
+	}
+}
+
+// SchemaSQL returns the DDL that SetupSchema runs, for migration tools
+// (goose, golang-migrate, atlas, ...). It is idempotent (IF NOT EXISTS) and
+// creates the spec's schema exactly: the lock table with its primary key,
+// a unique index on lock_id and an index on expires_at_ms, and the fence
+// counter table with key_debug. cfg may be nil for the default names.
+func SchemaSQL(cfg *Config) (string, error) {
+	r, err := cfg.resolve()
+	if err != nil {
+		return "", err
+	}
+	return renderer(r.table, r.fenceTable).Replace(mustRead("schema.sql")), nil
+}
+
+// schemaLockID is the advisory lock key that serializes concurrent
+// SetupSchema calls (CREATE ... IF NOT EXISTS races on the catalog otherwise).
+const schemaLockID = 0x73796e6367756172 // "syncguar"
+
+// SetupSchema creates the lock and fence tables and their indexes if they
+// do not exist. It is idempotent and safe to call concurrently from many
+// processes. cfg may be nil for the default names.
+func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
+	const op = "setupSchema"
+	ddl, err := SchemaSQL(cfg)
+	if err != nil {
+		err.(*Error).Op = op
+		return err
+	}
+	if db == nil {
+		return invalidArg(op, "db must not be nil")
+	}
+	if err := ctxErr(ctx, op); err != nil {
+		return err
+	}
+	r, _ := cfg.resolve()
+	cl := classifier{dialect: r.dialect}
+	if cl.dialect == nil {
+		cl.dialect, _ = lookupDialect(db)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return cl.wrap(ctx, op, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after Commit
+	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", int64(schemaLockID)); err != nil {
+		return cl.wrap(ctx, op, err)
+	}
+	for _, stmt := range splitStatements(ddl) {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return cl.wrap(ctx, op, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return cl.wrap(ctx, op, err)
+	}
+	return nil
+}
+
+// splitStatements splits the schema file on semicolons at line ends and
+// drops comment-only pieces. The schema has no semicolons inside strings.
+func splitStatements(ddl string) []string {
+	var out []string
+	for _, part := range strings.Split(ddl, ";\n") {
+		var keep []string
+		for _, line := range strings.Split(part, "\n") {
+			if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "--") {
+				keep = append(keep, line)
+			}
+		}
+		if s := strings.TrimSpace(strings.TrimSuffix(strings.Join(keep, "\n"), ";")); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,57 @@
+-- acquire: one statement, one round trip.
+-- $1 storage key, $2 lockId, $3 fence key, $4 normalized user key, $5 ttl in ms.
+--
+-- cur:  the live row for the key in this statement's snapshot, if any.
+-- free: one row (carrying now_ms) when the snapshot shows no live lock; a
+--       contended attempt stops here, reads only and writes nothing.
+-- f:    increments the fence counter (or creates it at 1). ON CONFLICT DO
+--       UPDATE locks the counter row and reads its latest committed value, so
+--       concurrent acquires of one key serialize here and fences are unique
+--       and ordered like the commits. It refuses to pass FenceMax.
+-- ins:  writes the lock row. On conflict it overwrites only a row that is
+--       still expired in its latest committed version, under that row's lock
+--       (never a lock whose extend just committed).
+-- The final SELECT always returns one row. A row of our own lockId in cur
+-- means this statement already ran (database/sql re-ran it after
+-- driver.ErrBadConn): report that success again.
+WITH
+t AS (
+  SELECT floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint AS now_ms
+),
+cur AS (
+  SELECT l."lock_id", l."expires_at_ms", l."acquired_at_ms", l."fence"
+  FROM {{locks}} AS l, t
+  WHERE l."key" = $1::text AND l."expires_at_ms" > t.now_ms - {{tolerance}}
+),
+free AS (
+  SELECT t.now_ms FROM t WHERE NOT EXISTS (SELECT 1 FROM cur)
+),
+f AS (
+  INSERT INTO {{fences}} AS c ("fence_key", "fence", "key_debug")
+  SELECT $3::text, 1, $4::text FROM free
+  ON CONFLICT ("fence_key") DO UPDATE SET "fence" = c."fence" + 1
+  WHERE c."fence" < {{fence_max}}
+  RETURNING c."fence"
+),
+ins AS (
+  INSERT INTO {{locks}} AS l ("key", "lock_id", "expires_at_ms", "acquired_at_ms", "fence", "user_key")
+  SELECT $1::text, $2::text, free.now_ms + $5::bigint, free.now_ms, lpad(f."fence"::text, 15, '0'), $4::text
+  FROM free, f
+  ON CONFLICT ("key") DO UPDATE SET
+    "lock_id" = EXCLUDED."lock_id",
+    "expires_at_ms" = EXCLUDED."expires_at_ms",
+    "acquired_at_ms" = EXCLUDED."acquired_at_ms",
+    "fence" = EXCLUDED."fence",
+    "user_key" = EXCLUDED."user_key"
+  WHERE l."expires_at_ms" <= EXCLUDED."acquired_at_ms" - {{tolerance}}
+  RETURNING l."lock_id", l."expires_at_ms", l."acquired_at_ms", l."fence"
+)
+SELECT
+  COALESCE(ins."lock_id", cur."lock_id") AS lock_id,
+  COALESCE(ins."expires_at_ms", cur."expires_at_ms") AS expires_at_ms,
+  COALESCE(ins."acquired_at_ms", cur."acquired_at_ms") AS acquired_at_ms,
+  COALESCE(ins."fence", cur."fence") AS fence,
+  (EXISTS (SELECT 1 FROM free) AND NOT EXISTS (SELECT 1 FROM f)) AS fence_exhausted
+FROM t
+LEFT JOIN ins ON true
+LEFT JOIN cur ON true

@@ -1,0 +1,6 @@
+-- opportunistic cleanup (CleanupInIsLocked): deletes the lock row of one key
+-- when it expired more than {{cleanup_grace}} ms ago. Never touches the fence
+-- table. The re-check under the row lock spares a row taken over meanwhile.
+DELETE FROM {{locks}}
+WHERE "key" = $1::text
+  AND "expires_at_ms" < floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint - {{cleanup_grace}}

@@ -1,0 +1,17 @@
+-- extend: one statement. $1 lockId, $2 ttl in ms.
+-- Sets expiry to server now + ttl, only for a live row of this lockId, under
+-- the row lock; never revives an expired lock. Returns the new expiry.
+WITH
+t AS (
+  SELECT floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint AS now_ms
+),
+u AS (
+  UPDATE {{locks}} AS l SET "expires_at_ms" = t.now_ms + $2::bigint
+  FROM t
+  WHERE l."lock_id" = $1::text AND l."expires_at_ms" > t.now_ms - {{tolerance}}
+  RETURNING l."lock_id", l."expires_at_ms"
+)
+SELECT u."lock_id", u."expires_at_ms", s."expires_at_ms", t.now_ms
+FROM t
+LEFT JOIN u ON true
+LEFT JOIN {{locks}} AS s ON s."lock_id" = $1::text

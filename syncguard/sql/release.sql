@@ -1,0 +1,18 @@
+-- release: one statement. $1 lockId.
+-- Deletes the row only if it belongs to $1 and is live, under the row lock
+-- (a concurrent takeover changes lock_id, and the re-check then fails).
+-- s reads the same row from the statement's snapshot to tell "expired" from
+-- "not-found" without another round trip.
+WITH
+t AS (
+  SELECT floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint AS now_ms
+),
+d AS (
+  DELETE FROM {{locks}} AS l USING t
+  WHERE l."lock_id" = $1::text AND l."expires_at_ms" > t.now_ms - {{tolerance}}
+  RETURNING l."lock_id"
+)
+SELECT d."lock_id", s."expires_at_ms", t.now_ms
+FROM t
+LEFT JOIN d ON true
+LEFT JOIN {{locks}} AS s ON s."lock_id" = $1::text

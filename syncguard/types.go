@@ -1,0 +1,101 @@
+package syncguard
+
+import (
+	"context"
+	"time"
+)
+
+// LockBackend is the single-attempt lock API of the spec. *Backend
+// implements it, on a *sql.DB or (through WithTx) inside a *sql.Tx.
+//
+// Every method validates its input before any I/O and returns a *Error on
+// failure. Contention is not an error: Acquire returns OK == false.
+type LockBackend interface {
+	// Acquire tries once to take key for ttl. OK == false (Reason "locked")
+	// means someone else holds it.
+	Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error)
+	// Release deletes the lock if lockID still owns it and it is live.
+	Release(ctx context.Context, lockID string) (ReleaseResult, error)
+	// Extend sets the lock's expiry to server now + ttl if lockID still owns
+	// it and it is live. It never revives an expired lock.
+	Extend(ctx context.Context, lockID string, ttl time.Duration) (ExtendResult, error)
+	// IsLocked reports whether key is held by a live lock.
+	IsLocked(ctx context.Context, key string) (bool, error)
+	// LookupKey returns sanitized information about the live lock on key,
+	// or nil when there is none (absent and expired look the same).
+	LookupKey(ctx context.Context, key string) (*LockInfo, error)
+	// LookupID is LookupKey by lockId.
+	LookupID(ctx context.Context, lockID string) (*LockInfo, error)
+	// Capabilities describes the backend.
+	Capabilities() Capabilities
+}
+
+// Reasons carried by results (the spec's telemetry vocabulary).
+const (
+	ReasonLocked   = "locked"    // Acquire: another holder has the key
+	ReasonExpired  = "expired"   // Release/Extend: the lock existed but had expired
+	ReasonNotFound = "not-found" // Release/Extend: no lock with that lockId
+)
+
+// AcquireResult is the outcome of one Acquire attempt.
+type AcquireResult struct {
+	// OK is true when the caller now holds the lock.
+	OK bool
+	// Reason is ReasonLocked when OK is false, empty otherwise.
+	Reason string
+	// LockID identifies this holding; pass it to Release and Extend.
+	// It is a capability: whoever has it can release the lock. Don't log it.
+	LockID string
+	// Fence is the fencing token of this holding, strictly greater than
+	// every fence handed out before for the same key.
+	Fence Fence
+	// ExpiresAt is the server-computed expiry (server now + ttl),
+	// millisecond precision. The lock stays exclusive until then.
+	ExpiresAt time.Time
+}
+
+// ReleaseResult is the outcome of Release.
+type ReleaseResult struct {
+	// OK is true when this call deleted a live lock it owned.
+	OK bool
+	// Reason is ReasonExpired or ReasonNotFound when OK is false. It comes
+	// from the same statement and costs no extra round trip.
+	Reason string
+}
+
+// ExtendResult is the outcome of Extend.
+type ExtendResult struct {
+	// OK is true when the lock was live, owned and is now extended.
+	OK bool
+	// Reason is ReasonExpired or ReasonNotFound when OK is false.
+	Reason string
+	// ExpiresAt is the new server-computed expiry when OK.
+	ExpiresAt time.Time
+}
+
+// LockInfo describes a live lock without exposing its key or lockId.
+type LockInfo struct {
+	KeyHash    string // HashKey of the normalized key
+	LockIDHash string // HashKey of the lockId
+	ExpiresAt  time.Time
+	AcquiredAt time.Time
+	Fence      Fence
+}
+
+// LockInfoDebug is LockInfo with the raw key and lockId. It is for
+// debugging only: the lockId lets its bearer release the lock, and keys may
+// hold personal data. Never log it in production.
+type LockInfoDebug struct {
+	LockInfo
+	Key    string // the normalized user key
+	LockID string
+}
+
+// Capabilities describes a backend, as in the spec.
+type Capabilities struct {
+	Backend         string // "postgres"
+	SupportsFencing bool   // true: every successful acquire carries a Fence
+	TimeAuthority   string // "server": expiry is decided by PostgreSQL's clock
+}
+
+func msToTime(ms int64) time.Time { return time.UnixMilli(ms) }

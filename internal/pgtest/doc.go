@@ -1,7 +1,11 @@
 // Package pgtest gives syncguard-go's integration tests a PostgreSQL server.
 //
 // It is a separate Go module so that its test-only dependency
-// (github.com/ory/dockertest/v3) never reaches users of the library.
+// (github.com/ory/dockertest/v3 and what it pulls in) is never built into the
+// library's packages. Test code of the main module uses it through
+//
+//	require github.com/syncguard/syncguard-go/internal/pgtest v0.0.0
+//	replace github.com/syncguard/syncguard-go/internal/pgtest => ./internal/pgtest
 //
 // # Lookup order
 //
@@ -11,7 +15,7 @@
 //     is created or stopped; PasswordRole is empty.
 //  2. local: a throwaway cluster built from installed server binaries
 //     (Kind "local"). The binaries are looked for in $SYNCGUARD_PG_BINDIR,
-//     then next to initdb/pg_ctl on PATH, then `pg_config --bindir`, then
+//     then next to pg_ctl on PATH, then `pg_config --bindir`, then
 //     /usr/lib/postgresql/*/bin (newest first), /usr/pgsql-*/bin and
 //     /usr/local/pgsql/bin. initdb and the server run in a fresh directory
 //     under os.TempDir() named syncguard-pgtest-*, listen on a free TCP port
@@ -26,9 +30,9 @@
 //
 // # Cluster setup (local and docker kinds)
 //
-// The superuser `postgres` connects without a password (trust) over the
-// unix socket and from 127.0.0.1; every other role must use scram-sha-256
-// over TCP. The role named by Server.PasswordRole is created with
+// Over the unix socket every role is trusted; over TCP only the superuser
+// `postgres` is (from 127.0.0.1, or any address for the docker kind), and
+// every other role must use scram-sha-256. The role named by Server.PasswordRole is created with
 // Server.Password for tests of password authentication. fsync is off unless
 // Options.Fsync is set; synchronous_commit stays on, so [Server.Restart]
 // (an immediate-mode, crash-like restart) keeps acknowledged commits.

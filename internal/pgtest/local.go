@@ -35,6 +35,9 @@ type localCluster struct {
 // process is retried with a new port.
 const portRetries = 3
 
+// pickPort chooses the port of each start attempt (a variable for tests).
+var pickPort = freePort
+
 func startLocal(ctx context.Context, opts Options) (_ *Server, err error) {
 	binDir, err := findBinDir()
 	if err != nil {
@@ -105,7 +108,7 @@ host  all all      ::1/128      scram-sha-256
 	// Settings go to a config file rather than -c flags so that pg_ctl
 	// restart (and anyone starting the cluster by hand) gets them too.
 	for attempt := 0; ; attempt++ {
-		c.port, err = freePort()
+		c.port, err = pickPort()
 		if err != nil {
 			return nil, err
 		}

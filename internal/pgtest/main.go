@@ -75,8 +75,8 @@ func Require(t testing.TB) *Server {
 		return s
 	}
 	if inCI() {
-		t.Fatalf("pgtest: no PostgreSQL (CI=true): %s", SkipReason())
+		t.Fatalf("CI=true and no PostgreSQL: %s", SkipReason())
 	}
-	t.Skipf("pgtest: no PostgreSQL: %s", SkipReason())
+	t.Skip(SkipReason())
 	return nil
 }

@@ -2,6 +2,7 @@ package pgtest
 
 import (
 	"context"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -146,6 +147,39 @@ func TestStartOptions(t *testing.T) {
 	if _, err := runPsql(ctx, s2.DSN, "select 1"); err == nil {
 		t.Fatal("server still answers after Stop")
 	}
+}
+
+// TestPortTaken makes the first start attempt collide with a port in use
+// and checks that Start retries with another one.
+func TestPortTaken(t *testing.T) {
+	s := Require(t)
+	if s.Kind != KindLocal {
+		t.Skipf("kind %s", s.Kind)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	taken := l.Addr().(*net.TCPAddr).Port
+	calls := 0
+	pickPort = func() (int, error) {
+		calls++
+		if calls == 1 {
+			return taken, nil
+		}
+		return freePort()
+	}
+	defer func() { pickPort = freePort }()
+	s2, err := Start(testCtx(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Stop()
+	if calls != 2 || s2.Port == taken {
+		t.Fatalf("calls=%d port=%d taken=%d", calls, s2.Port, taken)
+	}
+	psql(t, s2.DSN, "select 1")
 }
 
 func TestDSNFor(t *testing.T) {

@@ -128,3 +128,5 @@ func splitStatements(ddl string) []string {
 	}
 	return out
 }
+
+//go:generate go run ../internal/genschema ../schema.sql

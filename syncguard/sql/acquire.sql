@@ -2,8 +2,15 @@
 -- $1 storage key, $2 lockId, $3 fence key, $4 normalized user key, $5 ttl in ms.
 --
 -- cur:  the live row for the key in this statement's snapshot, if any.
--- free: one row (carrying now_ms) when the snapshot shows no live lock; a
---       contended attempt stops here, reads only and writes nothing.
+-- free: one row (carrying now_ms) when the snapshot shows no live lock and
+--       this statement wins pg_try_advisory_xact_lock(hashtext(key)), the
+--       spec's per-key advisory lock, in its non-blocking form. A contended
+--       attempt stops here: it reads only, writes nothing and never waits.
+--       Racers that all saw the key free are turned away by the try-lock
+--       instead of queueing on the counter row and each burning a fence.
+--       The same lock id as the reference implementation's blocking
+--       pg_advisory_xact_lock keeps both implementations exclusive when
+--       they share tables.
 -- f:    increments the fence counter (or creates it at 1). ON CONFLICT DO
 --       UPDATE locks the counter row and reads its latest committed value, so
 --       concurrent acquires of one key serialize here and fences are unique
@@ -24,7 +31,9 @@ cur AS (
   WHERE l."key" = $1::text AND l."expires_at_ms" > t.now_ms - {{tolerance}}
 ),
 free AS (
-  SELECT t.now_ms FROM t WHERE NOT EXISTS (SELECT 1 FROM cur)
+  SELECT t.now_ms FROM t
+  WHERE CASE WHEN EXISTS (SELECT 1 FROM cur) THEN false
+             ELSE pg_try_advisory_xact_lock(hashtext($1::text)) END
 ),
 f AS (
   INSERT INTO {{fences}} AS c ("fence_key", "fence", "key_debug")

@@ -1,0 +1,393 @@
+package syncguard
+
+import (
+	"context"
+	"database/sql"
+	sqldriver "database/sql/driver"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/DATA-DOG/go-sqlmock"
+
+	"github.com/syncguard/syncguard-go/driver"
+)
+
+// pgErr stands in for a driver's server error: it carries a SQLSTATE that
+// fakeDialect reads, as the pq and pgxstd dialects read theirs.
+type pgErr struct{ code, severity string }
+
+func (e *pgErr) Error() string { return "server error " + e.code }
+
+type fakeDialect struct{}
+
+func (fakeDialect) Name() string { return "fake" }
+func (fakeDialect) Inspect(err error) driver.ErrorInfo {
+	var pe *pgErr
+	if errors.As(err, &pe) {
+		info := driver.ErrorInfo{SQLState: pe.code}
+		if pe.severity == "FATAL" {
+			info.Kind = driver.KindUnavailable
+		}
+		return info
+	}
+	return driver.ErrorInfo{}
+}
+
+func newMock(t *testing.T, cfg *Config) (*Backend, sqlmock.Sqlmock) {
+	t.Helper()
+	db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherFunc(func(expected, actual string) error {
+		if !strings.Contains(actual, expected) {
+			return errors.New("query does not contain " + expected)
+		}
+		return nil
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	cfg.Dialect = fakeDialect{}
+	cfg.DisablePrepare = true
+	b, err := New(db, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, mock
+}
+
+func wantCode(t *testing.T, err error, code Code) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("want %s error, got nil", code)
+	}
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("want *Error %s, got %T %v", code, err, err)
+	}
+	if e.Code != code || !errors.Is(err, code.sentinel()) {
+		t.Fatalf("want code %s, got %s (%v)", code, e.Code, err)
+	}
+}
+
+const goodID = "AAAAAAAAAAAAAAAAAAAAAA"
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	db, _, _ := sqlmock.New()
+	defer db.Close()
+	bad := []Config{
+		{TableName: "locks; DROP TABLE x"},
+		{TableName: `a"b`},
+		{TableName: "1abc"},
+		{FenceTableName: "fence-table"},
+		{TableName: "same", FenceTableName: "same"},
+		{TableName: "Same", FenceTableName: "same"},
+		{TableName: strings.Repeat("a", 52)},
+		{FenceTableName: strings.Repeat("b", 64)},
+	}
+	for _, c := range bad {
+		c.Dialect = fakeDialect{}
+		_, err := New(db, &c)
+		wantCode(t, err, CodeInvalidArgument)
+	}
+	ok := Config{TableName: strings.Repeat("a", 51), FenceTableName: "MixedCase_Fences", Dialect: fakeDialect{}}
+	if _, err := New(db, &ok); err != nil {
+		t.Fatalf("valid config rejected: %v", err)
+	}
+	_, err := New(nil, nil)
+	wantCode(t, err, CodeInvalidArgument)
+}
+
+func TestNewUnregisteredDriverNamesAdapters(t *testing.T) {
+	db, _, _ := sqlmock.New()
+	defer db.Close()
+	_, err := New(db, nil)
+	wantCode(t, err, CodeInvalidArgument)
+	for _, want := range []string{"github.com/syncguard/syncguard-go/pq", "github.com/syncguard/syncguard-go/pgxstd", "Config.Dialect"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %s", err, want)
+		}
+	}
+}
+
+// Every invalid input fails with InvalidArgument before any I/O: the mock
+// has no expectations, so any statement would fail the test with a
+// different error.
+func TestValidationBeforeIO(t *testing.T) {
+	b, mock := newMock(t, nil)
+	ctx := context.Background()
+	badKeys := []string{"", strings.Repeat("a", 511) + "é", "a\x00b", "\xff\xfe"}
+	for _, k := range badKeys {
+		_, err := b.Acquire(ctx, k, time.Second)
+		wantCode(t, err, CodeInvalidArgument)
+		_, err = b.IsLocked(ctx, k)
+		wantCode(t, err, CodeInvalidArgument)
+		_, err = b.LookupKey(ctx, k)
+		wantCode(t, err, CodeInvalidArgument)
+	}
+	for _, ttl := range []time.Duration{0, -time.Second, 999 * time.Microsecond} {
+		_, err := b.Acquire(ctx, "k", ttl)
+		wantCode(t, err, CodeInvalidArgument)
+		_, err = b.Extend(ctx, goodID, ttl)
+		wantCode(t, err, CodeInvalidArgument)
+	}
+	for _, id := range []string{"", "short", goodID + "A", "AAAAAAAAAAAAAAAAAAAAA/", "AAAAAAAAAAAAAAAAAAAAA\x00"} {
+		_, err := b.Release(ctx, id)
+		wantCode(t, err, CodeInvalidArgument)
+		_, err = b.Extend(ctx, id, time.Second)
+		wantCode(t, err, CodeInvalidArgument)
+		_, err = b.LookupID(ctx, id)
+		wantCode(t, err, CodeInvalidArgument)
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCancelledContextBeforeIO(t *testing.T) {
+	b, mock := newMock(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := b.Acquire(ctx, "k", time.Second)
+	wantCode(t, err, CodeAborted)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Aborted error should wrap context.Canceled: %v", err)
+	}
+	_, err = b.Release(ctx, goodID)
+	wantCode(t, err, CodeAborted)
+	_, err = b.Extend(ctx, goodID, time.Second)
+	wantCode(t, err, CodeAborted)
+	_, err = b.IsLocked(ctx, "k")
+	wantCode(t, err, CodeAborted)
+	_, err = b.LookupKey(ctx, "k")
+	wantCode(t, err, CodeAborted)
+	_, err = b.LookupID(ctx, goodID)
+	wantCode(t, err, CodeAborted)
+
+	dctx, dcancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer dcancel()
+	_, err = b.Acquire(dctx, "k", time.Second)
+	wantCode(t, err, CodeNetworkTimeout)
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lib/pq reports our own cancellation as SQLSTATE 57014. The context must be
+// checked first, so it reads as Aborted, not as a server statement timeout.
+func TestOwnCancellationBeats57014(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var err error = classifier{dialect: fakeDialect{}}.wrap(ctx, "extend", &pgErr{code: "57014"})
+	wantCode(t, err, CodeAborted)
+	var pe *pgErr
+	if !errors.As(err, &pe) || !errors.Is(err, context.Canceled) {
+		t.Errorf("Aborted must wrap both the context error and the driver error: %v", err)
+	}
+
+	b, mock := newMock(t, nil)
+	mock.ExpectQuery(`UPDATE "syncguard_locks"`).WillReturnError(&pgErr{code: "57014"})
+	_, err = b.Extend(context.Background(), goodID, time.Second)
+	wantCode(t, err, CodeNetworkTimeout)
+	if !errors.As(err, &pe) {
+		t.Errorf("errors.As must reach the driver error: %v", err)
+	}
+}
+
+// Cancelling while a statement is in flight ends the call with Aborted.
+func TestCancelInFlight(t *testing.T) {
+	b, mock := newMock(t, &Config{ReleaseTimeout: 50 * time.Millisecond})
+	mock.ExpectQuery("INSERT INTO").WillDelayFor(5 * time.Second).
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e"}).AddRow(nil, nil, nil, nil, false))
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := b.Acquire(ctx, "k", time.Second)
+	wantCode(t, err, CodeAborted)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("cancellation took %v", d)
+	}
+}
+
+func TestErrorClassification(t *testing.T) {
+	cases := []struct {
+		err  error
+		want Code
+	}{
+		{&pgErr{code: "28P01", severity: "FATAL"}, CodeAuthFailed},
+		{&pgErr{code: "28000"}, CodeAuthFailed},
+		{&pgErr{code: "42501"}, CodeAuthFailed},
+		{&pgErr{code: "53300", severity: "FATAL"}, CodeRateLimited},
+		{&pgErr{code: "53200"}, CodeServiceUnavailable},
+		{&pgErr{code: "57014"}, CodeNetworkTimeout},
+		{&pgErr{code: "55P03"}, CodeNetworkTimeout},
+		{&pgErr{code: "57P01", severity: "FATAL"}, CodeServiceUnavailable},
+		{&pgErr{code: "08006"}, CodeServiceUnavailable},
+		{&pgErr{code: "40P01"}, CodeServiceUnavailable},
+		{&pgErr{code: "40001"}, CodeServiceUnavailable},
+		{&pgErr{code: "25006"}, CodeServiceUnavailable},
+		{&pgErr{code: "22021"}, CodeInvalidArgument},
+		{&pgErr{code: "23505"}, CodeInvalidArgument},
+		{&pgErr{code: "42P01"}, CodeInternal},
+		{&pgErr{code: "XX000"}, CodeInternal},
+		{&pgErr{code: "XX000", severity: "FATAL"}, CodeServiceUnavailable},
+		{sqldriver.ErrBadConn, CodeServiceUnavailable},
+		{sql.ErrConnDone, CodeServiceUnavailable},
+		{io.ErrUnexpectedEOF, CodeServiceUnavailable},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, CodeServiceUnavailable},
+		{&net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}, CodeNetworkTimeout},
+		{context.DeadlineExceeded, CodeNetworkTimeout},
+		{errors.New("something odd"), CodeInternal},
+	}
+	cl := classifier{dialect: fakeDialect{}}
+	for _, c := range cases {
+		got := cl.wrap(context.Background(), "op", c.err)
+		if got.Code != c.want {
+			t.Errorf("%v: got %s, want %s", c.err, got.Code, c.want)
+		}
+		if !errors.Is(got, c.err) && !errors.Is(got, c.want.sentinel()) {
+			t.Errorf("%v: cause not reachable", c.err)
+		}
+	}
+	missing := cl.wrap(context.Background(), "acquire", &pgErr{code: "42P01"})
+	if !strings.Contains(missing.Error(), "SetupSchema") {
+		t.Errorf("missing table error must name SetupSchema: %v", missing)
+	}
+}
+
+func TestAcquireOutcomesFromRow(t *testing.T) {
+	cols := []string{"lock_id", "expires_at_ms", "acquired_at_ms", "fence", "fence_exhausted"}
+	// Another holder's row: contention, not an error, and nothing of the
+	// other holder leaks into the result.
+	b, mock := newMock(t, nil)
+	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow("BBBBBBBBBBBBBBBBBBBBBB", int64(2000), int64(1000), "000000000000007", false))
+	r, err := b.Acquire(context.Background(), "k", time.Second)
+	if err != nil || r.OK || r.Reason != ReasonLocked || r.Fence != "" || r.LockID != "" {
+		t.Fatalf("contention: got %+v, %v", r, err)
+	}
+	// Nobody and no fence: contention (a lost race).
+	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, false))
+	r, err = b.Acquire(context.Background(), "k", time.Second)
+	if err != nil || r.OK || r.Reason != ReasonLocked {
+		t.Fatalf("lost race: got %+v, %v", r, err)
+	}
+	// Fence counter at its maximum: Internal, and the statement committed nothing.
+	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, true))
+	_, err = b.Acquire(context.Background(), "k", time.Second)
+	wantCode(t, err, CodeInternal)
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAcquireArgumentsAndTTLRounding(t *testing.T) {
+	b, mock := newMock(t, nil)
+	storage, fence, _ := StorageKeys("café")
+	mock.ExpectQuery("INSERT INTO").
+		WithArgs(storage, sqlmock.AnyArg(), fence, "café", int64(1)).
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e"}).AddRow(nil, nil, nil, nil, false))
+	// Decomposed input is normalized; 1.9 ms counts as 1 ms.
+	if _, err := b.Acquire(context.Background(), "cafe\u0301", 1900*time.Microsecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReleaseAndExtendReasons(t *testing.T) {
+	b, mock := newMock(t, nil)
+	rc := []string{"lock_id", "seen", "now"}
+	mock.ExpectQuery("DELETE FROM").WillReturnRows(sqlmock.NewRows(rc).AddRow(goodID, int64(5000), int64(1000)))
+	mock.ExpectQuery("DELETE FROM").WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, int64(500), int64(2000)))
+	mock.ExpectQuery("DELETE FROM").WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000)))
+	want := []ReleaseResult{{OK: true}, {Reason: ReasonExpired}, {Reason: ReasonNotFound}}
+	for i, w := range want {
+		got, err := b.Release(context.Background(), goodID)
+		if err != nil || got != w {
+			t.Errorf("release %d: got %+v, %v; want %+v", i, got, err, w)
+		}
+	}
+	ec := []string{"lock_id", "new", "seen", "now"}
+	mock.ExpectQuery("UPDATE").WillReturnRows(sqlmock.NewRows(ec).AddRow(goodID, int64(9000), int64(5000), int64(1000)))
+	mock.ExpectQuery("UPDATE").WillReturnRows(sqlmock.NewRows(ec).AddRow(nil, nil, int64(500), int64(2000)))
+	mock.ExpectQuery("UPDATE").WillReturnRows(sqlmock.NewRows(ec).AddRow(nil, nil, nil, int64(2000)))
+	got, err := b.Extend(context.Background(), goodID, time.Second)
+	if err != nil || !got.OK || !got.ExpiresAt.Equal(time.UnixMilli(9000)) {
+		t.Errorf("extend ok: %+v, %v", got, err)
+	}
+	got, _ = b.Extend(context.Background(), goodID, time.Second)
+	if got.OK || got.Reason != ReasonExpired {
+		t.Errorf("extend expired: %+v", got)
+	}
+	got, _ = b.Extend(context.Background(), goodID, time.Second)
+	if got.OK || got.Reason != ReasonNotFound {
+		t.Errorf("extend not found: %+v", got)
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLookupSanitizesAndChecksLiveness(t *testing.T) {
+	b, mock := newMock(t, nil)
+	cols := []string{"lock_id", "expires_at_ms", "acquired_at_ms", "fence", "user_key", "now"}
+	mock.ExpectQuery("LEFT JOIN").WillReturnRows(sqlmock.NewRows(cols).AddRow(goodID, int64(10_000), int64(1_000), "000000000000003", "k", int64(5_000)))
+	mock.ExpectQuery("LEFT JOIN").WillReturnRows(sqlmock.NewRows(cols).AddRow(goodID, int64(10_000), int64(1_000), "000000000000003", "k", int64(11_000)))
+	mock.ExpectQuery("LEFT JOIN").WillReturnRows(sqlmock.NewRows(cols).AddRow("BBBBBBBBBBBBBBBBBBBBBB", int64(10_000), int64(1_000), "000000000000003", "k", int64(5_000)))
+	info, err := b.LookupKey(context.Background(), "k")
+	if err != nil || info == nil || info.KeyHash != HashKey("k") || info.LockIDHash != HashKey(goodID) || info.Fence != "000000000000003" {
+		t.Fatalf("live lookup: %+v, %v", info, err)
+	}
+	// Expired by exactly the tolerance: absent.
+	if info, err := b.LookupKey(context.Background(), "k"); err != nil || info != nil {
+		t.Fatalf("expired lookup: %+v, %v", info, err)
+	}
+	// A row whose lock_id differs from the one asked for is never returned.
+	if info, err := b.LookupID(context.Background(), goodID); err != nil || info != nil {
+		t.Fatalf("ownership check: %+v, %v", info, err)
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestErrorStringHidesRawValues(t *testing.T) {
+	e := &Error{Op: "release", Code: CodeServiceUnavailable, Key: "user@example.com", LockID: goodID, Err: io.EOF}
+	s := e.Error()
+	if strings.Contains(s, "user@example.com") || strings.Contains(s, goodID) {
+		t.Fatalf("raw key or lockId in %q", s)
+	}
+	if !strings.Contains(s, HashKey("user@example.com")) || !e.Retryable() || CodeOf(e) != CodeServiceUnavailable {
+		t.Fatalf("unexpected %q", s)
+	}
+}
+
+func TestSchemaSQLQuotesAndNames(t *testing.T) {
+	ddl, err := SchemaSQL(&Config{TableName: "AppLocks", FenceTableName: "AppFences"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`CREATE TABLE IF NOT EXISTS "AppLocks"`, `"idx_AppLocks_lock_id" ON "AppLocks" ("lock_id")`,
+		`"idx_AppLocks_expires" ON "AppLocks" ("expires_at_ms")`, `CREATE TABLE IF NOT EXISTS "AppFences"`, `"key_debug" TEXT`} {
+		if !strings.Contains(ddl, want) {
+			t.Errorf("DDL lacks %s", want)
+		}
+	}
+	if n := len(splitStatements(ddl)); n != 4 {
+		t.Errorf("want 4 statements, got %d", n)
+	}
+	// The repository's schema.sql is the default rendering.
+	def, _ := SchemaSQL(nil)
+	file, err := os.ReadFile("../schema.sql")
+	if err != nil || string(file) != def {
+		t.Errorf("schema.sql at the repository root must equal SchemaSQL(nil); regenerate it with `go run ./internal/genschema` (%v)", err)
+	}
+}

@@ -9,9 +9,12 @@ export PATH := /usr/local/go/bin:$(PATH)
 MODULES := . internal/pgtest pq pgxstd internal/itest internal/demo cmd/syncguard bench
 TEST_FLAGS ?= -race -count=1 -timeout 10m
 
-.PHONY: test vet demo bench schema tidy fmt
+FUZZ_TARGETS := FuzzNormalizeAndStorageKeys FuzzMakeStorageKey FuzzHashKey FuzzValidateLockID FuzzFormatFence FuzzClassify
+FUZZTIME ?= 3s
 
-test: vet
+.PHONY: test vet demo bench schema tidy fuzz
+
+test: vet fuzz
 	@set -e; for m in $(MODULES); do \
 		if [ -f $$m/go.mod ]; then \
 			echo "== go test $$m"; \
@@ -24,6 +27,14 @@ vet:
 		if [ -f $$m/go.mod ]; then (cd $$m && $(GO) vet ./...); fi; \
 	done
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }
+
+# Each fuzz target for a short time (seeded from testdata/reference-vectors.json).
+fuzz:
+	@set -e; for f in $(FUZZ_TARGETS); do \
+		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./syncguard >/dev/null || { echo "fuzz $$f failed"; \
+		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./syncguard; exit 1; }; \
+		echo "fuzz $$f ok"; \
+	done
 
 demo:
 	cd internal/demo && $(GO) run .

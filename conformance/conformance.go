@@ -33,9 +33,11 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,6 +73,18 @@ type Harness struct {
 	// Restart restarts the server (immediate mode is best: a crash) and
 	// returns once it accepts connections again. Enables the restart cases.
 	Restart func(ctx context.Context) error
+
+	// Config, when set, adjusts the syncguard.Config of every Backend the
+	// suite creates, after the case's table names and Dialect are filled
+	// in: for example DisablePrepare behind a pooler in transaction mode.
+	Config func(*syncguard.Config)
+
+	// NoSessionState says that a connection keeps no session state from
+	// one transaction to the next (a pooler in transaction mode, such as
+	// PgBouncer with pool_mode=transaction). Cases that need session state
+	// (session-level advisory locks, SET, named prepared statements) are
+	// then skipped with a message.
+	NoSessionState bool
 
 	// CaseTimeout bounds every case. Default 30 s.
 	CaseTimeout time.Duration
@@ -174,6 +188,9 @@ func newEnv(t *testing.T, ctx context.Context, h Harness) *env {
 		TableName:      "sgc_" + suffix + "_locks",
 		FenceTableName: "sgc_" + suffix + "_fences",
 		Dialect:        h.Dialect,
+	}
+	if h.Config != nil {
+		h.Config(cfg)
 	}
 	e := &env{t: t, h: h, ctx: ctx, cfg: cfg}
 	e.db = h.Open(t)
@@ -311,6 +328,14 @@ func (e *env) fenceRows() int {
 	return n
 }
 
+// needSessionState skips the case when Harness.NoSessionState is set.
+func (e *env) needSessionState(what string) {
+	e.t.Helper()
+	if e.h.NoSessionState {
+		e.t.Skipf("needs session state (%s), which a pooler in transaction mode does not keep (Harness.NoSessionState); use transaction-scoped locks there", what)
+	}
+}
+
 func (e *env) skipUnless(ok bool, hook string) {
 	e.t.Helper()
 	if !ok {
@@ -326,5 +351,232 @@ func fenceNum(t testing.TB, f syncguard.Fence) int64 {
 	}
 	return n
 }
+
+// --- helpers for server time, raw rows and blocking.
+
+// ms is t in Unix milliseconds, the unit of every stored time.
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+// tolMs is the spec's liveness tolerance: a lock is live while
+// expires_at_ms > now_ms - tolMs.
+const tolMs = syncguard.TimeToleranceMs
+
+// ttlMs is d in whole milliseconds.
+func ttlMs(d time.Duration) int64 { return d.Milliseconds() }
+
+// derive returns the normalized key and its storage and fence keys, as the
+// spec's two-step derivation computes them.
+func (e *env) derive(key string) (norm, storage, fence string) {
+	e.t.Helper()
+	norm, err := syncguard.NormalizeKey(key)
+	if err != nil {
+		e.t.Fatalf("setup: NormalizeKey(%q): %v", key, err)
+	}
+	storage, fence, err = syncguard.StorageKeys(norm)
+	if err != nil {
+		e.t.Fatalf("setup: StorageKeys(%q): %v", norm, err)
+	}
+	return norm, storage, fence
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// locksTable and fencesTable are the case's quoted table names.
+func (e *env) locksTable() string  { return quoteIdent(e.cfg.TableName) }
+func (e *env) fencesTable() string { return quoteIdent(e.cfg.FenceTableName) }
+
+// exec runs raw SQL on the case's first pool.
+func (e *env) exec(query string, args ...any) {
+	e.t.Helper()
+	if _, err := e.db.ExecContext(e.ctx, query, args...); err != nil {
+		e.t.Fatalf("setup: %s: %v", strings.Join(strings.Fields(query), " "), err)
+	}
+}
+
+// rawLock is one lock table row as stored.
+type rawLock struct {
+	Key, LockID, Fence, UserKey string
+	ExpiresAt, AcquiredAt       int64
+}
+
+// rawLockRow reads the lock row of key (by its storage key) with raw SQL.
+func (e *env) rawLockRow(key string) (rawLock, bool) {
+	e.t.Helper()
+	_, storage, _ := e.derive(key)
+	var r rawLock
+	err := e.db.QueryRowContext(e.ctx, `SELECT "key", "lock_id", "expires_at_ms", "acquired_at_ms", "fence", "user_key" FROM `+
+		e.locksTable()+` WHERE "key" = $1`, storage).Scan(&r.Key, &r.LockID, &r.ExpiresAt, &r.AcquiredAt, &r.Fence, &r.UserKey)
+	if errors.Is(err, sql.ErrNoRows) {
+		return rawLock{}, false
+	}
+	if err != nil {
+		e.t.Fatalf("setup: reading the lock row: %v", err)
+	}
+	return r, true
+}
+
+// lockRows counts rows in the case's lock table.
+func (e *env) lockRows() int {
+	e.t.Helper()
+	var n int
+	if err := e.db.QueryRowContext(e.ctx, `SELECT count(*) FROM `+e.locksTable()).Scan(&n); err != nil {
+		e.t.Fatalf("setup: counting lock rows: %v", err)
+	}
+	return n
+}
+
+// fenceCounter reads the fence counter of key with raw SQL.
+func (e *env) fenceCounter(key string) (int64, bool) {
+	e.t.Helper()
+	_, _, fk := e.derive(key)
+	var n int64
+	err := e.db.QueryRowContext(e.ctx, `SELECT "fence" FROM `+e.fencesTable()+` WHERE "fence_key" = $1`, fk).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false
+	}
+	if err != nil {
+		e.t.Fatalf("setup: reading the fence counter: %v", err)
+	}
+	return n, true
+}
+
+// fenceTable returns every fence counter of the case, by fence_key.
+func (e *env) fenceTable() map[string]int64 {
+	e.t.Helper()
+	rows, err := e.db.QueryContext(e.ctx, `SELECT "fence_key", "fence" FROM `+e.fencesTable())
+	if err != nil {
+		e.t.Fatalf("setup: reading the fence table: %v", err)
+	}
+	defer rows.Close()
+	m := map[string]int64{}
+	for rows.Next() {
+		var k string
+		var n int64
+		if err := rows.Scan(&k, &n); err != nil {
+			e.t.Fatalf("setup: reading the fence table: %v", err)
+		}
+		m[k] = n
+	}
+	if err := rows.Err(); err != nil {
+		e.t.Fatalf("setup: reading the fence table: %v", err)
+	}
+	return m
+}
+
+// otherBackend returns a Backend on the case's tables through
+// Harness.OpenOther (the second driver), skipping the case without it.
+func (e *env) otherBackend() *syncguard.Backend {
+	e.t.Helper()
+	e.skipUnless(e.h.OpenOther != nil, "OpenOther")
+	return e.newBackend(e.h.OpenOther(e.t), func(c *syncguard.Config) { c.Dialect = e.h.OtherDialect })
+}
+
+// holdFenceRow makes every acquire of key wait: it creates the key's fence
+// counter row (at 0, as the reference implementation does) and locks it
+// FOR UPDATE in a transaction on a pool of its own. The returned function
+// rolls that transaction back; it is also registered as a cleanup.
+func (e *env) holdFenceRow(key string) (unblock func()) {
+	e.t.Helper()
+	norm, _, fk := e.derive(key)
+	e.exec(`INSERT INTO `+e.fencesTable()+` ("fence_key", "fence", "key_debug") VALUES ($1, 0, $2) ON CONFLICT ("fence_key") DO NOTHING`, fk, norm)
+	db := e.h.Open(e.t)
+	tx, err := db.BeginTx(e.ctx, nil)
+	if err != nil {
+		e.t.Fatalf("setup: begin blocking transaction: %v", err)
+	}
+	var n int64
+	if err := tx.QueryRowContext(e.ctx, `SELECT "fence" FROM `+e.fencesTable()+` WHERE "fence_key" = $1 FOR UPDATE`, fk).Scan(&n); err != nil {
+		_ = tx.Rollback()
+		e.t.Fatalf("setup: locking the fence counter row: %v", err)
+	}
+	var once sync.Once
+	unblock = func() { once.Do(func() { _ = tx.Rollback() }) }
+	e.t.Cleanup(unblock)
+	return unblock
+}
+
+// waitLockWaiter waits until a server backend whose query text contains
+// substr is waiting on a lock, and returns its pid. It gives up (returning
+// 0) when returned is closed first or after 10 s.
+func (e *env) waitLockWaiter(substr string, returned <-chan struct{}, skip ...int) int {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	if skip == nil {
+		skip = []int{}
+	}
+	for time.Now().Before(deadline) {
+		var pid int
+		err := e.db.QueryRowContext(e.ctx, `SELECT pid FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0 AND pid <> pg_backend_pid()
+  AND NOT (pid = ANY ($2::int[]))
+ORDER BY backend_start LIMIT 1`, substr, intArray(skip)).Scan(&pid)
+		if err == nil {
+			return pid
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			e.t.Fatalf("setup: reading pg_stat_activity: %v", err)
+		}
+		select {
+		case <-returned:
+			return 0
+		case <-e.ctx.Done():
+			return 0
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return 0
+}
+
+// intArray renders a PostgreSQL int[] literal (portable across drivers).
+func intArray(v []int) string {
+	parts := make([]string, len(v))
+	for i, n := range v {
+		parts[i] = fmt.Sprint(n)
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// retryTransient runs fn until it returns nil or a non-retryable error, for
+// up to d (after a server restart, pooled connections fail for a while).
+func (e *env) retryTransient(d time.Duration, fn func() error) error {
+	deadline := time.Now().Add(d)
+	for {
+		err := fn()
+		if err == nil || !syncguard.CodeOf(err).Retryable() || time.Now().After(deadline) || e.ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// serverClock estimates the server clock from the client clock, for
+// scheduling only: a case sleeps until about a server time, then asserts on
+// the server times the operations themselves report.
+type serverClock struct{ offsetMs int64 }
+
+func (e *env) serverClock() serverClock {
+	e.t.Helper()
+	c0 := time.Now()
+	s := e.serverNowMs()
+	c1 := time.Now()
+	return serverClock{offsetMs: s - c0.Add(c1.Sub(c0)/2).UnixMilli()}
+}
+
+func (c serverClock) now() int64 { return time.Now().UnixMilli() + c.offsetMs }
+
+// sleepUntil sleeps until the estimated server time reaches ms or ctx ends.
+func (c serverClock) sleepUntil(ctx context.Context, ms int64) {
+	d := time.Duration(ms-c.now()) * time.Millisecond
+	if d <= 0 {
+		return
+	}
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+}
+
+// errIs reports whether err matches the sentinel want, for messages.
+func errIs(err, want error) bool { return err != nil && errors.Is(err, want) }
 
 var _ = fmt.Sprintf

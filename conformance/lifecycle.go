@@ -1,6 +1,8 @@
 package conformance
 
 import (
+	"fmt"
+	"sync"
 	"time"
 
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -45,6 +47,97 @@ func init() {
 		}
 		if second.Reason != syncguard.ReasonNotFound {
 			e.t.Errorf("rule: a second release reports reason %q; got %q", syncguard.ReasonNotFound, second.Reason)
+		}
+	})
+}
+
+func init() {
+	register("Lifecycle/UnknownLockIDReleaseExtendNotFound", func(e *env) {
+		id := syncguard.GenerateLockID()
+		if rel := e.release(e.b, id); rel.OK || rel.Reason != syncguard.ReasonNotFound {
+			e.t.Errorf("rule: release of a well-formed unknown lockId returns OK=false reason %q; got %+v", syncguard.ReasonNotFound, rel)
+		}
+		if ext := e.extend(e.b, id, time.Second); ext.OK || ext.Reason != syncguard.ReasonNotFound {
+			e.t.Errorf("rule: extend of a well-formed unknown lockId returns OK=false reason %q; got %+v", syncguard.ReasonNotFound, ext)
+		}
+		info, err := e.b.LookupID(e.ctx, id)
+		e.must(err, "LookupID of an unknown lockId")
+		if info != nil {
+			e.t.Errorf("rule: LookupID of an unknown lockId is nil; got %+v", info)
+		}
+		if n := e.lockRows(); n != 0 {
+			e.t.Errorf("rule: release and extend of an unknown lockId write nothing; lock table has %d rows", n)
+		}
+	})
+
+	register("Lifecycle/ManyKeysInParallel", func(e *env) {
+		const n = 40
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = e.key(fmt.Sprintf("many%02d", i))
+		}
+		results := make([]syncguard.AcquireResult, n)
+		var wg sync.WaitGroup
+		for i := range keys {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				b := e.b
+				if i%2 == 1 {
+					b = e.b2
+				}
+				r, err := b.Acquire(e.ctx, keys[i], 30*time.Second)
+				if err != nil || !r.OK {
+					e.t.Errorf("rule: acquiring distinct free keys in parallel always succeeds; key %q got %+v, %v", keys[i], r, err)
+				}
+				results[i] = r
+			}()
+		}
+		wg.Wait()
+		if e.t.Failed() {
+			return
+		}
+		ids := map[string]string{}
+		for i, r := range results {
+			if other, dup := ids[r.LockID]; dup {
+				e.t.Errorf("rule: every acquisition gets its own lockId; keys %q and %q share %q", other, keys[i], r.LockID)
+			}
+			ids[r.LockID] = keys[i]
+			if r.Fence != "000000000000001" {
+				e.t.Errorf("rule: fences are per key, starting at 000000000000001; key %q got %s", keys[i], r.Fence)
+			}
+			if !e.isLocked(e.b2, keys[i]) {
+				e.t.Errorf("rule: an acquired key is locked; IsLocked(%q) = false", keys[i])
+			}
+		}
+		for i, r := range results {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				b := e.b2
+				if i%2 == 1 {
+					b = e.b
+				}
+				if rel, err := b.Release(e.ctx, r.LockID); err != nil || !rel.OK {
+					e.t.Errorf("rule: the holder's release succeeds from any pool; key %q got %+v, %v", keys[i], rel, err)
+				}
+			}()
+		}
+		wg.Wait()
+		for _, k := range keys {
+			if e.isLocked(e.b, k) {
+				e.t.Errorf("rule: a released key is free; IsLocked(%q) = true", k)
+			}
+		}
+		if rows := e.lockRows(); rows != 0 {
+			e.t.Errorf("rule: release deletes the lock row; %d rows left after releasing all %d keys", rows, n)
+		}
+	})
+
+	register("Lifecycle/Capabilities", func(e *env) {
+		c := e.b.Capabilities()
+		if c.Backend != "postgres" || !c.SupportsFencing || c.TimeAuthority != "server" {
+			e.t.Errorf(`rule: capabilities are {Backend:"postgres" SupportsFencing:true TimeAuthority:"server"}; got %+v`, c)
 		}
 	})
 }

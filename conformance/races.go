@@ -2,8 +2,11 @@ package conformance
 
 import (
 	"database/sql"
+	"fmt"
+	"math/rand/v2"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -126,3 +129,223 @@ func init() {
 }
 
 var _ *sql.DB
+
+func init() {
+	register("Races/AcquireRacingExtendNearExpiry", func(e *env) {
+		// Holders extend a short lock right around the end of its tolerance
+		// window while contenders try to take it at that moment. Whatever the
+		// interleaving, no two holders may be told they hold the key at the
+		// same server time: a holding runs from its acquire (ExpiresAt - ttl)
+		// to its last confirmed expiry, and the lock stays exclusive for the
+		// 1000 ms tolerance after that.
+		const (
+			ttl       = 100 * time.Millisecond
+			nKeys     = 3
+			nWorkers  = 3 // per key
+			nHoldings = 3 // per key
+		)
+		type holding struct {
+			worker     int
+			start, end int64
+			fence      syncguard.Fence
+			extends    []int64
+		}
+		clock := e.serverClock()
+		budget := time.Now().Add(18 * time.Second)
+		var outer sync.WaitGroup
+		for ki := 0; ki < nKeys; ki++ {
+			outer.Add(1)
+			go func() {
+				defer outer.Done()
+				k := e.key(fmt.Sprintf("extendrace%d", ki))
+				var (
+					mu sync.Mutex
+					hs []holding
+					wg sync.WaitGroup
+				)
+				enough := func() bool {
+					mu.Lock()
+					defer mu.Unlock()
+					return len(hs) >= nHoldings || time.Now().After(budget) || e.ctx.Err() != nil
+				}
+				for w := 0; w < nWorkers; w++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						b := e.b
+						if (w+ki)%2 == 1 {
+							b = e.b2
+						}
+						for !enough() {
+							r, err := b.Acquire(e.ctx, k, ttl)
+							if err != nil {
+								e.t.Errorf("rule: acquire under contention never errors; key %q: %v", k, err)
+								return
+							}
+							if !r.OK {
+								info, err := b.LookupKey(e.ctx, k)
+								if err != nil {
+									e.t.Errorf("rule: LookupKey never errors; key %q: %v", k, err)
+									return
+								}
+								if info != nil {
+									// Come back just before the holder's tolerance window ends.
+									clock.sleepUntil(e.ctx, ms(info.ExpiresAt)+tolMs-30-int64(rand.IntN(20)))
+								}
+								time.Sleep(time.Duration(500+rand.IntN(1500)) * time.Microsecond)
+								continue
+							}
+							h := holding{worker: w, start: ms(r.ExpiresAt) - ttlMs(ttl), end: ms(r.ExpiresAt), fence: r.Fence}
+							for i, n := 0, rand.IntN(3); i < n; i++ {
+								// Extend just before or just after the window closes.
+								clock.sleepUntil(e.ctx, h.end+tolMs-40+int64(rand.IntN(60)))
+								x, err := b.Extend(e.ctx, r.LockID, ttl)
+								if err != nil {
+									e.t.Errorf("rule: extend never errors; key %q: %v", k, err)
+									break
+								}
+								if !x.OK {
+									break
+								}
+								at := ms(x.ExpiresAt) - ttlMs(ttl)
+								if at >= h.end+tolMs {
+									e.t.Errorf("rule: extend never revives an expired lock; key %q extended at server time %d, but it expired at %d (+%d ms tolerance)", k, at, h.end, tolMs)
+								}
+								h.end = ms(x.ExpiresAt)
+								h.extends = append(h.extends, h.end)
+							}
+							mu.Lock()
+							hs = append(hs, h)
+							mu.Unlock()
+						}
+					}()
+				}
+				wg.Wait()
+				sort.Slice(hs, func(i, j int) bool { return hs[i].start < hs[j].start })
+				for j := 1; j < len(hs); j++ {
+					for i := 0; i < j; i++ {
+						if hs[j].start < hs[i].end+tolMs {
+							e.t.Errorf("rule: a lock is exclusive until its last confirmed expiry + %d ms; key %q: worker %d held [%d, %d] (extends %v), worker %d acquired at server time %d, %d ms early",
+								tolMs, k, hs[i].worker, hs[i].start, hs[i].end, hs[i].extends, hs[j].worker, hs[j].start, hs[i].end+tolMs-hs[j].start)
+						}
+					}
+					if hs[j].fence <= hs[j-1].fence {
+						e.t.Errorf("rule: fences increase with acquisition time; key %q: %s at %d after %s at %d", k, hs[j].fence, hs[j].start, hs[j-1].fence, hs[j-1].start)
+					}
+				}
+				e.t.Logf("key %q: holdings (worker, start, last confirmed expiry, extends): %v", k, hs)
+			}()
+		}
+		outer.Wait()
+	})
+
+	register("Races/ReleaseRacingAcquireNeverDeletesNewHolder", func(e *env) {
+		// Part 1: the holder releases a live lock while contenders spin on it.
+		k := e.key("relacq")
+		for round := 0; round < 10; round++ {
+			old := e.mustAcquire(e.b, k, 30*time.Second)
+			var (
+				wg      sync.WaitGroup
+				mu      sync.Mutex
+				winners []syncguard.AcquireResult
+				stop    atomic.Bool
+			)
+			deadline := time.Now().Add(5 * time.Second)
+			for c := 0; c < 3; c++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					b := e.b2
+					if c == 1 {
+						b = e.b
+					}
+					for !stop.Load() && time.Now().Before(deadline) {
+						r, err := b.Acquire(e.ctx, k, 30*time.Second)
+						if err != nil {
+							e.t.Errorf("rule: acquire under contention never errors; %v", err)
+							return
+						}
+						if r.OK {
+							mu.Lock()
+							winners = append(winners, r)
+							mu.Unlock()
+							stop.Store(true)
+							return
+						}
+						time.Sleep(time.Duration(rand.IntN(1000)) * time.Microsecond)
+					}
+				}()
+			}
+			time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+			if rel := e.release(e.b, old.LockID); !rel.OK {
+				e.t.Errorf("rule: the holder's release of a live lock succeeds; round %d got %+v", round, rel)
+			}
+			wg.Wait()
+			if len(winners) != 1 {
+				e.t.Fatalf("rule: after a release exactly one of the spinning contenders takes the key; round %d had %d winners", round, len(winners))
+			}
+			w := winners[0]
+			if row, ok := e.rawLockRow(k); !ok || row.LockID != w.LockID {
+				e.t.Errorf("rule: a release racing an acquire never deletes the new holder's lock; round %d new holder's row %+v (present %v)", round, row, ok)
+			}
+			if rel := e.release(e.b2, w.LockID); !rel.OK {
+				e.t.Errorf("rule: the new holder's release succeeds; round %d got %+v", round, rel)
+			}
+		}
+
+		// Part 2: the old holder releases right as its lock's tolerance
+		// window ends, while a contender takes the key at that moment.
+		const n = 6
+		clock := e.serverClock()
+		olds := make([]syncguard.AcquireResult, n)
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = e.key(fmt.Sprintf("relexp%d", i))
+			olds[i] = e.mustAcquire(e.b, keys[i], 100*time.Millisecond)
+		}
+		var wg sync.WaitGroup
+		news := make([]syncguard.AcquireResult, n)
+		rels := make([]syncguard.ReleaseResult, n)
+		for i := range keys {
+			boundary := ms(olds[i].ExpiresAt) + tolMs
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				clock.sleepUntil(e.ctx, boundary-20+int64(rand.IntN(40)))
+				rel, err := e.b.Release(e.ctx, olds[i].LockID)
+				if err != nil {
+					e.t.Errorf("rule: release never errors; %v", err)
+				}
+				rels[i] = rel
+			}()
+			go func() {
+				defer wg.Done()
+				clock.sleepUntil(e.ctx, boundary-20)
+				deadline := time.Now().Add(5 * time.Second)
+				for time.Now().Before(deadline) {
+					r, err := e.b2.Acquire(e.ctx, keys[i], 30*time.Second)
+					if err != nil {
+						e.t.Errorf("rule: acquire never errors; %v", err)
+						return
+					}
+					if r.OK {
+						news[i] = r
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}()
+		}
+		wg.Wait()
+		for i := range keys {
+			if !news[i].OK {
+				e.t.Errorf("rule: a key whose lock expired can be taken; key %q not taken within 5 s of its expiry + tolerance", keys[i])
+				continue
+			}
+			if row, ok := e.rawLockRow(keys[i]); !ok || row.LockID != news[i].LockID {
+				e.t.Errorf("rule: a release racing an acquire never deletes the new holder's lock; key %q old expiry %d, old holder's release %+v, new holder acquired at %d, row now %+v (present %v)",
+					keys[i], ms(olds[i].ExpiresAt), rels[i], ms(news[i].ExpiresAt)-30000, row, ok)
+			}
+		}
+	})
+}

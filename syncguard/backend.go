@@ -86,9 +86,11 @@ func lookupDialect(db *sql.DB) (driver.Dialect, bool) {
 // and the fence increment commit or roll back with the caller's own writes.
 //
 // A lock taken in tx is invisible to other sessions until tx commits, and
-// other acquirers of the same key wait for tx to end. A fence obtained in tx
-// must not be shown to anything outside tx before it commits: a rollback
-// returns that fence value to the counter, and the next acquire gets it again.
+// until tx ends other acquirers of the same key are told it is locked (the
+// per-key advisory lock the acquire took is held to the end of tx). A fence
+// obtained in tx must not be shown to anything outside tx before it commits:
+// a rollback returns that fence value to the counter, and the next acquire
+// gets it again.
 func (b *Backend) WithTx(tx *sql.Tx) *Backend {
 	return &Backend{shared: b.shared, tx: tx}
 }

@@ -44,14 +44,32 @@ func mustRead(name string) string {
 
 func renderStatements(table, fenceTable string) statements {
 	r := renderer(table, fenceTable)
+	read := func(name string) string { return r.Replace(stripComments(mustRead(name))) }
 	return statements{
-		acquire:   r.Replace(mustRead("acquire.sql")),
-		release:   r.Replace(mustRead("release.sql")),
-		extend:    r.Replace(mustRead("extend.sql")),
-		lookupKey: r.Replace(mustRead("lookup_key.sql")),
-		lookupID:  r.Replace(mustRead("lookup_id.sql")),
-		cleanup:   r.Replace(mustRead("cleanup.sql")),
+		acquire:   read("acquire.sql"),
+		release:   read("release.sql"),
+		extend:    read("extend.sql"),
+		lookupKey: read("lookup_key.sql"),
+		lookupID:  read("lookup_id.sql"),
+		cleanup:   read("cleanup.sql"),
 	}
+}
+
+// stripComments drops the full-line "--" comments of a statement file. They
+// are for readers of the .sql files; sent to the server they would fill the
+// query text that pg_stat_activity keeps (track_activity_query_size, 1024
+// bytes by default) before the statement starts, so a DBA looking at a
+// blocked acquire would see only comments.
+func stripComments(s string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(s, "\n") {
+		if t := strings.TrimSpace(line); t == "" || strings.HasPrefix(t, "--") {
+			continue
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	return strings.TrimSpace(b.String())
 }
 
 // SchemaSQL returns the DDL that SetupSchema runs, for migration tools

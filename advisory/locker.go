@@ -1,0 +1,319 @@
+package advisory
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+// Config configures a Locker. The zero value (or nil) is usable.
+type Config struct {
+	// Dialect reads driver errors. Nil: found from db.Driver() (import an
+	// adapter, as for syncguard.New).
+	Dialect driver.Dialect
+
+	// Registry names locks in monitoring output and, with DeclaredOnly,
+	// is the only source of keys.
+	Registry *Registry
+
+	// DeclaredOnly makes every lock operation refuse, with
+	// InvalidArgument, a Key that was not made by Registry: raw ids and
+	// names that nobody declared cannot be locked through this Locker.
+	DeclaredOnly bool
+
+	// CancelGrace is how long a statement may go on after its context is
+	// done before the driver itself is told to cancel it (which, with
+	// lib/pq and pgx, closes the connection and so breaks the caller's
+	// transaction). Within the grace the Locker cancels a waiting lock
+	// server-side with pg_cancel_backend instead, which keeps the
+	// connection and transaction usable. Default 1s.
+	CancelGrace time.Duration
+
+	// UnlockTimeout bounds SessionLock.Close and the clean-up after a failed
+	// session lock wait. Default 5s.
+	UnlockTimeout time.Duration
+}
+
+// Locker takes PostgreSQL advisory locks on transactions and pinned
+// connections that the caller owns, and reads pg_locks for monitoring.
+//
+// db is used for monitoring, for LockSession's connections, and to cancel a
+// lock wait server-side (pg_cancel_backend) when the caller's context ends;
+// it must reach the same PostgreSQL server as the transactions and
+// connections passed in, with a role allowed to cancel their backends (the
+// same role, or a member of pg_signal_backend), and should have a
+// connection to spare for that. When the cancel cannot be sent, the driver
+// cancels the statement instead.
+//
+// A Locker is safe for concurrent use; the *sql.Tx and *sql.Conn passed to
+// it are, as always, used by one goroutine at a time.
+type Locker struct {
+	db            *sql.DB
+	dialect       driver.Dialect
+	reg           *Registry
+	declaredOnly  bool
+	grace         time.Duration
+	unlockTimeout time.Duration
+}
+
+// cancelTimeout bounds the pg_cancel_backend call made when a lock wait's
+// context ends; past it the driver cancels the statement instead.
+const cancelTimeout = 250 * time.Millisecond
+
+// New returns a Locker on db. It does no I/O. A nil db, DeclaredOnly without
+// a Registry, negative durations or a driver without a registered dialect
+// are InvalidArgument.
+func New(db *sql.DB, cfg *Config) (*Locker, error) {
+	const op = "advisory.new"
+	if db == nil {
+		return nil, invalidArg(op, "db must not be nil")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.DeclaredOnly && c.Registry == nil {
+		return nil, invalidArg(op, "DeclaredOnly needs a Registry")
+	}
+	if c.CancelGrace < 0 || c.UnlockTimeout < 0 {
+		return nil, invalidArg(op, "CancelGrace and UnlockTimeout must not be negative")
+	}
+	if c.CancelGrace == 0 {
+		c.CancelGrace = time.Second
+	}
+	if c.UnlockTimeout == 0 {
+		c.UnlockTimeout = 5 * time.Second
+	}
+	if c.Dialect == nil {
+		d, ok := driver.Lookup(db.Driver())
+		if !ok {
+			return nil, invalidArg(op, fmt.Sprintf(
+				"no syncguard dialect registered for database/sql driver %T: import an adapter, "+
+					`_ "github.com/syncguard/syncguard-go/pq" or _ "github.com/syncguard/syncguard-go/pgxstd", `+
+					"or set Config.Dialect (registered: %s)", db.Driver(), strings.Join(driver.Registered(), ", ")))
+		}
+		c.Dialect = d
+	}
+	return &Locker{db: db, dialect: c.Dialect, reg: c.Registry, declaredOnly: c.DeclaredOnly,
+		grace: c.CancelGrace, unlockTimeout: c.UnlockTimeout}, nil
+}
+
+// Registry returns the Config.Registry, or nil.
+func (l *Locker) Registry() *Registry { return l.reg }
+
+// LockTx takes the transaction-scoped lock key in tx
+// (pg_advisory_xact_lock), waiting as long as ctx allows. The lock is
+// released when tx commits or rolls back; there is no unlock.
+//
+// When ctx ends while waiting, the wait is cancelled on the server and
+// LockTx returns within a few round trips: Aborted for a cancelled ctx,
+// AcquisitionTimeout for a passed deadline (also for the server's
+// lock_timeout). PostgreSQL then marks tx aborted (SQLSTATE 25P02 for later
+// statements): roll it back, which works. A deadlock with another lock
+// holder (40P01) is ServiceUnavailable, retryable, as everywhere in
+// syncguard. If the lock is granted as ctx ends, LockTx returns nil: the
+// lock is held.
+//
+// An uncontended LockTx is one round trip (a try that also reads the
+// backend pid); a contended one is one more.
+func (l *Locker) LockTx(ctx context.Context, tx *sql.Tx, key Key) error {
+	const op = "advisory.lockTx"
+	if err := l.check(op, tx == nil, "tx", key, Transaction); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return l.wrap(ctx, op, key, ctx.Err())
+	}
+	q := queries[key.form]
+	var (
+		b   backendID
+		got bool
+	)
+	err := l.run(ctx, nil, func(c context.Context) error {
+		return tx.QueryRowContext(c, q.tryXactPID, key.args()...).Scan(&b.pid, &b.start, &got)
+	})
+	if err != nil {
+		return l.wrap(ctx, op, key, err)
+	}
+	if got {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return l.wrap(ctx, op, key, ctx.Err())
+	}
+	err = l.run(ctx, &b, func(c context.Context) error {
+		_, err := tx.ExecContext(c, q.xact, key.args()...)
+		return err
+	})
+	if err != nil {
+		return l.waitErr(ctx, op, key, err)
+	}
+	return nil
+}
+
+// TryLockTx takes the transaction-scoped lock key in tx if it is free
+// (pg_try_advisory_xact_lock) and never waits for it: false means another
+// session holds it. A true result holds until tx ends. TryLockTx in a
+// transaction that already holds key returns true again.
+func (l *Locker) TryLockTx(ctx context.Context, tx *sql.Tx, key Key) (bool, error) {
+	const op = "advisory.tryLockTx"
+	if err := l.check(op, tx == nil, "tx", key, Transaction); err != nil {
+		return false, err
+	}
+	if ctx.Err() != nil {
+		return false, l.wrap(ctx, op, key, ctx.Err())
+	}
+	var got bool
+	err := l.run(ctx, nil, func(c context.Context) error {
+		return tx.QueryRowContext(c, queries[key.form].tryXact, key.args()...).Scan(&got)
+	})
+	if err != nil {
+		return false, l.wrap(ctx, op, key, err)
+	}
+	return got, nil
+}
+
+// check validates the arguments of a lock operation before any I/O.
+func (l *Locker) check(op string, nilTarget bool, target string, key Key, want Kind) error {
+	bad := func(msg string) error {
+		e := invalidArg(op, msg)
+		if !key.IsZero() {
+			e.Key = key.String()
+		}
+		return e
+	}
+	switch {
+	case nilTarget:
+		return bad(target + " must not be nil")
+	case key.IsZero():
+		return bad("the zero Key is not a lock: make keys with ID, Pair, FromName or a Registry")
+	case key.decl != nil && key.decl.d.Kind != want:
+		return bad(fmt.Sprintf("lock %q is declared %s; it cannot be taken as a %s lock", key.decl.d.Name, key.decl.d.Kind, want))
+	case l.declaredOnly && (key.decl == nil || key.decl.r != l.reg):
+		return bad(fmt.Sprintf("this Locker takes only locks declared in registry %q (Config.DeclaredOnly)", l.reg.ns))
+	}
+	return nil
+}
+
+// wrap classifies err with the Locker's dialect (the context first).
+func (l *Locker) wrap(ctx context.Context, op string, key Key, err error) error {
+	e := syncguard.WrapError(ctx, op, l.dialect, err)
+	if e == nil {
+		return nil
+	}
+	if !key.IsZero() && e.Key == "" {
+		e.Key = key.String()
+	}
+	return e
+}
+
+// waitErr classifies the failure of a blocking lock statement. A wait that
+// the server ended because a deadline passed (ours, through the cancel, or
+// its lock_timeout) is AcquisitionTimeout: the server answered, and the
+// lock stayed taken.
+func (l *Locker) waitErr(ctx context.Context, op string, key Key, err error) error {
+	state := l.dialect.Inspect(err).SQLState
+	e := syncguard.WrapError(ctx, op, l.dialect, err)
+	if e.SQLState == "" {
+		e.SQLState = state
+	}
+	if e.Key == "" {
+		e.Key = key.String()
+	}
+	switch {
+	case state == "55P03":
+		e.Code, e.Msg = syncguard.CodeAcquisitionTimeout, "lock_timeout passed while waiting for the advisory lock"
+	case state == "57014" && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		e.Code, e.Msg = syncguard.CodeAcquisitionTimeout, "context deadline passed while waiting for the advisory lock"
+	case ctx.Err() != nil && e.Code == syncguard.CodeAborted:
+		e.Msg = "context cancelled while waiting for the advisory lock"
+	}
+	return e
+}
+
+// backendID identifies the server process running a statement, for
+// pg_cancel_backend: its pid and the server's start time (so a cancel never
+// reaches a process with the same pid on another server).
+type backendID struct{ pid, start int64 }
+
+// run calls f with a context that is not cancelled when ctx is: database/sql
+// drivers answer a cancelled context by closing the connection, which would
+// break the caller's transaction or pinned session. Instead, when ctx ends
+// while f runs, run cancels target's statement server-side
+// (pg_cancel_backend) so that f returns with SQLSTATE 57014 and the
+// connection intact. Only when that cannot be done, or f still runs
+// CancelGrace later, is f's own context cancelled. run returns after any
+// cancel it sent has been delivered, so a late cancel cannot hit the
+// caller's next statement (PostgreSQL ignores a cancel between statements).
+func (l *Locker) run(ctx context.Context, target *backendID, f func(context.Context) error) error {
+	sctx, hard := context.WithCancel(context.WithoutCancel(ctx))
+	defer hard()
+	finished := make(chan struct{})
+	watched := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(watched)
+		if target != nil && !l.cancelBackend(ctx, *target) {
+			hard()
+			return
+		}
+		t := time.NewTimer(l.grace)
+		defer t.Stop()
+		select {
+		case <-finished:
+		case <-t.C:
+			hard()
+		}
+	})
+	err := f(sctx)
+	close(finished)
+	if !stop() {
+		<-watched
+	}
+	return err
+}
+
+func (l *Locker) cancelBackend(ctx context.Context, b backendID) bool {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+	defer cancel()
+	var ok bool
+	err := l.db.QueryRowContext(cctx, sqlCancel, b.pid, b.start).Scan(&ok)
+	return err == nil && ok
+}
+
+// startExpr is the server's start time in microseconds.
+const startExpr = "floor(extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint"
+
+const sqlCancel = "SELECT pg_cancel_backend($1::int) WHERE " + startExpr + " = $2::bigint"
+
+// stmts are the one-line lock statements for one key form.
+type stmts struct {
+	tryXact, tryXactPID, xact          string
+	trySession, trySessionPID, session string
+	unlock                             string
+}
+
+var queries = [...]stmts{
+	formNone:  {},
+	formInt64: buildStmts("$1::bigint"),
+	formPair:  buildStmts("$1::int4, $2::int4"),
+}
+
+func buildStmts(a string) stmts {
+	call := func(fn string) string { return fn + "(" + a + ")" }
+	pid := "SELECT pg_backend_pid(), " + startExpr + ", "
+	return stmts{
+		tryXact:       "SELECT " + call("pg_try_advisory_xact_lock"),
+		tryXactPID:    pid + call("pg_try_advisory_xact_lock"),
+		xact:          "SELECT " + call("pg_advisory_xact_lock"),
+		trySession:    "SELECT " + call("pg_try_advisory_lock"),
+		trySessionPID: pid + call("pg_try_advisory_lock"),
+		session:       "SELECT " + call("pg_advisory_lock"),
+		unlock:        "SELECT " + call("pg_advisory_unlock"),
+	}
+}

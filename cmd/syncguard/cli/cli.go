@@ -1,0 +1,365 @@
+// Package cli is the implementation of the syncguard command
+// (github.com/syncguard/syncguard-go/cmd/syncguard). It is a package of its
+// own so that other programs, such as the repository's demo, can run the
+// command in-process or re-executing themselves; its only API is Main and
+// the exit statuses.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+// Exit statuses of the syncguard command. `run` otherwise exits with its
+// command's status, or 128+N when the command was killed by signal N.
+const (
+	ExitOK          = 0
+	ExitFindings    = 1  // doctor found a problem
+	ExitUsage       = 64 // EX_USAGE: bad flags or arguments, invalid key or table name
+	ExitUnavailable = 69 // EX_UNAVAILABLE: PostgreSQL unreachable, timed out, or refused the credentials
+	ExitInternal    = 70 // EX_SOFTWARE: missing schema, unexpected server error, bug
+	ExitBusy        = 75 // EX_TEMPFAIL: run: the lock was held by someone else for all of --wait
+	ExitLost        = 76 // run: the lock was lost while the command ran; the command was stopped
+	ExitCannotExec  = 126
+	ExitNotFound    = 127
+)
+
+// Main runs the syncguard command with args (the arguments after the
+// program name), the process's standard streams and environment, and
+// returns the exit status.
+func Main(args []string) int {
+	a := &app{
+		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr,
+		getenv: os.Getenv, environ: os.Environ,
+	}
+	return a.main(args)
+}
+
+// app is one invocation: its streams, environment and global flags.
+type app struct {
+	stdin          *os.File
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	environ        func() []string
+
+	// global flags
+	dsn, table, fenceTable string
+	json                   bool
+	timeout                time.Duration
+	noPrepare              bool
+
+	cmd string // the command being run, for messages ("run", "advisory ls")
+}
+
+type command struct {
+	name, args, summary string
+	run                 func(a *app, args []string) error
+}
+
+var commands = []command{
+	{"run", "--key KEY [flags] -- COMMAND [ARG...]", "run COMMAND while holding the lock on KEY", (*app).cmdRun},
+	{"status", "KEY", "show whether KEY is held, by whom, until when, with which fence", (*app).cmdStatus},
+	{"ls", "", "list active locks, newest first", (*app).cmdLs},
+	{"schema", "", "print the DDL of the lock tables (for migration tools)", (*app).cmdSchema},
+	{"setup", "", "create the lock tables and indexes if they do not exist", (*app).cmdSetup},
+	{"doctor", "", "check schema, privileges, clock, durability and pooler; say what to fix", (*app).cmdDoctor},
+	{"advisory", "ls", "list PostgreSQL advisory locks held and awaited", (*app).cmdAdvisory},
+	{"version", "", "print the version", (*app).cmdVersion},
+}
+
+func lookupCommand(name string) *command {
+	for i := range commands {
+		if commands[i].name == name {
+			return &commands[i]
+		}
+	}
+	return nil
+}
+
+func (a *app) main(args []string) int {
+	a.cmd = ""
+	fs := a.flagSet("")
+	var version bool
+	fs.BoolVar(&version, "version", false, "print the version and exit")
+	rest, err := a.parse(fs, args, false)
+	if err != nil {
+		return a.exit(err)
+	}
+	if version {
+		return a.exit(a.cmdVersion(nil))
+	}
+	if len(rest) == 0 {
+		a.usage(a.stderr)
+		return ExitUsage
+	}
+	name := rest[0]
+	switch name {
+	case "help":
+		if len(rest) > 1 {
+			if c := lookupCommand(rest[1]); c != nil {
+				a.cmd = c.name
+				return a.exit(c.run(a, []string{"-h"}))
+			}
+		}
+		a.usage(a.stdout)
+		return ExitOK
+	case "-h", "--help":
+		a.usage(a.stdout)
+		return ExitOK
+	}
+	c := lookupCommand(name)
+	if c == nil {
+		a.cmd = ""
+		return a.exit(usageErr("unknown command %q (commands: %s)", name, commandNames()))
+	}
+	a.cmd = c.name
+	return a.exit(c.run(a, rest[1:]))
+}
+
+func commandNames() string {
+	var n []string
+	for _, c := range commands {
+		n = append(n, c.name)
+	}
+	return strings.Join(n, ", ")
+}
+
+func (a *app) usage(w io.Writer) {
+	fmt.Fprintf(w, "syncguard: distributed locks with fencing tokens on PostgreSQL\n\nUsage:\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  syncguard %s %s\n", c.name, c.args)
+		fmt.Fprintf(w, "        %s\n", c.summary)
+	}
+	fmt.Fprintf(w, "\nGlobal flags (before or after the command):\n")
+	fs := a.flagSet("")
+	printFlags(w, fs)
+	fmt.Fprintf(w, "\nConnection: --dsn, else $DATABASE_URL, else the standard PG* variables\n"+
+		"(PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE, PGSERVICE, ...).\n"+
+		"Exit statuses: 0 ok, 64 usage, 69 database unavailable, 70 internal, 75 lock busy,\n"+
+		"76 lock lost; run: the command's own status, 128+N if it died of signal N.\n"+
+		"Run 'syncguard help COMMAND' for a command's flags. Full reference: docs/cli.md.\n")
+}
+
+// flagSet returns a FlagSet for cmd with the global flags registered on it,
+// keeping values already parsed before the command name.
+func (a *app) flagSet(cmd string) *flag.FlagSet {
+	name := "syncguard"
+	if cmd != "" {
+		name += " " + cmd
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	if a.timeout == 0 {
+		a.timeout = 15 * time.Second
+	}
+	fs.StringVar(&a.dsn, "dsn", a.dsn, "PostgreSQL connection string, URL or key=value form (default $DATABASE_URL, else PG* variables)")
+	fs.StringVar(&a.table, "table", a.table, "lock table (default "+syncguard.DefaultTableName+")")
+	fs.StringVar(&a.fenceTable, "fence-table", a.fenceTable, "fence counter table (default "+syncguard.DefaultFenceTableName+")")
+	fs.BoolVar(&a.json, "json", a.json, "print results as JSON on stdout, for scripts (not for run)")
+	fs.DurationVar(&a.timeout, "timeout", a.timeout, "bound on connecting and on each database operation")
+	fs.BoolVar(&a.noPrepare, "no-prepare", a.noPrepare, "do not prepare statements (behind a pooler in transaction mode without prepared-statement support)")
+	return fs
+}
+
+var globalFlags = map[string]bool{"dsn": true, "table": true, "fence-table": true, "json": true, "timeout": true, "no-prepare": true, "version": true}
+
+// printFlags lists fs's flags in --name form, the command's own flags first
+// (the global ones are listed by `syncguard -h`).
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	printFlagsFilter(w, fs, func(string) bool { return true })
+}
+
+func printFlagsFilter(w io.Writer, fs *flag.FlagSet, keep func(string) bool) {
+	var all []*flag.Flag
+	fs.VisitAll(func(f *flag.Flag) {
+		if keep(f.Name) {
+			all = append(all, f)
+		}
+	})
+	for _, f := range all {
+		arg, usage := flag.UnquoteUsage(f)
+		dash := "--"
+		if len(f.Name) == 1 {
+			dash = "-"
+		}
+		line := "  " + dash + f.Name
+		if arg != "" {
+			line += " " + arg
+		}
+		fmt.Fprintln(w, line)
+		def := ""
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
+			def = fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, "        %s%s\n", usage, def)
+	}
+}
+
+// cmdHelp prints a command's help on stdout.
+func (a *app) cmdHelp(fs *flag.FlagSet, text string) {
+	c := lookupCommand(strings.Fields(a.cmd)[0])
+	fmt.Fprintf(a.stdout, "Usage: syncguard %s %s\n\n%s\n", c.name, c.args, strings.TrimSpace(text))
+	var own bool
+	fs.VisitAll(func(f *flag.Flag) { own = own || !globalFlags[f.Name] })
+	if own {
+		fmt.Fprintf(a.stdout, "\nFlags:\n")
+		printFlagsFilter(a.stdout, fs, func(n string) bool { return !globalFlags[n] })
+	}
+	fmt.Fprintf(a.stdout, "\nGlobal flags: --dsn, --table, --fence-table, --json, --timeout, --no-prepare (see 'syncguard -h').\n")
+}
+
+var errHelp = errors.New("help shown")
+
+// parse parses args with fs. With interspersed, flags may follow positional
+// arguments (status KEY --json); "--" ends the flags. Without it, parsing
+// stops at the first positional argument (run's COMMAND, the command name).
+func (a *app) parse(fs *flag.FlagSet, args []string, interspersed bool) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, errHelp
+			}
+			return nil, usageErr("%s", err)
+		}
+		rest := fs.Args()
+		consumed := len(args) - len(rest)
+		if consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if !interspersed || len(rest) == 0 {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// cliError is an error with its exit status and the code printed with it.
+type cliError struct {
+	status int
+	code   string // printed after the command name: "InvalidArgument", "LockLost", ...
+	msg    string
+	silent bool // already reported
+}
+
+func (e *cliError) Error() string { return e.code + ": " + e.msg }
+
+func usageErr(format string, args ...any) error {
+	return &cliError{status: ExitUsage, code: string(syncguard.CodeInvalidArgument), msg: fmt.Sprintf(format, args...)}
+}
+
+// exitCode maps a syncguard error code onto an exit status.
+func exitCode(c syncguard.Code) int {
+	switch c {
+	case syncguard.CodeInvalidArgument:
+		return ExitUsage
+	case syncguard.CodeServiceUnavailable, syncguard.CodeNetworkTimeout, syncguard.CodeRateLimited, syncguard.CodeAuthFailed:
+		return ExitUnavailable
+	case syncguard.CodeAcquisitionTimeout:
+		return ExitBusy
+	case syncguard.CodeAborted:
+		return 128 + 2
+	default:
+		return ExitInternal
+	}
+}
+
+// describe returns the code and one-line message of err.
+func describe(err error) (status int, code, msg string) {
+	var ce *cliError
+	if errors.As(err, &ce) {
+		return ce.status, ce.code, ce.msg
+	}
+	var se *syncguard.Error
+	if errors.As(err, &se) {
+		m := se.Msg
+		if se.SQLState != "" {
+			m += " (SQLSTATE " + se.SQLState + ")"
+		}
+		if se.Err != nil {
+			if m != "" {
+				m += ": "
+			}
+			m += se.Err.Error()
+		}
+		return exitCode(se.Code), string(se.Code), m
+	}
+	return ExitInternal, string(syncguard.CodeInternal), err.Error()
+}
+
+// oneLine folds a message onto one line.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// exit reports err, if any, and returns the exit status.
+func (a *app) exit(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	if errors.Is(err, errHelp) {
+		return ExitOK
+	}
+	status, code, msg := describe(err)
+	var ce *cliError
+	if errors.As(err, &ce) && ce.silent {
+		return status
+	}
+	a.errorf(code, "%s", msg)
+	if status == ExitUsage && a.cmd != "" {
+		fmt.Fprintf(a.stderr, "(see 'syncguard help %s')\n", strings.Fields(a.cmd)[0])
+	}
+	if a.json {
+		writeJSON(a.stdout, map[string]any{"error": map[string]any{
+			"command": a.cmd, "code": code, "message": oneLine(msg), "exitStatus": status}})
+	}
+	return status
+}
+
+// errorf prints "syncguard: CMD: CODE: message" on stderr, on one line.
+func (a *app) errorf(code, format string, args ...any) {
+	prefix := "syncguard: "
+	if a.cmd != "" {
+		prefix += a.cmd + ": "
+	}
+	if code != "" {
+		prefix += code + ": "
+	}
+	fmt.Fprintln(a.stderr, prefix+oneLine(fmt.Sprintf(format, args...)))
+}
+
+// notef prints a notice "syncguard: CMD: message" on stderr.
+func (a *app) notef(format string, args ...any) { a.errorf("", format, args...) }
+
+// ctx returns a context bounded by --timeout.
+func (a *app) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), a.timeout)
+}
+
+func (a *app) cmdVersion(args []string) error {
+	fs := a.flagSet("version")
+	if _, err := a.parse(fs, args, true); err != nil {
+		if errors.Is(err, errHelp) {
+			a.cmdHelp(fs, "Prints the version of syncguard and of Go it was built with.")
+		}
+		return err
+	}
+	v := "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		v = bi.Main.Version
+	}
+	if a.json {
+		return writeJSON(a.stdout, map[string]string{"version": v})
+	}
+	fmt.Fprintf(a.stdout, "syncguard %s\n", v)
+	return nil
+}

@@ -1,0 +1,168 @@
+package cli
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/syncguard/syncguard-go/pgxstd"
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+// applicationName is what pg_stat_activity shows for the command's
+// sessions, unless the DSN or PGAPPNAME sets one.
+const applicationName = "syncguard-cli"
+
+// connSource says where the connection settings came from, for messages.
+func (a *app) connSource() (dsn, source string) {
+	if a.dsn != "" {
+		return a.dsn, "--dsn"
+	}
+	if v := a.getenv("DATABASE_URL"); v != "" {
+		return v, "DATABASE_URL"
+	}
+	return "", "PG* environment variables"
+}
+
+// open returns a *sql.DB on pgx. It does no I/O. An unparsable DSN is a
+// usage error.
+func (a *app) open() (*sql.DB, error) {
+	dsn, source := a.connSource()
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, usageErr("invalid connection settings (from %s): %v", source, err)
+	}
+	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
+		cfg.RuntimeParams["application_name"] = applicationName
+	}
+	db := stdlib.OpenDB(*cfg)
+	db.SetMaxOpenConns(4)
+	db.SetMaxIdleConns(4)
+	return db, nil
+}
+
+// config is the syncguard configuration from the global flags.
+func (a *app) config() *syncguard.Config {
+	return &syncguard.Config{
+		TableName: a.table, FenceTableName: a.fenceTable,
+		DisablePrepare: a.noPrepare,
+		Dialect:        pgxstd.Dialect,
+		Logger:         a.logger(),
+	}
+}
+
+// backend opens the database and a Backend on it. Bad table names are
+// usage errors, before any I/O.
+func (a *app) backend() (*sql.DB, *syncguard.Backend, error) {
+	if _, err := syncguard.SchemaSQL(a.config()); err != nil {
+		return nil, nil, err
+	}
+	db, err := a.open()
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := syncguard.New(db, a.config())
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return db, b, nil
+}
+
+// wrap classifies an error of the command's own SQL like the library does.
+func (a *app) wrap(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return syncguard.WrapError(ctx, op, pgxstd.Dialect, err)
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// nowMsSQL is the server's clock in milliseconds, as every syncguard
+// statement computes it.
+const nowMsSQL = `floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint`
+
+// serverNow returns the server's current time in milliseconds.
+func (a *app) serverNow(ctx context.Context, db *sql.DB) (int64, error) {
+	var now int64
+	err := db.QueryRowContext(ctx, `SELECT `+nowMsSQL).Scan(&now)
+	return now, a.wrap(ctx, "serverTime", err)
+}
+
+// logger sends the library's warnings to stderr as one-line notices.
+func (a *app) logger() *slog.Logger {
+	return slog.New(&lineHandler{a: a})
+}
+
+// lineHandler is a slog.Handler printing "syncguard: CMD: msg (k=v ...)".
+type lineHandler struct {
+	a     *app
+	attrs []slog.Attr
+}
+
+func (h *lineHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (h *lineHandler) Handle(_ context.Context, r slog.Record) error {
+	msg := strings.TrimPrefix(r.Message, "syncguard: ")
+	var kv []string
+	add := func(at slog.Attr) bool {
+		kv = append(kv, at.Key+"="+at.Value.String())
+		return true
+	}
+	for _, at := range h.attrs {
+		add(at)
+	}
+	r.Attrs(add)
+	if len(kv) > 0 {
+		msg += " (" + strings.Join(kv, " ") + ")"
+	}
+	h.a.errorf(strings.ToLower(r.Level.String()), "%s", msg)
+	return nil
+}
+
+func (h *lineHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &lineHandler{a: h.a, attrs: append(append([]slog.Attr(nil), h.attrs...), as...)}
+}
+
+func (h *lineHandler) WithGroup(string) slog.Handler { return h }
+
+// tableNames returns the resolved table names.
+func (a *app) tableNames() (locks, fences string) {
+	locks, fences = a.table, a.fenceTable
+	if locks == "" {
+		locks = syncguard.DefaultTableName
+	}
+	if fences == "" {
+		fences = syncguard.DefaultFenceTableName
+	}
+	return locks, fences
+}
+
+// lastFence returns the fence counter of key (the last fence handed out),
+// or "" when the key was never acquired.
+func (a *app) lastFence(ctx context.Context, db *sql.DB, key string) (syncguard.Fence, error) {
+	norm, err := syncguard.NormalizeKey(key)
+	if err != nil {
+		return "", err
+	}
+	_, fenceKey, err := syncguard.StorageKeys(norm)
+	if err != nil {
+		return "", err
+	}
+	_, fences := a.tableNames()
+	var n sql.NullInt64
+	err = db.QueryRowContext(ctx, fmt.Sprintf(`SELECT "fence" FROM %s WHERE "fence_key" = $1`, quoteIdent(fences)), fenceKey).Scan(&n)
+	if err == sql.ErrNoRows || (err == nil && !n.Valid) {
+		return "", nil
+	}
+	if err != nil {
+		return "", a.wrap(ctx, "lastFence", err)
+	}
+	return syncguard.FormatFence(n.Int64)
+}

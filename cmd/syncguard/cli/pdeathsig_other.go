@@ -1,0 +1,7 @@
+//go:build unix && !linux
+
+package cli
+
+import "syscall"
+
+func setPdeathsig(*syscall.SysProcAttr) {}

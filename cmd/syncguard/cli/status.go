@@ -1,0 +1,247 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+const sensitiveNote = "sensitive: whoever has a lockId can release its lock"
+
+func (a *app) cmdStatus(args []string) error {
+	fs := a.flagSet("status")
+	raw := fs.Bool("raw", false, "also print the holder's raw lockId ("+sensitiveNote+")")
+	pos, err := a.parse(fs, args, true)
+	if errors.Is(err, errHelp) {
+		a.cmdHelp(fs, `
+Shows whether KEY is held, and if so its fence, expiry, acquisition time
+and the holder's lockId hash (HashKey, safe to log). When KEY is free it
+shows the last fence handed out for it: the next holder gets a larger one.
+Times are relative to the server's clock, which decides expiry.`)
+	}
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErr("want exactly one KEY, got %d arguments", len(pos))
+	}
+	key := pos[0]
+	norm, err := syncguard.NormalizeKey(key)
+	if err != nil {
+		return err
+	}
+	db, b, err := a.backend()
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ctx, cancel := a.ctx()
+	defer cancel()
+
+	info, err := b.LookupKeyDebug(ctx, key)
+	if err != nil {
+		return err
+	}
+	nowMs, err := a.serverNow(ctx, db)
+	if err != nil {
+		return err
+	}
+	last, err := a.lastFence(ctx, db, key)
+	if err != nil {
+		return err
+	}
+	now := time.UnixMilli(nowMs)
+
+	if a.json {
+		out := map[string]any{
+			"key": key, "keyHash": syncguard.HashKey(norm), "held": info != nil,
+			"serverTime": jsonTime(now), "lastFence": nil,
+		}
+		if last != "" {
+			out["lastFence"] = string(last)
+		}
+		if info != nil {
+			out["fence"] = string(info.Fence)
+			out["acquiredAt"] = jsonTime(info.AcquiredAt)
+			out["expiresAt"] = jsonTime(info.ExpiresAt)
+			out["expiresInMs"] = info.ExpiresAt.Sub(now).Milliseconds()
+			out["lockIdHash"] = info.LockIDHash
+			if *raw {
+				out["lockId"] = info.LockID
+			}
+		}
+		return writeJSON(a.stdout, out)
+	}
+
+	w := table(a.stdout)
+	fmt.Fprintf(w, "key\t%s\n", displayKey(key))
+	if info == nil {
+		fmt.Fprintf(w, "state\tfree\n")
+		if last != "" {
+			fmt.Fprintf(w, "last fence\t%s\t(the next holder gets a larger one)\n", last)
+		} else {
+			fmt.Fprintf(w, "last fence\tnone\t(never acquired)\n")
+		}
+		return w.Flush()
+	}
+	fmt.Fprintf(w, "state\theld\n")
+	fmt.Fprintf(w, "fence\t%s\n", info.Fence)
+	fmt.Fprintf(w, "expires\t%s\t(%s)\n", rel(info.ExpiresAt, now), stamp(info.ExpiresAt))
+	fmt.Fprintf(w, "acquired\t%s\t(%s)\n", rel(info.AcquiredAt, now), stamp(info.AcquiredAt))
+	fmt.Fprintf(w, "holder\tlock#%s\t(hash of the holder's lockId)\n", info.LockIDHash)
+	if *raw {
+		fmt.Fprintf(w, "lockId\t%s\t(%s)\n", info.LockID, sensitiveNote)
+	}
+	return w.Flush()
+}
+
+// displayKey shows a key as is when it is plain, quoted otherwise (spaces,
+// control characters), so columns stay aligned.
+func displayKey(k string) string {
+	for _, r := range k {
+		if unicode.IsSpace(r) || !unicode.IsPrint(r) || r == '"' {
+			return strconv.Quote(k)
+		}
+	}
+	return k
+}
+
+func (a *app) cmdLs(args []string) error {
+	fs := a.flagSet("ls")
+	expired := fs.Bool("expired", false, "also list expired lock rows (they stay until their key is acquired again)")
+	raw := fs.Bool("raw", false, "print raw keys and lockIds instead of their hashes ("+sensitiveNote+"; keys may hold personal data)")
+	limit := fs.Int("limit", 100, "list at most this many locks; 0 for all")
+	pos, err := a.parse(fs, args, true)
+	if errors.Is(err, errHelp) {
+		a.cmdHelp(fs, `
+Lists the active locks, newest first: key hash, fence, acquisition time,
+expiry and the holder's lockId hash. Keys and lockIds are shown as HashKey
+values unless --raw is given. A lock is active while
+expires_at_ms > server now_ms - 1000, the rule every syncguard operation
+uses.`)
+	}
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageErr("ls takes no arguments, got %q", pos)
+	}
+	if *limit < 0 {
+		return usageErr("--limit must not be negative")
+	}
+	db, b, err := a.backend()
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ctx, cancel := a.ctx()
+	defer cancel()
+
+	var lim any
+	if *limit > 0 {
+		lim = *limit + 1 // one more, to tell whether there are more
+	}
+	q := fmt.Sprintf(`SELECT l."user_key", l."lock_id", l."fence", l."acquired_at_ms", l."expires_at_ms", t.now_ms
+FROM (SELECT %s AS now_ms) AS t
+JOIN %s AS l ON ($1::boolean OR l."expires_at_ms" > t.now_ms - %d)
+ORDER BY l."acquired_at_ms" DESC, l."key"
+LIMIT $2::bigint`, nowMsSQL, quoteIdent(b.TableName()), syncguard.TimeToleranceMs)
+	rows, err := db.QueryContext(ctx, q, *expired, lim)
+	if err != nil {
+		return a.wrap(ctx, "ls", err)
+	}
+	defer rows.Close()
+	type lockRow struct {
+		key, lockID, fence string
+		acquired, expires  int64
+		now                int64
+	}
+	var list []lockRow
+	for rows.Next() {
+		var r lockRow
+		if err := rows.Scan(&r.key, &r.lockID, &r.fence, &r.acquired, &r.expires, &r.now); err != nil {
+			return a.wrap(ctx, "ls", err)
+		}
+		list = append(list, r)
+	}
+	if err := rows.Err(); err != nil {
+		return a.wrap(ctx, "ls", err)
+	}
+	truncated := *limit > 0 && len(list) > *limit
+	if truncated {
+		list = list[:*limit]
+	}
+	var nowMs int64
+	if len(list) > 0 {
+		nowMs = list[0].now
+	} else if nowMs, err = a.serverNow(ctx, db); err != nil {
+		return err
+	}
+	now := time.UnixMilli(nowMs)
+
+	if a.json {
+		locks := []map[string]any{}
+		for _, r := range list {
+			m := map[string]any{
+				"keyHash": syncguard.HashKey(r.key), "lockIdHash": syncguard.HashKey(r.lockID),
+				"fence":      r.fence,
+				"acquiredAt": jsonTime(time.UnixMilli(r.acquired)), "expiresAt": jsonTime(time.UnixMilli(r.expires)),
+				"expiresInMs": r.expires - nowMs,
+				"live":        syncguard.IsLive(r.expires, nowMs, syncguard.TimeToleranceMs),
+			}
+			if *raw {
+				m["key"], m["lockId"] = r.key, r.lockID
+			}
+			locks = append(locks, m)
+		}
+		return writeJSON(a.stdout, map[string]any{"serverTime": jsonTime(now), "locks": locks, "truncated": truncated})
+	}
+
+	if len(list) == 0 {
+		if *expired {
+			fmt.Fprintln(a.stdout, "no lock rows")
+		} else {
+			fmt.Fprintln(a.stdout, "no active locks")
+		}
+		return nil
+	}
+	w := table(a.stdout)
+	cols := []string{"KEY", "FENCE", "ACQUIRED", "EXPIRES", "HOLDER"}
+	if *raw {
+		cols[4] = "LOCKID"
+	}
+	if *expired {
+		cols = append(cols, "STATE")
+	}
+	fmt.Fprintln(w, strings.Join(cols, "\t"))
+	for _, r := range list {
+		key, holder := "key#"+syncguard.HashKey(r.key), "lock#"+syncguard.HashKey(r.lockID)
+		if *raw {
+			key, holder = displayKey(r.key), r.lockID
+		}
+		cells := []string{key, r.fence, rel(time.UnixMilli(r.acquired), now), rel(time.UnixMilli(r.expires), now), holder}
+		if *expired {
+			state := "live"
+			if !syncguard.IsLive(r.expires, nowMs, syncguard.TimeToleranceMs) {
+				state = "expired"
+			}
+			cells = append(cells, state)
+		}
+		fmt.Fprintln(w, strings.Join(cells, "\t"))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if truncated {
+		a.notef("only the newest %d shown; use --limit 0 for all", *limit)
+	}
+	if *raw {
+		a.notef("%s", sensitiveNote)
+	}
+	return nil
+}

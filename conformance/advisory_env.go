@@ -1,0 +1,172 @@
+package conformance
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/syncguard/syncguard-go/advisory"
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+// advEnv is what an Advisory case works with: a Locker on each of the
+// case's pools, and a random namespace so that its advisory ids are its
+// own (advisory locks are server-wide, and cases run in parallel).
+type advEnv struct {
+	*env
+	ns    string
+	reg   *advisory.Registry
+	l, l2 *advisory.Locker
+}
+
+func newAdvEnv(e *env) *advEnv {
+	e.t.Helper()
+	a := &advEnv{env: e, ns: "conformance-" + randHex(8)}
+	a.reg = advisory.MustNewRegistry(a.ns)
+	a.l = a.locker(e.db)
+	a.l2 = a.locker(e.db2)
+	return a
+}
+
+func (a *advEnv) locker(db *sql.DB) *advisory.Locker {
+	a.t.Helper()
+	l, err := advisory.New(db, &advisory.Config{Dialect: a.h.Dialect, Registry: a.reg})
+	if err != nil {
+		a.t.Fatalf("setup: advisory.New: %v", err)
+	}
+	return l
+}
+
+// advKey is a key unique to this case.
+func (a *advEnv) advKey(name string) advisory.Key {
+	a.t.Helper()
+	k, err := advisory.FromName(a.ns, name)
+	if err != nil {
+		a.t.Fatalf("setup: FromName: %v", err)
+	}
+	return k
+}
+
+type rowQuerier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// advPID is the backend pid of a transaction, connection or pool.
+func (a *advEnv) advPID(q rowQuerier) int {
+	a.t.Helper()
+	var pid int
+	if err := q.QueryRowContext(a.ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		a.t.Fatalf("setup: pg_backend_pid: %v", err)
+	}
+	return pid
+}
+
+// advRows are the pg_locks rows of key, via the monitoring API.
+func (a *advEnv) advRows(key advisory.Key) []advisory.LockInfo {
+	a.t.Helper()
+	all, err := a.l.Locks(a.ctx)
+	if err != nil {
+		a.t.Fatalf("rule: Locks must not fail; got %v", err)
+	}
+	var out []advisory.LockInfo
+	for _, r := range all {
+		if r.Key.Same(key) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// advPIDHolds counts the advisory locks pid holds or awaits (any key).
+func (a *advEnv) advPIDHolds(pid int) int {
+	a.t.Helper()
+	var n int
+	if err := a.db.QueryRowContext(a.ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = $1`, pid).Scan(&n); err != nil {
+		a.t.Fatalf("setup: reading pg_locks: %v", err)
+	}
+	return n
+}
+
+// advWaitFor polls cond every 10 ms until it holds or 10 s pass.
+func (a *advEnv) advWaitFor(what string, cond func() bool) {
+	a.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			a.t.Fatalf("setup: timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// advWaiting reports whether pid waits for key.
+func (a *advEnv) advWaiting(key advisory.Key, pid int) bool {
+	for _, r := range a.advRows(key) {
+		if r.PID == pid && !r.Granted {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *advEnv) advBegin(db *sql.DB) *sql.Tx {
+	a.t.Helper()
+	tx, err := db.BeginTx(a.ctx, nil)
+	if err != nil {
+		a.t.Fatalf("setup: BeginTx: %v", err)
+	}
+	a.t.Cleanup(func() { _ = tx.Rollback() })
+	return tx
+}
+
+func (a *advEnv) advConn(db *sql.DB) *sql.Conn {
+	a.t.Helper()
+	c, err := db.Conn(a.ctx)
+	if err != nil {
+		a.t.Fatalf("setup: db.Conn: %v", err)
+	}
+	a.t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// advHold takes key as a session lock on a pool of its own and returns the
+// holder's pid and the function that releases it (also a cleanup).
+func (a *advEnv) advHold(key advisory.Key) (pid int, release func()) {
+	a.t.Helper()
+	lock, err := a.locker(a.h.Open(a.t)).LockSession(a.ctx, key)
+	if err != nil {
+		a.t.Fatalf("setup: LockSession of a free key: %v", err)
+	}
+	pid = a.advPID(lock.Conn())
+	release = func() {
+		if err := lock.Close(); err != nil {
+			a.t.Errorf("rule: unlocking a held session lock succeeds; got %v", err)
+		}
+	}
+	a.t.Cleanup(func() { _ = lock.Close() })
+	return pid, release
+}
+
+// advHoldTx takes key as a transaction lock in a transaction on a pool of
+// its own (this works behind a pooler in transaction mode too) and returns
+// the holder's pid and the function that commits it (also a cleanup).
+func (a *advEnv) advHoldTx(key advisory.Key) (pid int, release func()) {
+	a.t.Helper()
+	db := a.h.Open(a.t)
+	tx := a.advBegin(db)
+	if err := a.locker(db).LockTx(a.ctx, tx, key); err != nil {
+		a.t.Fatalf("setup: LockTx of a free key: %v", err)
+	}
+	pid = a.advPID(tx)
+	release = func() {
+		if err := tx.Commit(); err != nil {
+			a.t.Errorf("rule: committing the holder's transaction succeeds; got %v", err)
+		}
+	}
+	return pid, release
+}
+
+func advCode(err error) syncguard.Code { return syncguard.CodeOf(err) }
+
+var _ = errors.Is

@@ -1,0 +1,72 @@
+package conformance
+
+import (
+	"time"
+
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+func init() {
+	register("Contention/HeldKeyReturnsLockedAndStaysHeld", func(e *env) {
+		k := e.key("held")
+		r := e.mustAcquire(e.b, k, 30*time.Second)
+		before, ok := e.rawLockRow(k)
+		if !ok {
+			e.t.Fatalf("rule: an acquired key has a lock row; none for %q", k)
+		}
+		for _, b := range []*syncguard.Backend{e.b, e.b2} {
+			c := e.acquire(b, k, 30*time.Second)
+			if c.OK || c.Reason != syncguard.ReasonLocked {
+				e.t.Errorf("rule: acquiring a held key returns OK=false reason %q; key %q got %+v", syncguard.ReasonLocked, k, c)
+			}
+			if c.LockID != "" || c.Fence != "" {
+				e.t.Errorf("rule: a contended acquire hands out no lockId and no fence; got lockId %q fence %q", c.LockID, c.Fence)
+			}
+		}
+		if !e.isLocked(e.b2, k) {
+			e.t.Errorf("rule: a contended acquire leaves the key held; IsLocked(%q) = false", k)
+		}
+		info, err := e.b2.LookupKey(e.ctx, k)
+		e.must(err, "LookupKey")
+		if info == nil || info.LockIDHash != syncguard.HashKey(r.LockID) || info.Fence != r.Fence || !info.ExpiresAt.Equal(r.ExpiresAt) {
+			e.t.Errorf("rule: a contended acquire leaves the holder's lock unchanged; holder fence %s expires %d, lookup %+v", r.Fence, ms(r.ExpiresAt), info)
+		}
+		if after, _ := e.rawLockRow(k); after != before {
+			e.t.Errorf("rule: a contended acquire writes nothing to the lock row; before %+v after %+v", before, after)
+		}
+		if rel := e.release(e.b, r.LockID); !rel.OK {
+			e.t.Errorf("rule: the holder's release succeeds; got %+v", rel)
+		}
+		if e.isLocked(e.b2, k) {
+			e.t.Errorf("rule: a released key is free; IsLocked(%q) = true", k)
+		}
+		n := e.mustAcquire(e.b2, k, 30*time.Second)
+		if n.Fence <= r.Fence {
+			e.t.Errorf("rule: the next holder gets a greater fence; %s after %s", n.Fence, r.Fence)
+		}
+		e.release(e.b2, n.LockID)
+	})
+
+	register("Contention/ReacquireAfterRelease", func(e *env) {
+		k := e.key("reacquire")
+		var last syncguard.Fence
+		ids := map[string]bool{}
+		for i := 0; i < 5; i++ {
+			b := e.b
+			if i%2 == 1 {
+				b = e.b2
+			}
+			r := e.mustAcquire(b, k, 30*time.Second)
+			if r.Fence <= last {
+				e.t.Errorf("rule: each re-acquire gets a greater fence; round %d got %s after %s", i, r.Fence, last)
+			}
+			if ids[r.LockID] {
+				e.t.Errorf("rule: a lockId is never reused; round %d got %q again", i, r.LockID)
+			}
+			ids[r.LockID], last = true, r.Fence
+			if rel := e.release(b, r.LockID); !rel.OK {
+				e.t.Errorf("rule: the holder's release succeeds; round %d got %+v", i, rel)
+			}
+		}
+	})
+}

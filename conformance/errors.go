@@ -1,0 +1,163 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+func init() {
+	register("Errors/ConnectionRefusedIsServiceUnavailable", func(e *env) {
+		e.skipUnless(e.h.OpenRefused != nil, "OpenRefused")
+		b := e.newBackend(e.h.OpenRefused(e.t), nil)
+		ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+		defer cancel()
+		for op, err := range allOps(ctx, b, e.key("refused"), syncguard.GenerateLockID(), time.Second) {
+			if !errIs(err, syncguard.ErrServiceUnavailable) || !syncguard.CodeOf(err).Retryable() {
+				e.t.Errorf("rule: a refused connection fails with ErrServiceUnavailable (retryable); %s got %v", op, err)
+			}
+		}
+	})
+
+	register("Errors/WrongPasswordIsAuthFailed", func(e *env) {
+		e.skipUnless(e.h.OpenWrongPassword != nil, "OpenWrongPassword")
+		b := e.newBackend(e.h.OpenWrongPassword(e.t), nil)
+		ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+		defer cancel()
+		for op, err := range allOps(ctx, b, e.key("auth"), syncguard.GenerateLockID(), time.Second) {
+			if !errIs(err, syncguard.ErrAuthFailed) || syncguard.CodeOf(err).Retryable() {
+				e.t.Errorf("rule: rejected credentials fail with ErrAuthFailed (not retryable); %s got %v", op, err)
+			}
+		}
+	})
+
+	register("Errors/ServerStatementTimeoutIsNetworkTimeout", func(e *env) {
+		k := e.key("stmttimeout")
+		e.holdFenceRow(k)
+		tx := e.begin(e.db)
+		e.txExec(tx, `SET LOCAL statement_timeout = '200ms'`)
+		r, err := e.b.WithTx(tx).Acquire(e.ctx, k, 30*time.Second)
+		if r.OK || !errIs(err, syncguard.ErrNetworkTimeout) {
+			e.t.Errorf("rule: a statement cancelled by the server's statement_timeout fails with ErrNetworkTimeout; got %+v, %v", r, err)
+		}
+		var se *syncguard.Error
+		if asErr(err, &se) && se.SQLState != "57014" {
+			e.t.Errorf("rule: the error carries the server's SQLSTATE; want 57014, got %q (%v)", se.SQLState, err)
+		}
+	})
+
+	register("Errors/TerminatedBackendIsServiceUnavailableThenRecovers", func(e *env) {
+		k := e.key("terminate")
+		unblock := e.holdFenceRow(k)
+		db := e.h.Open(e.t)
+		db.SetMaxOpenConns(1)
+		b := e.newBackend(db, nil)
+		type res struct {
+			r   syncguard.AcquireResult
+			err error
+		}
+		ch := make(chan res, 1)
+		returned := make(chan struct{})
+		go func() {
+			r, err := b.Acquire(e.ctx, k, 30*time.Second)
+			ch <- res{r, err}
+			close(returned)
+		}()
+		// database/sql re-runs a statement whose driver reports
+		// driver.ErrBadConn (lib/pq does so after a FATAL error) on a new
+		// connection, a bounded number of times; each re-run waits again
+		// and is terminated again.
+		var (
+			got        res
+			terminated []int
+		)
+		for done := false; !done; {
+			pid := e.waitLockWaiter(e.cfg.TableName, returned, terminated...)
+			if pid == 0 {
+				select {
+				case got = <-ch:
+					done = true
+					continue
+				default:
+				}
+				unblock()
+				got = <-ch
+				e.t.Fatalf("setup: found no server backend waiting on a lock whose query text names %q within 10 s (terminated so far %v; the acquire returned %+v, %v)", e.cfg.TableName, terminated, got.r, got.err)
+			}
+			var ok bool
+			if err := e.db.QueryRowContext(e.ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&ok); err != nil || !ok {
+				unblock()
+				<-ch
+				e.t.Skipf("cannot terminate backend %d (needs superuser or pg_signal_backend): %v", pid, err)
+			}
+			terminated = append(terminated, pid)
+			select {
+			case got = <-ch:
+				done = true
+			case <-time.After(300 * time.Millisecond):
+				if len(terminated) >= 6 {
+					unblock()
+					got = <-ch
+					e.t.Fatalf("rule: an operation whose server backend is terminated fails; still running after %d terminations (got %+v, %v once unblocked)", len(terminated), got.r, got.err)
+				}
+			}
+		}
+		e.t.Logf("terminated backends %v", terminated)
+		if got.r.OK || !errIs(got.err, syncguard.ErrServiceUnavailable) {
+			e.t.Errorf("rule: an operation whose server backend is terminated fails with ErrServiceUnavailable; got %+v, %v", got.r, got.err)
+		}
+		unblock()
+		if locked := e.isLocked(e.b2, k); locked {
+			e.t.Errorf("rule: a terminated acquire commits nothing; IsLocked(%q) = true", k)
+		}
+		r, err := b.Acquire(e.ctx, k, 30*time.Second)
+		if err != nil || !r.OK {
+			e.t.Errorf("rule: the next call on the same pool after a terminated backend works; got %+v, %v", r, err)
+		}
+	})
+
+	register("Errors/MissingTablesNameSetupSchema", func(e *env) {
+		suffix := randHex(5)
+		cfg := &syncguard.Config{TableName: "sgc_" + suffix + "_missing", FenceTableName: "sgc_" + suffix + "_missingf", Dialect: e.h.Dialect}
+		b, err := syncguard.New(e.db, cfg)
+		e.must(err, "New")
+		k := e.key("missing")
+		for op, err := range allOps(e.ctx, b, k, syncguard.GenerateLockID(), time.Second) {
+			if op == "Acquire" || op == "IsLocked" || op == "LookupKey" || op == "Release" || op == "Extend" || op == "LookupID" {
+				if err == nil || !strings.Contains(err.Error(), "SetupSchema") {
+					e.t.Errorf("rule: a missing lock table gives an error that names SetupSchema; %s got %v", op, err)
+				}
+			}
+		}
+		e.t.Cleanup(func() {
+			for _, tbl := range []string{cfg.TableName, cfg.FenceTableName} {
+				_, _ = e.db.Exec(`DROP TABLE IF EXISTS ` + quoteIdent(tbl))
+			}
+		})
+		e.must(syncguard.SetupSchema(e.ctx, e.db, cfg), "SetupSchema")
+		r, err := b.Acquire(e.ctx, k, 30*time.Second)
+		if err != nil || !r.OK {
+			e.t.Errorf("rule: a Backend created before SetupSchema works once the schema exists (failures are not cached); got %+v, %v", r, err)
+		}
+	})
+}
+
+func asErr(err error, target **syncguard.Error) bool {
+	for err != nil {
+		if e, ok := err.(*syncguard.Error); ok {
+			*target = e
+			return true
+		}
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return false
+		}
+		err = u.Unwrap()
+	}
+	return false
+}
+
+var _ = fmt.Sprint

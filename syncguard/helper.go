@@ -1,0 +1,326 @@
+package syncguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+)
+
+// Defaults of the lock helper: the reference implementation's
+// BACKEND_DEFAULTS (ttl) and LOCK_DEFAULTS (acquisition).
+const (
+	DefaultTTL            = 30 * time.Second
+	DefaultMaxRetries     = 10
+	DefaultRetryDelay     = 100 * time.Millisecond
+	DefaultAcquireTimeout = 5 * time.Second
+	// DefaultReleaseTimeout bounds the release done by WithLock after fn and
+	// by Lease.Close. It is not in the reference, which has no bound.
+	DefaultReleaseTimeout = 5 * time.Second
+)
+
+// NoRetries, as AcquisitionOptions.MaxRetries, makes a single attempt
+// (0 means the default of 10 retries).
+const NoRetries = -1
+
+// Backoff says how the delay grows between acquisition retries.
+type Backoff string
+
+const (
+	// BackoffExponential waits RetryDelay * 2^(n-1) before retry n (default).
+	BackoffExponential Backoff = "exponential"
+	// BackoffFixed waits RetryDelay before every retry.
+	BackoffFixed Backoff = "fixed"
+)
+
+// Jitter says how a retry delay d is randomized.
+type Jitter string
+
+const (
+	// JitterEqual waits d/2 + rand*d/2 (default).
+	JitterEqual Jitter = "equal"
+	// JitterFull waits rand*d.
+	JitterFull Jitter = "full"
+	// JitterNone waits exactly d.
+	JitterNone Jitter = "none"
+)
+
+// AcquisitionOptions configures how Lock and WithLock wait for a contended
+// key. The zero value means the defaults documented on each field, which
+// are the reference implementation's.
+type AcquisitionOptions struct {
+	// MaxRetries is the number of attempts after the first one, so at most
+	// MaxRetries+1 attempts are made. Default 10; NoRetries (any negative
+	// value) makes a single attempt.
+	MaxRetries int
+	// RetryDelay is the base delay between attempts. Default 100 ms.
+	RetryDelay time.Duration
+	// Backoff is BackoffExponential (default) or BackoffFixed.
+	Backoff Backoff
+	// Jitter is JitterEqual (default), JitterFull or JitterNone.
+	Jitter Jitter
+	// Timeout bounds the whole acquisition, attempts and waits together.
+	// A wait never extends past it. Default 5 s.
+	Timeout time.Duration
+}
+
+// LockOptions configures Lock and WithLock. A nil *LockOptions, or the zero
+// value, means the defaults documented on each field.
+type LockOptions struct {
+	// TTL is the lock's time to live, and with AutoExtend the lifetime
+	// each extension adds. Default 30 s. PostgreSQL counts it in whole
+	// milliseconds.
+	TTL time.Duration
+
+	// Acquisition configures the retries on contention.
+	Acquisition AcquisitionOptions
+
+	// AutoExtend keeps the lock alive while it is held: the lease extends
+	// itself by TTL once a third of the current lifetime has passed, and
+	// retries failed extensions until ownership can no longer be
+	// guaranteed. Lease.Done is then closed with an ErrLockLost cause, and
+	// WithLock cancels fn's context with that cause. Auto-extension stops
+	// when the lease is released or lost, or when the ctx passed to Lock or
+	// WithLock is done. See Lease for the timing rules.
+	AutoExtend bool
+
+	// ReleaseTimeout bounds the release done by WithLock after fn returns
+	// and by Lease.Close. That release runs with a context detached from
+	// the caller's cancellation (context.WithoutCancel), so a cancelled
+	// caller still frees the lock at once instead of leaving it held until
+	// its TTL. Default 5 s.
+	ReleaseTimeout time.Duration
+
+	// OnReleaseError receives the error of a release done by WithLock or
+	// Lease.Close, which cannot return it without hiding fn's own result.
+	// A release that finds the lock already gone (ReleaseResult.OK false)
+	// is not an error. Default: an Error record on Logger that names the
+	// source, the error code and the key's hash, never the key or lockId.
+	OnReleaseError func(err error, info ReleaseErrorInfo)
+
+	// Logger receives the default OnReleaseError records and warnings about
+	// failed auto-extensions. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Sources of a release error, for ReleaseErrorInfo.Source.
+const (
+	ReleaseSourceWithLock = "withLock" // the release after fn in WithLock
+	ReleaseSourceClose    = "close"    // Lease.Close
+)
+
+// ReleaseErrorInfo tells OnReleaseError which lock a failed release was for.
+type ReleaseErrorInfo struct {
+	// Key and LockID are raw values. The lockId lets its bearer release the
+	// lock and keys may hold personal data: log HashKey of them instead.
+	Key    string
+	LockID string
+	// Source is ReleaseSourceWithLock or ReleaseSourceClose.
+	Source string
+}
+
+// lockConfig is LockOptions with defaults applied.
+type lockConfig struct {
+	ttl            time.Duration
+	maxRetries     int
+	retryDelay     time.Duration
+	backoff        Backoff
+	jitter         Jitter
+	timeout        time.Duration
+	autoExtend     bool
+	releaseTimeout time.Duration
+	onReleaseError func(error, ReleaseErrorInfo)
+	logger         *slog.Logger
+}
+
+func (o *LockOptions) resolve() (lockConfig, error) {
+	var opts LockOptions
+	if o != nil {
+		opts = *o
+	}
+	a := opts.Acquisition
+	c := lockConfig{
+		ttl: opts.TTL, maxRetries: a.MaxRetries, retryDelay: a.RetryDelay,
+		backoff: a.Backoff, jitter: a.Jitter, timeout: a.Timeout,
+		autoExtend: opts.AutoExtend, releaseTimeout: opts.ReleaseTimeout,
+		onReleaseError: opts.OnReleaseError, logger: opts.Logger,
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"TTL", &c.ttl, DefaultTTL},
+		{"Acquisition.RetryDelay", &c.retryDelay, DefaultRetryDelay},
+		{"Acquisition.Timeout", &c.timeout, DefaultAcquireTimeout},
+		{"ReleaseTimeout", &c.releaseTimeout, DefaultReleaseTimeout},
+	} {
+		if *d.v < 0 {
+			return c, invalidArg("lock", fmt.Sprintf("%s must not be negative, got %v", d.name, *d.v))
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	switch {
+	case c.maxRetries == 0:
+		c.maxRetries = DefaultMaxRetries
+	case c.maxRetries < 0:
+		c.maxRetries = 0
+	}
+	switch c.backoff {
+	case "":
+		c.backoff = BackoffExponential
+	case BackoffExponential, BackoffFixed:
+	default:
+		return c, invalidArg("lock", fmt.Sprintf("unknown Acquisition.Backoff %q (want %q or %q)", c.backoff, BackoffExponential, BackoffFixed))
+	}
+	switch c.jitter {
+	case "":
+		c.jitter = JitterEqual
+	case JitterEqual, JitterFull, JitterNone:
+	default:
+		return c, invalidArg("lock", fmt.Sprintf("unknown Acquisition.Jitter %q (want %q, %q or %q)", c.jitter, JitterEqual, JitterFull, JitterNone))
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	if c.onReleaseError == nil {
+		c.onReleaseError = logReleaseError(c.logger)
+	}
+	return c, nil
+}
+
+// logReleaseError is the default OnReleaseError: visible, and sanitized.
+func logReleaseError(logger *slog.Logger) func(error, ReleaseErrorInfo) {
+	return func(err error, info ReleaseErrorInfo) {
+		logger.Error("syncguard: releasing a lock failed; it stays held until its TTL expires",
+			slog.String("source", info.Source), slog.String("keyHash", HashKey(info.Key)),
+			slog.String("code", string(CodeOf(err))), slog.String("error", err.Error()))
+	}
+}
+
+// WithLock runs fn while holding the lock on key and releases the lock
+// afterwards. It is the helper most programs should use; the backend's
+// methods are single attempts (ADR-009).
+//
+// Acquisition retries on contention as configured by opts.Acquisition
+// (total attempts = MaxRetries + 1) and fails with ErrAcquisitionTimeout
+// when time or retries run out; the error says how many attempts were made.
+// A backend error is returned at once, not retried. Cancelling ctx while
+// waiting returns ErrAborted at once. Nothing is acquired in any of these
+// cases and fn does not run.
+//
+// fn receives the Lease, for its Fence (pass it to the resource you
+// protect) and expiry. The lock is released when fn returns, fails or
+// panics (the panic continues after the release), with a context detached
+// from ctx's cancellation and bounded by opts.ReleaseTimeout. WithLock
+// returns fn's error unchanged; a release error goes to
+// opts.OnReleaseError instead.
+//
+// Without opts.AutoExtend, fn gets ctx itself and the lock simply expires
+// if fn outlives the TTL. With it, fn gets a context that is also cancelled
+// when the lease can no longer guarantee ownership, before the lock's
+// server-side expiry; context.Cause then satisfies errors.Is(cause,
+// ErrLockLost). The lock-lost signal helps fn stop early; it cannot stop a
+// write already on its way, so fencing tokens remain the protection against
+// a paused process.
+func WithLock(ctx context.Context, backend LockBackend, key string, fn func(ctx context.Context, lease *Lease) error, opts *LockOptions) error {
+	if fn == nil {
+		return invalidArg("lock", "fn must not be nil")
+	}
+	lease, err := Lock(ctx, backend, key, opts)
+	if err != nil {
+		return err
+	}
+	defer lease.dispose(ReleaseSourceWithLock)
+	fnCtx := ctx
+	if lease.cfg.autoExtend {
+		var cancel context.CancelFunc
+		fnCtx, cancel = lease.Context(ctx)
+		defer cancel()
+	}
+	return fn(fnCtx, lease)
+}
+
+// Lock acquires the lock on key, retrying on contention exactly as
+// WithLock does, and returns a Lease for it. The caller must end the lease,
+// usually with defer lease.Close(). On error no lease is returned and
+// nothing is left to release.
+func Lock(ctx context.Context, backend LockBackend, key string, opts *LockOptions) (*Lease, error) {
+	if backend == nil {
+		return nil, invalidArg("lock", "backend must not be nil")
+	}
+	cfg, err := opts.resolve()
+	if err != nil {
+		return nil, err
+	}
+	res, sent, err := acquire(ctx, backend, key, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	return newLease(ctx, backend, key, res, sent, cfg), nil
+}
+
+// acquire is the retry loop. It returns the successful result and the
+// local time its request was sent (see Lease for why that time matters).
+func acquire(ctx context.Context, b LockBackend, key string, c *lockConfig) (AcquireResult, time.Time, error) {
+	start := time.Now()
+	deadline := start.Add(c.timeout)
+	for attempts := 1; ; attempts++ {
+		sent := time.Now()
+		res, err := b.Acquire(ctx, key, c.ttl)
+		if err != nil {
+			return AcquireResult{}, time.Time{}, err
+		}
+		if res.OK {
+			return res, sent, nil
+		}
+		remaining := time.Until(deadline)
+		if attempts > c.maxRetries || remaining <= 0 {
+			return AcquireResult{}, time.Time{}, acquisitionTimeout(key, attempts, time.Since(start), nil)
+		}
+		wait := time.NewTimer(min(c.delay(attempts), remaining))
+		select {
+		case <-wait.C:
+		case <-ctx.Done():
+			wait.Stop()
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return AcquireResult{}, time.Time{}, acquisitionTimeout(key, attempts, time.Since(start), context.Cause(ctx))
+			}
+			return AcquireResult{}, time.Time{}, &Error{Op: "lock", Code: CodeAborted, Key: key,
+				Msg: fmt.Sprintf("context cancelled while waiting for the lock after %d attempts", attempts), Err: context.Cause(ctx)}
+		}
+		if !time.Now().Before(deadline) {
+			return AcquireResult{}, time.Time{}, acquisitionTimeout(key, attempts, time.Since(start), nil)
+		}
+	}
+}
+
+func acquisitionTimeout(key string, attempts int, elapsed time.Duration, cause error) *Error {
+	return &Error{Op: "lock", Code: CodeAcquisitionTimeout, Key: key, Err: cause,
+		Msg: fmt.Sprintf("lock still held by another owner after %d attempts in %v", attempts, elapsed.Round(time.Millisecond))}
+}
+
+const maxDelay = time.Duration(1 << 62)
+
+// delay returns the wait before retry n (1-based), before clamping to the
+// remaining time.
+func (c *lockConfig) delay(n int) time.Duration {
+	d := c.retryDelay
+	if c.backoff == BackoffExponential {
+		for i := 1; i < n && d < maxDelay; i++ {
+			d *= 2
+		}
+	}
+	d = min(d, maxDelay) // no overflow below, whatever the options
+	switch c.jitter {
+	case JitterEqual:
+		d = d/2 + rand.N(d-d/2+1)
+	case JitterFull:
+		d = rand.N(d + 1)
+	}
+	return d
+}

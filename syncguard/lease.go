@@ -1,0 +1,340 @@
+package syncguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// ErrLockLost is the cause (errors.Is) reported by Lease.Err, and by the
+// context WithLock gives fn with AutoExtend, once ownership of the lock can
+// no longer be guaranteed: an extend found the lock gone or expired, or no
+// extend succeeded before the guaranteed lifetime ran out.
+var ErrLockLost = errors.New("syncguard: lock lost")
+
+// ErrLeaseReleased is Lease.Err after the lease released its lock.
+var ErrLeaseReleased = errors.New("syncguard: lease released")
+
+// Lease is a held lock, returned by Lock and passed to WithLock's fn. Its
+// methods are safe for concurrent use.
+//
+// # Ending a lease
+//
+// Release releases the lock once; later calls return the first result
+// without I/O, and a call made while a release is in flight waits for it. A
+// release that failed with an error may be tried again. Close is Release
+// for defer: it runs at most once (concurrent calls wait for the first),
+// uses a context detached from the acquire's cancellation and bounded by
+// LockOptions.ReleaseTimeout, and hands an error to
+// LockOptions.OnReleaseError instead of returning it.
+//
+// # Loss and timing
+//
+// Done is closed, and Err set, when the lease ends: on release
+// (ErrLeaseReleased), or when ownership can no longer be guaranteed
+// (errors.Is(err, ErrLockLost)): an Extend, explicit or automatic, found
+// the lock expired or gone, or the guaranteed lifetime ran out without a
+// successful extend.
+//
+// The lock's expiry is decided by PostgreSQL's clock: ExpiresAt is server
+// time, and client and server wall clocks cannot be compared. So the lease
+// never compares ExpiresAt with time.Now. It translates the lifetime the
+// server granted onto the local monotonic clock instead. The server set
+// ExpiresAt to its statement time + ttl (ADR-010), with its now truncated
+// to the millisecond, and that statement cannot have started before this
+// process sent the request. The lock is therefore held at least until
+//
+//	sent + ttl - 1ms   (local monotonic clock)
+//
+// which is the response's arrival time plus the granted lifetime, minus the
+// local time elapsed since the request was sent as the safety margin for
+// latency. A tenth of the lifetime (at most 1 s) is kept back on top of
+// that for timer latency and clock-rate differences; the lease is declared
+// lost at that point, before the server-side expiry, never after it. Other
+// clients may only take the key one TimeToleranceMs (1 s) after ExpiresAt,
+// which adds headroom but is not counted on. A step of the server's clock
+// (a manual change, not NTP slewing) breaks every TTL-based lock, this one
+// included; fencing tokens are what protects the resource then.
+//
+// With LockOptions.AutoExtend the lease extends itself by TTL once a third
+// of the current lifetime has passed (measured from that request's send
+// time), retries a failed extend every tenth of the lifetime, and gives up
+// when the lifetime runs out. Extensions are serialized, so the latest
+// response always describes the latest expiry.
+type Lease struct {
+	backend LockBackend
+	key     string
+	lockID  string
+	fence   Fence
+	cfg     lockConfig
+	base    context.Context // the acquire's ctx without its cancellation: values for Close
+
+	ctx context.Context // done when the lease ends; its cause is Err
+	end context.CancelCauseFunc
+
+	extendMu sync.Mutex // serializes extends
+
+	mu        sync.Mutex
+	expiresAt time.Time
+	lostAt    time.Time // local monotonic instant up to which ownership is guaranteed, minus the margin
+	lastErr   error     // last failed extend, for the loss message
+	watchdog  *time.Timer
+	releasing chan struct{} // non-nil while a release is in flight; closed when it ends
+	released  bool
+	result    ReleaseResult
+
+	stopExtender context.CancelFunc // nil without AutoExtend
+	extenderDone chan struct{}
+
+	closeOnce sync.Once
+}
+
+// schedule returns, for a lock granted ttl by a request sent at sent,
+// when ownership stops being guaranteed (lostAt) and when to extend next.
+func schedule(sent time.Time, ttl time.Duration) (lostAt, extendAt time.Time) {
+	granted := ttl.Truncate(time.Millisecond) - time.Millisecond
+	if granted < 0 {
+		granted = 0
+	}
+	margin := min(granted/10, time.Second)
+	return sent.Add(granted - margin), sent.Add(granted / 3)
+}
+
+// extendRetryDelay is the wait after a failed automatic extend.
+func extendRetryDelay(ttl time.Duration) time.Duration {
+	return max(ttl/10, time.Millisecond)
+}
+
+func newLease(ctx context.Context, b LockBackend, key string, res AcquireResult, sent time.Time, cfg lockConfig) *Lease {
+	l := &Lease{
+		backend: b, key: key, lockID: res.LockID, fence: res.Fence, cfg: cfg,
+		base: context.WithoutCancel(ctx), expiresAt: res.ExpiresAt,
+	}
+	l.ctx, l.end = context.WithCancelCause(context.Background())
+	lostAt, extendAt := schedule(sent, cfg.ttl)
+	l.mu.Lock()
+	l.lostAt = lostAt
+	l.watchdog = time.AfterFunc(time.Until(lostAt), l.checkLifetime)
+	l.mu.Unlock()
+	if cfg.autoExtend {
+		ectx, stop := context.WithCancel(ctx)
+		l.stopExtender, l.extenderDone = stop, make(chan struct{})
+		go l.autoExtend(ectx, extendAt)
+	}
+	return l
+}
+
+// Key returns the key as passed to Lock.
+func (l *Lease) Key() string { return l.key }
+
+// LockID returns the lockId. It is a capability: whoever has it can
+// release the lock. Don't log it (HashKey(lease.LockID()) is safe to log).
+func (l *Lease) LockID() string { return l.lockID }
+
+// Fence returns the fencing token of this holding. Pass it to the resource
+// you protect and have it reject writes with a smaller fence.
+func (l *Lease) Fence() Fence { return l.fence }
+
+// ExpiresAt returns the server-computed expiry from the acquire or the
+// latest successful extend (server clock; see Lease for how it is used).
+func (l *Lease) ExpiresAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expiresAt
+}
+
+// Done returns a channel that is closed when the lease ends: when its lock
+// is released through it or lost (see Err).
+func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Err returns nil while the lease holds its lock. After Done is closed it
+// returns ErrLeaseReleased, or an error for which errors.Is(err,
+// ErrLockLost) is true that says how the lock was lost.
+func (l *Lease) Err() error {
+	if l.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(l.ctx)
+}
+
+// Context returns a copy of parent that is also cancelled when the lease
+// ends, with Err as its cause (context.Cause). Call cancel when done with
+// it. WithLock gives fn such a context when AutoExtend is set.
+func (l *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	stop := context.AfterFunc(l.ctx, func() { cancel(l.Err()) })
+	return ctx, func() {
+		stop()
+		cancel(context.Canceled)
+	}
+}
+
+// Extend sets the lock's expiry to server now + ttl, if the lease still
+// owns it; it never revives an expired lock. A result with OK false means
+// the lock is lost: the lease ends with an ErrLockLost cause. A successful
+// extend moves the guaranteed lifetime forward (see Lease).
+func (l *Lease) Extend(ctx context.Context, ttl time.Duration) (ExtendResult, error) {
+	res, _, err := l.extend(ctx, ttl)
+	if err == nil && !res.OK {
+		l.end(lostBecause(res.Reason))
+	}
+	return res, err
+}
+
+// extend does one extend and, on success, moves expiresAt and lostAt. It
+// returns when to extend next.
+func (l *Lease) extend(ctx context.Context, ttl time.Duration) (ExtendResult, time.Time, error) {
+	l.extendMu.Lock()
+	defer l.extendMu.Unlock()
+	sent := time.Now()
+	res, err := l.backend.Extend(ctx, l.lockID, ttl)
+	if err != nil || !res.OK {
+		return res, time.Time{}, err
+	}
+	lostAt, next := schedule(sent, ttl)
+	l.mu.Lock()
+	l.expiresAt, l.lostAt, l.lastErr = res.ExpiresAt, lostAt, nil
+	if !l.released {
+		l.watchdog.Reset(time.Until(lostAt))
+	}
+	l.mu.Unlock()
+	return res, next, nil
+}
+
+func lostBecause(reason string) error {
+	if reason == ReasonExpired {
+		return fmt.Errorf("%w: extend found it expired", ErrLockLost)
+	}
+	return fmt.Errorf("%w: extend found it gone (released, deleted or taken over)", ErrLockLost)
+}
+
+// checkLifetime runs when the watchdog fires: the lease is lost unless an
+// extend moved lostAt meanwhile.
+func (l *Lease) checkLifetime() {
+	l.mu.Lock()
+	due := !l.released && !time.Now().Before(l.lostAt)
+	last := l.lastErr
+	l.mu.Unlock()
+	if !due {
+		return
+	}
+	if last != nil {
+		l.end(fmt.Errorf("%w: not extended before its guaranteed lifetime ran out; last extend error: %w", ErrLockLost, last))
+	} else {
+		l.end(fmt.Errorf("%w: not extended before its guaranteed lifetime ran out", ErrLockLost))
+	}
+}
+
+// autoExtend is the extension loop of an AutoExtend lease.
+func (l *Lease) autoExtend(ctx context.Context, next time.Time) {
+	defer close(l.extenderDone)
+	t := time.NewTimer(time.Until(next))
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		case <-l.ctx.Done():
+			return
+		}
+		l.mu.Lock()
+		lostAt := l.lostAt
+		l.mu.Unlock()
+		// An answer after lostAt is of no use: the lease is lost by then.
+		actx, cancel := context.WithDeadline(ctx, lostAt)
+		res, n, err := l.extend(actx, l.cfg.ttl)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return // stopped by Release or by the caller: the outcome no longer matters
+		case err == nil && res.OK:
+			next = n
+		case err == nil:
+			l.end(lostBecause(res.Reason))
+			return
+		default:
+			l.mu.Lock()
+			l.lastErr = err
+			l.mu.Unlock()
+			l.cfg.logger.Warn("syncguard: automatic lock extension failed; retrying until the lock's guaranteed lifetime runs out",
+				slog.String("keyHash", HashKey(l.key)), slog.String("code", string(CodeOf(err))), slog.String("error", err.Error()))
+			next = time.Now().Add(extendRetryDelay(l.cfg.ttl))
+		}
+		t.Reset(time.Until(next))
+	}
+}
+
+// stopAutoExtend stops the extension loop and waits (within ctx) for it to
+// exit, so no extend runs concurrently with or after the release.
+func (l *Lease) stopAutoExtend(ctx context.Context) {
+	if l.stopExtender == nil {
+		return
+	}
+	l.stopExtender()
+	select {
+	case <-l.extenderDone:
+	case <-ctx.Done():
+	}
+}
+
+// Release releases the lock if the lease still owns it. It stops
+// auto-extension first. The first call that completes without error
+// decides the result; later calls return it without I/O. A call made while
+// another release is in flight waits for it (within ctx).
+func (l *Lease) Release(ctx context.Context) (ReleaseResult, error) {
+	l.stopAutoExtend(ctx)
+	for {
+		l.mu.Lock()
+		if l.released {
+			r := l.result
+			l.mu.Unlock()
+			return r, nil
+		}
+		if ch := l.releasing; ch != nil {
+			l.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				e := fromContext(ctx, "release", nil)
+				e.LockID = l.lockID
+				return ReleaseResult{}, e
+			}
+		}
+		ch := make(chan struct{})
+		l.releasing = ch
+		l.mu.Unlock()
+
+		res, err := l.backend.Release(ctx, l.lockID)
+
+		l.mu.Lock()
+		l.releasing = nil
+		if err == nil {
+			l.released, l.result = true, res
+			l.watchdog.Stop()
+		}
+		l.mu.Unlock()
+		close(ch)
+		if err == nil {
+			l.end(ErrLeaseReleased)
+		}
+		return res, err
+	}
+}
+
+// Close releases the lock, at most once, for use with defer. See Lease.
+func (l *Lease) Close() { l.dispose(ReleaseSourceClose) }
+
+func (l *Lease) dispose(source string) {
+	l.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(l.base, l.cfg.releaseTimeout)
+		defer cancel()
+		if _, err := l.Release(ctx); err != nil {
+			l.cfg.onReleaseError(err, ReleaseErrorInfo{Key: l.key, LockID: l.lockID, Source: source})
+		}
+	})
+}

@@ -1,0 +1,337 @@
+package syncguard
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Event types (LockEvent.Type), one per LockBackend operation.
+const (
+	EventAcquire  = "acquire"
+	EventRelease  = "release"
+	EventExtend   = "extend"
+	EventIsLocked = "isLocked"
+	EventLookup   = "lookup"
+)
+
+// Event results (LockEvent.Result).
+const (
+	ResultOK   = "ok"
+	ResultFail = "fail"
+)
+
+// LockEvent describes one completed LockBackend operation, as in the spec.
+type LockEvent struct {
+	// Type is one of EventAcquire, EventRelease, EventExtend,
+	// EventIsLocked, EventLookup.
+	Type string
+	// Result is ResultOK or ResultFail. An acquire fails on contention, a
+	// release or extend when the lock was absent, IsLocked when the key is
+	// free, a lookup when nothing was found; every operation that returned
+	// an error fails too (see Err).
+	Result string
+	// KeyHash (operations on a key) and LockIDHash (operations on a lockId,
+	// and successful acquires) are HashKey values.
+	KeyHash    string
+	LockIDHash string
+	// Reason is ReasonLocked for a contended acquire, ReasonExpired or
+	// ReasonNotFound for a failed release or extend, empty otherwise.
+	Reason string
+	// Key and LockID are the raw values, set only when
+	// TelemetryOptions.IncludeRaw or IncludeRawFunc allows it.
+	Key    string
+	LockID string
+	// Err is the error the operation returned, if any. Its Error() prints
+	// only hashes, but a *Error carries the raw key and lockId in its
+	// fields: don't serialize it field by field.
+	Err error
+}
+
+// TelemetryOptions configures WithTelemetry.
+type TelemetryOptions struct {
+	// OnEvent receives every event, in order, on a goroutine of the
+	// wrapper, never on the caller's: a slow, failing or panicking OnEvent
+	// does not delay or break a lock operation. Required.
+	OnEvent func(LockEvent)
+	// IncludeRaw adds the raw key and lockId to every event. Default false.
+	IncludeRaw bool
+	// IncludeRawFunc, if set, decides per event instead of IncludeRaw. It
+	// sees the event without raw values; a panic counts as false.
+	IncludeRawFunc func(LockEvent) bool
+	// BufferSize bounds the events waiting for OnEvent; when it is full new
+	// events are dropped and counted (TelemetryBackend.Dropped). Default
+	// 1024.
+	BufferSize int
+	// Logger receives a record when OnEvent panics. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// TelemetryBackend is a LockBackend that reports every operation of the
+// backend it wraps as a LockEvent. Make one with WithTelemetry.
+//
+// The caller's path only queues the operation's outcome; hashing, the
+// IncludeRaw decision and OnEvent run on one goroutine per wrapper, which
+// runs while events are queued and exits when none are (so an idle wrapper
+// holds no goroutine and needs no Close).
+type TelemetryBackend struct {
+	inner   LockBackend
+	opts    TelemetryOptions
+	logger  *slog.Logger
+	dropped atomic.Uint64
+
+	mu      sync.Mutex
+	queue   []rawEvent
+	spare   []rawEvent
+	running bool
+	idle    chan struct{} // closed when the running goroutine finds the queue empty
+}
+
+// rawEvent is what the hot path records: no hashing, no callbacks.
+type rawEvent struct {
+	typ, result, reason string
+	key, lockID         string
+	err                 error
+}
+
+var (
+	_ LockBackend    = (*TelemetryBackend)(nil)
+	_ DebugLookuper  = (*TelemetryBackend)(nil)
+	_ DebugLookuper  = (*Backend)(nil)
+	_ slog.LogValuer = LockEvent{}
+)
+
+// WithTelemetry wraps backend so that each completed operation emits one
+// LockEvent to opts.OnEvent (ADR-007). Without the wrapper nothing is
+// hashed or emitted. The result also forwards LookupKeyDebug and
+// LookupIDDebug (for GetByKeyRaw and GetByIDRaw) when backend has them.
+func WithTelemetry(backend LockBackend, opts TelemetryOptions) *TelemetryBackend {
+	if opts.BufferSize <= 0 {
+		opts.BufferSize = 1024
+	}
+	if opts.OnEvent == nil {
+		opts.OnEvent = func(LockEvent) {}
+	}
+	t := &TelemetryBackend{inner: backend, opts: opts, logger: opts.Logger}
+	if t.logger == nil {
+		t.logger = slog.Default()
+	}
+	return t
+}
+
+// Unwrap returns the wrapped backend.
+func (t *TelemetryBackend) Unwrap() LockBackend { return t.inner }
+
+// Dropped returns how many events were dropped because the buffer was full.
+func (t *TelemetryBackend) Dropped() uint64 { return t.dropped.Load() }
+
+// Flush waits until every queued event has been handed to OnEvent, or ctx
+// is done. Use it before exit, or in tests.
+func (t *TelemetryBackend) Flush(ctx context.Context) error {
+	t.mu.Lock()
+	if !t.running {
+		t.mu.Unlock()
+		return nil
+	}
+	idle := t.idle
+	t.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (t *TelemetryBackend) emit(e rawEvent) {
+	t.mu.Lock()
+	if len(t.queue) >= t.opts.BufferSize {
+		t.mu.Unlock()
+		t.dropped.Add(1)
+		return
+	}
+	t.queue = append(t.queue, e)
+	start := !t.running
+	if start {
+		t.running = true
+		t.idle = make(chan struct{})
+	}
+	t.mu.Unlock()
+	if start {
+		go t.run()
+	}
+}
+
+func (t *TelemetryBackend) run() {
+	for {
+		t.mu.Lock()
+		if len(t.queue) == 0 {
+			t.running = false
+			close(t.idle)
+			t.mu.Unlock()
+			return
+		}
+		batch := t.queue
+		t.queue, t.spare = t.spare[:0], nil
+		t.mu.Unlock()
+		for i := range batch {
+			t.deliver(&batch[i])
+			batch[i] = rawEvent{}
+		}
+		t.mu.Lock()
+		t.spare = batch[:0]
+		t.mu.Unlock()
+	}
+}
+
+func (t *TelemetryBackend) deliver(e *rawEvent) {
+	ev := LockEvent{Type: e.typ, Result: e.result, Reason: e.reason, Err: e.err}
+	if e.key != "" {
+		ev.KeyHash = HashKey(e.key)
+	}
+	if e.lockID != "" {
+		ev.LockIDHash = HashKey(e.lockID)
+	}
+	if t.includeRaw(ev) {
+		ev.Key, ev.LockID = e.key, e.lockID
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			t.logger.Error("syncguard: telemetry OnEvent panicked; the event is lost",
+				slog.String("type", ev.Type), slog.Any("panic", r))
+		}
+	}()
+	t.opts.OnEvent(ev)
+}
+
+func (t *TelemetryBackend) includeRaw(ev LockEvent) (ok bool) {
+	if t.opts.IncludeRawFunc == nil {
+		return t.opts.IncludeRaw
+	}
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return t.opts.IncludeRawFunc(ev)
+}
+
+func result(ok bool) string {
+	if ok {
+		return ResultOK
+	}
+	return ResultFail
+}
+
+// Acquire implements LockBackend.
+func (t *TelemetryBackend) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
+	r, err := t.inner.Acquire(ctx, key, ttl)
+	e := rawEvent{typ: EventAcquire, result: result(err == nil && r.OK), reason: r.Reason, key: key, err: err}
+	if r.OK {
+		e.lockID = r.LockID
+	}
+	t.emit(e)
+	return r, err
+}
+
+// Release implements LockBackend.
+func (t *TelemetryBackend) Release(ctx context.Context, lockID string) (ReleaseResult, error) {
+	r, err := t.inner.Release(ctx, lockID)
+	t.emit(rawEvent{typ: EventRelease, result: result(err == nil && r.OK), reason: r.Reason, lockID: lockID, err: err})
+	return r, err
+}
+
+// Extend implements LockBackend.
+func (t *TelemetryBackend) Extend(ctx context.Context, lockID string, ttl time.Duration) (ExtendResult, error) {
+	r, err := t.inner.Extend(ctx, lockID, ttl)
+	t.emit(rawEvent{typ: EventExtend, result: result(err == nil && r.OK), reason: r.Reason, lockID: lockID, err: err})
+	return r, err
+}
+
+// IsLocked implements LockBackend. The event's result is ok when the key
+// is locked.
+func (t *TelemetryBackend) IsLocked(ctx context.Context, key string) (bool, error) {
+	locked, err := t.inner.IsLocked(ctx, key)
+	t.emit(rawEvent{typ: EventIsLocked, result: result(err == nil && locked), key: key, err: err})
+	return locked, err
+}
+
+// LookupKey implements LockBackend. The event's result is ok when a live
+// lock was found.
+func (t *TelemetryBackend) LookupKey(ctx context.Context, key string) (*LockInfo, error) {
+	info, err := t.inner.LookupKey(ctx, key)
+	t.emit(rawEvent{typ: EventLookup, result: result(err == nil && info != nil), key: key, err: err})
+	return info, err
+}
+
+// LookupID implements LockBackend.
+func (t *TelemetryBackend) LookupID(ctx context.Context, lockID string) (*LockInfo, error) {
+	info, err := t.inner.LookupID(ctx, lockID)
+	t.emit(rawEvent{typ: EventLookup, result: result(err == nil && info != nil), lockID: lockID, err: err})
+	return info, err
+}
+
+// LookupKeyDebug implements DebugLookuper when the wrapped backend does,
+// and fails with ErrInvalidArgument otherwise.
+func (t *TelemetryBackend) LookupKeyDebug(ctx context.Context, key string) (*LockInfoDebug, error) {
+	d, ok := t.inner.(DebugLookuper)
+	if !ok {
+		return nil, noDebug(t.inner)
+	}
+	info, err := d.LookupKeyDebug(ctx, key)
+	t.emit(rawEvent{typ: EventLookup, result: result(err == nil && info != nil), key: key, err: err})
+	return info, err
+}
+
+// LookupIDDebug implements DebugLookuper when the wrapped backend does,
+// and fails with ErrInvalidArgument otherwise.
+func (t *TelemetryBackend) LookupIDDebug(ctx context.Context, lockID string) (*LockInfoDebug, error) {
+	d, ok := t.inner.(DebugLookuper)
+	if !ok {
+		return nil, noDebug(t.inner)
+	}
+	info, err := d.LookupIDDebug(ctx, lockID)
+	t.emit(rawEvent{typ: EventLookup, result: result(err == nil && info != nil), lockID: lockID, err: err})
+	return info, err
+}
+
+// Capabilities implements LockBackend.
+func (t *TelemetryBackend) Capabilities() Capabilities { return t.inner.Capabilities() }
+
+// LogValue renders the event as a group: type, result, then whichever of
+// keyHash, lockIdHash, reason, key, lockId, code and error are set.
+func (e LockEvent) LogValue() slog.Value {
+	attrs := make([]slog.Attr, 0, 8)
+	attrs = append(attrs, slog.String("type", e.Type), slog.String("result", e.Result))
+	for _, a := range [...]struct{ k, v string }{
+		{"keyHash", e.KeyHash}, {"lockIdHash", e.LockIDHash}, {"reason", e.Reason},
+		{"key", e.Key}, {"lockId", e.LockID},
+	} {
+		if a.v != "" {
+			attrs = append(attrs, slog.String(a.k, a.v))
+		}
+	}
+	if e.Err != nil {
+		attrs = append(attrs, slog.String("code", string(CodeOf(e.Err))), slog.String("error", e.Err.Error()))
+	}
+	return slog.GroupValue(attrs...)
+}
+
+// SlogSink returns an OnEvent that logs each event on logger at level, or
+// at slog.LevelWarn when that is higher and the operation returned an
+// error. Contention and absent locks are normal outcomes and keep level.
+func SlogSink(logger *slog.Logger, level slog.Level) func(LockEvent) {
+	return func(e LockEvent) {
+		lvl := level
+		if e.Err != nil && lvl < slog.LevelWarn {
+			lvl = slog.LevelWarn
+		}
+		ctx := context.Background()
+		if !logger.Enabled(ctx, lvl) {
+			return
+		}
+		logger.LogAttrs(ctx, lvl, "syncguard: "+e.Type+" "+e.Result, e.LogValue().Group()...)
+	}
+}

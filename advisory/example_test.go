@@ -71,3 +71,18 @@ func ExampleRegistry_Markdown() {
 	//
 	// Id schemes: SHA-256 ids are the first 8 bytes of SHA-256(namespace NUL hash input), a signed big-endian bigint, where NUL separates the arguments too (see advisory.FromName). FNV-1a ids are the legacy 32-bit hash of the hash input, sign-extended to bigint. Transaction locks use pg_advisory_xact_lock, session locks pg_advisory_lock.
 }
+
+// Lock ids: SHA-256 of a namespaced name for new locks, the document's
+// FNV-1a for services that still compute it, and PostgreSQL's two key forms.
+func ExampleFromName() {
+	k, _ := advisory.FromName("mais", "booking.create")
+	fmt.Println(k)
+	fmt.Println(advisory.FromLegacyFNV1a32("tenant-1:2025-01-15")) // hashTenantDate("tenant-1", "2025-01-15")
+	fmt.Println(advisory.ID(42424242), advisory.Pair(1, -2))
+	fmt.Println(advisory.ID(1<<32 | 2).Same(advisory.Pair(1, 2)))
+	// Output:
+	// 7520250815572602285
+	// 761239885
+	// 42424242 (1,-2)
+	// false
+}

@@ -208,7 +208,7 @@ func keyFromTag(classid, objid int64, objsubid int32) (Key, bool) {
 	return Key{}, false
 }
 
-// args are the SQL arguments and the placeholder list for k.
+// args are the SQL arguments for k, matching the stmts of its form.
 func (k Key) args() []any {
 	if k.form == formPair {
 		k1, k2, _ := k.Pair()

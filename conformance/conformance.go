@@ -116,6 +116,11 @@ func Run(t *testing.T, h Harness) {
 		}
 		groups[g] = append(groups[g], c)
 	}
+	for _, g := range h.Groups {
+		if _, ok := groups[g]; !ok {
+			t.Errorf("conformance: Harness.Groups names %q, which is no case group (groups: %s)", g, strings.Join(order, ", "))
+		}
+	}
 	for _, g := range order {
 		if len(h.Groups) > 0 && !slices.Contains(h.Groups, g) {
 			continue

@@ -347,5 +347,51 @@ func init() {
 					keys[i], ms(olds[i].ExpiresAt), rels[i], ms(news[i].ExpiresAt)-30000, row, ok)
 			}
 		}
+
+		// Part 3, deterministic: the takeover of an expired lock is held open
+		// in a transaction while the old holder releases and extends; then it
+		// commits. The old lockId must touch nothing of the new holding.
+		for _, op := range []string{"release", "extend"} {
+			k := e.key("takeovertx" + op)
+			old := e.mustAcquire(e.b, k, 100*time.Millisecond)
+			e.waitServerPast(ms(old.ExpiresAt) + tolMs)
+			tx := e.begin(e.db)
+			nw, err := e.b.WithTx(tx).Acquire(e.ctx, k, 30*time.Second)
+			if err != nil || !nw.OK {
+				e.t.Fatalf("rule: an expired lock can be taken over (inside a transaction too); got %+v, %v", nw, err)
+			}
+			type res struct {
+				ok     bool
+				reason string
+				err    error
+			}
+			ch := make(chan res, 1)
+			go func() {
+				if op == "release" {
+					r, err := e.b2.Release(e.ctx, old.LockID)
+					ch <- res{r.OK, r.Reason, err}
+				} else {
+					r, err := e.b2.Extend(e.ctx, old.LockID, time.Hour)
+					ch <- res{r.OK, r.Reason, err}
+				}
+			}()
+			var got res
+			select {
+			case got = <-ch:
+				e.must(tx.Commit(), "commit")
+			case <-time.After(300 * time.Millisecond):
+				// The old holder's statement waits on the new row: commit.
+				e.must(tx.Commit(), "commit")
+				got = <-ch
+			}
+			if got.err != nil || got.ok {
+				e.t.Errorf("rule: the old holder's %s racing a takeover of its expired lock fails; got ok=%v reason=%q err=%v", op, got.ok, got.reason, got.err)
+			}
+			row, ok := e.rawLockRow(k)
+			if !ok || row.LockID != nw.LockID || row.ExpiresAt != ms(nw.ExpiresAt) {
+				e.t.Errorf("rule: a %s by the old holder racing a takeover never deletes or changes the new holder's lock; new holder %s (expires %d), row now %+v (present %v)",
+					op, syncguard.HashKey(nw.LockID), ms(nw.ExpiresAt), row, ok)
+			}
+		}
 	})
 }

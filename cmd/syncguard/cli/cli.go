@@ -65,15 +65,20 @@ type command struct {
 	run                 func(a *app, args []string) error
 }
 
-var commands = []command{
-	{"run", "--key KEY [flags] -- COMMAND [ARG...]", "run COMMAND while holding the lock on KEY", (*app).cmdRun},
-	{"status", "KEY", "show whether KEY is held, by whom, until when, with which fence", (*app).cmdStatus},
-	{"ls", "", "list active locks, newest first", (*app).cmdLs},
-	{"schema", "", "print the DDL of the lock tables (for migration tools)", (*app).cmdSchema},
-	{"setup", "", "create the lock tables and indexes if they do not exist", (*app).cmdSetup},
-	{"doctor", "", "check schema, privileges, clock, durability and pooler; say what to fix", (*app).cmdDoctor},
-	{"advisory", "ls", "list PostgreSQL advisory locks held and awaited", (*app).cmdAdvisory},
-	{"version", "", "print the version", (*app).cmdVersion},
+var commands []command
+
+func init() {
+	// In init: the commands' help refers back to this table.
+	commands = []command{
+		{"run", "--key KEY [flags] -- COMMAND [ARG...]", "run COMMAND while holding the lock on KEY", (*app).cmdRun},
+		{"status", "KEY", "show whether KEY is held, by whom, until when, with which fence", (*app).cmdStatus},
+		{"ls", "", "list active locks, newest first", (*app).cmdLs},
+		{"schema", "", "print the DDL of the lock tables (for migration tools)", (*app).cmdSchema},
+		{"setup", "", "create the lock tables and indexes if they do not exist", (*app).cmdSetup},
+		{"doctor", "", "check schema, privileges, clock, durability and pooler; say what to fix", (*app).cmdDoctor},
+		{"advisory", "ls", "list PostgreSQL advisory locks held and awaited", (*app).cmdAdvisory},
+		{"version", "", "print the version", (*app).cmdVersion},
+	}
 }
 
 func lookupCommand(name string) *command {

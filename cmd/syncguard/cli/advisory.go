@@ -1,0 +1,299 @@
+package cli
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/syncguard/syncguard-go/advisory"
+	"github.com/syncguard/syncguard-go/pgxstd"
+)
+
+const advisoryHelp = `
+Lists the PostgreSQL advisory locks of the current database, held and
+awaited, from pg_locks and pg_stat_activity (package advisory's Locks and
+Waiting): the lock id, its name when a registry file names it, whether the
+session holds or waits for it, the session's pid, application and state,
+how long it has waited (waiters) or how old its transaction is (holders),
+and the pids blocking a waiter.
+
+--registry names lock ids from a Markdown document with a table whose
+header has a "Lock ID" column: the document advisory.Registry.Markdown
+generates ("Lock ID | Name | ..."), or a hand-kept advisory-locks
+registry ("Lock ID | Component | Purpose | ..."). Ids are written as
+` + "`42424242`" + ` or ` + "`(1, 2)`" + ` for the two-key form. Only fixed ids can be named:
+ids hashed from runtime values (per-resource locks) show without a name.`
+
+func (a *app) cmdAdvisory(args []string) error {
+	if len(args) == 0 || (args[0] != "ls" && args[0] != "-h" && args[0] != "--help" && args[0] != "-help") {
+		return usageErr("want a subcommand: syncguard advisory ls [--waiting] [--registry FILE]")
+	}
+	if args[0] == "ls" {
+		args = args[1:]
+		a.cmd = "advisory ls"
+	}
+	fs := a.flagSet("advisory ls")
+	waiting := fs.Bool("waiting", false, "list only waiting requests, with the pids blocking them")
+	regFile := fs.String("registry", "", "Markdown registry document that names lock ids (see above)")
+	pos, err := a.parse(fs, args, true)
+	if errors.Is(err, errHelp) {
+		a.cmdHelp(fs, advisoryHelp)
+	}
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageErr("advisory ls takes no arguments, got %q", pos)
+	}
+	var reg *advisory.Registry
+	if *regFile != "" {
+		if reg, err = a.loadRegistry(*regFile); err != nil {
+			return err
+		}
+	}
+	db, err := a.open()
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	l, err := advisory.New(db, &advisory.Config{Registry: reg, Dialect: pgxstd.Dialect})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := a.ctx()
+	defer cancel()
+	var locks []advisory.LockInfo
+	if *waiting {
+		locks, err = l.Waiting(ctx)
+	} else {
+		locks, err = l.Locks(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	nowMs, err := a.serverNow(ctx, db)
+	if err != nil {
+		return err
+	}
+	now := time.UnixMilli(nowMs)
+
+	if a.json {
+		out := []map[string]any{}
+		for _, li := range locks {
+			m := map[string]any{
+				"lock": lockText(li.Key), "name": li.Name, "granted": li.Granted, "mode": li.Mode, "pid": li.PID,
+				"blockedBy": append([]int{}, li.BlockedBy...), "applicationName": li.ApplicationName, "state": li.State,
+				"waitStart": optTime(li.WaitStart), "xactStart": optTime(li.XactStart), "queryStart": optTime(li.QueryStart),
+			}
+			if id, ok := li.Key.Int64(); ok {
+				m["id"] = id
+			} else if k1, k2, ok := li.Key.Pair(); ok {
+				m["pair"] = []int32{k1, k2}
+			}
+			out = append(out, m)
+		}
+		return writeJSON(a.stdout, map[string]any{"serverTime": jsonTime(now), "locks": out})
+	}
+	if len(locks) == 0 {
+		if *waiting {
+			fmt.Fprintln(a.stdout, "no session is waiting for an advisory lock")
+		} else {
+			fmt.Fprintln(a.stdout, "no advisory locks held or awaited")
+		}
+		return nil
+	}
+	w := table(a.stdout)
+	fmt.Fprintln(w, "LOCK\tNAME\tSTATE\tPID\tSINCE\tBLOCKED BY\tAPPLICATION\tSESSION")
+	for _, li := range locks {
+		state, since := "held", "-"
+		if !li.Granted {
+			state = "waiting"
+			if t := firstSet(li.WaitStart, li.QueryStart); !t.IsZero() {
+				since = "waiting " + short(max(now.Sub(t), 0))
+			}
+		} else if !li.XactStart.IsZero() {
+			since = "xact " + short(max(now.Sub(li.XactStart), 0))
+		}
+		if li.Mode == "ShareLock" {
+			state += " (shared)"
+		}
+		blocked := "-"
+		if len(li.BlockedBy) > 0 {
+			var s []string
+			for _, p := range li.BlockedBy {
+				s = append(s, strconv.Itoa(p))
+			}
+			blocked = strings.Join(s, ",")
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", lockText(li.Key), orDash(li.Name), state, li.PID, since, blocked,
+			orDash(li.ApplicationName), orDash(li.State))
+	}
+	return w.Flush()
+}
+
+func lockText(k advisory.Key) string {
+	if k1, k2, ok := k.Pair(); ok {
+		return fmt.Sprintf("(%d,%d)", k1, k2)
+	}
+	id, _ := k.Int64()
+	return strconv.FormatInt(id, 10)
+}
+
+func optTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return jsonTime(t)
+}
+
+func firstSet(ts ...time.Time) time.Time {
+	for _, t := range ts {
+		if !t.IsZero() {
+			return t
+		}
+	}
+	return time.Time{}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// loadRegistry reads the Markdown tables of path that have a "Lock ID"
+// column and declares each fixed id in a Registry.
+func (a *app) loadRegistry(path string) (*advisory.Registry, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, usageErr("--registry: %v", err)
+	}
+	defer f.Close()
+	reg := advisory.MustNewRegistry("syncguard-cli")
+	var header []string // lower-cased column names of the current table, nil outside one
+	names := map[string]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	line := 0
+	for sc.Scan() {
+		line++
+		cells, ok := tableRow(sc.Text())
+		switch {
+		case !ok:
+			header = nil
+			continue
+		case header == nil:
+			header = make([]string, len(cells))
+			for i, c := range cells {
+				header[i] = strings.ToLower(strings.Trim(c, "`* "))
+			}
+			continue
+		case isSeparator(cells):
+			continue
+		}
+		col := func(name string) string {
+			for i, h := range header {
+				if h == name && i < len(cells) {
+					return strings.TrimSpace(strings.Trim(strings.TrimSpace(cells[i]), "`"))
+				}
+			}
+			return ""
+		}
+		idText := col("lock id")
+		if idText == "" {
+			continue
+		}
+		key, ok := parseLockID(idText)
+		if !ok {
+			a.notef("--registry %s:%d: lock id %q is neither an integer nor a pair (k1, k2); skipped", path, line, idText)
+			continue
+		}
+		purpose := col("purpose")
+		name := col("name")
+		if name == "" {
+			name = strings.Trim(col("component")+": "+purpose, ": ")
+		}
+		if name == "" {
+			name = "lock " + idText
+		}
+		if n := names[name]; n > 0 {
+			names[name] = n + 1
+			name = fmt.Sprintf("%s (%d)", name, n+1)
+		} else {
+			names[name] = 1
+		}
+		if purpose == "" {
+			purpose = "named in " + path
+		}
+		kind := advisory.Session
+		if strings.Contains(strings.ToLower(col("lock type")), "transaction") {
+			kind = advisory.Transaction
+		}
+		if _, err := reg.Declare(advisory.Decl{Name: name, Kind: kind, Purpose: purpose, ID: key, Source: path}); err != nil {
+			_, _, msg := describe(err)
+			a.notef("--registry %s:%d: %s; skipped", path, line, msg)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, usageErr("--registry: %v", err)
+	}
+	return reg, nil
+}
+
+// tableRow splits a Markdown table row "| a | b |" into its cells,
+// honouring escaped pipes (\|).
+func tableRow(s string) ([]string, bool) {
+	s = strings.TrimSpace(s)
+	if !strings.HasPrefix(s, "|") {
+		return nil, false
+	}
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "|"), "|")
+	var cells []string
+	var cur strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '\\' && i+1 < len(s) && s[i+1] == '|':
+			cur.WriteByte('|')
+			i++
+		case s[i] == '|':
+			cells = append(cells, strings.TrimSpace(cur.String()))
+			cur.Reset()
+		default:
+			cur.WriteByte(s[i])
+		}
+	}
+	return append(cells, strings.TrimSpace(cur.String())), true
+}
+
+func isSeparator(cells []string) bool {
+	for _, c := range cells {
+		if strings.Trim(c, "-: ") != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// parseLockID reads "42424242" (the bigint form) or "(1, 2)" (two keys).
+func parseLockID(s string) (advisory.Key, bool) {
+	s = strings.TrimSpace(s)
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return advisory.ID(n), true
+	}
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "("), ")")
+	k1s, k2s, ok := strings.Cut(s, ",")
+	if !ok {
+		return advisory.Key{}, false
+	}
+	k1, err1 := strconv.ParseInt(strings.TrimSpace(k1s), 10, 32)
+	k2, err2 := strconv.ParseInt(strings.TrimSpace(k2s), 10, 32)
+	if err1 != nil || err2 != nil {
+		return advisory.Key{}, false
+	}
+	return advisory.Pair(int32(k1), int32(k2)), true
+}

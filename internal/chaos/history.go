@@ -1,0 +1,305 @@
+package chaos
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+// Holding is one acknowledged holding of a key, as its worker saw it. All
+// *Ms times are server milliseconds, taken from what the library returned.
+type Holding struct {
+	Seq      int
+	Key      string
+	Worker   string
+	Fence    int64
+	LockHash string // HashKey of the lockId
+	TTL      time.Duration
+	// StartMs is the acquire's ExpiresAt minus the ttl: the server time of
+	// the acquire statement (acquired_at_ms).
+	StartMs int64
+	// Expiries are the confirmed expiries: the acquire's, then each
+	// successful extend's.
+	Expiries []int64
+	AcqSent  time.Time // local time the acquire was sent
+	AckedAt  time.Time // local time it returned OK
+	// ReleaseSent is when the holder first sent a release (zero: never).
+	// From then on the lock may be gone, whatever the outcome.
+	ReleaseSent time.Time
+	ReleaseOK   bool
+	// End says how the holding ended: "released", "release:<reason>",
+	// "release:error", "lost:<why>", or "" while it runs.
+	End string
+}
+
+// LastExpiryMs is the last confirmed expiry.
+func (h *Holding) LastExpiryMs() int64 { return h.Expiries[len(h.Expiries)-1] }
+
+// Event is one operation in a key's log.
+type Event struct {
+	At      time.Time
+	Dur     time.Duration
+	Worker  string
+	Op      string
+	Outcome string
+}
+
+// History records holdings and per-key operation logs.
+type History struct {
+	mu       sync.Mutex
+	t0       time.Time
+	holdings []*Holding
+	events   map[string][]Event
+}
+
+const maxEventsPerKey = 4000
+
+// NewHistory starts an empty history; times print relative to now.
+func NewHistory() *History { return &History{t0: time.Now(), events: map[string][]Event{}} }
+
+func (h *History) rel(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return fmt.Sprintf("%+.3fs", t.Sub(h.t0).Seconds())
+}
+
+func (h *History) relMs(ms int64) string { return h.rel(time.UnixMilli(ms)) }
+
+// Begin records an acknowledged acquire.
+func (h *History) Begin(key, worker string, r syncguard.AcquireResult, ttl time.Duration, sent, acked time.Time) *Holding {
+	n, _ := r.Fence.Int64()
+	exp := r.ExpiresAt.UnixMilli()
+	hd := &Holding{Key: key, Worker: worker, Fence: n, LockHash: syncguard.HashKey(r.LockID), TTL: ttl,
+		StartMs: exp - ttl.Milliseconds(), Expiries: []int64{exp}, AcqSent: sent, AckedAt: acked}
+	h.mu.Lock()
+	hd.Seq = len(h.holdings)
+	h.holdings = append(h.holdings, hd)
+	h.mu.Unlock()
+	return hd
+}
+
+// Extended records a confirmed expiry.
+func (h *History) Extended(hd *Holding, expiresAt time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ms := expiresAt.UnixMilli()
+	if ms != hd.Expiries[len(hd.Expiries)-1] {
+		hd.Expiries = append(hd.Expiries, ms)
+	}
+}
+
+// ReleaseSent records the first release attempt.
+func (h *History) ReleaseSent(hd *Holding, t time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if hd.ReleaseSent.IsZero() {
+		hd.ReleaseSent = t
+	}
+}
+
+// Ended records how a holding ended.
+func (h *History) Ended(hd *Holding, end string, releaseOK bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hd.End, hd.ReleaseOK = end, releaseOK
+}
+
+// Event adds an operation to key's log.
+func (h *History) Event(key string, e Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	l := h.events[key]
+	if len(l) >= maxEventsPerKey {
+		l = append(l[:0], l[len(l)/2:]...)
+	}
+	h.events[key] = append(l, e)
+}
+
+// Holdings returns a snapshot of the holdings.
+func (h *History) Holdings() []Holding {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]Holding, len(h.holdings))
+	for i, hd := range h.holdings {
+		out[i] = *hd
+		out[i].Expiries = append([]int64(nil), hd.Expiries...)
+	}
+	return out
+}
+
+// MaxAckedFences returns, per key, the largest fence acknowledged before t.
+func (h *History) MaxAckedFences(t time.Time) map[string]int64 {
+	m := map[string]int64{}
+	for _, hd := range h.Holdings() {
+		if hd.AckedAt.Before(t) && hd.Fence > m[hd.Key] {
+			m[hd.Key] = hd.Fence
+		}
+	}
+	return m
+}
+
+// Violation is a broken invariant with the evidence.
+type Violation struct {
+	Rule   string
+	Key    string
+	Detail string
+	// History is the part of the key's history around the violation.
+	History string
+}
+
+func (v Violation) String() string {
+	s := "rule: " + v.Rule
+	if v.Key != "" {
+		s += "\nkey: " + v.Key
+	}
+	if v.Detail != "" {
+		s += "\n" + v.Detail
+	}
+	if v.History != "" {
+		s += "\n" + v.History
+	}
+	return s
+}
+
+// CheckStats summarizes a check.
+type CheckStats struct {
+	Holdings int
+	Pairs    int // consecutive holdings of a key checked for exclusion
+	// MinGapMs is the smallest distance between the earliest moment a new
+	// holder was allowed to start and its start (negative: a violation).
+	MinGapMs int64
+	// HandoffsByRelease and HandoffsByExpiry count how each checked pair
+	// was allowed: the previous holder released, or its lock expired.
+	HandoffsByRelease, HandoffsByExpiry int
+}
+
+// Check verifies mutual exclusion and fence order over all holdings:
+//
+//   - fences are unique per key;
+//   - ordered by fence, holdings start in the same order (server time);
+//   - a holding starts only after the previous holder of the key released
+//     (its first release attempt, less slackMs) or its last confirmed
+//     expiry plus the tolerance passed.
+//
+// slackMs allows for the time between a statement's statement_timestamp()
+// (the recorded start) and its snapshot: an acquire that began just before
+// the previous holder's release was sent, but read the table after the
+// release committed, legitimately records a start before the release.
+func (h *History) Check(slackMs int64) ([]Violation, CheckStats) {
+	all := h.Holdings()
+	byKey := map[string][]Holding{}
+	for _, hd := range all {
+		byKey[hd.Key] = append(byKey[hd.Key], hd)
+	}
+	st := CheckStats{Holdings: len(all), MinGapMs: 1 << 62}
+	var vs []Violation
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		hs := byKey[k]
+		sort.Slice(hs, func(i, j int) bool { return hs[i].Fence < hs[j].Fence })
+		for i := 1; i < len(hs); i++ {
+			prev, cur := hs[i-1], hs[i]
+			if cur.Fence == prev.Fence {
+				vs = append(vs, Violation{Rule: "fences are unique per key", Key: k,
+					Detail:  fmt.Sprintf("fence %d handed to #%d (%s) and #%d (%s)", cur.Fence, prev.Seq, prev.Worker, cur.Seq, cur.Worker),
+					History: h.describe(k, hs, i)})
+				continue
+			}
+			if cur.StartMs < prev.StartMs {
+				vs = append(vs, Violation{Rule: "fences increase in acquisition order per key", Key: k,
+					Detail: fmt.Sprintf("fence %d started at %s, before fence %d at %s",
+						cur.Fence, h.relMs(cur.StartMs), prev.Fence, h.relMs(prev.StartMs)),
+					History: h.describe(k, hs, i)})
+			}
+			allowed := prev.LastExpiryMs() + syncguard.TimeToleranceMs
+			byRelease := false
+			if !prev.ReleaseSent.IsZero() {
+				if r := prev.ReleaseSent.UnixMilli() - slackMs; r < allowed {
+					allowed, byRelease = r, true
+				}
+			}
+			st.Pairs++
+			if byRelease {
+				st.HandoffsByRelease++
+			} else {
+				st.HandoffsByExpiry++
+			}
+			gap := cur.StartMs - allowed
+			st.MinGapMs = min(st.MinGapMs, gap)
+			if gap < 0 {
+				vs = append(vs, Violation{Rule: "no two holders of one key at the same time", Key: k,
+					Detail: fmt.Sprintf("fence %d (#%d, %s) started at %s, %d ms before fence %d (#%d, %s) released or expired "+
+						"(last confirmed expiry %s + %d ms tolerance; first release sent %s, slack %d ms)",
+						cur.Fence, cur.Seq, cur.Worker, h.relMs(cur.StartMs), -gap, prev.Fence, prev.Seq, prev.Worker,
+						h.relMs(prev.LastExpiryMs()), syncguard.TimeToleranceMs, h.rel(prev.ReleaseSent), slackMs),
+					History: h.describe(k, hs, i)})
+			}
+		}
+	}
+	if st.Pairs == 0 {
+		st.MinGapMs = 0
+	}
+	return vs, st
+}
+
+// CheckFencesAfter verifies that every holding acquired (sent) after t has
+// a fence above the largest one acknowledged for its key before a crash.
+func (h *History) CheckFencesAfter(t time.Time, maxAcked map[string]int64) []Violation {
+	var vs []Violation
+	for _, hd := range h.Holdings() {
+		if hd.AcqSent.After(t) && hd.Fence <= maxAcked[hd.Key] {
+			vs = append(vs, Violation{Rule: "the next fence after a crash exceeds every acknowledged fence", Key: hd.Key,
+				Detail: fmt.Sprintf("fence %d (#%d, %s) acquired at %s after the restart; fence %d was acknowledged before it",
+					hd.Fence, hd.Seq, hd.Worker, h.relMs(hd.StartMs), maxAcked[hd.Key])})
+		}
+	}
+	return vs
+}
+
+// describe prints the holdings around index i of hs (sorted by fence) and
+// the key's operations in that time window.
+func (h *History) describe(key string, hs []Holding, i int) string {
+	var b strings.Builder
+	lo, hi := max(0, i-3), min(len(hs), i+3)
+	fmt.Fprintf(&b, "holdings of the key by fence (times relative to the run start, server clock):\n")
+	for _, hd := range hs[lo:hi] {
+		mark := "  "
+		if hd.Fence == hs[i].Fence || hd.Fence == hs[max(0, i-1)].Fence {
+			mark = "=>"
+		}
+		exps := make([]string, len(hd.Expiries))
+		for j, e := range hd.Expiries {
+			exps[j] = h.relMs(e)
+		}
+		fmt.Fprintf(&b, "%s fence=%d #%d %-14s lock#%s start=%s expiries=[%s] acqSent=%s acked=%s releaseSent=%s end=%q\n",
+			mark, hd.Fence, hd.Seq, hd.Worker, hd.LockHash[:8], h.relMs(hd.StartMs), strings.Join(exps, " "),
+			h.rel(hd.AcqSent), h.rel(hd.AckedAt), h.rel(hd.ReleaseSent), hd.End)
+	}
+	from := time.UnixMilli(hs[max(0, i-1)].StartMs).Add(-time.Second)
+	to := time.UnixMilli(hs[i].StartMs).Add(2 * time.Second)
+	h.mu.Lock()
+	evs := append([]Event(nil), h.events[key]...)
+	h.mu.Unlock()
+	fmt.Fprintf(&b, "operations on the key from %s to %s:\n", h.rel(from), h.rel(to))
+	n := 0
+	for _, e := range evs {
+		if e.At.Before(from) || e.At.After(to) {
+			continue
+		}
+		if n++; n > 200 {
+			b.WriteString("  ...\n")
+			break
+		}
+		fmt.Fprintf(&b, "  %s %-14s %-8s %6.1fms %s\n", h.rel(e.At), e.Worker, e.Op, float64(e.Dur.Microseconds())/1000, e.Outcome)
+	}
+	return b.String()
+}

@@ -1,0 +1,260 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+// worker is one load goroutine on one adapter.
+type worker struct {
+	r    *runner
+	a    *adapter
+	name string
+	rng  *rand.Rand
+}
+
+func (w *worker) opCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(w.r.ctx, w.r.opts.OpTimeout)
+}
+
+// backoff waits after the n-th consecutive error: 50 ms doubling to 800 ms,
+// with equal jitter.
+func (w *worker) backoff(n int) {
+	d := min(50*time.Millisecond<<min(n-1, 4), 800*time.Millisecond)
+	sleepCtx(w.r.ctx, d/2+time.Duration(w.rng.Int64N(int64(d/2)+1)))
+}
+
+// write writes to the fenced resource while the holder believes it holds
+// the lock (before its last confirmed expiry).
+func (w *worker) write(key string, fence int64, expiry time.Time) {
+	if time.Now().Before(expiry) {
+		w.r.res.write(key, fence, false)
+	}
+}
+
+// zombie sometimes writes with the fence of a lock it lost, after a pause,
+// as a process that stalled would: the resource must reject it once a newer
+// holder wrote.
+func (w *worker) zombie(key string, fence int64) {
+	if w.rng.IntN(3) != 0 || w.r.ctx.Err() != nil {
+		return
+	}
+	sleepCtx(w.r.ctx, 1200*time.Millisecond)
+	w.r.res.write(key, fence, true)
+}
+
+// runRaw: single attempts through the Backend, extends at the edge of
+// expiry, a retry loop with backoff on errors.
+func (w *worker) runRaw() {
+	r, o := w.r, w.r.opts
+	fails := 0
+	for r.ctx.Err() == nil {
+		key := r.keys[w.rng.IntN(len(r.keys))]
+		ctx, cancel := w.opCtx()
+		sent := time.Now()
+		res, err := w.a.b.Acquire(ctx, key, o.TTL)
+		dur := time.Since(sent)
+		cancel()
+		outcome := "locked"
+		if res.OK {
+			outcome = "ok fence=" + string(res.Fence)
+		}
+		r.note(w.a, w.name, key, "acquire", sent, dur, outcome, err, w.a.bound)
+		switch {
+		case err != nil:
+			fails++
+			w.backoff(fails)
+			continue
+		case !res.OK:
+			fails = 0
+			sleepCtx(r.ctx, time.Duration(5+w.rng.IntN(30))*time.Millisecond)
+			continue
+		}
+		fails = 0
+		h := r.hist.Begin(key, w.name, res, o.TTL, sent, time.Now())
+		w.holdRaw(h, key, res)
+	}
+}
+
+func (w *worker) holdRaw(h *Holding, key string, res syncguard.AcquireResult) {
+	r, o := w.r, w.r.opts
+	fence, _ := res.Fence.Int64()
+	expiry := res.ExpiresAt
+	w.write(key, fence, expiry)
+	extends := w.rng.IntN(3)
+	lost := ""
+	for i := 0; i < extends && lost == "" && r.ctx.Err() == nil; i++ {
+		// At the edge: 100-350 ms before the confirmed expiry.
+		edge := time.Duration(100+w.rng.IntN(250)) * time.Millisecond
+		sleepCtx(r.ctx, time.Until(expiry.Add(-edge)))
+		for r.ctx.Err() == nil {
+			if !time.Now().Before(expiry) {
+				lost = "lost:not extended before expiry"
+				break
+			}
+			ctx, cancel := w.opCtx()
+			st := time.Now()
+			x, err := w.a.b.Extend(ctx, res.LockID, o.TTL)
+			d := time.Since(st)
+			cancel()
+			outcome := "ok"
+			if !x.OK {
+				outcome = x.Reason
+			}
+			r.note(w.a, w.name, key, "extend", st, d, outcome, err, w.a.bound)
+			if err == nil {
+				if x.OK {
+					r.hist.Extended(h, x.ExpiresAt)
+					expiry = x.ExpiresAt
+					w.write(key, fence, expiry)
+				} else {
+					lost = "lost:" + x.Reason
+				}
+				break
+			}
+			sleepCtx(r.ctx, 30*time.Millisecond)
+		}
+	}
+	if lost == "" {
+		sleepCtx(r.ctx, time.Duration(w.rng.IntN(80))*time.Millisecond) // the work
+		w.write(key, fence, expiry)
+	}
+	w.release(h, key, lost, func(ctx context.Context) (syncguard.ReleaseResult, error) {
+		return w.a.b.Release(ctx, res.LockID)
+	})
+	if lost != "" {
+		w.zombie(key, fence)
+	}
+}
+
+// release releases a holding, retrying errors for up to 3 s (also after
+// the load ended, so the run leaves no lock behind).
+func (w *worker) release(h *Holding, key, lost string, rel func(context.Context) (syncguard.ReleaseResult, error)) {
+	r := w.r
+	deadline := time.Now().Add(3 * time.Second)
+	r.hist.ReleaseSent(h, time.Now())
+	end, ok := "", false
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), r.opts.OpTimeout)
+		st := time.Now()
+		res, err := rel(ctx)
+		d := time.Since(st)
+		cancel()
+		outcome := "ok"
+		if !res.OK {
+			outcome = res.Reason
+		}
+		r.note(w.a, w.name, key, "release", st, d, outcome, err, w.a.bound)
+		if err == nil {
+			ok = res.OK
+			end = "released"
+			if !ok {
+				end = "release:" + res.Reason
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			end = "release:error " + string(syncguard.CodeOf(err))
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if lost != "" {
+		end = lost + "; " + end
+	}
+	r.hist.Ended(h, end, ok)
+}
+
+// acquisitionTimeout is the helper workers' AcquisitionOptions.Timeout.
+const acquisitionTimeout = 2 * time.Second
+
+// runHelper: the lock helper (syncguard.Lock) with AutoExtend, wrapped in
+// a retry loop for backend errors (the helper retries contention only).
+func (w *worker) runHelper() {
+	r, o := w.r, w.r.opts
+	opts := &syncguard.LockOptions{
+		TTL:            o.TTL,
+		AutoExtend:     true,
+		Acquisition:    syncguard.AcquisitionOptions{Timeout: acquisitionTimeout, RetryDelay: 20 * time.Millisecond, MaxRetries: 1000},
+		ReleaseTimeout: o.OpTimeout,
+		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	// Lock must outlive the call (auto-extension stops with its ctx), so it
+	// gets no deadline; a watchdog cancels a Lock call that outlives its
+	// acquisition timeout by more than an operation timeout, and the run
+	// reports it.
+	bound := acquisitionTimeout + o.OpTimeout
+	fails := 0
+	for r.ctx.Err() == nil {
+		key := r.keys[w.rng.IntN(len(r.keys))]
+		lctx, stop := context.WithCancel(r.ctx)
+		watchdog := time.AfterFunc(bound, stop)
+		sent := time.Now()
+		lease, err := syncguard.Lock(lctx, w.a.b, key, opts)
+		dur := time.Since(sent)
+		fired := !watchdog.Stop()
+		if fired && r.running.Load() {
+			r.violate(Violation{Rule: "the lock helper returns within its acquisition timeout", Key: key,
+				Detail: fmt.Sprintf("%s: syncguard.Lock (Acquisition.Timeout %v) still running after %v; cancelled it (it then returned %v)",
+					w.name, acquisitionTimeout, bound, err)})
+		}
+		switch {
+		case err != nil && syncguard.CodeOf(err) == syncguard.CodeAcquisitionTimeout:
+			r.note(w.a, w.name, key, "lock", sent, dur, "contended", nil, bound+time.Second)
+			fails = 0
+			stop()
+			continue
+		case err != nil:
+			if !fired {
+				r.note(w.a, w.name, key, "lock", sent, dur, "", err, bound+time.Second)
+			}
+			stop()
+			fails++
+			w.backoff(fails)
+			continue
+		}
+		fails = 0
+		fence, _ := lease.Fence().Int64()
+		r.note(w.a, w.name, key, "lock", sent, dur, "ok fence="+string(lease.Fence()), nil, bound+time.Second)
+		first := lease.ExpiresAt()
+		h := r.hist.Begin(key, w.name, syncguard.AcquireResult{OK: true, LockID: lease.LockID(), Fence: lease.Fence(), ExpiresAt: first},
+			o.TTL, sent, time.Now())
+		if fired {
+			stop() // auto-extension stopped with it: hand the lock back
+		}
+		// Hold for 0.3-3 s, across several automatic extensions, writing to
+		// the resource while the lease holds.
+		holdUntil := time.Now().Add(time.Duration(300+w.rng.IntN(2700)) * time.Millisecond)
+		lost := ""
+		tick := time.NewTicker(100 * time.Millisecond)
+	hold:
+		for time.Now().Before(holdUntil) {
+			select {
+			case <-lease.Done():
+				lost = "lost:" + lease.Err().Error()
+				break hold
+			case <-r.ctx.Done():
+				break hold
+			case <-tick.C:
+				exp := lease.ExpiresAt()
+				r.hist.Extended(h, exp)
+				if lease.Err() == nil {
+					w.write(key, fence, exp)
+				}
+			}
+		}
+		tick.Stop()
+		r.hist.Extended(h, lease.ExpiresAt())
+		w.release(h, key, lost, lease.Release)
+		stop()
+		if lost != "" {
+			w.zombie(key, fence)
+		}
+	}
+}

@@ -201,7 +201,7 @@ WHERE i.indrelid = to_regclass(quote_ident($1)) AND i.indisprimary`, table).Scan
 
 	register("Compatibility/SetupSchemaIdempotentAndConcurrent", func(e *env) {
 		suffix := randHex(5)
-		cfg := &syncguard.Config{TableName: "sgc_" + suffix + "_setup", FenceTableName: "sgc_" + suffix + "_setupf", Dialect: e.h.Dialect}
+		cfg := e.config("sgc_"+suffix+"_setup", "sgc_"+suffix+"_setupf")
 		e.t.Cleanup(func() {
 			for _, tbl := range []string{cfg.TableName, cfg.FenceTableName} {
 				_, _ = e.db.Exec(`DROP TABLE IF EXISTS ` + quoteIdent(tbl))

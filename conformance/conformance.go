@@ -217,6 +217,16 @@ func newEnv(t *testing.T, ctx context.Context, h Harness) *env {
 	return e
 }
 
+// config returns a Config for other tables than the case's, built as the
+// case's own: Harness.Dialect, then Harness.Config applied.
+func (e *env) config(table, fences string) *syncguard.Config {
+	cfg := &syncguard.Config{TableName: table, FenceTableName: fences, Dialect: e.h.Dialect}
+	if e.h.Config != nil {
+		e.h.Config(cfg)
+	}
+	return cfg
+}
+
 // newBackend makes a Backend on db with the case's tables; mod may adjust
 // the config.
 func (e *env) newBackend(db *sql.DB, mod func(*syncguard.Config)) *syncguard.Backend {

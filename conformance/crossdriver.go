@@ -149,7 +149,7 @@ func init() {
 		expired, cancel2 := context.WithDeadline(e.ctx, time.Now().Add(-time.Second))
 		defer cancel2()
 		suffix := randHex(5)
-		missing := &syncguard.Config{TableName: "sgc_" + suffix + "_nolocks", FenceTableName: "sgc_" + suffix + "_nofences"}
+		missing := e.config("sgc_"+suffix+"_nolocks", "sgc_"+suffix+"_nofences")
 		for name, b := range map[string]*syncguard.Backend{"primary": e.b, "other": bo} {
 			for what, c := range map[string]struct {
 				err  error
@@ -166,7 +166,7 @@ func init() {
 		}
 		for name, db := range map[string]func() *syncguard.Backend{
 			"primary": func() *syncguard.Backend {
-				return e.newBackend(e.db, func(c *syncguard.Config) { *c = *missing; c.Dialect = e.h.Dialect })
+				return e.newBackend(e.db, func(c *syncguard.Config) { *c = *missing })
 			},
 			"other": func() *syncguard.Backend {
 				return e.newBackend(e.h.OpenOther(e.t), func(c *syncguard.Config) { *c = *missing; c.Dialect = e.h.OtherDialect })

@@ -121,7 +121,7 @@ func init() {
 
 	register("Errors/MissingTablesNameSetupSchema", func(e *env) {
 		suffix := randHex(5)
-		cfg := &syncguard.Config{TableName: "sgc_" + suffix + "_missing", FenceTableName: "sgc_" + suffix + "_missingf", Dialect: e.h.Dialect}
+		cfg := e.config("sgc_"+suffix+"_missing", "sgc_"+suffix+"_missingf")
 		b, err := syncguard.New(e.db, cfg)
 		e.must(err, "New")
 		k := e.key("missing")

@@ -149,8 +149,8 @@ func init() {
 			"same lock and fence table":      {TableName: "sg_same", FenceTableName: "sg_same"},
 			"same tables up to case":         {TableName: "sg_same", FenceTableName: "SG_SAME"},
 		}
-		for name, cfg := range cases {
-			cfg.Dialect = e.h.Dialect
+		for name, bad := range cases {
+			cfg := e.config(bad.TableName, bad.FenceTableName)
 			if _, err := syncguard.New(db, cfg); !errIs(err, syncguard.ErrInvalidArgument) {
 				e.t.Errorf("rule: New rejects a bad configuration (%s) with ErrInvalidArgument; got %v", name, err)
 			}

@@ -5,17 +5,6 @@ import (
 	"fmt"
 )
 
-// Diagnostic helpers (the spec's getByKey, getById, getByKeyRaw, getByIdRaw
-// and owns). They are read-only and answer for an instant that has already
-// passed when they return.
-//
-// Ownership checks are diagnostics, for UIs, monitoring and debugging,
-// never a guard before a mutation: between Owns (or a lookup) returning
-// true and your write, the lock can expire and another owner can take it.
-// Correctness comes from the atomic ownership check inside Release and
-// Extend, and from fencing tokens checked by the resource you protect. Do
-// not probe ownership with Extend either: it changes the TTL.
-
 // DebugLookuper is implemented by backends that can return raw keys and
 // lockIds: *Backend and *TelemetryBackend.
 type DebugLookuper interface {
@@ -24,7 +13,9 @@ type DebugLookuper interface {
 }
 
 // GetByKey returns sanitized information about the live lock on key, or nil
-// when there is none (absent and expired look the same).
+// when there is none (absent and expired look the same). It is the spec's
+// first-class diagnostic helper for backend.LookupKey; like Owns it is for
+// diagnostics, never a check before a mutation.
 func GetByKey(ctx context.Context, backend LockBackend, key string) (*LockInfo, error) {
 	return backend.LookupKey(ctx, key)
 }
@@ -49,10 +40,16 @@ func GetByIDRaw(ctx context.Context, backend DebugLookuper, lockID string) (*Loc
 	return backend.LookupIDDebug(ctx, lockID)
 }
 
-// Owns reports whether lockID currently holds a live lock.
+// Owns reports whether lockID currently holds a live lock. Like the Get
+// helpers it is read-only and answers for an instant that has passed by
+// the time it returns.
 //
-// Diagnostic only: never use Owns (or a lookup) as a check before a
-// mutation; see the note above DebugLookuper.
+// Ownership checks are diagnostics, for UIs, monitoring and debugging,
+// never a guard before a mutation: between Owns (or a lookup) returning
+// true and your write, the lock can expire and another owner can take it.
+// Correctness comes from the atomic ownership check inside Release and
+// Extend, and from fencing tokens checked by the resource you protect. Do
+// not probe ownership with Extend either: it changes the TTL.
 func Owns(ctx context.Context, backend LockBackend, lockID string) (bool, error) {
 	info, err := backend.LookupID(ctx, lockID)
 	return info != nil, err

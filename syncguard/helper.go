@@ -271,8 +271,17 @@ func acquire(ctx context.Context, b LockBackend, key string, c *lockConfig) (Acq
 	deadline := start.Add(c.timeout)
 	for attempts := 1; ; attempts++ {
 		sent := time.Now()
-		res, err := b.Acquire(ctx, key, c.ttl)
+		// The attempt too ends at the deadline: on a half-open connection
+		// it would otherwise wait as long as ctx allows (forever without a
+		// deadline), and ctx must outlive Lock for AutoExtend.
+		actx, cancel := context.WithDeadline(ctx, deadline)
+		res, err := b.Acquire(actx, key, c.ttl)
+		cancel()
 		if err != nil {
+			if ctx.Err() == nil && !time.Now().Before(deadline) {
+				return AcquireResult{}, time.Time{}, &Error{Op: "lock", Code: CodeAcquisitionTimeout, Key: key, Err: err,
+					Msg: fmt.Sprintf("attempt %d got no answer before the acquisition timeout (%v)", attempts, time.Since(start).Round(time.Millisecond))}
+			}
 			return AcquireResult{}, time.Time{}, err
 		}
 		if res.OK {

@@ -16,16 +16,12 @@ type FakeBackend struct {
 	// Latency is the simulated one-way network delay: an operation runs
 	// Latency after the call and its answer arrives Latency after that.
 	Latency time.Duration
-	// Fail, if set, is called at the start of every operation ("acquire",
-	// "release", "extend", "isLocked", "lookup") with its context; a
-	// non-nil error is returned instead of running it. It may block.
-	Fail func(ctx context.Context, op string) error
-
-	mu     sync.Mutex
-	locks  map[string]*fakeLock // by storage key
-	fences map[string]int64
-	calls  map[string]int
-	at     map[string][]time.Time // server-side execution times per op
+	mu      sync.Mutex
+	fail    func(ctx context.Context, op string) error
+	locks   map[string]*fakeLock // by storage key
+	fences  map[string]int64
+	calls   map[string]int
+	at      map[string][]time.Time // server-side execution times per op
 }
 
 type fakeLock struct {
@@ -50,8 +46,11 @@ func (f *FakeBackend) do(ctx context.Context, op string, exec func(now time.Time
 	if e := ctxErr(ctx, op); e != nil {
 		return e
 	}
-	if f.Fail != nil {
-		if err := f.Fail(ctx, op); err != nil {
+	f.mu.Lock()
+	fail := f.fail
+	f.mu.Unlock()
+	if fail != nil {
+		if err := fail(ctx, op); err != nil {
 			return err
 		}
 	}
@@ -238,6 +237,16 @@ func (f *FakeBackend) Capabilities() Capabilities {
 }
 
 // --- test controls, as an operator or another process would act.
+
+// SetFail installs fail (nil removes it). It is called at the start of
+// every operation ("acquire", "release", "extend", "isLocked", "lookup")
+// with the operation's context; a non-nil error is returned instead of
+// running the operation. It may block.
+func (f *FakeBackend) SetFail(fail func(ctx context.Context, op string) error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail = fail
+}
 
 // Delete removes the lock row of lockID, as `DELETE ... WHERE lock_id = $1`.
 func (f *FakeBackend) Delete(lockID string) {

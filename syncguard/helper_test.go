@@ -299,13 +299,13 @@ func TestAcquireBackendErrorReturnedAtOnce(t *testing.T) {
 		f := NewFakeBackend()
 		boom := &Error{Op: "acquire", Code: CodeServiceUnavailable, Msg: "down"}
 		attempts := 0
-		f.Fail = func(_ context.Context, op string) error {
+		f.SetFail(func(_ context.Context, op string) error {
 			if op == "acquire" {
 				attempts++
 				return boom
 			}
 			return nil
-		}
+		})
 		start := time.Now()
 		_, err := Lock(t.Context(), f, "k", nil)
 		if err != boom || attempts != 1 || time.Since(start) != 0 {
@@ -349,6 +349,22 @@ func TestAcquireContextDeadlineWhileWaiting(t *testing.T) {
 	})
 }
 
+func TestAcquireAttemptBoundedByTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := NewFakeBackend()
+		f.SetFail(func(ctx context.Context, op string) error {
+			<-ctx.Done() // an acquire that never answers (half-open connection)
+			return fromContext(ctx, op, nil)
+		})
+		start := time.Now()
+		_, err := Lock(t.Context(), f, "k", &LockOptions{Acquisition: AcquisitionOptions{Timeout: time.Second}})
+		requireCode(t, err, CodeAcquisitionTimeout)
+		if el := time.Since(start); el != time.Second {
+			t.Fatalf("a hanging attempt ends at the acquisition timeout (1s), not at ctx's end; returned at %v", el)
+		}
+	})
+}
+
 // --- release after fn
 
 func TestWithLockReleasesAfterContextCancelledDuringFn(t *testing.T) {
@@ -371,12 +387,12 @@ func TestWithLockReleasesAfterContextCancelledDuringFn(t *testing.T) {
 func TestWithLockReleaseErrorGoesToCallbackNotResult(t *testing.T) {
 	f := NewFakeBackend()
 	relErr := &Error{Op: "release", Code: CodeServiceUnavailable, Msg: "down"}
-	f.Fail = func(_ context.Context, op string) error {
+	f.SetFail(func(_ context.Context, op string) error {
 		if op == "release" {
 			return relErr
 		}
 		return nil
-	}
+	})
 	for _, fnErr := range []error{nil, errFn} {
 		var got []ReleaseErrorInfo
 		var lockID string
@@ -401,12 +417,12 @@ func TestWithLockReleaseErrorGoesToCallbackNotResult(t *testing.T) {
 
 func TestDefaultReleaseErrorHandlerLogsWithoutKeyOrLockID(t *testing.T) {
 	f := NewFakeBackend()
-	f.Fail = func(_ context.Context, op string) error {
+	f.SetFail(func(_ context.Context, op string) error {
 		if op == "release" {
 			return &Error{Op: "release", Code: CodeServiceUnavailable, Msg: "down"}
 		}
 		return nil
-	}
+	})
 	logger, buf := captureLogger()
 	const key = "customer:alice@example.com"
 	var lockID string
@@ -429,13 +445,13 @@ func TestDefaultReleaseErrorHandlerLogsWithoutKeyOrLockID(t *testing.T) {
 func TestWithLockReleaseBoundedByReleaseTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := NewFakeBackend()
-		f.Fail = func(ctx context.Context, op string) error {
+		f.SetFail(func(ctx context.Context, op string) error {
 			if op == "release" {
 				<-ctx.Done() // a release that hangs until its context ends
 				return fromContext(ctx, op, nil)
 			}
 			return nil
-		}
+		})
 		var got error
 		start := time.Now()
 		err := WithLock(t.Context(), f, "k", func(context.Context, *Lease) error { return nil },

@@ -75,7 +75,7 @@ type Lease struct {
 	ctx context.Context // done when the lease ends; its cause is Err
 	end context.CancelCauseFunc
 
-	extendMu sync.Mutex // serializes extends
+	extendSem chan struct{} // capacity 1: serializes extends
 
 	mu        sync.Mutex
 	expiresAt time.Time
@@ -86,10 +86,10 @@ type Lease struct {
 	released  bool
 	result    ReleaseResult
 
+	closing chan struct{} // non-nil once Close started; closed when it is done
+
 	stopExtender context.CancelFunc // nil without AutoExtend
 	extenderDone chan struct{}
-
-	closeOnce sync.Once
 }
 
 // schedule returns, for a lock granted ttl by a request sent at sent,
@@ -112,6 +112,7 @@ func newLease(ctx context.Context, b LockBackend, key string, res AcquireResult,
 	l := &Lease{
 		backend: b, key: key, lockID: res.LockID, fence: res.Fence, cfg: cfg,
 		base: context.WithoutCancel(ctx), expiresAt: res.ExpiresAt,
+		extendSem: make(chan struct{}, 1),
 	}
 	l.ctx, l.end = context.WithCancelCause(context.Background())
 	lostAt, extendAt := schedule(sent, cfg.ttl)
@@ -187,8 +188,14 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) (ExtendResult, er
 // extend does one extend and, on success, moves expiresAt and lostAt. It
 // returns when to extend next.
 func (l *Lease) extend(ctx context.Context, ttl time.Duration) (ExtendResult, time.Time, error) {
-	l.extendMu.Lock()
-	defer l.extendMu.Unlock()
+	select {
+	case l.extendSem <- struct{}{}:
+		defer func() { <-l.extendSem }()
+	case <-ctx.Done():
+		e := fromContext(ctx, "extend", nil)
+		e.LockID = l.lockID
+		return ExtendResult{}, time.Time{}, e
+	}
 	sent := time.Now()
 	res, err := l.backend.Extend(ctx, l.lockID, ttl)
 	if err != nil || !res.OK {
@@ -329,12 +336,24 @@ func (l *Lease) Release(ctx context.Context) (ReleaseResult, error) {
 // Close releases the lock, at most once, for use with defer. See Lease.
 func (l *Lease) Close() { l.dispose(ReleaseSourceClose) }
 
+// dispose releases once; concurrent and later calls wait for the first.
+// It uses a channel rather than sync.Once so that a waiting Close is
+// durably blocked in the eyes of testing/synctest.
 func (l *Lease) dispose(source string) {
-	l.closeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(l.base, l.cfg.releaseTimeout)
-		defer cancel()
-		if _, err := l.Release(ctx); err != nil {
-			l.cfg.onReleaseError(err, ReleaseErrorInfo{Key: l.key, LockID: l.lockID, Source: source})
-		}
-	})
+	l.mu.Lock()
+	if ch := l.closing; ch != nil {
+		l.mu.Unlock()
+		<-ch
+		return
+	}
+	ch := make(chan struct{})
+	l.closing = ch
+	l.mu.Unlock()
+	defer close(ch)
+
+	ctx, cancel := context.WithTimeout(l.base, l.cfg.releaseTimeout)
+	defer cancel()
+	if _, err := l.Release(ctx); err != nil {
+		l.cfg.onReleaseError(err, ReleaseErrorInfo{Key: l.key, LockID: l.lockID, Source: source})
+	}
 }

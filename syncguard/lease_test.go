@@ -69,9 +69,14 @@ func TestLeaseCloseWaitsForReleaseInFlight(t *testing.T) {
 		l, _ := Lock(t.Context(), f, "k", nil)
 		f.Latency = 10 * time.Millisecond
 		start := time.Now()
-		go func() { _, _ = l.Release(context.Background()) }()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = l.Release(context.Background())
+		}()
 		time.Sleep(5 * time.Millisecond)
 		l.Close()
+		<-done
 		if el := time.Since(start); el != 20*time.Millisecond || f.Calls("release") != 1 {
 			t.Fatalf("Close during a release waits for it (20ms) without a second release; returned at %v after %d releases", el, f.Calls("release"))
 		}
@@ -85,9 +90,9 @@ func TestLeaseCloseErrorGoesToOnReleaseError(t *testing.T) {
 		requireCode(t, err, CodeServiceUnavailable)
 		calls = append(calls, info)
 	}})
-	f.Fail = func(context.Context, string) error {
+	f.SetFail(func(context.Context, string) error {
 		return &Error{Op: "release", Code: CodeServiceUnavailable}
-	}
+	})
 	l.Close()
 	l.Close()
 	if len(calls) != 1 || calls[0].Source != ReleaseSourceClose || calls[0].LockID != l.LockID() {
@@ -97,7 +102,7 @@ func TestLeaseCloseErrorGoesToOnReleaseError(t *testing.T) {
 		t.Fatalf("a failed release does not end the lease: %v", l.Err())
 	}
 	// An explicit Release may try again.
-	f.Fail = nil
+	f.SetFail(nil)
 	if r, err := l.Release(context.Background()); err != nil || !r.OK {
 		t.Fatalf("Release after a failed release retries: %+v %v", r, err)
 	}
@@ -119,12 +124,17 @@ func TestLeaseReleaseWaitRespectsContext(t *testing.T) {
 		f := NewFakeBackend()
 		l, _ := Lock(t.Context(), f, "k", nil)
 		f.Latency = time.Second
-		go func() { _, _ = l.Release(context.Background()) }()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = l.Release(context.Background())
+		}()
 		time.Sleep(time.Millisecond)
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
 		defer cancel()
 		_, err := l.Release(ctx)
 		requireCode(t, err, CodeNetworkTimeout)
+		<-done
 	})
 }
 
@@ -246,7 +256,7 @@ func lostCase(t *testing.T, f *FakeBackend, sabotage func(l *Lease)) (cause erro
 		}
 		at, cause = time.Now(), context.Cause(ctx)
 		return nil
-	}, &LockOptions{TTL: 3 * time.Second, AutoExtend: true})
+	}, &LockOptions{TTL: 3 * time.Second, AutoExtend: true, Logger: discardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,12 +298,12 @@ func TestAutoExtendLossWhenExtendsKeepFailing(t *testing.T) {
 				f.Latency = latency
 				down := &Error{Op: "extend", Code: CodeServiceUnavailable, Msg: "down"}
 				cause, at, serverExpiry, l := lostCase(t, f, func(*Lease) {
-					f.Fail = func(_ context.Context, op string) error {
+					f.SetFail(func(_ context.Context, op string) error {
 						if op == "extend" {
 							return down
 						}
 						return nil
-					}
+					})
 				})
 				if !errors.Is(cause, ErrServiceUnavailable) {
 					t.Errorf("the cause carries the last extend error: %v", cause)
@@ -303,7 +313,7 @@ func TestAutoExtendLossWhenExtendsKeepFailing(t *testing.T) {
 				if early := serverExpiry.Sub(at); early > 2*latency+400*time.Millisecond {
 					t.Errorf("declared lost %v before the server-side expiry; more than latency + margin", early)
 				}
-				f.Fail = nil
+				f.SetFail(nil)
 				if r, err := l.Release(context.Background()); err != nil || !r.OK {
 					// The server still holds the lock: WithLock released it,
 					// so this second call returns the cached result.
@@ -318,13 +328,13 @@ func TestAutoExtendHangingExtendCutAtDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := NewFakeBackend()
 		lostCase(t, f, func(*Lease) {
-			f.Fail = func(ctx context.Context, op string) error {
+			f.SetFail(func(ctx context.Context, op string) error {
 				if op == "extend" {
 					<-ctx.Done()
 					return fromContext(ctx, op, nil)
 				}
 				return nil
-			}
+			})
 		})
 	})
 }
@@ -334,13 +344,13 @@ func TestAutoExtendRetriesTransientFailure(t *testing.T) {
 		f := NewFakeBackend()
 		failures := 0
 		err := WithLock(t.Context(), f, "k", func(ctx context.Context, l *Lease) error {
-			f.Fail = func(_ context.Context, op string) error {
+			f.SetFail(func(_ context.Context, op string) error {
 				if op == "extend" && failures < 3 {
 					failures++
 					return &Error{Op: op, Code: CodeNetworkTimeout}
 				}
 				return nil
-			}
+			})
 			time.Sleep(10 * time.Second)
 			if ctx.Err() != nil {
 				t.Errorf("three failed extends within the lifetime are retried, not a loss: %v", context.Cause(ctx))

@@ -148,9 +148,9 @@ func (s *SG) With(kind string) *SG { return &SG{B: s.B, ReadKind: kind} }
 // reference design for its round trips and commits, not for a driver detail.
 // Keys, fence keys and lockIds are derived exactly as syncguard derives them.
 type Reference struct {
-	db                                                   *sql.DB
-	now, adv, sel, fenceIns, fenceUpd, upsert            *sql.Stmt
-	selByID, del, extUpd, read                           *sql.Stmt
+	db                                        *sql.DB
+	now, adv, sel, fenceIns, fenceUpd, upsert *sql.Stmt
+	selByID, del, extUpd, read                *sql.Stmt
 }
 
 // NewReference prepares the reference design's statements on its tables.

@@ -148,3 +148,14 @@ func PrintStorage(w io.Writer, r *StorageResult) {
 	fmt.Fprintf(w, "   average lock row (pg_column_size): %.1f bytes\n", r.AvgRowBytes)
 	PrintTargets(w, r.Targets)
 }
+
+// PrintAnatomy writes the cost breakdown.
+func PrintAnatomy(w io.Writer, r *AnatomyResult) {
+	fmt.Fprintf(w, "\n== [%s] anatomy: where acquire and release spend their time (%s)\n", r.Driver, r.Method)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "statement\tp10 µs\tp50 µs")
+	for _, x := range r.Rows {
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\n", x.Op, x.P10, x.P50)
+	}
+	tw.Flush()
+}

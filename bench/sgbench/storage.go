@@ -19,17 +19,17 @@ type StorageResult struct {
 	KeyBytes int    `json:"key_bytes"`
 	// Lock table, after Locks acquires through syncguard (real lockIds,
 	// real fences, random lock_id order in its unique index).
-	HeapBytes        int64            `json:"heap_bytes"`
-	TableBytes       int64            `json:"table_bytes"` // heap + TOAST + FSM/VM
-	IndexBytes       map[string]int64 `json:"index_bytes"`
-	TotalBytes       int64            `json:"total_bytes"` // pg_total_relation_size
-	BytesPerLock     float64          `json:"bytes_per_lock"`
-	AvgRowBytes      float64          `json:"avg_row_bytes"` // pg_column_size of the row
-	FenceTotalBytes  int64            `json:"fence_total_bytes"`
-	BytesPerFence    float64          `json:"bytes_per_fence_counter"`
-	FenceIndexBytes  int64            `json:"fence_index_bytes"`
-	LoadSeconds      float64          `json:"load_seconds"`
-	Targets          []Target         `json:"targets"`
+	HeapBytes       int64            `json:"heap_bytes"`
+	TableBytes      int64            `json:"table_bytes"` // heap + TOAST + FSM/VM
+	IndexBytes      map[string]int64 `json:"index_bytes"`
+	TotalBytes      int64            `json:"total_bytes"` // pg_total_relation_size
+	BytesPerLock    float64          `json:"bytes_per_lock"`
+	AvgRowBytes     float64          `json:"avg_row_bytes"` // pg_column_size of the row
+	FenceTotalBytes int64            `json:"fence_total_bytes"`
+	BytesPerFence   float64          `json:"bytes_per_fence_counter"`
+	FenceIndexBytes int64            `json:"fence_index_bytes"`
+	LoadSeconds     float64          `json:"load_seconds"`
+	Targets         []Target         `json:"targets"`
 }
 
 // StorageKeyFormat is the shape of the keys stored: 30 bytes, a realistic
@@ -50,6 +50,15 @@ func Storage(ctx context.Context, driverName string, db *sql.DB, n, workers int)
 	}
 	b, err := syncguard.New(db, cfg)
 	if err != nil {
+		return nil, err
+	}
+	// Prepare acquire's statement on the pool first. Backend.WithTx prepares
+	// a statement it has not prepared yet through the *sql.DB, which needs a
+	// free pooled connection: with every connection inside a transaction
+	// that first call would wait forever (see docs/performance.md).
+	if r, err := b.Acquire(ctx, "bench:storage:warm-up", time.Second); err != nil {
+		return nil, err
+	} else if _, err := b.Release(ctx, r.LockID); err != nil {
 		return nil, err
 	}
 	const batch = 2000

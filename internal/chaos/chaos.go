@@ -20,8 +20,8 @@ import (
 	"github.com/lib/pq"
 
 	"github.com/syncguard/syncguard-go/internal/pgtest"
-	sgpq "github.com/syncguard/syncguard-go/pq"
 	"github.com/syncguard/syncguard-go/pgxstd"
+	sgpq "github.com/syncguard/syncguard-go/pq"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -67,9 +67,12 @@ type Options struct {
 	Keys          int           // default 6
 	RawWorkers    int           // per adapter, Backend with extends at the edge of expiry; default 4
 	HelperWorkers int           // per adapter, syncguard.Lock with AutoExtend; default 2
-	MaxOpenConns  int           // per adapter pool, below the workers: pool exhaustion; default 3
-	TTL           time.Duration // default 1500 ms
-	OpTimeout     time.Duration // context deadline of every operation; default 1 s
+	// WithLockWorkers per adapter run short critical sections through
+	// syncguard.WithLock; default 0.
+	WithLockWorkers int
+	MaxOpenConns    int           // per adapter pool, below the workers: pool exhaustion; default 3
+	TTL             time.Duration // default 1500 ms
+	OpTimeout       time.Duration // context deadline of every operation; default 1 s
 	// PQReadTimeout is the DeadlineDialer read timeout of the lib/pq pool;
 	// default 2 s (above its statement_timeout of 1.5 s).
 	PQReadTimeout time.Duration
@@ -78,7 +81,10 @@ type Options struct {
 	Schedule []Fault
 	// ReleaseSlackMs: see History.Check. Default 100.
 	ReleaseSlackMs int64
-	Logf           func(format string, args ...any)
+	// SampleEvery > 0 samples heap, goroutines and connections that often
+	// (Report.Samples), for the soak run.
+	SampleEvery time.Duration
+	Logf        func(format string, args ...any)
 }
 
 func (o *Options) defaults() {
@@ -200,12 +206,23 @@ type Report struct {
 	Leaks      string // summary of the leak check
 	Holdings   int
 	History    *History
+	Samples    []Sample
+}
+
+// Sample is one measurement of a soak run.
+type Sample struct {
+	At             time.Duration
+	HeapAlloc      uint64 // bytes live after a GC
+	Goroutines     int
+	Open           map[string]int // adapter -> db.Stats().OpenConnections
+	ServerSessions int            // pg_stat_activity sessions of the pools
+	Holdings       int            // holdings so far
 }
 
 // Summary formats the report for a test log.
 func (r *Report) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: %d holdings, %d hand-offs checked (%d after release, %d after expiry), closest hand-off %d ms after allowed\n",
+	fmt.Fprintf(&b, "seed %d: %d holdings, %d hand-offs checked (%d after release, %d after expiry), closest hand-off %d ms after the release was sent or the expiry+tolerance passed\n",
 		r.Seed, r.Stats.Holdings, r.Stats.Pairs, r.Stats.HandoffsByRelease, r.Stats.HandoffsByExpiry, r.Stats.MinGapMs)
 	fmt.Fprintf(&b, "fenced resource: %d writes accepted, %d in-belief writes rejected; zombie writes after loss: %d rejected, %d accepted (no newer holder yet)\n",
 		r.Resource.Accepted, r.Resource.RejectedInBelief, r.Resource.ZombieRejected, r.Resource.ZombieAccepted)
@@ -289,6 +306,10 @@ type adapter struct {
 	db        *sql.DB
 	b         *syncguard.Backend
 	bound     time.Duration // longest an operation may take before it counts as a hang
+	// attemptGrace is how long an operation may run past its context's
+	// deadline: pgx stops at once; lib/pq keeps reading until the
+	// DeadlineDialer's read timeout.
+	attemptGrace time.Duration
 }
 
 type runner struct {
@@ -404,6 +425,12 @@ func Run(ctx context.Context, srv *pgtest.Server, opts Options) (*Report, error)
 			wg.Add(1)
 			go func() { defer wg.Done(); w.runRaw() }()
 		}
+		for i := 0; i < opts.WithLockWorkers; i++ {
+			wseed++
+			w := &worker{r: r, a: a, name: fmt.Sprintf("%s-withlock-%d", a.name, i), rng: rand.New(rand.NewPCG(wseed, 4))}
+			wg.Add(1)
+			go func() { defer wg.Done(); w.runWithLock() }()
+		}
 		for i := 0; i < opts.HelperWorkers; i++ {
 			wseed++
 			w := &worker{r: r, a: a, name: fmt.Sprintf("%s-helper-%d", a.name, i), rng: rand.New(rand.NewPCG(wseed, 3))}
@@ -412,6 +439,24 @@ func Run(ctx context.Context, srv *pgtest.Server, opts Options) (*Report, error)
 		}
 	}
 
+	var samples []Sample
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		if opts.SampleEvery <= 0 {
+			return
+		}
+		t := time.NewTicker(opts.SampleEvery)
+		defer t.Stop()
+		for {
+			samples = append(samples, r.sample(ctx, start))
+			select {
+			case <-t.C:
+			case <-loadCtx.Done():
+				return
+			}
+		}
+	}()
 	r.runSchedule(loadCtx, start)
 	if wait := time.Until(start.Add(opts.Duration)); wait > 0 {
 		select {
@@ -421,6 +466,7 @@ func Run(ctx context.Context, srv *pgtest.Server, opts Options) (*Report, error)
 	}
 	r.running.Store(false)
 	stopLoad()
+	<-sampled
 	r.proxy.SetDelay(0)
 	r.proxy.Heal()
 	stopped := make(chan struct{})
@@ -453,7 +499,7 @@ func Run(ctx context.Context, srv *pgtest.Server, opts Options) (*Report, error)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rep := &Report{Seed: opts.Seed, Violations: append(r.violations, vs...), Stats: st, Faults: r.faults,
-		Ops: r.ops, Errors: r.errs, MaxLatency: r.maxLat, Leaks: leaks, History: r.hist, Holdings: st.Holdings}
+		Ops: r.ops, Errors: r.errs, MaxLatency: r.maxLat, Leaks: leaks, History: r.hist, Holdings: st.Holdings, Samples: samples}
 	r.res.mu.Lock()
 	rep.Resource = r.res.st
 	r.res.mu.Unlock()
@@ -485,8 +531,8 @@ func (r *runner) openAdapters(suffix string) error {
 		return err
 	}
 	for _, a := range []*adapter{
-		{name: "pq", app: pqApp, db: pqDB, bound: o.PQReadTimeout + o.OpTimeout + time.Second},
-		{name: "pgx", app: pgxApp, db: pgxDB, bound: o.OpTimeout + time.Second},
+		{name: "pq", app: pqApp, db: pqDB, bound: o.PQReadTimeout + o.OpTimeout + time.Second, attemptGrace: o.PQReadTimeout + time.Second},
+		{name: "pgx", app: pgxApp, db: pgxDB, bound: o.OpTimeout + time.Second, attemptGrace: 500 * time.Millisecond},
 	} {
 		a.db.SetMaxOpenConns(o.MaxOpenConns)
 		a.db.SetMaxIdleConns(o.MaxOpenConns)
@@ -513,7 +559,8 @@ func (r *runner) note(a *adapter, worker, key, op string, start time.Time, dur t
 		return
 	}
 	r.mu.Lock()
-	r.ops[a.name+" "+op+" "+outcome]++
+	kind, _, _ := strings.Cut(outcome, " fence=")
+	r.ops[a.name+" "+op+" "+kind]++
 	if dur > r.maxLat[a.name+" "+op] {
 		r.maxLat[a.name+" "+op] = dur
 	}
@@ -768,6 +815,23 @@ func (r *runner) restart(ctx context.Context) string {
 	r.crashes = append(r.crashes, crashMark{ready: ready, maxAcked: maxAcked})
 	r.mu.Unlock()
 	return fmt.Sprintf("server down for %v; 2 sentinel locks and %d keys' fences checked", ready.Sub(began).Round(time.Millisecond), len(maxAcked))
+}
+
+func (r *runner) sample(ctx context.Context, start time.Time) Sample {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	smp := Sample{At: time.Since(start), HeapAlloc: ms.HeapAlloc, Goroutines: runtime.NumGoroutine(), Open: map[string]int{}}
+	for _, a := range r.adapt {
+		smp.Open[a.name] = a.db.Stats().OpenConnections
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_ = r.admin.QueryRowContext(cctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = ANY($1)`, r.appNames()).Scan(&smp.ServerSessions)
+	r.hist.mu.Lock()
+	smp.Holdings = len(r.hist.holdings)
+	r.hist.mu.Unlock()
+	return smp
 }
 
 func (r *runner) computeRecovery() {

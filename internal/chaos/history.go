@@ -170,8 +170,9 @@ func (v Violation) String() string {
 type CheckStats struct {
 	Holdings int
 	Pairs    int // consecutive holdings of a key checked for exclusion
-	// MinGapMs is the smallest distance between the earliest moment a new
-	// holder was allowed to start and its start (negative: a violation).
+	// MinGapMs is the smallest distance between a new holder's start and
+	// the previous holder's first release attempt or expiry plus tolerance,
+	// whichever came first (without the slack).
 	MinGapMs int64
 	// HandoffsByRelease and HandoffsByExpiry count how each checked pair
 	// was allowed: the previous holder released, or its lock expired.
@@ -234,7 +235,11 @@ func (h *History) Check(slackMs int64) ([]Violation, CheckStats) {
 				st.HandoffsByExpiry++
 			}
 			gap := cur.StartMs - allowed
-			st.MinGapMs = min(st.MinGapMs, gap)
+			if byRelease {
+				st.MinGapMs = min(st.MinGapMs, gap-slackMs)
+			} else {
+				st.MinGapMs = min(st.MinGapMs, gap)
+			}
 			if gap < 0 {
 				vs = append(vs, Violation{Rule: "no two holders of one key at the same time", Key: k,
 					Detail: fmt.Sprintf("fence %d (#%d, %s) started at %s, %d ms before fence %d (#%d, %s) released or expired "+

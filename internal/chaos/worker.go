@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -125,6 +126,13 @@ func (w *worker) holdRaw(h *Holding, key string, res syncguard.AcquireResult) {
 		sleepCtx(r.ctx, time.Duration(w.rng.IntN(80))*time.Millisecond) // the work
 		w.write(key, fence, expiry)
 	}
+	if w.rng.IntN(10) == 0 && r.ctx.Err() == nil {
+		// The holder dies without releasing: the next holder has to wait
+		// for the expiry plus the tolerance.
+		r.hist.Ended(h, "abandoned", false)
+		w.zombie(key, fence)
+		return
+	}
 	w.release(h, key, lost, func(ctx context.Context) (syncguard.ReleaseResult, error) {
 		return w.a.b.Release(ctx, res.LockID)
 	})
@@ -187,9 +195,9 @@ func (w *worker) runHelper() {
 	}
 	// Lock must outlive the call (auto-extension stops with its ctx), so it
 	// gets no deadline; a watchdog cancels a Lock call that outlives its
-	// acquisition timeout by more than an operation timeout, and the run
-	// reports it.
-	bound := acquisitionTimeout + o.OpTimeout
+	// acquisition timeout by more than the adapter's attempt grace, and the
+	// run reports it.
+	bound := acquisitionTimeout + w.a.attemptGrace
 	fails := 0
 	for r.ctx.Err() == nil {
 		key := r.keys[w.rng.IntN(len(r.keys))]
@@ -204,7 +212,20 @@ func (w *worker) runHelper() {
 				Detail: fmt.Sprintf("%s: syncguard.Lock (Acquisition.Timeout %v) still running after %v; cancelled it (it then returned %v)",
 					w.name, acquisitionTimeout, bound, err)})
 		}
+		var se *syncguard.Error
 		switch {
+		case errors.As(err, &se) && se.Code == syncguard.CodeAcquisitionTimeout && syncguard.CodeOf(se.Err) != "":
+			// An attempt was cut by the acquisition deadline: a fault, whose
+			// cause must be transient.
+			cause := syncguard.CodeOf(se.Err)
+			r.note(w.a, w.name, key, "lock", sent, dur, "timeout:"+string(cause), nil, bound+time.Second)
+			if !cause.Retryable() {
+				r.checkErr(w.a, w.name, "lock", se.Err)
+			}
+			stop()
+			fails++
+			w.backoff(fails)
+			continue
 		case err != nil && syncguard.CodeOf(err) == syncguard.CodeAcquisitionTimeout:
 			r.note(w.a, w.name, key, "lock", sent, dur, "contended", nil, bound+time.Second)
 			fails = 0
@@ -255,6 +276,56 @@ func (w *worker) runHelper() {
 		stop()
 		if lost != "" {
 			w.zombie(key, fence)
+		}
+	}
+}
+
+// runWithLock: short critical sections through syncguard.WithLock (no
+// auto-extension: the work is far shorter than the TTL).
+func (w *worker) runWithLock() {
+	r, o := w.r, w.r.opts
+	opts := &syncguard.LockOptions{
+		TTL:            o.TTL,
+		Acquisition:    syncguard.AcquisitionOptions{Timeout: acquisitionTimeout, RetryDelay: 20 * time.Millisecond, MaxRetries: 1000},
+		ReleaseTimeout: o.OpTimeout,
+		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnReleaseError: func(err error, info syncguard.ReleaseErrorInfo) {
+			r.note(w.a, w.name, info.Key, "withlock-release", time.Now(), 0, "", err, time.Hour)
+		},
+	}
+	bound := acquisitionTimeout + w.a.attemptGrace
+	fails := 0
+	for r.ctx.Err() == nil {
+		key := r.keys[w.rng.IntN(len(r.keys))]
+		ctx, cancel := context.WithTimeout(r.ctx, bound)
+		var h *Holding
+		sent := time.Now()
+		err := syncguard.WithLock(ctx, w.a.b, key, func(ctx context.Context, lease *syncguard.Lease) error {
+			h = r.hist.Begin(key, w.name, syncguard.AcquireResult{OK: true, LockID: lease.LockID(), Fence: lease.Fence(), ExpiresAt: lease.ExpiresAt()},
+				o.TTL, sent, time.Now())
+			fence, _ := lease.Fence().Int64()
+			w.write(key, fence, lease.ExpiresAt())
+			sleepCtx(ctx, time.Duration(10+w.rng.IntN(150))*time.Millisecond)
+			w.write(key, fence, lease.ExpiresAt())
+			r.hist.ReleaseSent(h, time.Now())
+			return nil
+		}, opts)
+		dur := time.Since(sent)
+		cancel()
+		if h != nil {
+			r.hist.Ended(h, "withlock", true)
+		}
+		switch {
+		case err == nil:
+			fails = 0
+			r.note(w.a, w.name, key, "withlock", sent, dur, "ok", nil, bound+time.Second)
+		case syncguard.CodeOf(err) == syncguard.CodeAcquisitionTimeout:
+			fails = 0
+			r.note(w.a, w.name, key, "withlock", sent, dur, "contended", nil, bound+time.Second)
+		default:
+			r.note(w.a, w.name, key, "withlock", sent, dur, "", err, bound+time.Second)
+			fails++
+			w.backoff(fails)
 		}
 	}
 }

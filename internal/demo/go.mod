@@ -4,18 +4,15 @@ go 1.26.0
 
 replace (
 	github.com/syncguard/syncguard-go => ../../
+	github.com/syncguard/syncguard-go/cmd/syncguard => ../../cmd/syncguard
 	github.com/syncguard/syncguard-go/internal/pgtest => ../pgtest
 	github.com/syncguard/syncguard-go/pgxstd => ../../pgxstd
 	github.com/syncguard/syncguard-go/pq => ../../pq
 )
 
 require (
-	github.com/jackc/pgx/v5 v5.12.0
-	github.com/lib/pq v1.12.3
-	github.com/syncguard/syncguard-go v0.0.0-00010101000000-000000000000
+	github.com/syncguard/syncguard-go/cmd/syncguard v0.0.0-00010101000000-000000000000
 	github.com/syncguard/syncguard-go/internal/pgtest v0.0.0-00010101000000-000000000000
-	github.com/syncguard/syncguard-go/pgxstd v0.0.0-00010101000000-000000000000
-	github.com/syncguard/syncguard-go/pq v0.0.0-00010101000000-000000000000
 )
 
 require (
@@ -34,6 +31,7 @@ require (
 	github.com/google/shlex v0.0.0-20191202100458-e7afc7fbc510 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/pgx/v5 v5.12.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/moby/docker-image-spec v1.3.1 // indirect
 	github.com/moby/sys/user v0.3.0 // indirect
@@ -44,6 +42,8 @@ require (
 	github.com/ory/dockertest/v3 v3.12.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/sirupsen/logrus v1.9.3 // indirect
+	github.com/syncguard/syncguard-go v0.0.0-00010101000000-000000000000 // indirect
+	github.com/syncguard/syncguard-go/pgxstd v0.0.0-00010101000000-000000000000 // indirect
 	github.com/xeipuuv/gojsonpointer v0.0.0-20190905194746-02993c407bfb // indirect
 	github.com/xeipuuv/gojsonreference v0.0.0-20180127040603-bd5ef7bd5415 // indirect
 	github.com/xeipuuv/gojsonschema v1.2.0 // indirect

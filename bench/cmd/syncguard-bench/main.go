@@ -56,6 +56,7 @@ type options struct {
 	rtOps       int
 	allocOps    int
 	walAttempts int
+	anatomyOps  int
 	jsonPath    string
 	workloads   string
 }
@@ -73,8 +74,9 @@ func main() {
 	flag.IntVar(&o.rtOps, "rt-ops", 100, "operations per kind in the round-trip count")
 	flag.IntVar(&o.allocOps, "alloc-ops", 300, "operations per kind in the allocation count")
 	flag.IntVar(&o.walAttempts, "wal-attempts", 300, "failed attempts in the WAL probe")
+	flag.IntVar(&o.anatomyOps, "anatomy-ops", 1000, "iterations of the anatomy (cost breakdown) measurement")
 	flag.StringVar(&o.jsonPath, "json", "", "also write the JSON summary lines to this file")
-	flag.StringVar(&o.workloads, "workloads", "w1,w2,w3,w4,w5,wal,allocs,rt,storage", "what to run")
+	flag.StringVar(&o.workloads, "workloads", "w1,w2,w3,w4,w5,wal,anatomy,allocs,rt,storage", "what to run")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "syncguard-bench:", err)
@@ -357,6 +359,15 @@ func runDriver(ctx context.Context, o options, want map[string]bool, d, name, ds
 		sgbench.PrintWAL(out, r)
 		emit(r)
 		addTargets(d, r.Targets)
+	}
+	if want["anatomy"] {
+		progress("[%s] anatomy", d)
+		r, err := sgbench.Anatomy(ctx, d, name, dsn, o.anatomyOps)
+		if err != nil {
+			return fmt.Errorf("anatomy: %w", err)
+		}
+		sgbench.PrintAnatomy(out, r)
+		emit(r)
 	}
 	if want["allocs"] {
 		progress("[%s] allocations", d)

@@ -141,7 +141,7 @@ func commandNames() string {
 func (a *app) usage(w io.Writer) {
 	fmt.Fprintf(w, "syncguard: distributed locks with fencing tokens on PostgreSQL\n\nUsage:\n")
 	for _, c := range commands {
-		fmt.Fprintf(w, "  syncguard %s %s\n", c.name, c.args)
+		fmt.Fprintf(w, "  %s\n", strings.TrimSpace("syncguard "+c.name+" "+c.args))
 		fmt.Fprintf(w, "        %s\n", c.summary)
 	}
 	fmt.Fprintf(w, "\nGlobal flags (before or after the command):\n")
@@ -213,7 +213,7 @@ func printFlagsFilter(w io.Writer, fs *flag.FlagSet, keep func(string) bool) {
 // cmdHelp prints a command's help on stdout.
 func (a *app) cmdHelp(fs *flag.FlagSet, text string) {
 	c := lookupCommand(strings.Fields(a.cmd)[0])
-	fmt.Fprintf(a.stdout, "Usage: syncguard %s %s\n\n%s\n", c.name, c.args, strings.TrimSpace(text))
+	fmt.Fprintf(a.stdout, "Usage: %s\n\n%s\n", strings.TrimSpace("syncguard "+c.name+" "+c.args), strings.TrimSpace(text))
 	var own bool
 	fs.VisitAll(func(f *flag.Flag) { own = own || !globalFlags[f.Name] })
 	if own {
@@ -256,12 +256,13 @@ type cliError struct {
 	code   string // printed after the command name: "InvalidArgument", "LockLost", ...
 	msg    string
 	silent bool // already reported
+	usage  bool // point to the command's help
 }
 
 func (e *cliError) Error() string { return e.code + ": " + e.msg }
 
 func usageErr(format string, args ...any) error {
-	return &cliError{status: ExitUsage, code: string(syncguard.CodeInvalidArgument), msg: fmt.Sprintf(format, args...)}
+	return &cliError{status: ExitUsage, code: string(syncguard.CodeInvalidArgument), msg: fmt.Sprintf(format, args...), usage: true}
 }
 
 // exitCode maps a syncguard error code onto an exit status.
@@ -319,10 +320,14 @@ func (a *app) exit(err error) int {
 	if errors.As(err, &ce) && ce.silent {
 		return status
 	}
-	a.errorf(code, "%s", msg)
-	if status == ExitUsage && a.cmd != "" {
-		fmt.Fprintf(a.stderr, "(see 'syncguard help %s')\n", strings.Fields(a.cmd)[0])
+	if ce != nil && ce.usage {
+		if a.cmd != "" {
+			msg += fmt.Sprintf(" (see 'syncguard help %s')", strings.Fields(a.cmd)[0])
+		} else {
+			msg += " (see 'syncguard -h')"
+		}
 	}
+	a.errorf(code, "%s", msg)
 	if a.json {
 		writeJSON(a.stdout, map[string]any{"error": map[string]any{
 			"command": a.cmd, "code": code, "message": oneLine(msg), "exitStatus": status}})

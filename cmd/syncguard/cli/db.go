@@ -31,7 +31,15 @@ func (a *app) connSource() (dsn, source string) {
 
 // open returns a *sql.DB on pgx. It does no I/O. An unparsable DSN is a
 // usage error.
-func (a *app) open() (*sql.DB, error) {
+//
+// With --no-prepare (or unnamed), pgx sends every statement unprepared
+// (QueryExecModeExec: Parse, Bind and Execute of the unnamed statement in
+// one round trip) instead of caching named prepared statements per
+// connection, which a pooler in transaction mode can route to another
+// server session.
+func (a *app) open() (*sql.DB, error) { return a.openMode(a.noPrepare) }
+
+func (a *app) openMode(unnamed bool) (*sql.DB, error) {
 	dsn, source := a.connSource()
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
@@ -39,6 +47,9 @@ func (a *app) open() (*sql.DB, error) {
 	}
 	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
 		cfg.RuntimeParams["application_name"] = applicationName
+	}
+	if unnamed && (cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement || cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheDescribe) {
+		cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
 	}
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(4)
@@ -110,9 +121,22 @@ func (h *lineHandler) Enabled(_ context.Context, l slog.Level) bool { return l >
 
 func (h *lineHandler) Handle(_ context.Context, r slog.Record) error {
 	msg := strings.TrimPrefix(r.Message, "syncguard: ")
+	code, cause := strings.ToLower(r.Level.String()), ""
 	var kv []string
 	add := func(at slog.Attr) bool {
-		kv = append(kv, at.Key+"="+at.Value.String())
+		switch at.Key {
+		case "keyHash": // the user gave the key on the command line
+		case "code":
+			code = at.Value.String()
+		case "error":
+			// "syncguard: extend lock#... Code: cause": keep the cause.
+			cause = at.Value.String()
+			if _, c, ok := strings.Cut(cause, " "+code+": "); ok {
+				cause = c
+			}
+		default:
+			kv = append(kv, at.Key+"="+at.Value.String())
+		}
 		return true
 	}
 	for _, at := range h.attrs {
@@ -122,7 +146,10 @@ func (h *lineHandler) Handle(_ context.Context, r slog.Record) error {
 	if len(kv) > 0 {
 		msg += " (" + strings.Join(kv, " ") + ")"
 	}
-	h.a.errorf(strings.ToLower(r.Level.String()), "%s", msg)
+	if cause != "" {
+		msg += ": " + cause
+	}
+	h.a.errorf(code, "%s", msg)
 	return nil
 }
 

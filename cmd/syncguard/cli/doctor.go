@@ -68,7 +68,10 @@ func (a *app) cmdDoctor(args []string) error {
 	if _, err := syncguard.SchemaSQL(a.config()); err != nil {
 		return err
 	}
-	db, err := a.open()
+	// doctor's own queries are never prepared, so that a pooler in
+	// transaction mode cannot fail them; the prepared statement probe
+	// prepares explicitly.
+	db, err := a.openMode(true)
 	if err != nil {
 		return err
 	}
@@ -479,59 +482,106 @@ func (d *doctor) clock() {
 }
 
 // pooler looks for a pooler in transaction or statement mode between here
-// and PostgreSQL: on one pinned connection, statements then run in
-// different server sessions (pg_backend_pid changes), and prepared
-// statements may not survive.
+// and PostgreSQL. Two client connections, A and B: B holds a transaction
+// open (and so a server session) while A runs a statement, a few times
+// over. Directly or through a session-mode pool, A always runs in one
+// server session and B in another. Through a transaction-mode pool, A's
+// statements land in different server sessions, or B gets the session A
+// just used. The same arrangement probes a statement prepared on A, which
+// such a pool may send to a session that never saw it.
 func (d *doctor) pooler() {
 	ctx, cancel := d.ctx()
 	defer cancel()
-	conn, err := d.db.Conn(ctx)
+	a, err := d.db.Conn(ctx)
 	if err != nil {
 		d.fail("pooler", ctx, err)
 		return
 	}
-	defer conn.Close()
-	const n = 5
-	pids := map[int64]bool{}
-	var first int64
-	for i := range n {
-		var pid int64
+	defer a.Close()
+	b, err := d.db.Conn(ctx)
+	if err != nil {
+		d.fail("pooler", ctx, err)
+		return
+	}
+	defer b.Close()
+	type querier interface {
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	}
+	pid := func(q querier) (int64, error) {
+		var p int64
 		// The simple protocol: no prepared statement that a pooler could lose.
-		if err := conn.QueryRowContext(ctx, `SELECT pg_backend_pid()`, pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil {
+		err := q.QueryRowContext(ctx, `SELECT pg_backend_pid()`, pgx.QueryExecModeSimpleProtocol).Scan(&p)
+		return p, err
+	}
+	// holdB runs f while B holds a transaction open.
+	holdB := func(f func() error) error {
+		tx, err := b.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if _, err := pid(tx); err != nil {
+			return err
+		}
+		return f()
+	}
+
+	const rounds = 3
+	aPIDs, bPIDs := map[int64]bool{}, map[int64]bool{}
+	first, err := pid(a)
+	if err != nil {
+		d.fail("pooler", ctx, err)
+		return
+	}
+	aPIDs[first] = true
+	for range rounds {
+		tx, err := b.BeginTx(ctx, nil)
+		if err != nil {
 			d.fail("pooler", ctx, err)
 			return
 		}
-		if i == 0 {
-			first = pid
+		pb, err1 := pid(tx)
+		pa, err2 := pid(a)
+		_ = tx.Rollback()
+		if err := errors.Join(err1, err2); err != nil {
+			d.fail("pooler", ctx, err)
+			return
 		}
-		pids[pid] = true
+		aPIDs[pa], bPIDs[pb] = true, true
 	}
-	if len(pids) > 1 {
+	shared := false
+	for p := range bPIDs {
+		shared = shared || aPIDs[p]
+	}
+	if len(aPIDs) > 1 || shared {
 		d.add("pooler", statusWarn,
-			fmt.Sprintf("%d statements on one client connection ran in %d different server sessions: a pooler in transaction or statement mode (PgBouncer, pgcat, RDS Proxy, ...) is in the way", n, len(pids)),
-			"lease locks (syncguard run, Backend) work through it, but session-scoped advisory locks do not; connect directly or through a session-mode pool for those")
+			fmt.Sprintf("one client connection's statements ran in %d different server sessions, or shared one with another client connection: a pooler in transaction or statement mode (PgBouncer, pgcat, RDS Proxy, ...) is in the way", len(aPIDs)),
+			"lease locks (syncguard run, Backend) work through it if prepared statements do (see below); session-scoped advisory locks do not: connect directly or through a session-mode pool for those")
 	} else {
-		d.add("pooler", statusOK, fmt.Sprintf("no transaction-mode pooler seen (%d statements on one connection ran in server session pid %d)", n, first), "")
+		d.add("pooler", statusOK, fmt.Sprintf("no transaction-mode pooler seen (one connection stayed in server session pid %d while another held a transaction)", first), "")
 	}
+
 	if d.a.noPrepare {
 		d.add("prepared statements", statusOK, "not used (--no-prepare)", "")
 		return
 	}
-	st, err := conn.PrepareContext(ctx, `SELECT pg_backend_pid()`)
+	st, err := a.PrepareContext(ctx, `SELECT pg_backend_pid()`)
 	if err == nil {
 		defer st.Close()
-		for range 3 {
-			var pid int64
-			if err = st.QueryRowContext(ctx).Scan(&pid); err != nil {
+		for range rounds {
+			if err = holdB(func() error {
+				var p int64
+				return st.QueryRowContext(ctx).Scan(&p)
+			}); err != nil {
 				break
 			}
 		}
 	}
 	if err != nil {
 		_, code, msg := describe(d.a.wrap(ctx, "prepare", err))
-		d.add("prepared statements", statusFail, "a prepared statement failed on its own connection: "+code+": "+msg,
-			"set syncguard.Config.DisablePrepare (CLI: --no-prepare) and add default_query_exec_mode=exec to pgx connection strings, or enable prepared statements in the pooler (PgBouncer 1.21+: max_prepared_statements)")
+		d.add("prepared statements", statusFail, "a statement prepared on a connection failed there later: "+code+": "+msg,
+			"set syncguard.Config.DisablePrepare and default_query_exec_mode=exec in pgx connection strings (CLI: --no-prepare), or enable prepared statements in the pooler (PgBouncer 1.21+: max_prepared_statements)")
 		return
 	}
-	d.add("prepared statements", statusOK, "a prepared statement ran 3 times on its connection", "")
+	d.add("prepared statements", statusOK, fmt.Sprintf("a prepared statement ran %d times on its connection", rounds), "")
 }

@@ -92,17 +92,16 @@ func (a *app) cmdRun(args []string) error {
 	signal.Notify(sigs, notifySignals(o.foreground)...)
 	defer signal.Stop(sigs)
 
-	started := time.Now()
 	lease, stop, sig, err := a.lock(b, &o, sigs)
 	if err != nil {
 		return err
 	}
 	if sig != nil {
 		return &cliError{status: 128 + signalNumber(sig), code: string(syncguard.CodeAborted),
-			msg: fmt.Sprintf("got %s while waiting for the lock on %q; nothing is held and %s did not run", signalName(sig), o.key, o.command[0])}
+			msg: fmt.Sprintf("got %s while waiting for the lock on %s; nothing is held and %s did not run", signalName(sig), displayKey(o.key), o.command[0])}
 	}
 	defer stop()
-	return a.runHolding(b, &o, lease, sigs, started)
+	return a.runHolding(&o, lease, sigs)
 }
 
 func (o *runOpts) validate() error {
@@ -188,7 +187,7 @@ func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts) (*s
 	start := time.Now()
 	deadline := start.Add(o.wait)
 	lease, err := syncguard.Lock(ctx, b, o.key, a.lockOptions(o, time.Hour, syncguard.NoRetries))
-	announced := false
+	announced, reported := false, false
 	for err != nil {
 		remaining := time.Until(deadline)
 		var se *syncguard.Error
@@ -204,7 +203,11 @@ func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts) (*s
 				a.notef("%s is busy (%s); waiting up to %v", displayKey(o.key), a.holder(b, o), remaining.Round(time.Millisecond))
 			}
 		case errors.As(err, &se) && se.Retryable() && remaining > 0:
-			a.errorf(string(se.Code), "acquire failed, retrying for up to %v: %s", remaining.Round(time.Millisecond), oneLine(se.Msg))
+			if !reported {
+				reported = true
+				_, _, msg := describe(se)
+				a.errorf(string(se.Code), "acquire failed, retrying for up to %v: %s", remaining.Round(time.Millisecond), msg)
+			}
 			t := time.NewTimer(min(pollDelay, remaining))
 			select {
 			case <-t.C:
@@ -256,7 +259,7 @@ type child struct {
 }
 
 // runHolding runs the command while lease is held, then releases it.
-func (a *app) runHolding(b *syncguard.Backend, o *runOpts, lease *syncguard.Lease, sigs <-chan os.Signal, started time.Time) error {
+func (a *app) runHolding(o *runOpts, lease *syncguard.Lease, sigs <-chan os.Signal) error {
 	released := false
 	release := func() {
 		if released {
@@ -268,8 +271,8 @@ func (a *app) runHolding(b *syncguard.Backend, o *runOpts, lease *syncguard.Leas
 		res, err := lease.Release(ctx)
 		switch {
 		case err != nil:
-			a.errorf(string(syncguard.CodeOf(err)), "could not release the lock on %s; it expires by itself within %v: %v",
-				displayKey(o.key), o.ttl, err)
+			_, code, msg := describe(err)
+			a.errorf(code, "could not release the lock on %s; it expires by itself within %v: %s", displayKey(o.key), o.ttl, msg)
 		case o.verbose && res.OK:
 			a.notef("released %s (fence %s)", displayKey(o.key), lease.Fence())
 		}
@@ -299,8 +302,9 @@ func (a *app) runHolding(b *syncguard.Backend, o *runOpts, lease *syncguard.Leas
 	if err := <-startErr; err != nil {
 		return startError(o.command[0], err)
 	}
+	running := time.Now()
 	if o.verbose {
-		a.notef("running %s (pid %d) with %s=%s", strings.Join(o.command, " "), cmd.Process.Pid, o.fenceEnv, lease.Fence())
+		a.notef("running %s (pid %d)", o.command[0], cmd.Process.Pid)
 	}
 
 	var (
@@ -360,7 +364,7 @@ loop:
 		return &cliError{status: ExitLost, code: "LockLost", silent: true}
 	}
 	if o.verbose {
-		a.notef("%s exited with status %d after %v", o.command[0], status, time.Since(started).Round(time.Millisecond))
+		a.notef("%s exited with status %d after %v", o.command[0], status, time.Since(running).Round(time.Millisecond))
 	}
 	if status != 0 {
 		return &cliError{status: status, silent: true}

@@ -83,19 +83,19 @@ Times are relative to the server's clock, which decides expiry.`)
 	if info == nil {
 		fmt.Fprintf(w, "state\tfree\n")
 		if last != "" {
-			fmt.Fprintf(w, "last fence\t%s\t(the next holder gets a larger one)\n", last)
+			fmt.Fprintf(w, "last fence\t%s (the next holder gets a larger one)\n", last)
 		} else {
-			fmt.Fprintf(w, "last fence\tnone\t(never acquired)\n")
+			fmt.Fprintf(w, "last fence\tnone (never acquired)\n")
 		}
 		return w.Flush()
 	}
 	fmt.Fprintf(w, "state\theld\n")
 	fmt.Fprintf(w, "fence\t%s\n", info.Fence)
-	fmt.Fprintf(w, "expires\t%s\t(%s)\n", rel(info.ExpiresAt, now), stamp(info.ExpiresAt))
-	fmt.Fprintf(w, "acquired\t%s\t(%s)\n", rel(info.AcquiredAt, now), stamp(info.AcquiredAt))
-	fmt.Fprintf(w, "holder\tlock#%s\t(hash of the holder's lockId)\n", info.LockIDHash)
+	fmt.Fprintf(w, "expires\t%s (%s)\n", rel(info.ExpiresAt, now), stamp(info.ExpiresAt))
+	fmt.Fprintf(w, "acquired\t%s (%s)\n", rel(info.AcquiredAt, now), stamp(info.AcquiredAt))
+	fmt.Fprintf(w, "holder\tlock#%s (hash of the holder's lockId)\n", info.LockIDHash)
 	if *raw {
-		fmt.Fprintf(w, "lockId\t%s\t(%s)\n", info.LockID, sensitiveNote)
+		fmt.Fprintf(w, "lockId\t%s (%s)\n", info.LockID, sensitiveNote)
 	}
 	return w.Flush()
 }

@@ -1,0 +1,186 @@
+package sgbench
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+// AnatomyRow is one statement's sequential latency with synchronous_commit
+// off: the server's CPU and the round trip, without the WAL flush.
+type AnatomyRow struct {
+	Op  string  `json:"op"`
+	N   int     `json:"n"`
+	P10 float64 `json:"p10_us"`
+	P50 float64 `json:"p50_us"`
+}
+
+// AnatomyResult is the cost breakdown: one JSON line.
+type AnatomyResult struct {
+	Bench    string       `json:"bench"`
+	Driver   string       `json:"driver"`
+	Workload string       `json:"workload"`
+	Method   string       `json:"method"`
+	Rows     []AnatomyRow `json:"rows"`
+}
+
+// ProposedReleaseSQL is release.sql with the snapshot lookup that tells
+// "expired" from "not-found" moved into a CASE, so that it runs only when
+// the DELETE removed nothing, and without the separate now() CTE. It returns
+// the same three columns. Measured here as evidence for a core change.
+const ProposedReleaseSQL = `WITH d AS (
+  DELETE FROM %[1]s AS l
+  WHERE l."lock_id" = $1::text
+    AND l."expires_at_ms" > floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint - 1000
+  RETURNING l."lock_id"
+)
+SELECT d."lock_id",
+  CASE WHEN d."lock_id" IS NULL THEN
+    (SELECT s."expires_at_ms" FROM %[1]s AS s WHERE s."lock_id" = $1::text) END,
+  floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint
+FROM (SELECT 1) AS one
+LEFT JOIN d ON true`
+
+// Anatomy splits acquire and release into their parts by timing, on one
+// connection with synchronous_commit off, interleaved per iteration:
+// the floor's INSERT and DELETE, a bare INSERT of a lock row into the
+// spec's schema (three indexes), the fence upsert plus that INSERT in one
+// statement, syncguard's Acquire; a bare DELETE by lock_id, syncguard's
+// Release, and the proposed release statement. What acquire costs beyond
+// "fence + lock row" is the statement's read-and-decide part.
+func Anatomy(ctx context.Context, driver, sqlName, dsn string, n int) (*AnatomyResult, error) {
+	db, err := sql.Open(sqlName, dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	if _, err := db.ExecContext(ctx, "SET synchronous_commit = off"); err != nil {
+		return nil, err
+	}
+	sg, err := NewSG(db)
+	if err != nil {
+		return nil, err
+	}
+	floor, err := NewFloor(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	defer floor.Close()
+	// A second copy of the spec schema for the bare statements, so their
+	// rows do not share pages and indexes with syncguard's.
+	const bareLocks, bareFences = "sgbench_bare_locks", "sgbench_bare_fences"
+	if err := DropTables(ctx, db, bareLocks, bareFences); err != nil {
+		return nil, err
+	}
+	defer DropTables(context.WithoutCancel(ctx), db, bareLocks, bareFences) //nolint:errcheck
+	if err := syncguard.SetupSchema(ctx, db, &syncguard.Config{TableName: bareLocks, FenceTableName: bareFences}); err != nil {
+		return nil, err
+	}
+	bl, bf := quoteIdent(bareLocks), quoteIdent(bareFences)
+	prep := func(q string) (*sql.Stmt, error) { return db.PrepareContext(ctx, q) }
+	insLock, err := prep(`INSERT INTO ` + bl + ` (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key) VALUES ($1, $2, 1, 1, '000000000000001', $1)`)
+	if err != nil {
+		return nil, err
+	}
+	defer insLock.Close()
+	fenceAndLock, err := prep(`WITH f AS (
+  INSERT INTO ` + bf + ` AS c (fence_key, fence, key_debug) VALUES ($3, 1, $1)
+  ON CONFLICT (fence_key) DO UPDATE SET fence = c.fence + 1 RETURNING c.fence)
+INSERT INTO ` + bl + ` (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key)
+SELECT $1, $2, 1, 1, lpad(f.fence::text, 15, '0'), $1 FROM f`)
+	if err != nil {
+		return nil, err
+	}
+	defer fenceAndLock.Close()
+	delByID, err := prep(`DELETE FROM ` + bl + ` WHERE lock_id = $1`)
+	if err != nil {
+		return nil, err
+	}
+	defer delByID.Close()
+	propRelease, err := prep(fmt.Sprintf(ProposedReleaseSQL, quoteIdent(SGTable)))
+	if err != nil {
+		return nil, err
+	}
+	defer propRelease.Close()
+
+	type step struct {
+		name string
+		fn   func(i int) error
+		skip func(i int) bool // not measured (and not run) at iteration i
+	}
+	tag := fmt.Sprintf("anat-%d", time.Now().UnixNano())
+	key := func(set string, i int) string { return fmt.Sprintf("%s:%s:order-%08d", tag, set, i) }
+	ids := make([]string, n+100)
+	bareID := func(set string, i int) string { return fmt.Sprintf("%s%021d", set, i) }
+	exec := func(st *sql.Stmt, args ...any) error { _, err := st.ExecContext(ctx, args...); return err }
+	steps := []step{
+		{"floor INSERT", func(i int) error { _, _, err := floor.Acquire(ctx, key("f", i), 0); return err }, nil},
+		{"bare lock-row INSERT (spec schema, 3 indexes)", func(i int) error { return exec(insLock, key("b", i), bareID("b", i)) }, nil},
+		{"fence upsert + lock-row INSERT (one statement)", func(i int) error {
+			k := key("c", i)
+			return exec(fenceAndLock, k, bareID("c", i), "fence:"+k)
+		}, nil},
+		{"syncguard Acquire", func(i int) error {
+			r, err := sg.B.Acquire(ctx, key("s", i), time.Minute)
+			ids[i] = r.LockID
+			return err
+		}, nil},
+		{"syncguard Acquire (held key: fails)", func(i int) error { _, err := sg.B.Acquire(ctx, key("s", i), time.Minute); return err }, nil},
+		{"floor DELETE", func(i int) error { _, err := floor.Release(ctx, key("f", i)); return err }, nil},
+		{"bare DELETE by lock_id", func(i int) error { return exec(delByID, bareID("b", i)) }, nil},
+		// even locks are released by syncguard, odd ones by the proposal
+		{"syncguard Release", func(i int) error {
+			_, err := sg.B.Release(ctx, ids[i])
+			return err
+		}, func(i int) bool { return i%2 == 1 }},
+		{"proposed release.sql (reason lookup only on failure)", func(i int) error {
+			var a sql.NullString
+			var b sql.NullInt64
+			var c int64
+			if err := propRelease.QueryRowContext(ctx, ids[i]).Scan(&a, &b, &c); err != nil {
+				return err
+			}
+			if !a.Valid || a.String != ids[i] {
+				return fmt.Errorf("proposed release did not release")
+			}
+			return nil
+		}, func(i int) bool { return i%2 == 0 }},
+		{"SELECT 1", func(i int) error { return floor.WithSelect1().Read(ctx, "", "") }, nil},
+	}
+	lat := make([][]time.Duration, len(steps))
+	warm := 100
+	for i := range n + warm {
+		for j, s := range steps {
+			if s.skip != nil && s.skip(i) {
+				continue
+			}
+			t0 := time.Now()
+			if err := s.fn(i); err != nil {
+				return nil, fmt.Errorf("anatomy: %s: %w", s.name, err)
+			}
+			if i >= warm {
+				lat[j] = append(lat[j], time.Since(t0))
+			}
+		}
+	}
+	// The rows written by fenceAndLock are removed outside the measurement.
+	for i := range n + warm {
+		if err := exec(delByID, bareID("c", i)); err != nil {
+			return nil, err
+		}
+	}
+	res := &AnatomyResult{Bench: "syncguard", Driver: driver, Workload: "anatomy",
+		Method: "sequential on one connection, synchronous_commit = off (CPU and round trip, no WAL flush), interleaved per iteration"}
+	for j, s := range steps {
+		l := lat[j]
+		sum := Summarize(l)
+		p10 := float64(Percentile(l, 0.10).Nanoseconds()) / 1e3
+		res.Rows = append(res.Rows, AnatomyRow{Op: s.name, N: len(l), P10: p10, P50: sum.P50})
+	}
+	return res, nil
+}

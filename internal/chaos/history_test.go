@@ -1,0 +1,120 @@
+package chaos
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+// The checker must catch what it is there for: these histories are built
+// by hand, each with one broken invariant.
+
+func holding(h *History, key, worker string, fence int64, startMs, ttlMs int64, releaseSent time.Time) *Holding {
+	r := syncguard.AcquireResult{OK: true, LockID: "AAAAAAAAAAAAAAAAAAAAAA", Fence: syncguard.Fence(pad15(fence)),
+		ExpiresAt: time.UnixMilli(startMs + ttlMs)}
+	hd := h.Begin(key, worker, r, time.Duration(ttlMs)*time.Millisecond, time.UnixMilli(startMs), time.UnixMilli(startMs+1))
+	if !releaseSent.IsZero() {
+		h.ReleaseSent(hd, releaseSent)
+		h.Ended(hd, "released", true)
+	}
+	return hd
+}
+
+func pad15(n int64) string { return fmt.Sprintf("%015d", n) }
+
+func rules(vs []Violation) string {
+	var s []string
+	for _, v := range vs {
+		s = append(s, v.Rule)
+	}
+	return strings.Join(s, "; ")
+}
+
+func TestCheckAcceptsCleanHandoffs(t *testing.T) {
+	h := NewHistory()
+	t0 := time.Now().UnixMilli()
+	holding(h, "k", "a", 1, t0, 1500, time.UnixMilli(t0+500))       // released at +500
+	holding(h, "k", "b", 2, t0+500, 1500, time.Time{})              // abandoned: expires at +2000
+	x := holding(h, "k", "c", 3, t0+3000, 1500, time.Time{})        // takes over at expiry + 1000
+	h.Extended(x, time.UnixMilli(t0+5000))                          // extended to +5000
+	holding(h, "k", "d", 5, t0+6000, 1500, time.UnixMilli(t0+6100)) // fence 4 was never acknowledged: a gap
+	vs, st := h.Check(0)
+	if len(vs) != 0 {
+		t.Fatalf("clean history flagged: %v", vs)
+	}
+	if st.Pairs != 3 || st.HandoffsByRelease != 1 || st.HandoffsByExpiry != 2 || st.MinGapMs != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestCheckCatchesOverlap(t *testing.T) {
+	h := NewHistory()
+	t0 := time.Now().UnixMilli()
+	a := holding(h, "k", "a", 1, t0, 1500, time.Time{})
+	h.Extended(a, time.UnixMilli(t0+2500))
+	holding(h, "k", "b", 2, t0+3000, 1500, time.Time{}) // before 2500 + 1000
+	h.Event("k", Event{At: time.UnixMilli(t0 + 3000), Worker: "b", Op: "acquire", Outcome: "ok fence=2"})
+	vs, _ := h.Check(0)
+	if len(vs) != 1 || vs[0].Rule != "no two holders of one key at the same time" {
+		t.Fatalf("got %s", rules(vs))
+	}
+	for _, want := range []string{"500 ms before fence 1", "=> fence=1", "=> fence=2", "acquire  ", "ok fence=2"} {
+		if !strings.Contains(vs[0].String(), want) {
+			t.Errorf("violation lacks %q:\n%s", want, vs[0])
+		}
+	}
+}
+
+func TestCheckCatchesStartBeforeRelease(t *testing.T) {
+	h := NewHistory()
+	t0 := time.Now().UnixMilli()
+	holding(h, "k", "a", 1, t0, 10000, time.UnixMilli(t0+2000))
+	holding(h, "k", "b", 2, t0+1700, 1500, time.Time{}) // 300 ms before the release was sent
+	if vs, _ := h.Check(100); len(vs) != 1 {
+		t.Fatalf("slack 100: got %q", rules(vs))
+	}
+	if vs, _ := h.Check(400); len(vs) != 0 {
+		t.Fatalf("slack 400: got %q", rules(vs))
+	}
+}
+
+func TestCheckCatchesFenceProblems(t *testing.T) {
+	h := NewHistory()
+	t0 := time.Now().UnixMilli()
+	holding(h, "k", "a", 7, t0, 1000, time.UnixMilli(t0+100))
+	holding(h, "k", "b", 7, t0+200, 1000, time.UnixMilli(t0+300))
+	holding(h, "j", "a", 2, t0, 1000, time.UnixMilli(t0+100))
+	holding(h, "j", "b", 3, t0-5000, 1000, time.UnixMilli(t0-4900)) // larger fence, earlier start
+	vs, _ := h.Check(0)
+	got := rules(vs)
+	if !strings.Contains(got, "fences are unique per key") || !strings.Contains(got, "fences increase in acquisition order per key") {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestCheckFencesAfterCrash(t *testing.T) {
+	h := NewHistory()
+	t0 := time.Now()
+	holding(h, "k", "a", 5, t0.UnixMilli(), 1000, time.Time{})
+	crash := time.Now().Add(time.Millisecond)
+	maxAcked := h.MaxAckedFences(crash.Add(time.Second))
+	r := syncguard.AcquireResult{OK: true, LockID: "AAAAAAAAAAAAAAAAAAAAAA", Fence: "000000000000004", ExpiresAt: time.Now().Add(time.Second)}
+	h.Begin("k", "b", r, time.Second, crash.Add(10*time.Millisecond), time.Now())
+	vs := h.CheckFencesAfter(crash, maxAcked)
+	if len(vs) != 1 || !strings.Contains(vs[0].Detail, "fence 5 was acknowledged") {
+		t.Fatalf("got %v", vs)
+	}
+}
+
+func TestResourceRejectsStaleFences(t *testing.T) {
+	r := resource{last: map[string]int64{}}
+	if !r.write("k", 3, false) || !r.write("k", 3, false) || r.write("k", 2, true) || !r.write("k", 4, false) {
+		t.Fatal("fenced resource accepted a stale write or rejected a current one")
+	}
+	if r.st.Accepted != 3 || r.st.ZombieRejected != 1 {
+		t.Fatalf("%+v", r.st)
+	}
+}

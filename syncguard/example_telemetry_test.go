@@ -1,0 +1,42 @@
+package syncguard_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+// Every operation through the wrapper becomes a LockEvent, here logged
+// with the ready-made slog sink. Keys and lockIds appear only as hashes
+// unless IncludeRaw is set.
+func ExampleWithTelemetry() {
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{} // keep the example's output stable
+			}
+			return a
+		},
+	}))
+	locks := newLocks()
+	holdElsewhere(locks, "report:daily")
+
+	observed := syncguard.WithTelemetry(locks, syncguard.TelemetryOptions{
+		OnEvent: syncguard.SlogSink(logger, slog.LevelInfo),
+	})
+	ctx := context.Background()
+	_, _ = observed.Acquire(ctx, "report:daily", time.Minute)
+	_, _ = observed.IsLocked(ctx, "report:daily")
+
+	// Events are delivered off the caller's path; wait for them here.
+	if err := observed.Flush(ctx); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// level=INFO msg="syncguard: acquire fail" type=acquire result=fail keyHash=f8649053c9b9721949b73965 reason=locked
+	// level=INFO msg="syncguard: isLocked ok" type=isLocked result=ok keyHash=f8649053c9b9721949b73965
+}

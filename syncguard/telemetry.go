@@ -127,8 +127,9 @@ func (t *TelemetryBackend) Unwrap() LockBackend { return t.inner }
 // Dropped returns how many events were dropped because the buffer was full.
 func (t *TelemetryBackend) Dropped() uint64 { return t.dropped.Load() }
 
-// Flush waits until every queued event has been handed to OnEvent, or ctx
-// is done. Use it before exit, or in tests.
+// Flush waits until the queue of events is empty and OnEvent has returned
+// for all of them, or ctx is done. Use it before exit, or in tests; never
+// from OnEvent itself.
 func (t *TelemetryBackend) Flush(ctx context.Context) error {
 	t.mu.Lock()
 	if !t.running {

@@ -35,6 +35,9 @@ type Env struct {
 	SG    *SG
 	Ref   *Reference
 	Floor *Floor
+	// Proposed, when set, adds the proposed core statements as one more
+	// variant of workloads 1-3 (role "proposal"; no targets).
+	Proposed *Proposed
 }
 
 // Roles of a variant in a comparison.
@@ -43,6 +46,7 @@ const (
 	RoleFloor     = "floor"
 	RoleReference = "reference"
 	RoleBaseline  = "baseline"
+	RoleProposal  = "proposal"
 )
 
 // Variant is one implementation measured in a workload.
@@ -205,11 +209,15 @@ func rotate[T any](xs []T, i int) []T {
 }
 
 func (e *Env) lockVariants() []*Variant {
-	return []*Variant{
+	vs := []*Variant{
 		{Name: "syncguard", Role: RoleSubject, L: e.SG},
 		{Name: "floor (INSERT + DELETE autocommit)", Role: RoleFloor, L: e.Floor},
 		{Name: "reference (spec transactions)", Role: RoleReference, L: e.Ref},
 	}
+	if e.Proposed != nil {
+		vs = append(vs, &Variant{Name: "proposal (core change, see docs)", Role: RoleProposal, L: e.Proposed})
+	}
+	return vs
 }
 
 // pair runs one acquire (+ release if won) and records it.
@@ -420,8 +428,14 @@ func (e *Env) W3(ctx context.Context) (*WorkloadResult, error) {
 		return nil, err
 	}
 	vars := e.lockVariants()
-	vars[0].fenceTable, vars[0].fenceKey = SGFenceTable, fenceKey
-	vars[2].fenceTable, vars[2].fenceKey = RefFenceTable, fenceKey
+	for _, v := range vars {
+		switch v.Role {
+		case RoleSubject, RoleProposal:
+			v.fenceTable, v.fenceKey = SGFenceTable, fenceKey
+		case RoleReference:
+			v.fenceTable, v.fenceKey = RefFenceTable, fenceKey
+		}
+	}
 	d := e.Cfg.Duration / time.Duration(e.Cfg.Rounds)
 	vs, err := e.runRounds(ctx, vars, e.timedPairs(ctx, []string{key}, 200*time.Millisecond), e.timedPairs(ctx, []string{key}, d))
 	if err != nil {

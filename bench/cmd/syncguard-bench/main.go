@@ -57,6 +57,7 @@ type options struct {
 	allocOps    int
 	walAttempts int
 	anatomyOps  int
+	proposals   bool
 	jsonPath    string
 	workloads   string
 }
@@ -75,6 +76,7 @@ func main() {
 	flag.IntVar(&o.allocOps, "alloc-ops", 300, "operations per kind in the allocation count")
 	flag.IntVar(&o.walAttempts, "wal-attempts", 300, "failed attempts in the WAL probe")
 	flag.IntVar(&o.anatomyOps, "anatomy-ops", 1000, "iterations of the anatomy (cost breakdown) measurement")
+	flag.BoolVar(&o.proposals, "proposals", false, "also measure the proposed core statements (bench/sgbench/proposal.go) in workloads 1-3")
 	flag.StringVar(&o.jsonPath, "json", "", "also write the JSON summary lines to this file")
 	flag.StringVar(&o.workloads, "workloads", "w1,w2,w3,w4,w5,wal,anatomy,allocs,rt,storage", "what to run")
 	flag.Parse()
@@ -333,6 +335,14 @@ func runDriver(ctx context.Context, o options, want map[string]bool, d, name, ds
 			AuxDuration: o.auxDuration, Rounds: o.rounds, TTL: 30 * time.Second, ExtendLocks: 16,
 			RunID: fmt.Sprintf("%s-%d", d, time.Now().UnixNano())},
 		DB: db, Admin: admin, SG: sg, Ref: ref, Floor: floor,
+	}
+	if o.proposals {
+		p, err := sgbench.NewProposed(ctx, db, sg)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		env.Proposed = p
 	}
 	for _, w := range []struct {
 		name string

@@ -144,9 +144,11 @@ func (d *doctor) print(failed, warned int) {
 			st = "FAIL"
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\n", st, f.Check, f.Detail)
+		prefix := "fix: "
 		for _, l := range strings.Split(f.Fix, "\n") {
 			if l != "" {
-				fmt.Fprintf(w, "\t\tfix: %s\n", l)
+				fmt.Fprintf(w, "\t\t%s%s\n", prefix, l)
+				prefix = "     "
 			}
 		}
 	}

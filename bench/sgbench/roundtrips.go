@@ -179,6 +179,21 @@ func RoundTrips(ctx context.Context, driverName string, db *sql.DB, p *Proxy, n 
 	if err := pass("measure", n); err != nil {
 		return nil, err
 	}
+	// A pooled connection idle for more than a second: pgx's stdlib pings
+	// it before handing it out (ResetSession); lib/pq does not.
+	id, ok, err := sg.Acquire(ctx, "rt:idle", time.Minute)
+	if err != nil || !ok {
+		return nil, fmt.Errorf("idle: acquire: %v %v", ok, err)
+	}
+	if err := measure("syncguard extend after 1.1 s idle (driver behaviour)", false, 2, func(int) error {
+		time.Sleep(1100 * time.Millisecond)
+		return expect(true)(sg.Extend(ctx, id, time.Minute))
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := sg.Release(ctx, id); err != nil {
+		return nil, err
+	}
 	res := &RTResult{Bench: "syncguard", Driver: driverName, Workload: "round_trips",
 		Method: "counting TCP proxy, one pooled connection, statements already prepared; round_trips = Sync+Query+Flush messages sent by the client, turns = client sends that follow server data", Rows: rows}
 	for _, r := range rows {

@@ -358,7 +358,7 @@ func (e *Env) W1(ctx context.Context) (*WorkloadResult, error) {
 			return e.segment(ctx, v, r, 1, func(_ int, a *acc) {
 				for range n {
 					next[v.Name]++
-					key := fmt.Sprintf("%s:w1:%d:order-%08d", e.Cfg.RunID, i+1, next[v.Name])
+					key := fmt.Sprintf("%s:w1:%s:%d:order-%08d", e.Cfg.RunID, v.Role, i+1, next[v.Name])
 					pair(ctx, v.L, key, e.Cfg.TTL, a)
 				}
 			})

@@ -553,6 +553,13 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("%q: want a one-line error, got %s", args, r)
 		}
 	}
+	for _, h := range [][]string{{"-h"}, {"--help"}, {"help"}} {
+		r := sg(t, d, h...)
+		wantCode(t, r, 0)
+		if !strings.Contains(r.stdout, "syncguard run --key KEY") {
+			t.Errorf("%q: no usage on stdout: %s", h, r)
+		}
+	}
 	r := sg(t, d, "help", "run")
 	wantCode(t, r, 0)
 	if !strings.Contains(r.stdout, "--fence-env") {
@@ -619,4 +626,17 @@ func TestStatus(t *testing.T) {
 	if !strings.Contains(r.stdout, "free") || !strings.Contains(r.stdout, string(res.Fence)) {
 		t.Errorf("status after release should show the last fence: %s", r)
 	}
+}
+
+func TestMissingSchema(t *testing.T) {
+	t.Parallel()
+	_, d := freshDB(t, "cli_noschema")
+	r := sg(t, d, "status", "k")
+	wantCode(t, r, 70)
+	wantOneLineError(t, r, "syncguard: status: Internal: lock table missing")
+	if !strings.Contains(r.stderr, "syncguard setup") {
+		t.Errorf("the error should point to syncguard setup: %s", r)
+	}
+	r = sg(t, d, "run", "--key", "k", "--", "true")
+	wantCode(t, r, 70)
 }

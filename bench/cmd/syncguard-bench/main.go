@@ -132,6 +132,7 @@ func run(o options) error {
 	fmt.Fprintf(out, "syncguard-bench: %s, %d CPUs; PostgreSQL %s (%s); fsync=%s synchronous_commit=%s wal_sync_method=%s full_page_writes=%s shared_buffers=%s\n",
 		envInfo["cpu"], runtime.NumCPU(), envInfo["server_version"], envInfo["server_kind"], envInfo["fsync"], envInfo["synchronous_commit"],
 		envInfo["wal_sync_method"], envInfo["full_page_writes"], envInfo["shared_buffers"])
+	fmt.Fprintf(out, "load average at start: %s (other processes on this machine skew absolute numbers; the ratios are measured interleaved in one run)\n", loadavg())
 	if envInfo["fsync"] != "on" || envInfo["synchronous_commit"] != "on" {
 		fmt.Fprintln(out, "WARNING: fsync or synchronous_commit is off: the durable floor is not durable, ratios to it are meaningless")
 	}
@@ -181,8 +182,9 @@ func run(o options) error {
 		}
 		sgbench.PrintTargets(out, []sgbench.Target{{Name: fmt.Sprintf("[%s] %s", t["driver"], t["name"]), Value: t["value"].(float64), Goal: t["goal"].(string), Met: t["met"].(bool)}})
 	}
+	fmt.Fprintf(out, "   load average at end: %s\n", loadavg())
 	emit(map[string]any{"bench": "syncguard", "workload": "targets", "met": met, "total": len(allTargets), "targets": allTargets,
-		"seconds": time.Since(begin).Seconds()})
+		"seconds": time.Since(begin).Seconds(), "loadavg_end": loadavg()})
 	progress("done in %.0fs", time.Since(begin).Seconds())
 	return nil
 }
@@ -272,7 +274,7 @@ func describe(ctx context.Context, dsn string) (map[string]string, error) {
 		return nil, err
 	}
 	defer db.Close()
-	info := map[string]string{"cpu": cpuModel(), "cpus": strconv.Itoa(runtime.NumCPU())}
+	info := map[string]string{"cpu": cpuModel(), "cpus": strconv.Itoa(runtime.NumCPU()), "loadavg_start": loadavg()}
 	for _, s := range []string{"server_version", "fsync", "synchronous_commit", "wal_sync_method", "full_page_writes", "shared_buffers", "max_connections", "wal_level", "commit_delay"} {
 		var v string
 		if err := db.QueryRowContext(ctx, "SHOW "+s).Scan(&v); err != nil {
@@ -285,6 +287,19 @@ func describe(ctx context.Context, dsn string) (map[string]string, error) {
 		info["server_kind"] = EnvDSN
 	}
 	return info, nil
+}
+
+// loadavg returns the 1, 5 and 15 minute load averages from /proc/loadavg.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func cpuModel() string {

@@ -38,7 +38,7 @@ func (a *app) cmdAdvisory(args []string) error {
 	}
 	fs := a.flagSet("advisory ls")
 	waiting := fs.Bool("waiting", false, "list only waiting requests, with the pids blocking them")
-	regFile := fs.String("registry", "", "Markdown registry document that names lock ids (see above)")
+	regFile := fs.String("registry", "", "Markdown registry document `FILE` that names lock ids (see above)")
 	pos, err := a.parse(fs, args, true)
 	if errors.Is(err, errHelp) {
 		a.cmdHelp(fs, advisoryHelp)

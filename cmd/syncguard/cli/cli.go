@@ -96,6 +96,10 @@ func (a *app) main(args []string) int {
 	var version bool
 	fs.BoolVar(&version, "version", false, "print the version and exit")
 	rest, err := a.parse(fs, args, false)
+	if errors.Is(err, errHelp) {
+		a.usage(a.stdout)
+		return ExitOK
+	}
 	if err != nil {
 		return a.exit(err)
 	}
@@ -167,9 +171,9 @@ func (a *app) flagSet(cmd string) *flag.FlagSet {
 	if a.timeout == 0 {
 		a.timeout = 15 * time.Second
 	}
-	fs.StringVar(&a.dsn, "dsn", a.dsn, "PostgreSQL connection string, URL or key=value form (default $DATABASE_URL, else PG* variables)")
-	fs.StringVar(&a.table, "table", a.table, "lock table (default "+syncguard.DefaultTableName+")")
-	fs.StringVar(&a.fenceTable, "fence-table", a.fenceTable, "fence counter table (default "+syncguard.DefaultFenceTableName+")")
+	fs.StringVar(&a.dsn, "dsn", a.dsn, "PostgreSQL connection string (`DSN`), URL or key=value form (default $DATABASE_URL, else PG* variables)")
+	fs.StringVar(&a.table, "table", a.table, "lock table `NAME` (default "+syncguard.DefaultTableName+")")
+	fs.StringVar(&a.fenceTable, "fence-table", a.fenceTable, "fence counter table `NAME` (default "+syncguard.DefaultFenceTableName+")")
 	fs.BoolVar(&a.json, "json", a.json, "print results as JSON on stdout, for scripts (not for run)")
 	fs.DurationVar(&a.timeout, "timeout", a.timeout, "bound on connecting and on each database operation")
 	fs.BoolVar(&a.noPrepare, "no-prepare", a.noPrepare, "do not prepare statements (behind a pooler in transaction mode without prepared-statement support)")
@@ -298,6 +302,9 @@ func describe(err error) (status int, code, msg string) {
 				m += ": "
 			}
 			m += se.Err.Error()
+		}
+		if se.SQLState == "42P01" { // undefined_table
+			m += " (create the tables with 'syncguard setup')"
 		}
 		return exitCode(se.Code), string(se.Code), m
 	}

@@ -61,10 +61,10 @@ Example (crontab): never two reports at once across the fleet
 func (a *app) cmdRun(args []string) error {
 	fs := a.flagSet("run")
 	var o runOpts
-	fs.StringVar(&o.key, "key", "", "the lock's key (required)")
+	fs.StringVar(&o.key, "key", "", "the lock's `KEY` (required)")
 	fs.DurationVar(&o.ttl, "ttl", syncguard.DefaultTTL, "lease time to live, at least 1s; extended every ttl/3 while COMMAND runs, so it bounds how long the lock outlives a killed syncguard")
 	fs.DurationVar(&o.wait, "wait", 5*time.Second, "how long to keep trying while the lock is busy; 0 tries once")
-	fs.StringVar(&o.fenceEnv, "fence-env", defaultFenceEnv, "environment variable that gives COMMAND the fence")
+	fs.StringVar(&o.fenceEnv, "fence-env", defaultFenceEnv, "environment variable `NAME` that gives COMMAND the fence")
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "after the lock is lost: time between SIGTERM and SIGKILL")
 	fs.BoolVar(&o.foreground, "foreground", false, "run COMMAND in syncguard's process group, so it can read the terminal and gets ^C/^Z directly; only COMMAND's own process is signalled then")
 	fs.BoolVar(&o.verbose, "verbose", false, "report waiting, acquiring and releasing on stderr")

@@ -115,7 +115,7 @@ func (a *app) cmdLs(args []string) error {
 	fs := a.flagSet("ls")
 	expired := fs.Bool("expired", false, "also list expired lock rows (they stay until their key is acquired again)")
 	raw := fs.Bool("raw", false, "print raw keys and lockIds instead of their hashes ("+sensitiveNote+"; keys may hold personal data)")
-	limit := fs.Int("limit", 100, "list at most this many locks; 0 for all")
+	limit := fs.Int("limit", 100, "list at most `N` locks; 0 for all")
 	pos, err := a.parse(fs, args, true)
 	if errors.Is(err, errHelp) {
 		a.cmdHelp(fs, `

@@ -96,6 +96,8 @@ func classify(err error, info driver.ErrorInfo) (Code, string) {
 		return CodeServiceUnavailable, "network error"
 	case errors.Is(err, sql.ErrTxDone):
 		return CodeInvalidArgument, "the transaction is already committed or rolled back"
+	case err.Error() == "sql: database is closed": // database/sql has no exported sentinel
+		return CodeInternal, "the *sql.DB was closed (use after Close)"
 	}
 	return CodeInternal, "unexpected error"
 }

@@ -20,7 +20,7 @@ func PrintWorkload(w io.Writer, r *WorkloadResult) {
 	fmt.Fprintf(w, "\n== [%s] %s: %s\n", r.Driver, r.Workload, r.Title)
 	fmt.Fprintf(w, "   unit: %s; params: %s\n", r.Unit, params(r.Params))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	hot := r.Workload == "w3_hot_key"
+	hot := strings.HasPrefix(r.Workload, "w3_hot_key")
 	pairs := r.Workload == "w1_sequential" || r.Workload == "w2_concurrent" || hot
 	hdr := "variant\tops/s\tp50 µs\tp99 µs\tx floor\tx ref"
 	if pairs {

@@ -421,7 +421,7 @@ func (e *Env) W2(ctx context.Context) (*WorkloadResult, error) {
 // W3 is workload 3: Workers workers on one hot key, acquire once and
 // release if won.
 func (e *Env) W3(ctx context.Context) (*WorkloadResult, error) {
-	key := e.Cfg.RunID + ":w3:hot"
+	key := fmt.Sprintf("%s:w3:%d:hot", e.Cfg.RunID, e.Cfg.Workers)
 	norm, _ := syncguard.NormalizeKey(key)
 	_, fenceKey, err := syncguard.StorageKeys(norm)
 	if err != nil {
@@ -447,11 +447,15 @@ func (e *Env) W3(ctx context.Context) (*WorkloadResult, error) {
 			vs[i].FenceBumpsLost = &n
 		}
 	}
-	res := e.result("w3_hot_key", fmt.Sprintf("%d workers on one hot key, acquire once, release if won", e.Cfg.Workers),
+	name := "w3_hot_key"
+	if e.Cfg.Workers != 8 {
+		name = fmt.Sprintf("w3_hot_key_%dworkers", e.Cfg.Workers)
+	}
+	res := e.result(name, fmt.Sprintf("%d workers on one hot key, acquire once, release if won", e.Cfg.Workers),
 		"ops/s (attempts and releases); wins = successful hand-offs", map[string]any{"workers": e.Cfg.Workers, "seconds_per_variant": e.Cfg.Duration.Seconds()}, vs)
 	s := subject(vs)
 	res.Targets = []Target{
-		{Name: "w3 hand-offs/s vs reference design", Value: s.WinsRatioRef, Goal: ">= 1", Met: s.WinsRatioRef >= 1},
+		{Name: fmt.Sprintf("w3 (%d workers) hand-offs/s vs reference design", e.Cfg.Workers), Value: s.WinsRatioRef, Goal: ">= 1", Met: s.WinsRatioRef >= 1},
 	}
 	return res, nil
 }

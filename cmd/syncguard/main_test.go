@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -639,4 +640,42 @@ func TestMissingSchema(t *testing.T) {
 	}
 	r = sg(t, d, "run", "--key", "k", "--", "true")
 	wantCode(t, r, 70)
+}
+
+// A server that accepts connections and never answers: --timeout bounds
+// every command, and run holds nothing.
+func TestSilentServer(t *testing.T) {
+	t.Parallel()
+	pgtest.Require(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	silent := fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", l.Addr())
+	marker := filepath.Join(t.TempDir(), "ran")
+	for _, args := range [][]string{
+		{"run", "--key", "k", "--wait", "1s", "--", "touch", marker},
+		{"status", "k"},
+		{"ls"},
+	} {
+		r := sg(t, "", append([]string{"--dsn", silent, "--timeout", "1s"}, args...)...)
+		wantCode(t, r, 69)
+		if r.elapsed > 10*time.Second {
+			t.Errorf("%q took %v with --timeout 1s", args, r.elapsed)
+		}
+		wantOneLineError(t, r, "syncguard: "+args[0]+": ")
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran")
+	}
 }

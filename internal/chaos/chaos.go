@@ -84,6 +84,10 @@ type Options struct {
 	// SampleEvery > 0 samples heap, goroutines and connections that often
 	// (Report.Samples), for the soak run.
 	SampleEvery time.Duration
+	// NoEventLog keeps no per-key operation log (violations then print the
+	// holdings only), so that a long soak's heap measures the library and
+	// not the log.
+	NoEventLog bool
 	Logf        func(format string, args ...any)
 }
 
@@ -552,7 +556,7 @@ func (r *runner) note(a *adapter, worker, key, op string, start time.Time, dur t
 	if err != nil {
 		outcome = "error " + string(syncguard.CodeOf(err))
 	}
-	if key != "" {
+	if key != "" && !r.opts.NoEventLog {
 		r.hist.Event(key, Event{At: start, Dur: dur, Worker: worker, Op: op, Outcome: outcome})
 	}
 	if !r.running.Load() {

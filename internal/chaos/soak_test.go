@@ -24,7 +24,7 @@ func TestSoak(t *testing.T) {
 	srv := pgtest.Require(t)
 	opts := Options{
 		Duration: d, Schedule: []Fault{}, Keys: 4, RawWorkers: 1, HelperWorkers: 3, WithLockWorkers: 3,
-		MaxOpenConns: 4, TTL: time.Second, SampleEvery: max(d/40, 5*time.Second), Logf: t.Logf,
+		MaxOpenConns: 4, TTL: time.Second, SampleEvery: max(d/40, 5*time.Second), NoEventLog: true, Logf: t.Logf,
 	}
 	rep, err := Run(context.Background(), srv, opts)
 	if err != nil {

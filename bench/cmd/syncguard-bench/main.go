@@ -58,7 +58,9 @@ type options struct {
 	walAttempts int
 	anatomyOps  int
 	proposals   bool
+	hotAlt      int
 	jsonPath    string
+	mdPath      string
 	workloads   string
 }
 
@@ -76,8 +78,10 @@ func main() {
 	flag.IntVar(&o.allocOps, "alloc-ops", 300, "operations per kind in the allocation count")
 	flag.IntVar(&o.walAttempts, "wal-attempts", 300, "failed attempts in the WAL probe")
 	flag.IntVar(&o.anatomyOps, "anatomy-ops", 1000, "iterations of the anatomy (cost breakdown) measurement")
+	flag.IntVar(&o.hotAlt, "hot-workers-alt", 2, "workload 3 again with this many workers (as many as the cores), for 2/5 of -duration; 0 skips")
 	flag.BoolVar(&o.proposals, "proposals", false, "also measure the proposed core statements (bench/sgbench/proposal.go) in workloads 1-3")
 	flag.StringVar(&o.jsonPath, "json", "", "also write the JSON summary lines to this file")
+	flag.StringVar(&o.mdPath, "markdown", "", "also write the results as Markdown tables to this file")
 	flag.StringVar(&o.workloads, "workloads", "w1,w2,w3,w4,w5,wal,anatomy,allocs,rt,storage", "what to run")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -108,7 +112,9 @@ func run(o options) error {
 		defer f.Close()
 		jsonOut = f
 	}
+	var results []any
 	emit := func(v any) {
+		results = append(results, v)
 		b, err := json.Marshal(v)
 		if err != nil {
 			panic(err)
@@ -185,6 +191,16 @@ func run(o options) error {
 	fmt.Fprintf(out, "   load average at end: %s\n", loadavg())
 	emit(map[string]any{"bench": "syncguard", "workload": "targets", "met": met, "total": len(allTargets), "targets": allTargets,
 		"seconds": time.Since(begin).Seconds(), "loadavg_end": loadavg()})
+	if o.mdPath != "" {
+		f, err := os.Create(o.mdPath)
+		if err != nil {
+			return err
+		}
+		sgbench.Markdown(f, results)
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
 	progress("done in %.0fs", time.Since(begin).Seconds())
 	return nil
 }
@@ -370,6 +386,19 @@ func runDriver(ctx context.Context, o options, want map[string]bool, d, name, ds
 		r, err := w.fn(ctx)
 		if err != nil {
 			return fmt.Errorf("%s: %w", w.name, err)
+		}
+		sgbench.PrintWorkload(out, r)
+		emit(r)
+		addTargets(d, r.Targets)
+	}
+	if want["w3"] && o.hotAlt > 0 && o.hotAlt != o.workers {
+		progress("[%s] w3 with %d workers", d, o.hotAlt)
+		alt := *env
+		alt.Cfg.Workers = o.hotAlt
+		alt.Cfg.Duration = o.duration * 2 / 5
+		r, err := alt.W3(ctx)
+		if err != nil {
+			return fmt.Errorf("w3 (%d workers): %w", o.hotAlt, err)
 		}
 		sgbench.PrintWorkload(out, r)
 		emit(r)

@@ -45,6 +45,9 @@ func (a *app) openMode(unnamed bool) (*sql.DB, error) {
 	if err != nil {
 		return nil, usageErr("invalid connection settings (from %s): %v", source, err)
 	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = a.timeout
+	}
 	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
 		cfg.RuntimeParams["application_name"] = applicationName
 	}

@@ -158,8 +158,19 @@ func (a *app) lock(b *syncguard.Backend, o *runOpts, sigs <-chan os.Signal) (*sy
 		l, err := a.acquire(ctx, b, o)
 		resc <- result{l, err}
 	}()
+	// The lease's auto-extension runs under ctx, so ctx cannot carry a
+	// deadline; bound a database that stops answering here instead.
+	limit := time.NewTimer(o.wait + a.timeout)
+	defer limit.Stop()
 	for {
 		select {
+		case <-limit.C:
+			cancel()
+			if r := <-resc; r.lease != nil {
+				r.lease.Close()
+			}
+			return nil, nil, nil, &cliError{status: ExitUnavailable, code: string(syncguard.CodeNetworkTimeout),
+				msg: fmt.Sprintf("no answer from PostgreSQL within --wait %v + --timeout %v; nothing is held", o.wait, a.timeout)}
 		case s := <-sigs:
 			if !abortsWait(s) {
 				continue

@@ -76,24 +76,41 @@ type Proposed struct {
 	acq, rel *sql.Stmt
 }
 
-// NewProposed prepares the proposed statements.
-func NewProposed(ctx context.Context, db *sql.DB, sg *SG) (*Proposed, error) {
-	acq, err := db.PrepareContext(ctx, fmt.Sprintf(ProposedAcquireSQL, quoteIdent(SGTable), quoteIdent(SGFenceTable)))
-	if err != nil {
-		return nil, fmt.Errorf("proposed acquire: %w", err)
+// NewProposed prepares the proposed statements. which is "both",
+// "acquire" or "release": the operation not proposed is syncguard's own.
+func NewProposed(ctx context.Context, db *sql.DB, sg *SG, which string) (*Proposed, error) {
+	p := &Proposed{sg: sg}
+	var err error
+	if which == "both" || which == "acquire" {
+		if p.acq, err = db.PrepareContext(ctx, fmt.Sprintf(ProposedAcquireSQL, quoteIdent(SGTable), quoteIdent(SGFenceTable))); err != nil {
+			return nil, fmt.Errorf("proposed acquire: %w", err)
+		}
 	}
-	rel, err := db.PrepareContext(ctx, fmt.Sprintf(ProposedReleaseSQL, quoteIdent(SGTable)))
-	if err != nil {
-		acq.Close()
-		return nil, fmt.Errorf("proposed release: %w", err)
+	if which == "both" || which == "release" {
+		if p.rel, err = db.PrepareContext(ctx, fmt.Sprintf(ProposedReleaseSQL, quoteIdent(SGTable))); err != nil {
+			p.Close()
+			return nil, fmt.Errorf("proposed release: %w", err)
+		}
 	}
-	return &Proposed{sg: sg, acq: acq, rel: rel}, nil
+	if p.acq == nil && p.rel == nil {
+		return nil, fmt.Errorf("proposals: want both, acquire or release, got %q", which)
+	}
+	return p, nil
 }
 
 // Close closes the statements.
-func (p *Proposed) Close() { p.acq.Close(); p.rel.Close() }
+func (p *Proposed) Close() {
+	for _, s := range []*sql.Stmt{p.acq, p.rel} {
+		if s != nil {
+			s.Close()
+		}
+	}
+}
 
 func (p *Proposed) Acquire(ctx context.Context, key string, ttl time.Duration) (string, bool, error) {
+	if p.acq == nil {
+		return p.sg.Acquire(ctx, key, ttl)
+	}
 	norm, err := syncguard.NormalizeKey(key)
 	if err != nil {
 		return "", false, err
@@ -118,6 +135,9 @@ func (p *Proposed) Acquire(ctx context.Context, key string, ttl time.Duration) (
 }
 
 func (p *Proposed) Release(ctx context.Context, id string) (bool, error) {
+	if p.rel == nil {
+		return p.sg.Release(ctx, id)
+	}
 	if err := syncguard.ValidateLockID(id); err != nil {
 		return false, err
 	}

@@ -88,7 +88,7 @@ type Options struct {
 	// holdings only), so that a long soak's heap measures the library and
 	// not the log.
 	NoEventLog bool
-	Logf        func(format string, args ...any)
+	Logf       func(format string, args ...any)
 }
 
 func (o *Options) defaults() {

@@ -43,11 +43,11 @@ func TestConformanceThroughPgBouncer(t *testing.T) {
 		Open:        func(t testing.TB) *sql.DB { return open(t, "pgx", bouncer.DSN+params) },
 		Dialect:     pgxstd.Dialect,
 		OpenRefused: func(t testing.TB) *sql.DB { return open(t, "pgx", srv.RefusedDSN()) },
-		// No OpenWrongPassword: PgBouncer 1.18 rejects a wrong password
-		// itself with FATAL SQLSTATE 08P01 (protocol_violation, its code
-		// for every pooler error) instead of 28P01, so syncguard, which
-		// classifies by SQLSTATE, reports ServiceUnavailable rather than
-		// AuthFailed. See docs/failure-model.md.
+		// PgBouncer rejects a wrong password itself, with SQLSTATE 08P01;
+		// syncguard recognises its message and reports AuthFailed.
+		OpenWrongPassword: func(t testing.TB) *sql.DB {
+			return open(t, "pgx", bouncer.DSNFor(srv.PasswordRole, "wrong-password", "postgres")+params)
+		},
 		Config:         func(c *syncguard.Config) { c.DisablePrepare = true },
 		NoSessionState: true,
 	}

@@ -24,6 +24,12 @@ type pgErr struct{ code, severity string }
 
 func (e *pgErr) Error() string { return "server error " + e.code }
 
+// pgBouncerErr is PgBouncer's rejection of a wrong password: 08P01.
+type pgBouncerErr struct{ pgErr }
+
+func (e *pgBouncerErr) Error() string { return `FATAL: password authentication failed for user "app"` }
+func (e *pgBouncerErr) Unwrap() error { return &e.pgErr }
+
 type fakeDialect struct{}
 
 func (fakeDialect) Name() string { return "fake" }
@@ -237,6 +243,8 @@ func TestErrorClassification(t *testing.T) {
 		{&pgErr{code: "23505"}, CodeInvalidArgument},
 		{&pgErr{code: "42P01"}, CodeInternal},
 		{&pgErr{code: "XX000"}, CodeInternal},
+		{&pgBouncerErr{pgErr{code: "08P01"}}, CodeAuthFailed},
+		{&pgErr{code: "08P01"}, CodeServiceUnavailable},
 		{&pgErr{code: "XX000", severity: "FATAL"}, CodeServiceUnavailable},
 		{sqldriver.ErrBadConn, CodeServiceUnavailable},
 		{sql.ErrConnDone, CodeServiceUnavailable},

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 
 	"github.com/syncguard/syncguard-go/driver"
@@ -64,6 +65,11 @@ func (c classifier) wrap(ctx context.Context, op string, err error) *Error {
 
 // classify maps a driver error onto a Code. See docs/errors.md.
 func classify(err error, info driver.ErrorInfo) (Code, string) {
+	// PgBouncer reports its own authentication failures as 08P01
+	// (protocol_violation, its code for every pooler error).
+	if info.SQLState == "08P01" && strings.Contains(err.Error(), "authentication failed") {
+		return CodeAuthFailed, "the pooler rejected the credentials"
+	}
 	if s := info.SQLState; s != "" {
 		if code, msg, ok := classifySQLState(s); ok {
 			return code, msg

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,9 +42,10 @@ const (
 	numStmts
 )
 
+// lazyStmt is one operation's statement, prepared on first use on the pool.
 type lazyStmt struct {
-	mu   sync.Mutex
-	stmt *sql.Stmt
+	stmt      atomic.Pointer[sql.Stmt]
+	preparing atomic.Bool // a background prepare (for the WithTx path) is running
 }
 
 var _ LockBackend = (*Backend)(nil)
@@ -107,23 +107,66 @@ func (b *Backend) FenceTableName() string { return b.shared.cfg.fenceTable }
 // queryRow runs statement i with args on the transaction or the pool.
 func (b *Backend) queryRow(ctx context.Context, i int, args ...any) (*sql.Row, error) {
 	s := b.shared
-	text := s.text(i)
 	if s.cfg.noPrepare {
 		if b.tx != nil {
-			return b.tx.QueryRowContext(ctx, text, args...), nil
+			return b.tx.QueryRowContext(ctx, s.text(i), args...), nil
 		}
-		return s.db.QueryRowContext(ctx, text, args...), nil
+		return s.db.QueryRowContext(ctx, s.text(i), args...), nil
+	}
+	if b.tx != nil {
+		if stmt := s.stmts[i].stmt.Load(); stmt != nil {
+			// Reuses the statement already prepared on the transaction's
+			// connection, or prepares it there once.
+			return b.tx.StmtContext(ctx, stmt).QueryRowContext(ctx, args...), nil
+		}
+		// Preparing on the pool would need a second connection while the
+		// transaction holds one (a deadlock with SetMaxOpenConns(1)). Run
+		// unprepared on the transaction's connection, and prepare on the
+		// pool in the background for next time.
+		s.prepareInBackground(i)
+		return b.tx.QueryRowContext(ctx, s.text(i), args...), nil
 	}
 	stmt, err := s.prepared(ctx, i)
 	if err != nil {
 		return nil, err
 	}
-	if b.tx != nil {
-		// Reuses the statement already prepared on the transaction's
-		// connection, or prepares it there once.
-		return b.tx.StmtContext(ctx, stmt).QueryRowContext(ctx, args...), nil
-	}
 	return stmt.QueryRowContext(ctx, args...), nil
+}
+
+// prepared returns the *sql.Stmt for statement i, preparing it on first use.
+// database/sql then prepares it again, once, on each pooled connection that
+// runs it. A failed prepare (a missing table, say) is not cached. No lock is
+// held while preparing: two first calls may both prepare, and the loser
+// closes its copy.
+func (s *shared) prepared(ctx context.Context, i int) (*sql.Stmt, error) {
+	l := &s.stmts[i]
+	if st := l.stmt.Load(); st != nil {
+		return st, nil
+	}
+	st, err := s.db.PrepareContext(ctx, s.text(i))
+	if err != nil {
+		return nil, err
+	}
+	if !l.stmt.CompareAndSwap(nil, st) {
+		st.Close()
+		return l.stmt.Load(), nil
+	}
+	return st, nil
+}
+
+// prepareInBackground prepares statement i on the pool without blocking
+// the caller; at most one such goroutine runs per statement.
+func (s *shared) prepareInBackground(i int) {
+	l := &s.stmts[i]
+	if !l.preparing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer l.preparing.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = s.prepared(ctx, i) // errors surface on the next foreground use
+	}()
 }
 
 func (s *shared) text(i int) string {
@@ -139,24 +182,6 @@ func (s *shared) text(i int) string {
 	default:
 		return s.sql.lookupID
 	}
-}
-
-// prepared returns the *sql.Stmt for statement i, preparing it on first use.
-// database/sql then prepares it again, once, on each pooled connection that
-// runs it. A failed prepare (a missing table, say) is not cached.
-func (s *shared) prepared(ctx context.Context, i int) (*sql.Stmt, error) {
-	l := &s.stmts[i]
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.stmt != nil {
-		return l.stmt, nil
-	}
-	st, err := s.db.PrepareContext(ctx, s.text(i))
-	if err != nil {
-		return nil, err
-	}
-	l.stmt = st
-	return st, nil
 }
 
 // checkKey normalizes and validates a key before any I/O and derives its

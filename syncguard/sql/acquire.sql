@@ -11,10 +11,15 @@
 --       The same lock id as the reference implementation's blocking
 --       pg_advisory_xact_lock keeps both implementations exclusive when
 --       they share tables.
+-- snapf: the counter as this statement's snapshot sees it.
 -- f:    increments the fence counter (or creates it at 1). ON CONFLICT DO
 --       UPDATE locks the counter row and reads its latest committed value, so
 --       concurrent acquires of one key serialize here and fences are unique
---       and ordered like the commits. It refuses to pass FenceMax.
+--       and ordered like the commits. It refuses to pass FenceMax, and it
+--       refuses when the latest counter differs from snapf: then another
+--       acquire committed after our snapshot was taken (our view of the key
+--       is stale), and we report "locked" instead of burning a fence and
+--       locking the new holder's row.
 -- ins:  writes the lock row. On conflict it overwrites only a row that is
 --       still expired in its latest committed version, under that row's lock
 --       (never a lock whose extend just committed).
@@ -35,11 +40,14 @@ free AS (
   WHERE CASE WHEN EXISTS (SELECT 1 FROM cur) THEN false
              ELSE pg_try_advisory_xact_lock(hashtext($1::text)) END
 ),
+snapf AS (
+  SELECT c."fence" FROM {{fences}} AS c WHERE c."fence_key" = $3::text
+),
 f AS (
   INSERT INTO {{fences}} AS c ("fence_key", "fence", "key_debug")
   SELECT $3::text, 1, $4::text FROM free
   ON CONFLICT ("fence_key") DO UPDATE SET "fence" = c."fence" + 1
-  WHERE c."fence" < {{fence_max}}
+  WHERE c."fence" < {{fence_max}} AND c."fence" = (SELECT snapf."fence" FROM snapf)
   RETURNING c."fence"
 ),
 ins AS (
@@ -60,7 +68,8 @@ SELECT
   COALESCE(ins."expires_at_ms", cur."expires_at_ms") AS expires_at_ms,
   COALESCE(ins."acquired_at_ms", cur."acquired_at_ms") AS acquired_at_ms,
   COALESCE(ins."fence", cur."fence") AS fence,
-  (EXISTS (SELECT 1 FROM free) AND NOT EXISTS (SELECT 1 FROM f)) AS fence_exhausted
+  (EXISTS (SELECT 1 FROM free) AND NOT EXISTS (SELECT 1 FROM f)
+   AND COALESCE((SELECT snapf."fence" FROM snapf), 0) >= {{fence_max}}) AS fence_exhausted
 FROM t
 LEFT JOIN ins ON true
 LEFT JOIN cur ON true

@@ -11,7 +11,9 @@ u AS (
   WHERE l."lock_id" = $1::text AND l."expires_at_ms" > t.now_ms - {{tolerance}}
   RETURNING l."lock_id", l."expires_at_ms"
 )
-SELECT u."lock_id", u."expires_at_ms", s."expires_at_ms", t.now_ms
+SELECT u."lock_id", u."expires_at_ms",
+  CASE WHEN u."lock_id" IS NULL THEN
+    (SELECT s."expires_at_ms" FROM {{locks}} AS s WHERE s."lock_id" = $1::text) END,
+  t.now_ms
 FROM t
 LEFT JOIN u ON true
-LEFT JOIN {{locks}} AS s ON s."lock_id" = $1::text

@@ -1,8 +1,8 @@
 -- release: one statement. $1 lockId.
 -- Deletes the row only if it belongs to $1 and is live, under the row lock
 -- (a concurrent takeover changes lock_id, and the re-check then fails).
--- s reads the same row from the statement's snapshot to tell "expired" from
--- "not-found" without another round trip.
+-- When nothing was deleted, the same row is read from the statement's
+-- snapshot to tell "expired" from "not-found" without another round trip.
 WITH
 t AS (
   SELECT floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint AS now_ms
@@ -12,7 +12,9 @@ d AS (
   WHERE l."lock_id" = $1::text AND l."expires_at_ms" > t.now_ms - {{tolerance}}
   RETURNING l."lock_id"
 )
-SELECT d."lock_id", s."expires_at_ms", t.now_ms
+SELECT d."lock_id",
+  CASE WHEN d."lock_id" IS NULL THEN
+    (SELECT s."expires_at_ms" FROM {{locks}} AS s WHERE s."lock_id" = $1::text) END,
+  t.now_ms
 FROM t
 LEFT JOIN d ON true
-LEFT JOIN {{locks}} AS s ON s."lock_id" = $1::text

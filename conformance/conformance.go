@@ -595,3 +595,21 @@ func (c serverClock) sleepUntil(ctx context.Context, ms int64) {
 func errIs(err, want error) bool { return err != nil && errors.Is(err, want) }
 
 var _ = fmt.Sprintf
+
+// Opener returns a Harness.Open (or OpenOther, OpenRefused, ...) function
+// that opens a pool with sql.Open(driverName, dsn), allows it up to 20 open
+// connections and closes it when the test ends:
+//
+//	conformance.Run(t, conformance.Harness{Open: conformance.Opener("pgx", dsn)})
+func Opener(driverName, dsn string) func(t testing.TB) *sql.DB {
+	return func(t testing.TB) *sql.DB {
+		t.Helper()
+		db, err := sql.Open(driverName, dsn)
+		if err != nil {
+			t.Fatalf("setup: sql.Open(%q): %v", driverName, err)
+		}
+		db.SetMaxOpenConns(20)
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+}

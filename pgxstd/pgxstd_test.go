@@ -2,7 +2,6 @@ package pgxstd_test
 
 import (
 	"context"
-	"database/sql"
 	"testing"
 
 	"github.com/syncguard/syncguard-go/conformance"
@@ -12,26 +11,13 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m, pgtest.Options{}) }
 
-func open(t testing.TB, driverName, dsn string) *sql.DB {
-	t.Helper()
-	db, err := sql.Open(driverName, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxOpenConns(20)
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
 func TestConformance(t *testing.T) {
 	srv := pgtest.Require(t)
 	h := conformance.Harness{
-		Open:        func(t testing.TB) *sql.DB { return open(t, "pgx", srv.DSN) },
-		Dialect:     pgxstd.Dialect,
-		OpenRefused: func(t testing.TB) *sql.DB { return open(t, "pgx", srv.RefusedDSN()) },
-		OpenWrongPassword: func(t testing.TB) *sql.DB {
-			return open(t, "pgx", srv.DSNFor(srv.PasswordRole, "wrong-password", "postgres"))
-		},
+		Open:              conformance.Opener("pgx", srv.DSN),
+		Dialect:           pgxstd.Dialect,
+		OpenRefused:       conformance.Opener("pgx", srv.RefusedDSN()),
+		OpenWrongPassword: conformance.Opener("pgx", srv.DSNFor(srv.PasswordRole, "wrong-password", "postgres")),
 	}
 	if srv.CanRestart() {
 		h.Restart = func(ctx context.Context) error { return srv.Restart(ctx) }

@@ -1,7 +1,6 @@
 package pq_test
 
 import (
-	"database/sql"
 	"testing"
 
 	"github.com/syncguard/syncguard-go/conformance"
@@ -40,16 +39,14 @@ func TestConformanceThroughPgBouncer(t *testing.T) {
 	t.Logf("PgBouncer %s, pool_mode=%s, port %d", bouncer.Version, bouncer.PoolMode, bouncer.Port)
 	const params = "&binary_parameters=yes&connect_timeout=5"
 	h := conformance.Harness{
-		Open:        func(t testing.TB) *sql.DB { return open(t, "postgres", bouncer.DSN+params) },
+		Open:        conformance.Opener("postgres", bouncer.DSN+params),
 		Dialect:     sgpq.Dialect,
-		OpenRefused: func(t testing.TB) *sql.DB { return open(t, "postgres", srv.RefusedDSN()) },
+		OpenRefused: conformance.Opener("postgres", srv.RefusedDSN()),
 		// PgBouncer rejects a wrong password itself, with SQLSTATE 08P01;
 		// syncguard recognises its message and reports AuthFailed.
-		OpenWrongPassword: func(t testing.TB) *sql.DB {
-			return open(t, "postgres", bouncer.DSNFor(srv.PasswordRole, "wrong-password", "postgres")+params)
-		},
-		Config:         func(c *syncguard.Config) { c.DisablePrepare = true },
-		NoSessionState: true,
+		OpenWrongPassword: conformance.Opener("postgres", bouncer.DSNFor(srv.PasswordRole, "wrong-password", "postgres")+params),
+		Config:            func(c *syncguard.Config) { c.DisablePrepare = true },
+		NoSessionState:    true,
 	}
 	conformance.Run(t, h)
 	if t.Failed() {

@@ -55,8 +55,8 @@ func mdWorkload(w io.Writer, r *WorkloadResult) {
 	pairs := r.Workload == "w1_sequential" || r.Workload == "w2_concurrent"
 	switch {
 	case hot:
-		fmt.Fprintln(w, "| variant | attempts+releases/s | hand-offs/s | hand-offs × floor | hand-offs × ref | acquire p50 / p99 µs | release p50 / p99 µs | failed attempts that bumped the fence | WAL B/op |")
-		fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+		fmt.Fprintln(w, "| variant | attempts+releases/s | hand-offs/s | hand-offs × floor | hand-offs × ref | acquire p50 / p99 µs | release p50 / p99 µs | fence gaps | failed attempts that wrote | WAL B/op |")
+		fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	case pairs:
 		fmt.Fprintln(w, "| variant | ops/s | × floor | × ref | p50 µs | p99 µs | acquire p50 / p99 µs | release p50 / p99 µs | WAL B/op |")
 		fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|")
@@ -71,12 +71,15 @@ func mdWorkload(w io.Writer, r *WorkloadResult) {
 		}
 		switch {
 		case hot:
-			bumps := "–"
+			bumps, writes := "–", "–"
 			if v.FenceBumpsLost != nil {
-				bumps = fmt.Sprintf("%d of %d", *v.FenceBumpsLost, v.Attempts-v.Wins)
+				bumps = fmt.Sprint(*v.FenceBumpsLost)
 			}
-			fmt.Fprintf(w, "| %s | %.0f | %.0f | %s | %s | %s | %s | %s | %.0f |\n", name, v.OpsPerSec, v.WinsPerSec,
-				ratioStr(v.WinsRatioFloor), ratioStr(v.WinsRatioRef), mdLat(v.Acquire), mdLat(v.Release), bumps, v.WALBytesPerOp)
+			if v.FailedWrites != nil {
+				writes = fmt.Sprintf("%d of %d", *v.FailedWrites, v.Attempts-v.Wins)
+			}
+			fmt.Fprintf(w, "| %s | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %.0f |\n", name, v.OpsPerSec, v.WinsPerSec,
+				ratioStr(v.WinsRatioFloor), ratioStr(v.WinsRatioRef), mdLat(v.Acquire), mdLat(v.Release), bumps, writes, v.WALBytesPerOp)
 		case pairs:
 			fmt.Fprintf(w, "| %s | %.0f | %s | %s | %.0f | %.0f | %s | %s | %.0f |\n", name, v.OpsPerSec, ratioStr(v.RatioFloor), ratioStr(v.RatioRef),
 				v.Lat.P50, v.Lat.P99, mdLat(v.Acquire), mdLat(v.Release), v.WALBytesPerOp)

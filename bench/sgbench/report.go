@@ -26,7 +26,7 @@ func PrintWorkload(w io.Writer, r *WorkloadResult) {
 	if pairs {
 		hdr = "variant\tops/s\tp50 µs\tp99 µs\tacq p50/p99 µs\trel p50/p99 µs\tx floor\tx ref"
 		if hot {
-			hdr += "\thand-offs/s\tx floor\tx ref\tfailed-attempt fence bumps"
+			hdr += "\thand-offs/s\tx floor\tx ref\tfence gaps\tfailed attempts that wrote"
 		} else {
 			hdr += "\tpairs/s"
 		}
@@ -40,11 +40,14 @@ func PrintWorkload(w io.Writer, r *WorkloadResult) {
 		}
 		row += fmt.Sprintf("\t%s\t%s", ratioStr(v.RatioFloor), ratioStr(v.RatioRef))
 		if hot {
-			bumps := "-"
+			bumps, writes := "-", "-"
 			if v.FenceBumpsLost != nil {
 				bumps = fmt.Sprint(*v.FenceBumpsLost)
 			}
-			row += fmt.Sprintf("\t%.0f\t%s\t%s\t%s", v.WinsPerSec, ratioStr(v.WinsRatioFloor), ratioStr(v.WinsRatioRef), bumps)
+			if v.FailedWrites != nil {
+				writes = fmt.Sprintf("%d of %d", *v.FailedWrites, v.Attempts-v.Wins)
+			}
+			row += fmt.Sprintf("\t%.0f\t%s\t%s\t%s\t%s", v.WinsPerSec, ratioStr(v.WinsRatioFloor), ratioStr(v.WinsRatioRef), bumps, writes)
 		} else if pairs {
 			row += fmt.Sprintf("\t%.0f", v.WinsPerSec)
 		}

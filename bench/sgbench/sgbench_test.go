@@ -153,3 +153,22 @@ func TestRotate(t *testing.T) {
 		t.Fatalf("rotate: %v", got)
 	}
 }
+
+func TestHotKeyTablesShowGapsAndWrites(t *testing.T) {
+	gaps, writes := int64(0), int64(159)
+	r := &WorkloadResult{Driver: "pq", Workload: "w3_hot_key", Title: "hot", Variants: []*VariantResult{
+		{Name: "syncguard", Role: RoleSubject, Attempts: 15935, Wins: 436, FenceBumpsLost: &gaps, FailedWrites: &writes},
+		{Name: "floor", Role: RoleFloor, Attempts: 10, Wins: 1},
+	}}
+	var md, txt strings.Builder
+	Markdown(&md, []any{r})
+	PrintWorkload(&txt, r)
+	for _, want := range []string{"| fence gaps | failed attempts that wrote |", "| 0 | 159 of 15499 |", "| – | – |"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+	if !strings.Contains(txt.String(), "159 of 15499") {
+		t.Errorf("table lacks the write count:\n%s", txt.String())
+	}
+}

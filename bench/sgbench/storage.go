@@ -37,8 +37,10 @@ type StorageResult struct {
 const StorageKeyFormat = "bench:tenant-%02d:order-%08d"
 
 // Storage acquires n live locks (each on its own key, so n fence counters
-// too) through syncguard in batches inside transactions, then reads the
-// relation sizes. The tables are dropped afterwards.
+// too) through syncguard in batches inside transactions (Backend.WithTx, on
+// a fresh Backend whose statements are not prepared yet, with every pooled
+// connection inside a transaction: the case that used to deadlock), then
+// reads the relation sizes. The tables are dropped afterwards.
 func Storage(ctx context.Context, driverName string, db *sql.DB, n, workers int) (*StorageResult, error) {
 	if err := DropTables(ctx, db, StoreTable, StoreFenceTable); err != nil {
 		return nil, err
@@ -50,15 +52,6 @@ func Storage(ctx context.Context, driverName string, db *sql.DB, n, workers int)
 	}
 	b, err := syncguard.New(db, cfg)
 	if err != nil {
-		return nil, err
-	}
-	// Prepare acquire's statement on the pool first. Backend.WithTx prepares
-	// a statement it has not prepared yet through the *sql.DB, which needs a
-	// free pooled connection: with every connection inside a transaction
-	// that first call would wait forever (see docs/performance.md).
-	if r, err := b.Acquire(ctx, "bench:storage:warm-up", time.Second); err != nil {
-		return nil, err
-	} else if _, err := b.Release(ctx, r.LockID); err != nil {
 		return nil, err
 	}
 	const batch = 2000

@@ -34,9 +34,6 @@ func (e *Env) FailedAttemptWAL(ctx context.Context, n int) (*WALResult, error) {
 	res := &WALResult{Bench: "syncguard", Driver: e.Cfg.Driver, Workload: "w3_failed_attempt_wal",
 		Method: "pg_current_wal_insert_lsn() delta over sequential failed acquires of a held key"}
 	for _, v := range e.lockVariants() {
-		if v.Role == RoleProposal {
-			continue
-		}
 		key := fmt.Sprintf("%s:walprobe:%s", e.Cfg.RunID, v.Role)
 		id, ok, err := v.L.Acquire(ctx, key, 10*time.Minute)
 		if err != nil || !ok {

@@ -1,7 +1,6 @@
 package itest_test
 
 import (
-	"database/sql"
 	"testing"
 
 	"github.com/syncguard/syncguard-go/conformance"
@@ -12,23 +11,12 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m, pgtest.Options{}) }
 
-func open(t testing.TB, driverName, dsn string) *sql.DB {
-	t.Helper()
-	db, err := sql.Open(driverName, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxOpenConns(20)
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
 // TestCrossDriver runs the CrossDriver group with lib/pq as the primary
 // driver and pgx as the other, then the reverse.
 func TestCrossDriver(t *testing.T) {
 	srv := pgtest.Require(t)
-	pq := func(t testing.TB) *sql.DB { return open(t, "postgres", srv.DSN) }
-	pgx := func(t testing.TB) *sql.DB { return open(t, "pgx", srv.DSN) }
+	pq := conformance.Opener("postgres", srv.DSN)
+	pgx := conformance.Opener("pgx", srv.DSN)
 	t.Run("PQPrimaryPGXOther", func(t *testing.T) {
 		conformance.Run(t, conformance.Harness{
 			Open: pq, Dialect: sgpq.Dialect,

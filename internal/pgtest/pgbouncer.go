@@ -302,7 +302,8 @@ func (b *PgBouncer) start() error {
 		cmd := exec.Command(b.bin, filepath.Join(b.dir, "pgbouncer.ini"))
 		cmd.Dir = b.dir
 		cmd.Env = cleanEnv("HOME=" + b.dir)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: b.cred}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred}
+		setPdeathsig(cmd.SysProcAttr)
 		out, err := os.OpenFile(filepath.Join(b.dir, "pgbouncer.stderr"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 		if err != nil {
 			started <- err

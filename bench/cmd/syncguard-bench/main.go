@@ -57,7 +57,6 @@ type options struct {
 	allocOps    int
 	walAttempts int
 	anatomyOps  int
-	proposals   string
 	hotAlt      int
 	jsonPath    string
 	mdPath      string
@@ -79,7 +78,6 @@ func main() {
 	flag.IntVar(&o.walAttempts, "wal-attempts", 300, "failed attempts in the WAL probe")
 	flag.IntVar(&o.anatomyOps, "anatomy-ops", 1000, "iterations of the anatomy (cost breakdown) measurement")
 	flag.IntVar(&o.hotAlt, "hot-workers-alt", 2, "workload 3 again with this many workers (as many as the cores), for 2/5 of -duration; 0 skips")
-	flag.StringVar(&o.proposals, "proposals", "", "also measure proposed core statements (bench/sgbench/proposal.go) in workloads 1-3: both, acquire or release")
 	flag.StringVar(&o.jsonPath, "json", "", "also write the JSON summary lines to this file")
 	flag.StringVar(&o.mdPath, "markdown", "", "also write the results as Markdown tables to this file")
 	flag.StringVar(&o.workloads, "workloads", "w1,w2,w3,w4,w5,wal,anatomy,allocs,rt,storage", "what to run")
@@ -366,14 +364,6 @@ func runDriver(ctx context.Context, o options, want map[string]bool, d, name, ds
 			AuxDuration: o.auxDuration, Rounds: o.rounds, TTL: 30 * time.Second, ExtendLocks: 16,
 			RunID: fmt.Sprintf("%s-%d", d, time.Now().UnixNano())},
 		DB: db, Admin: admin, SG: sg, Ref: ref, Floor: floor,
-	}
-	if o.proposals != "" {
-		p, err := sgbench.NewProposed(ctx, db, sg, o.proposals)
-		if err != nil {
-			return err
-		}
-		defer p.Close()
-		env.Proposed = p
 	}
 	for _, w := range []struct {
 		name string

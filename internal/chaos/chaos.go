@@ -524,7 +524,7 @@ func (r *runner) openAdapters(suffix string) error {
 	if err != nil {
 		return err
 	}
-	conn.Dialer(DeadlineDialer{ReadTimeout: o.PQReadTimeout,
+	conn.Dialer(sgpq.DeadlineDialer{ReadTimeout: o.PQReadTimeout,
 		KeepAlive: net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 3}, UserTimeout: 5 * time.Second})
 	pqDB := sql.OpenDB(conn)
 	// pgx: statement_timeout only, so a lock storm ends with 57014.

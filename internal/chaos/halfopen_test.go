@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/lib/pq"
 
 	"github.com/syncguard/syncguard-go/internal/pgtest"
+	sgpq "github.com/syncguard/syncguard-go/pq"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -64,7 +64,7 @@ func TestHalfOpen(t *testing.T) {
 		}
 		return db
 	}
-	dd := DeadlineDialer{ReadTimeout: 2 * time.Second}
+	dd := sgpq.DeadlineDialer{ReadTimeout: 2 * time.Second}
 	configs := []config{
 		{name: "pgx, ctx deadline 1s, connect_timeout=2", open: pgx, params: "&connect_timeout=2", bound: opTimeout + 500*time.Millisecond},
 		{name: "pgx, helper Lock (Acquisition.Timeout 1s), ctx without deadline", open: pgx, params: "&connect_timeout=2",
@@ -173,53 +173,3 @@ func firstLine(s string) string {
 	return s
 }
 
-// TestDeadlineDialerSetsSocketOptions checks that DeadlineDialer sets
-// TCP_USER_TIMEOUT and that its read timeout fires on a silent peer.
-func TestDeadlineDialerSetsSocketOptions(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			defer c.Close()
-			time.Sleep(2 * time.Second) // silent
-		}
-	}()
-	d := DeadlineDialer{ReadTimeout: 200 * time.Millisecond, UserTimeout: 7 * time.Second}
-	c, err := d.DialContext(context.Background(), "tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	raw, err := c.(*deadlineConn).Conn.(*net.TCPConn).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got int
-	var gerr error
-	if err := raw.Control(func(fd uintptr) { got, gerr = getUserTimeout(int(fd)) }); err != nil {
-		t.Fatal(err)
-	}
-	if gerr == nil && got != 7000 {
-		t.Errorf("TCP_USER_TIMEOUT = %d ms, want 7000", got)
-	}
-	start := time.Now()
-	_, err = c.Read(make([]byte, 1))
-	var ne net.Error
-	if err == nil || !errors.As(err, &ne) || !ne.Timeout() {
-		t.Fatalf("read from a silent peer: %v, want a timeout", err)
-	}
-	if d := time.Since(start); d < 150*time.Millisecond || d > time.Second {
-		t.Errorf("read timed out after %v, want about 200ms", d)
-	}
-	// A user deadline earlier than the read timeout wins.
-	_ = c.SetDeadline(time.Now().Add(50 * time.Millisecond))
-	start = time.Now()
-	_, _ = c.Read(make([]byte, 1))
-	if d := time.Since(start); d > 150*time.Millisecond {
-		t.Errorf("user deadline ignored: read returned after %v", d)
-	}
-}

@@ -1,4 +1,4 @@
-package chaos
+package pq
 
 import (
 	"context"
@@ -8,9 +8,15 @@ import (
 	"time"
 )
 
-// DeadlineDialer is a lib/pq Dialer (pq.Connector.Dialer) that bounds every
-// read and write on its connections, so that a caller on a half-open
-// connection gets an error instead of waiting forever.
+// DeadlineDialer is a lib/pq Dialer that bounds every read and write on its
+// connections, so that a caller on a half-open connection gets an error
+// instead of waiting forever. Use it with a connector:
+//
+//	c, err := pq.NewConnector(dsn) // github.com/lib/pq
+//	c.Dialer(sgpq.DeadlineDialer{ReadTimeout: 10 * time.Second,
+//		KeepAlive: net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 5 * time.Second, Count: 3},
+//		UserTimeout: 20 * time.Second})
+//	db := sql.OpenDB(c)
 //
 // lib/pq (v1.12) does not stop reading when a context ends: it sends a
 // cancel request on a new connection and keeps waiting for the server's

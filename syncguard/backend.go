@@ -91,6 +91,12 @@ func lookupDialect(db *sql.DB) (driver.Dialect, bool) {
 // obtained in tx must not be shown to anything outside tx before it commits:
 // a rollback returns that fence value to the counter, and the next acquire
 // gets it again.
+//
+// If any operation in tx fails, roll tx back: an Acquire that returns an
+// error (a cancelled context, say) may still have written its row into tx,
+// under a lockId the caller never learned. Serialization failures (40001)
+// inside tx are the caller's to retry, with a new transaction. A Lease
+// (Lock, WithLock) made on the view must end before tx does.
 func (b *Backend) WithTx(tx *sql.Tx) *Backend {
 	return &Backend{shared: b.shared, tx: tx}
 }
@@ -254,10 +260,19 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
 		e.Key = key
-		if ctx.Err() != nil && b.tx == nil {
-			// The statement may still commit on the server after we stop
-			// waiting (pgx cancels asynchronously). Release our own lockId
-			// in the background so no orphan stays until its TTL.
+		if b.tx == nil && (e.SQLState == "40001" || e.SQLState == "40P01") {
+			// Only under a REPEATABLE READ or SERIALIZABLE default isolation
+			// (a role or database setting): a racer whose snapshot is stale
+			// meets a row changed since, and PostgreSQL aborts the statement
+			// instead of letting its conditions decide. Nothing was
+			// committed, and another acquire changed the key: contention.
+			return AcquireResult{OK: false, Reason: ReasonLocked}, nil
+		}
+		if b.tx == nil && outcomeUnknown(ctx, e) {
+			// The statement may have committed on the server although we
+			// got no answer: cancelled or timed out after sending (pgx
+			// cancels asynchronously), or the connection broke. Release our
+			// own lockId in the background so no orphan stays until its TTL.
 			go b.shared.releaseOrphan(ctx, lockID)
 		}
 		return AcquireResult{}, e
@@ -281,21 +296,47 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 	return AcquireResult{OK: true, LockID: lockID, Fence: f, ExpiresAt: msToTime(expires.Int64)}, nil
 }
 
-// releaseOrphan releases lockID after a cancelled acquire, with a context
-// detached from the caller's cancellation and bounded by ReleaseTimeout.
-// The acquire may commit on the server after the client gave up, so a
-// "not found" is retried a few times within that bound.
+// outcomeUnknown reports whether an acquire that failed with e may still
+// have committed: its context ended while it ran, or the connection failed
+// (ServiceUnavailable, NetworkTimeout) without a server error saying the
+// statement was rejected. A statement the server rejected (a SQLSTATE other
+// than a connection or shutdown class) committed nothing.
+func outcomeUnknown(ctx context.Context, e *Error) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	if e.Code != CodeServiceUnavailable && e.Code != CodeNetworkTimeout {
+		return false
+	}
+	switch {
+	case e.SQLState == "":
+		return true // no answer from the server
+	case strings.HasPrefix(e.SQLState, "08"), strings.HasPrefix(e.SQLState, "57P"):
+		return true // the connection or the server went away mid-statement
+	}
+	return false
+}
+
+// orphanAttempts bounds the background release after an acquire whose
+// outcome is unknown.
+const orphanAttempts = 4
+
+// releaseOrphan releases lockID after an acquire whose outcome is unknown,
+// with a context detached from the caller's cancellation and bounded by
+// ReleaseTimeout. The acquire may commit on the server after the client
+// gave up, so a "not found" is retried a few times (after 0, 100, 300 and
+// 700 ms), never more than orphanAttempts times.
 func (s *shared) releaseOrphan(parent context.Context, lockID string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), s.cfg.releaseTimeout)
 	defer cancel()
 	b := &Backend{shared: s}
-	delay := 50 * time.Millisecond
-	for {
+	delay := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
 		res, err := b.Release(ctx, lockID)
-		if err == nil && res.OK {
+		if err == nil && (res.OK || res.Reason == ReasonExpired) {
 			return
 		}
-		if err == nil && res.Reason == ReasonExpired {
+		if attempt == orphanAttempts {
 			return
 		}
 		select {

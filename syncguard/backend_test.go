@@ -399,3 +399,43 @@ func TestSchemaSQLQuotesAndNames(t *testing.T) {
 		t.Errorf("schema.sql at the repository root must equal SchemaSQL(nil); regenerate it with `go run ./internal/genschema` (%v)", err)
 	}
 }
+
+// Under a REPEATABLE READ or SERIALIZABLE default isolation a racer gets a
+// serialization failure where READ COMMITTED would decide "locked": on the
+// pool path that is contention, not an error.
+func TestAcquireSerializationFailureIsContention(t *testing.T) {
+	b, mock := newMock(t, nil)
+	mock.ExpectQuery("INSERT INTO").WillReturnError(&pgErr{code: "40001"})
+	r, err := b.Acquire(context.Background(), "k", time.Second)
+	if err != nil || r.OK || r.Reason != ReasonLocked {
+		t.Fatalf("40001 on acquire: got %+v, %v; want contention", r, err)
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOutcomeUnknown(t *testing.T) {
+	bg := context.Background()
+	cancelled, cancel := context.WithCancel(bg)
+	cancel()
+	cases := []struct {
+		ctx  context.Context
+		e    *Error
+		want bool
+	}{
+		{cancelled, &Error{Code: CodeAborted}, true},
+		{bg, &Error{Code: CodeServiceUnavailable}, true},                    // EOF, reset: no answer
+		{bg, &Error{Code: CodeServiceUnavailable, SQLState: "57P01"}, true}, // terminated mid-statement
+		{bg, &Error{Code: CodeServiceUnavailable, SQLState: "08006"}, true},
+		{bg, &Error{Code: CodeNetworkTimeout, SQLState: "57014"}, false}, // statement_timeout: rolled back
+		{bg, &Error{Code: CodeServiceUnavailable, SQLState: "53200"}, false},
+		{bg, &Error{Code: CodeInternal, SQLState: "42P01"}, false},
+		{bg, &Error{Code: CodeAuthFailed}, false},
+	}
+	for _, c := range cases {
+		if got := outcomeUnknown(c.ctx, c.e); got != c.want {
+			t.Errorf("outcomeUnknown(%+v) = %v, want %v", c.e, got, c.want)
+		}
+	}
+}

@@ -70,7 +70,7 @@ func classify(err error, info driver.ErrorInfo) (Code, string) {
 	if info.SQLState == "08P01" && strings.Contains(err.Error(), "authentication failed") {
 		return CodeAuthFailed, "the pooler rejected the credentials"
 	}
-	if s := info.SQLState; s != "" {
+	if s := info.SQLState; len(s) >= 2 {
 		if code, msg, ok := classifySQLState(s); ok {
 			return code, msg
 		}

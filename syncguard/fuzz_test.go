@@ -142,9 +142,6 @@ func FuzzClassify(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, state string, kind int, cancelled bool) {
 		d := constDialect{info: driver.ErrorInfo{SQLState: state, Kind: driver.Kind(kind)}}
-		if len(state) < 2 {
-			d.info.SQLState = ""
-		}
 		ctx, cancel := context.WithCancel(context.Background())
 		if cancelled {
 			cancel()

@@ -46,10 +46,11 @@ type Config struct {
 // db is used for monitoring, for LockSession's connections, and to cancel a
 // lock wait server-side (pg_cancel_backend) when the caller's context ends;
 // it must reach the same PostgreSQL server as the transactions and
-// connections passed in, with a role allowed to cancel their backends (the
-// same role, or a member of pg_signal_backend), and should have a
-// connection to spare for that. When the cancel cannot be sent, the driver
-// cancels the statement instead.
+// connections passed in, with a role allowed to see and cancel their
+// backends in pg_stat_activity (the same role, or a member of both
+// pg_read_all_stats and pg_signal_backend), and should have a connection to
+// spare for that. When the cancel cannot be sent, the driver cancels the
+// statement instead.
 //
 // A Locker is safe for concurrent use; the *sql.Tx and *sql.Conn passed to
 // it are, as always, used by one goroutine at a time.
@@ -62,8 +63,9 @@ type Locker struct {
 	unlockTimeout time.Duration
 }
 
-// cancelTimeout bounds the pg_cancel_backend call made when a lock wait's
-// context ends; past it the driver cancels the statement instead.
+// cancelTimeout bounds the server-side cancel (pg_cancel_backend) made when
+// a lock wait's context ends; past it the driver cancels the statement
+// instead.
 const cancelTimeout = 250 * time.Millisecond
 
 // New returns a Locker on db. It does no I/O. A nil db, DeclaredOnly without
@@ -121,7 +123,7 @@ func (l *Locker) Registry() *Registry { return l.reg }
 // lock is held.
 //
 // An uncontended LockTx is one round trip (a try that also reads the
-// backend pid); a contended one is one more.
+// backend pid and backend_start); a contended one is one more.
 func (l *Locker) LockTx(ctx context.Context, tx *sql.Tx, key Key) error {
 	const op = "advisory.lockTx"
 	if err := l.check(op, tx == nil, "tx", key, Transaction); err != nil {
@@ -237,20 +239,30 @@ func (l *Locker) waitErr(ctx context.Context, op string, key Key, err error) err
 	return e
 }
 
-// backendID identifies the server process running a statement, for
-// pg_cancel_backend: its pid and the server's start time (so a cancel never
-// reaches a process with the same pid on another server).
-type backendID struct{ pid, start int64 }
+// backendID identifies the server session running a statement, for the
+// server-side cancel: its pid and its backend_start (pg_stat_activity). A
+// pid can be reused by a later session on the same server, or belong to a
+// session on another server; the pair names one session. start is NULL
+// where pg_stat_activity does not show it: then no server-side cancel is
+// sent.
+type backendID struct {
+	pid   int64
+	start sql.NullTime
+}
 
 // run calls f with a context that is not cancelled when ctx is: database/sql
 // drivers answer a cancelled context by closing the connection, which would
 // break the caller's transaction or pinned session. Instead, when ctx ends
-// while f runs, run cancels target's statement server-side
-// (pg_cancel_backend) so that f returns with SQLSTATE 57014 and the
-// connection intact. Only when that cannot be done, or f still runs
-// CancelGrace later, is f's own context cancelled. run returns after any
-// cancel it sent has been delivered, so a late cancel cannot hit the
-// caller's next statement (PostgreSQL ignores a cancel between statements).
+// while f runs, run cancels target's advisory-lock wait server-side
+// (pg_cancel_backend, only while that very session waits for an advisory
+// lock) so that f returns with SQLSTATE 57014 and the connection intact.
+// Only when that cannot be done within cancelTimeout, or f still runs
+// CancelGrace later, is f's own context cancelled. run returns after every
+// cancel it sent has been answered, so a cancel cannot hit the caller's
+// next statement (PostgreSQL ignores a cancel between statements). A cancel
+// whose answer timed out may still run on the server later; it can then
+// only end an advisory-lock wait of target's session, which the driver
+// cancellation has abandoned.
 func (l *Locker) run(ctx context.Context, target *backendID, f func(context.Context) error) error {
 	sctx, hard := context.WithCancel(context.WithoutCancel(ctx))
 	defer hard()
@@ -258,7 +270,7 @@ func (l *Locker) run(ctx context.Context, target *backendID, f func(context.Cont
 	watched := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(watched)
-		if target != nil && !l.cancelBackend(ctx, *target) {
+		if target != nil && !l.cancelWait(ctx, *target, finished) {
 			hard()
 			return
 		}
@@ -278,18 +290,81 @@ func (l *Locker) run(ctx context.Context, target *backendID, f func(context.Cont
 	return err
 }
 
-func (l *Locker) cancelBackend(ctx context.Context, b backendID) bool {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
-	defer cancel()
-	var ok bool
-	err := l.db.QueryRowContext(cctx, sqlCancel, b.pid, b.start).Scan(&ok)
-	return err == nil && ok
+// cancelRetry is the pause between two server-side cancels that found no
+// advisory-lock wait of the target session.
+const cancelRetry = 20 * time.Millisecond
+
+// cancelWait cancels b's advisory-lock wait server-side. It reports true
+// when the cancel was sent or f finished, false when the driver must cancel
+// instead: the cancel failed (no connection in the pool, a role that may
+// not signal b, no backend_start), or for cancelTimeout it found b not
+// waiting for an advisory lock. Not waiting is usually brief: the wait
+// statement has not reached the server yet, or the lock was just granted
+// and f is returning; a role that cannot see b in pg_stat_activity also
+// looks like this.
+func (l *Locker) cancelWait(ctx context.Context, b backendID, finished <-chan struct{}) bool {
+	if !b.start.Valid {
+		return false
+	}
+	end := time.Now().Add(cancelTimeout)
+	for {
+		select {
+		case <-finished:
+			return true
+		default:
+		}
+		sent, err := l.cancelBackend(ctx, end, b)
+		switch {
+		case sent:
+			return true
+		case err != nil:
+			return false
+		}
+		pause := min(cancelRetry, time.Until(end))
+		if pause <= 0 {
+			return false
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-finished:
+			t.Stop()
+			return true
+		case <-t.C:
+		}
+	}
 }
 
-// startExpr is the server's start time in microseconds.
-const startExpr = "floor(extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint"
+// cancelBackend sends one server-side cancel, answered by end. sent false
+// with a nil error: b was not waiting for an advisory lock (or is not
+// visible to the Locker's role).
+func (l *Locker) cancelBackend(ctx context.Context, end time.Time, b backendID) (sent bool, err error) {
+	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), end)
+	defer cancel()
+	var ok bool
+	err = l.db.QueryRowContext(cctx, sqlCancel, b.pid, b.start.Time).Scan(&ok)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, err
+	case !ok:
+		return false, errSignalFailed
+	}
+	return true, nil
+}
 
-const sqlCancel = "SELECT pg_cancel_backend($1::int) WHERE " + startExpr + " = $2::bigint"
+var errSignalFailed = errors.New("advisory: pg_cancel_backend returned false")
+
+// sqlCancel cancels the statement of the session ($1 pid, $2 backend_start)
+// only while it waits for an advisory lock: never another session that got
+// the pid later or has it on another server, never a statement that is not
+// an advisory-lock wait.
+const sqlCancel = "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE pid = $1 AND backend_start = $2 " +
+	"AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
+
+// backendExpr is the session's backend_start, in the try that precedes a
+// blocking lock.
+const backendExpr = "(SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())"
 
 // stmts are the one-line lock statements for one key form.
 type stmts struct {
@@ -306,7 +381,7 @@ var queries = [...]stmts{
 
 func buildStmts(a string) stmts {
 	call := func(fn string) string { return fn + "(" + a + ")" }
-	pid := "SELECT pg_backend_pid(), " + startExpr + ", "
+	pid := "SELECT pg_backend_pid(), " + backendExpr + ", "
 	return stmts{
 		tryXact:       "SELECT " + call("pg_try_advisory_xact_lock"),
 		tryXactPID:    pid + call("pg_try_advisory_xact_lock"),

@@ -48,6 +48,9 @@ func newMock(t *testing.T, cfg *Config) (*Locker, *sql.DB, sqlmock.Sqlmock) {
 	return l, db, mock
 }
 
+// backendStart is the backend_start the mocked try reports.
+var backendStart = time.Date(2025, 1, 2, 3, 4, 5, 123456000, time.UTC)
+
 func wantCode(t *testing.T, err error, code syncguard.Code) *syncguard.Error {
 	t.Helper()
 	var se *syncguard.Error
@@ -146,7 +149,7 @@ func TestLockTxFastPathAndForms(t *testing.T) {
 	mock.ExpectBegin()
 	tx, _ := db.Begin()
 	mock.ExpectQuery(queries[formInt64].tryXactPID).WithArgs(int64(42424242)).
-		WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "got"}).AddRow(int64(77), int64(1), true))
+		WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "got"}).AddRow(int64(77), backendStart, true))
 	if err := l.LockTx(context.Background(), tx, ID(42424242)); err != nil {
 		t.Fatal(err)
 	}
@@ -160,8 +163,18 @@ func TestLockTxFastPathAndForms(t *testing.T) {
 		t.Fatal(err)
 	}
 	if queries[formPair].xact != "SELECT pg_advisory_xact_lock($1::int4, $2::int4)" ||
-		queries[formInt64].unlock != "SELECT pg_advisory_unlock($1::bigint)" {
+		queries[formInt64].unlock != "SELECT pg_advisory_unlock($1::bigint)" ||
+		queries[formInt64].tryXactPID != "SELECT pg_backend_pid(), (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()), "+
+			"pg_try_advisory_xact_lock($1::bigint)" ||
+		queries[formPair].trySessionPID != "SELECT pg_backend_pid(), (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()), "+
+			"pg_try_advisory_lock($1::int4, $2::int4)" {
 		t.Fatalf("unexpected SQL: %+v", queries)
+	}
+	// The cancel reaches only that session (pid and backend_start), and only
+	// while it waits for an advisory lock.
+	if sqlCancel != "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE pid = $1 AND backend_start = $2 "+
+		"AND wait_event_type = 'Lock' AND wait_event = 'advisory'" {
+		t.Fatalf("unexpected cancel SQL: %s", sqlCancel)
 	}
 }
 
@@ -179,7 +192,7 @@ func TestLockTxWaitErrors(t *testing.T) {
 		mock.ExpectBegin()
 		tx, _ := db.Begin()
 		mock.ExpectQuery(queries[formInt64].tryXactPID).WithArgs(int64(5)).
-			WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "got"}).AddRow(int64(77), int64(1), false))
+			WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "got"}).AddRow(int64(77), backendStart, false))
 		mock.ExpectExec(queries[formInt64].xact).WithArgs(int64(5)).WillReturnError(&pgErr{c.state})
 		err := l.LockTx(context.Background(), tx, ID(5))
 		se := wantCode(t, err, c.code)
@@ -197,9 +210,9 @@ func TestLockTxCancelFallsBackToDriver(t *testing.T) {
 	mock.ExpectBegin()
 	tx, _ := db.Begin()
 	mock.ExpectQuery(queries[formInt64].tryXactPID).WithArgs(int64(5)).
-		WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "got"}).AddRow(int64(77), int64(1), false))
+		WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "got"}).AddRow(int64(77), backendStart, false))
 	mock.ExpectExec(queries[formInt64].xact).WithArgs(int64(5)).WillDelayFor(time.Minute).WillReturnResult(sqlmock.NewResult(0, 0))
-	mock.ExpectQuery(sqlCancel).WithArgs(int64(77), int64(1)).WillReturnError(&pgErr{"42501"}) // not allowed to signal
+	mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnError(&pgErr{"42501"}) // not allowed to signal
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
 	start := time.Now()
@@ -213,18 +226,18 @@ func TestLockTxCancelFallsBackToDriver(t *testing.T) {
 	}
 }
 
-// The server-side cancel carries the pid and server start time read by the
-// try; if the statement still does not return, the driver is cancelled
-// after CancelGrace.
+// The server-side cancel carries the pid and backend_start read by the try;
+// if the statement still does not return, the driver is cancelled after
+// CancelGrace.
 func TestLockTxCancelServerSideThenGrace(t *testing.T) {
 	l, db, mock := newMock(t, &Config{CancelGrace: 100 * time.Millisecond})
 	mock.MatchExpectationsInOrder(false)
 	mock.ExpectBegin()
 	tx, _ := db.Begin()
 	mock.ExpectQuery(queries[formInt64].tryXactPID).WithArgs(int64(5)).
-		WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "got"}).AddRow(int64(77), int64(123), false))
+		WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "got"}).AddRow(int64(77), backendStart, false))
 	mock.ExpectExec(queries[formInt64].xact).WithArgs(int64(5)).WillDelayFor(time.Minute).WillReturnResult(sqlmock.NewResult(0, 0))
-	mock.ExpectQuery(sqlCancel).WithArgs(int64(77), int64(123)).WillReturnRows(sqlmock.NewRows([]string{"ok"}).AddRow(true))
+	mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(sqlmock.NewRows([]string{"ok"}).AddRow(true))
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -237,6 +250,124 @@ func TestLockTxCancelServerSideThenGrace(t *testing.T) {
 	}
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// mockWait sets up a contended LockTx of ID(5): the try reports pid 77 and
+// start, and the wait takes delay, then succeeds.
+func mockWait(t *testing.T, cfg *Config, start any, delay time.Duration) (*Locker, *sql.Tx, sqlmock.Sqlmock) {
+	t.Helper()
+	l, db, mock := newMock(t, cfg)
+	mock.MatchExpectationsInOrder(false)
+	mock.ExpectBegin()
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mock.ExpectQuery(queries[formInt64].tryXactPID).WithArgs(int64(5)).
+		WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "got"}).AddRow(int64(77), start, false))
+	mock.ExpectExec(queries[formInt64].xact).WithArgs(int64(5)).WillDelayFor(delay).WillReturnResult(sqlmock.NewResult(0, 0))
+	return l, tx, mock
+}
+
+// noWaiter is the answer of the cancel when the session is not waiting for
+// an advisory lock: no row.
+func noWaiter() *sqlmock.Rows { return sqlmock.NewRows([]string{"ok"}) }
+
+// Without a backend_start (pg_stat_activity did not show it) no server-side
+// cancel is sent: the driver is cancelled at once.
+func TestLockTxNoBackendStartFallsBackToDriver(t *testing.T) {
+	l, tx, mock := mockWait(t, &Config{CancelGrace: time.Minute}, nil, time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	start := time.Now()
+	wantCode(t, l.LockTx(ctx, tx, ID(5)), syncguard.CodeAborted)
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Fatalf("LockTx returned %v after the cancel", d)
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err) // and no cancel statement was sent
+	}
+}
+
+// A cancel that finds the session not (yet) waiting for an advisory lock,
+// say because the wait statement is still on its way, is repeated until it
+// finds the wait.
+func TestLockTxCancelRetriesUntilWaiting(t *testing.T) {
+	l, tx, mock := mockWait(t, &Config{CancelGrace: 100 * time.Millisecond}, backendStart, time.Minute)
+	mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(noWaiter())
+	mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(noWaiter())
+	mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(sqlmock.NewRows([]string{"ok"}).AddRow(true))
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	start := time.Now()
+	wantCode(t, l.LockTx(ctx, tx, ID(5)), syncguard.CodeAborted)
+	// Two retries, then CancelGrace, since the mock ignores the cancel.
+	if d := time.Since(start); d < 50*time.Millisecond+2*cancelRetry+100*time.Millisecond || d > time.Second {
+		t.Fatalf("LockTx returned after %v; want about cancel + 2 retries + CancelGrace", d)
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A lock granted while the cancel finds no wait is held: LockTx returns nil
+// and the driver is never cancelled.
+func TestLockTxGrantedDuringCancel(t *testing.T) {
+	l, tx, mock := mockWait(t, &Config{CancelGrace: time.Minute}, backendStart, 150*time.Millisecond)
+	for range 30 {
+		mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(noWaiter())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	if err := l.LockTx(ctx, tx, ID(5)); err != nil {
+		t.Fatalf("a lock granted as the context ends is held; LockTx = %v", err)
+	}
+}
+
+// A session that never shows an advisory-lock wait (it is not waiting, or
+// the role cannot see it) gets the driver's cancel after cancelTimeout, not
+// after CancelGrace.
+func TestLockTxCancelFindsNoWaitFallsBackToDriver(t *testing.T) {
+	l, tx, mock := mockWait(t, &Config{CancelGrace: time.Minute}, backendStart, time.Minute)
+	for range 100 {
+		mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(noWaiter())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	start := time.Now()
+	wantCode(t, l.LockTx(ctx, tx, ID(5)), syncguard.CodeAborted)
+	if d := time.Since(start); d < 50*time.Millisecond+cancelTimeout || d > time.Second {
+		t.Fatalf("LockTx returned after %v; want about cancel + cancelTimeout", d)
+	}
+}
+
+// LockConn's wait is cancelled the same way, with the pid and backend_start
+// of its session; a wait ended by the server (57014) leaves the connection
+// usable once it is found to hold nothing.
+func TestLockConnCancelServerSide(t *testing.T) {
+	l, db, mock := newMock(t, nil)
+	mock.MatchExpectationsInOrder(false)
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mock.ExpectQuery(queries[formPair].trySessionPID).WithArgs(int64(1), int64(2)).
+		WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "got"}).AddRow(int64(78), backendStart, false))
+	mock.ExpectExec(queries[formPair].session).WithArgs(int64(1), int64(2)).
+		WillDelayFor(150 * time.Millisecond).WillReturnError(&pgErr{"57014"})
+	mock.ExpectQuery(sqlCancel).WithArgs(int64(78), backendStart).WillReturnRows(sqlmock.NewRows([]string{"ok"}).AddRow(true))
+	classid, objid, sub := Pair(1, 2).lockTag()
+	mock.ExpectQuery(sqlHeld).WithArgs(classid, objid, sub).WillReturnRows(sqlmock.NewRows([]string{"n"}).AddRow(int64(0)))
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	_, err = l.LockConn(ctx, conn, Pair(1, 2))
+	wantCode(t, err, syncguard.CodeAborted)
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.PingContext(context.Background()); err != nil {
+		t.Fatalf("the connection stays usable: %v", err)
 	}
 }
 

@@ -174,7 +174,8 @@ func (l *Locker) trySession(ctx context.Context, conn *sql.Conn, key Key) (bool,
 }
 
 // lockSession is the blocking session lock: a try that reads the backend
-// pid, then, if the lock is taken, the wait, cancellable server-side.
+// pid and backend_start, then, if the lock is taken, the wait, cancellable
+// server-side.
 func (l *Locker) lockSession(ctx context.Context, op string, conn *sql.Conn, key Key) error {
 	q := queries[key.form]
 	var (

@@ -325,6 +325,42 @@ func init() {
 		}
 	})
 
+	register("Advisory/CancelRacingTheWaitTx", func(e *env) {
+		// The context ends around the start of the wait: during the try,
+		// while the blocking statement is on its way to the server, or as it
+		// begins to wait. The server-side cancel (which only ends an
+		// advisory-lock wait of the transaction's own session) must still
+		// end the call with Aborted and leave the transaction usable for
+		// rollback, and the holder undisturbed.
+		a := newAdvEnv(e)
+		key := a.advKey("cancel-race")
+		holder, _ := a.advHoldTx(key)
+		for i := range 24 {
+			tx := a.advBegin(e.db)
+			a.advPID(tx)
+			delay := time.Duration(i) * 250 * time.Microsecond
+			ctx, cancel := context.WithCancel(e.ctx)
+			timer := time.AfterFunc(delay, cancel)
+			start := time.Now()
+			err := a.l.LockTx(ctx, tx, key)
+			took := time.Since(start)
+			timer.Stop()
+			cancel()
+			if advCode(err) != syncguard.CodeAborted {
+				e.t.Errorf("rule: a cancel %v after LockTx starts on a held key ends it with Aborted; got %v", delay, err)
+			}
+			if took > delay+advCancelBudget {
+				e.t.Errorf("rule: a cancel %v after LockTx starts returns within %v; took %v", delay, advCancelBudget, took)
+			}
+			if err := tx.Rollback(); err != nil {
+				e.t.Errorf("rule: the transaction of a LockTx cancelled %v after it started can be rolled back; Rollback = %v", delay, err)
+			}
+		}
+		if rows := a.advRows(key); len(rows) != 1 || rows[0].PID != holder || !rows[0].Granted {
+			e.t.Errorf("rule: cancelling waiters does not disturb the holder; pg_locks rows %+v", rows)
+		}
+	})
+
 	register("Advisory/CancelWhileWaitingSession", func(e *env) {
 		e.needSessionState("session-level advisory locks")
 		a := newAdvEnv(e)

@@ -227,6 +227,11 @@ func logReleaseError(logger *slog.Logger) func(error, ReleaseErrorInfo) {
 // ErrLockLost). The lock-lost signal helps fn stop early; it cannot stop a
 // write already on its way, so fencing tokens remain the protection against
 // a paused process.
+//
+// Pass a pool backend (a *Backend on a *sql.DB, possibly wrapped), not a
+// Backend.WithTx view, unless the lock is released before the transaction
+// ends: a release or extend on the view after commit or rollback fails
+// (sql.ErrTxDone, InvalidArgument) and the lock stays until its TTL.
 func WithLock(ctx context.Context, backend LockBackend, key string, fn func(ctx context.Context, lease *Lease) error, opts *LockOptions) error {
 	if fn == nil {
 		return invalidArg("lock", "fn must not be nil")
@@ -249,6 +254,12 @@ func WithLock(ctx context.Context, backend LockBackend, key string, fn func(ctx 
 // WithLock does, and returns a Lease for it. The caller must end the lease,
 // usually with defer lease.Close(). On error no lease is returned and
 // nothing is left to release.
+//
+// The lease keeps using backend for Extend, auto-extension and Release, so
+// pass a pool backend, not a Backend.WithTx view, unless the lease ends
+// (Release or Close) before the transaction does: after commit or rollback
+// every operation on the view fails with sql.ErrTxDone (InvalidArgument),
+// the lease cannot release its lock, and the lock stays until its TTL.
 func Lock(ctx context.Context, backend LockBackend, key string, opts *LockOptions) (*Lease, error) {
 	if backend == nil {
 		return nil, invalidArg("lock", "backend must not be nil")

@@ -26,10 +26,23 @@ var ErrLeaseReleased = errors.New("syncguard: lease released")
 // Release releases the lock once; later calls return the first result
 // without I/O, and a call made while a release is in flight waits for it. A
 // release that failed with an error may be tried again. Close is Release
-// for defer: it runs at most once (concurrent calls wait for the first),
-// uses a context detached from the acquire's cancellation and bounded by
-// LockOptions.ReleaseTimeout, and hands an error to
-// LockOptions.OnReleaseError instead of returning it.
+// for defer: it runs at most once (concurrent calls wait for the first
+// one's release), uses a context detached from the acquire's cancellation
+// and bounded by LockOptions.ReleaseTimeout, and hands an error to
+// LockOptions.OnReleaseError instead of returning it. OnReleaseError may
+// call Close (which then returns at once) or Release (which tries again).
+//
+// # Extending
+//
+// Extend works only while the lease holds its lock. Once the lease has
+// ended (Done closed), Extend makes no I/O and returns an *Error with Code
+// InvalidArgument that wraps Err, so errors.Is(err, ErrLockLost) or
+// errors.Is(err, ErrLeaseReleased) tells which; if the lease ends while an
+// extend is in flight, that extend returns the same error whatever the
+// server answered. Extend therefore never reports OK for a lease whose Err
+// is not nil, and never revives a lost lease. A lease declared lost may
+// still have its row on the server (the loss is declared early, see below):
+// Release or Close frees it.
 //
 // # Loss and timing
 //
@@ -63,7 +76,11 @@ var ErrLeaseReleased = errors.New("syncguard: lease released")
 // of the current lifetime has passed (measured from that request's send
 // time), retries a failed extend every tenth of the lifetime, and gives up
 // when the lifetime runs out. Extensions are serialized, so the latest
-// response always describes the latest expiry.
+// response always describes the latest expiry. A successful manual Extend
+// sets the current lifetime too: the next automatic extend is then due a
+// third of that extend's ttl after it was sent, so a manual Extend with a
+// shorter ttl does not let the lifetime run out before the next automatic
+// extend.
 type Lease struct {
 	backend LockBackend
 	key     string
@@ -77,9 +94,12 @@ type Lease struct {
 
 	extendSem chan struct{} // capacity 1: serializes extends
 
+	// mu guards the fields below, and every call of end is made holding it,
+	// so "the lease has ended" (ctx.Err() != nil) is stable under mu.
 	mu        sync.Mutex
 	expiresAt time.Time
 	lostAt    time.Time // local monotonic instant up to which ownership is guaranteed, minus the margin
+	extendAt  time.Time // when the latest successful extend (or the acquire) says to extend next
 	lastErr   error     // last failed extend, for the loss message
 	watchdog  *time.Timer
 	releasing chan struct{} // non-nil while a release is in flight; closed when it ends
@@ -90,6 +110,10 @@ type Lease struct {
 
 	stopExtender context.CancelFunc // nil without AutoExtend
 	extenderDone chan struct{}
+	// rescheduled (capacity 1) tells the auto-extender that a manual Extend
+	// succeeded, so it must take its timer from extendAt. Sent to and
+	// drained only while holding extendSem.
+	rescheduled chan struct{}
 }
 
 // schedule returns, for a lock granted ttl by a request sent at sent,
@@ -117,12 +141,13 @@ func newLease(ctx context.Context, b LockBackend, key string, res AcquireResult,
 	l.ctx, l.end = context.WithCancelCause(context.Background())
 	lostAt, extendAt := schedule(sent, cfg.ttl)
 	l.mu.Lock()
-	l.lostAt = lostAt
+	l.lostAt, l.extendAt = lostAt, extendAt
 	l.watchdog = time.AfterFunc(time.Until(lostAt), l.checkLifetime)
 	l.mu.Unlock()
 	if cfg.autoExtend {
 		ectx, stop := context.WithCancel(ctx)
 		l.stopExtender, l.extenderDone = stop, make(chan struct{})
+		l.rescheduled = make(chan struct{}, 1)
 		go l.autoExtend(ectx, extendAt)
 	}
 	return l
@@ -176,18 +201,29 @@ func (l *Lease) Context(parent context.Context) (context.Context, context.Cancel
 // Extend sets the lock's expiry to server now + ttl, if the lease still
 // owns it; it never revives an expired lock. A result with OK false means
 // the lock is lost: the lease ends with an ErrLockLost cause. A successful
-// extend moves the guaranteed lifetime forward (see Lease).
+// extend moves the guaranteed lifetime, and with AutoExtend the next
+// automatic extend, to what ttl grants (see Lease). On a lease that has
+// ended, Extend returns an error wrapping Err without I/O (see Lease).
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) (ExtendResult, error) {
-	res, _, err := l.extend(ctx, ttl)
-	if err == nil && !res.OK {
-		l.end(lostBecause(res.Reason))
-	}
+	res, _, err := l.extend(ctx, ttl, true)
 	return res, err
 }
 
-// extend does one extend and, on success, moves expiresAt and lostAt. It
-// returns when to extend next.
-func (l *Lease) extend(ctx context.Context, ttl time.Duration) (ExtendResult, time.Time, error) {
+// endedError is the error of an extend on a lease that has ended. Caller
+// holds mu, or knows that the lease has ended.
+func (l *Lease) endedError() error {
+	return &Error{Op: "extend", Code: CodeInvalidArgument, Key: l.key, LockID: l.lockID,
+		Msg: "the lease has ended", Err: l.Err()}
+}
+
+// extend does one extend. On success it moves expiresAt, lostAt and
+// extendAt and returns when to extend next; a result with OK false ends the
+// lease as lost. manual is true for Lease.Extend, false for the
+// auto-extender, whose errors are kept in lastErr.
+func (l *Lease) extend(ctx context.Context, ttl time.Duration, manual bool) (ExtendResult, time.Time, error) {
+	if l.ctx.Err() != nil {
+		return ExtendResult{}, time.Time{}, l.endedError()
+	}
 	select {
 	case l.extendSem <- struct{}{}:
 		defer func() { <-l.extendSem }()
@@ -196,18 +232,46 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) (ExtendResult, ti
 		e.LockID = l.lockID
 		return ExtendResult{}, time.Time{}, e
 	}
+	if !manual && l.rescheduled != nil {
+		// Any manual extend signalled so far ran before this one, which
+		// supersedes it.
+		select {
+		case <-l.rescheduled:
+		default:
+		}
+	}
+	if l.ctx.Err() != nil { // ended while waiting for extendSem
+		return ExtendResult{}, time.Time{}, l.endedError()
+	}
 	sent := time.Now()
 	res, err := l.backend.Extend(ctx, l.lockID, ttl)
-	if err != nil || !res.OK {
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx.Err() != nil {
+		// Ended (lost or released) while the extend was in flight: whatever
+		// the server said, the lease does not hold the lock any more.
+		return ExtendResult{}, time.Time{}, l.endedError()
+	}
+	if err != nil {
+		if !manual {
+			l.lastErr = err // for the loss message
+		}
 		return res, time.Time{}, err
 	}
-	lostAt, next := schedule(sent, ttl)
-	l.mu.Lock()
-	l.expiresAt, l.lostAt, l.lastErr = res.ExpiresAt, lostAt, nil
-	if !l.released {
-		l.watchdog.Reset(time.Until(lostAt))
+	if !res.OK {
+		l.end(lostBecause(res.Reason))
+		return res, time.Time{}, nil
 	}
-	l.mu.Unlock()
+	lostAt, next := schedule(sent, ttl)
+	l.expiresAt, l.lostAt, l.extendAt, l.lastErr = res.ExpiresAt, lostAt, next, nil
+	l.watchdog.Reset(time.Until(lostAt))
+	if manual && l.rescheduled != nil {
+		select {
+		case l.rescheduled <- struct{}{}:
+		default:
+		}
+	}
 	return res, next, nil
 }
 
@@ -222,13 +286,11 @@ func lostBecause(reason string) error {
 // extend moved lostAt meanwhile.
 func (l *Lease) checkLifetime() {
 	l.mu.Lock()
-	due := !l.released && !time.Now().Before(l.lostAt)
-	last := l.lastErr
-	l.mu.Unlock()
-	if !due {
+	defer l.mu.Unlock()
+	if l.released || time.Now().Before(l.lostAt) {
 		return
 	}
-	if last != nil {
+	if last := l.lastErr; last != nil {
 		l.end(fmt.Errorf("%w: not extended before its guaranteed lifetime ran out; last extend error: %w", ErrLockLost, last))
 	} else {
 		l.end(fmt.Errorf("%w: not extended before its guaranteed lifetime ran out", ErrLockLost))
@@ -247,26 +309,29 @@ func (l *Lease) autoExtend(ctx context.Context, next time.Time) {
 			return
 		case <-l.ctx.Done():
 			return
+		case <-l.rescheduled:
+			// A manual Extend succeeded: the current lifetime is its.
+			l.mu.Lock()
+			next = l.extendAt
+			l.mu.Unlock()
+			t.Reset(time.Until(next))
+			continue
 		}
 		l.mu.Lock()
 		lostAt := l.lostAt
 		l.mu.Unlock()
 		// An answer after lostAt is of no use: the lease is lost by then.
 		actx, cancel := context.WithDeadline(ctx, lostAt)
-		res, n, err := l.extend(actx, l.cfg.ttl)
+		res, n, err := l.extend(actx, l.cfg.ttl, false)
 		cancel()
 		switch {
-		case ctx.Err() != nil:
-			return // stopped by Release or by the caller: the outcome no longer matters
+		case ctx.Err() != nil, l.ctx.Err() != nil:
+			return // stopped by Release or by the caller, or ended: the outcome no longer matters
 		case err == nil && res.OK:
 			next = n
 		case err == nil:
-			l.end(lostBecause(res.Reason))
-			return
+			return // lost; extend ended the lease
 		default:
-			l.mu.Lock()
-			l.lastErr = err
-			l.mu.Unlock()
 			l.cfg.logger.Warn("syncguard: automatic lock extension failed; retrying until the lock's guaranteed lifetime runs out",
 				slog.String("keyHash", HashKey(l.key)), slog.String("code", string(CodeOf(err))), slog.String("error", err.Error()))
 			next = time.Now().Add(extendRetryDelay(l.cfg.ttl))
@@ -323,12 +388,10 @@ func (l *Lease) Release(ctx context.Context) (ReleaseResult, error) {
 		if err == nil {
 			l.released, l.result = true, res
 			l.watchdog.Stop()
+			l.end(ErrLeaseReleased)
 		}
 		l.mu.Unlock()
 		close(ch)
-		if err == nil {
-			l.end(ErrLeaseReleased)
-		}
 		return res, err
 	}
 }
@@ -336,9 +399,11 @@ func (l *Lease) Release(ctx context.Context) (ReleaseResult, error) {
 // Close releases the lock, at most once, for use with defer. See Lease.
 func (l *Lease) Close() { l.dispose(ReleaseSourceClose) }
 
-// dispose releases once; concurrent and later calls wait for the first.
-// It uses a channel rather than sync.Once so that a waiting Close is
-// durably blocked in the eyes of testing/synctest.
+// dispose releases once; concurrent and later calls wait for the first
+// one's release. It uses a channel rather than sync.Once so that a waiting
+// Close is durably blocked in the eyes of testing/synctest. The channel is
+// closed before onReleaseError runs, so a Close made from the callback
+// returns instead of waiting for itself.
 func (l *Lease) dispose(source string) {
 	l.mu.Lock()
 	if ch := l.closing; ch != nil {
@@ -349,11 +414,15 @@ func (l *Lease) dispose(source string) {
 	ch := make(chan struct{})
 	l.closing = ch
 	l.mu.Unlock()
-	defer close(ch)
 
-	ctx, cancel := context.WithTimeout(l.base, l.cfg.releaseTimeout)
-	defer cancel()
-	if _, err := l.Release(ctx); err != nil {
+	err := func() error {
+		defer close(ch)
+		ctx, cancel := context.WithTimeout(l.base, l.cfg.releaseTimeout)
+		defer cancel()
+		_, err := l.Release(ctx)
+		return err
+	}()
+	if err != nil {
 		l.cfg.onReleaseError(err, ReleaseErrorInfo{Key: l.key, LockID: l.lockID, Source: source})
 	}
 }

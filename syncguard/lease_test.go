@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -409,4 +410,208 @@ func TestLeaseContextCancelledOnRelease(t *testing.T) {
 	if !errors.Is(context.Cause(ctx), ErrLeaseReleased) {
 		t.Fatalf("cause %v", context.Cause(ctx))
 	}
+}
+
+// --- manual Extend, AutoExtend and ended leases; nested Close
+
+// A manual Extend with a shorter TTL than the auto-extender's moves the
+// guaranteed lifetime earlier; the auto-extender must reschedule from it
+// instead of keeping its old timer (which fired after the lease was lost).
+func TestAutoExtendReschedulesAfterShorterManualExtend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := NewFakeBackend()
+		start := time.Now()
+		l, err := Lock(t.Context(), f, "k", &LockOptions{TTL: 3 * time.Second, AutoExtend: true, Logger: discardLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		time.Sleep(200 * time.Millisecond)
+		if r, err := l.Extend(t.Context(), 300*time.Millisecond); err != nil || !r.OK {
+			t.Fatalf("manual extend: %+v %v", r, err)
+		}
+		time.Sleep(10 * time.Second)
+		if err := l.Err(); err != nil {
+			t.Fatalf("the backend is healthy; the lease must not be lost: %v", err)
+		}
+		times := f.Times("extend")
+		if len(times) < 2 {
+			t.Fatalf("want the manual extend and automatic ones, got %v", times)
+		}
+		// The first automatic extend is due a third of the manual extend's
+		// granted lifetime (299ms/3) after it was sent, well before its
+		// lostAt (200ms + 299ms - 29.9ms).
+		if got, want := times[1].Sub(start), 200*time.Millisecond+299*time.Millisecond/3; got != want {
+			t.Fatalf("first automatic extend after the manual one at %v, want %v", got, want)
+		}
+		for i, g := range gaps(times[1:]) {
+			if g != 999666666 {
+				t.Errorf("automatic extend %d: a third of the TTL after the previous one, got %v", i+2, g)
+			}
+		}
+	})
+}
+
+// A manual Extend with a longer TTL postpones the next automatic extend
+// (a third of the current lifetime), which would otherwise shorten it.
+func TestAutoExtendReschedulesAfterLongerManualExtend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := NewFakeBackend()
+		start := time.Now()
+		l, _ := Lock(t.Context(), f, "k", &LockOptions{TTL: 3 * time.Second, AutoExtend: true, Logger: discardLogger()})
+		defer l.Close()
+		time.Sleep(200 * time.Millisecond)
+		r, err := l.Extend(t.Context(), 30*time.Second)
+		if err != nil || !r.OK {
+			t.Fatalf("manual extend: %+v %v", r, err)
+		}
+		time.Sleep(5 * time.Second)
+		if n := f.Calls("extend"); n != 1 || l.Err() != nil || !f.ExpiresAt(l.LockID()).Equal(r.ExpiresAt) {
+			t.Fatalf("no automatic extend before a third of the 30s lifetime: %d extends, Err %v", n, l.Err())
+		}
+		time.Sleep(10 * time.Second)
+		times := f.Times("extend")
+		if len(times) < 2 || times[1].Sub(start) != 200*time.Millisecond+29999*time.Millisecond/3 {
+			t.Fatalf("automatic extend a third of the manual lifetime after it: %v", times)
+		}
+		if l.Err() != nil {
+			t.Fatal(l.Err())
+		}
+	})
+}
+
+// An automatic extend that waited for a manual one in flight supersedes
+// it: if it fails, the extender retries after the retry delay rather than
+// on the manual extend's (stale) schedule.
+func TestAutoExtendFailureAfterManualExtendKeepsRetryDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := NewFakeBackend()
+		f.Latency = 50 * time.Millisecond
+		start := time.Now()
+		l, _ := Lock(t.Context(), f, "k", &LockOptions{TTL: 3 * time.Second, AutoExtend: true, Logger: discardLogger()})
+		defer l.Close()
+		var n atomic.Int32
+		f.SetFail(func(_ context.Context, op string) error {
+			if op == "extend" && n.Add(1) == 2 { // the automatic extend after the manual one
+				return &Error{Op: op, Code: CodeServiceUnavailable}
+			}
+			return nil
+		})
+		time.Sleep(950*time.Millisecond - time.Since(start))
+		// In flight from 950ms to 1050ms, across the automatic extend due at
+		// ~1000ms (acquire sent at 0 + 999.67ms), which waits for it.
+		if r, err := l.Extend(t.Context(), 3*time.Second); err != nil || !r.OK {
+			t.Fatalf("manual extend: %+v %v", r, err)
+		}
+		time.Sleep(time.Second)
+		// Automatic extend fails at 1050ms; retried 300ms later (runs on the
+		// server at 1400ms), not at the manual extend's 950ms + 999.67ms.
+		times := f.Times("extend")
+		if len(times) != 2 || times[0].Sub(start) != time.Second || times[1].Sub(start) != 1400*time.Millisecond {
+			t.Fatalf("extends ran at %v (from start %v)", times, start)
+		}
+		if l.Err() != nil {
+			t.Fatal(l.Err())
+		}
+	})
+}
+
+// Close (or Release) from inside OnReleaseError must not deadlock.
+func TestLeaseCloseInsideOnReleaseError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := NewFakeBackend()
+		down := func(_ context.Context, op string) error {
+			if op == "release" {
+				return &Error{Op: op, Code: CodeServiceUnavailable}
+			}
+			return nil
+		}
+		var l *Lease
+		calls := 0
+		l, _ = Lock(t.Context(), f, "k", &LockOptions{OnReleaseError: func(err error, info ReleaseErrorInfo) {
+			calls++
+			l.Close() // nested: a no-op, must return
+			f.SetFail(nil)
+			if r, err := l.Release(context.Background()); err != nil || !r.OK {
+				t.Errorf("Release from the callback retries the release: %+v %v", r, err)
+			}
+		}})
+		f.SetFail(down)
+		l.Close()
+		l.Close()
+		if calls != 1 || !errors.Is(l.Err(), ErrLeaseReleased) || f.Calls("release") != 1 {
+			t.Fatalf("callbacks %d, Err %v, releases %d", calls, l.Err(), f.Calls("release"))
+		}
+	})
+}
+
+func TestWithLockCloseInsideOnReleaseError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := NewFakeBackend()
+		var lease *Lease
+		calls := 0
+		err := WithLock(t.Context(), f, "k", func(ctx context.Context, l *Lease) error {
+			lease = l
+			f.SetFail(func(_ context.Context, op string) error {
+				if op == "release" {
+					return &Error{Op: op, Code: CodeServiceUnavailable}
+				}
+				return nil
+			})
+			return nil
+		}, &LockOptions{AutoExtend: true, OnReleaseError: func(error, ReleaseErrorInfo) {
+			calls++
+			lease.Close()
+		}})
+		if err != nil || calls != 1 {
+			t.Fatalf("err %v, callbacks %d", err, calls)
+		}
+	})
+}
+
+// Once a lease has ended, Extend fails without I/O with an error wrapping
+// Err, and never reports OK.
+func TestExtendOnEndedLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := NewFakeBackend()
+		l, _ := Lock(t.Context(), f, "k", &LockOptions{TTL: time.Second})
+		defer l.Close()
+		<-l.Done() // lost: never extended
+		if d, _ := f.LookupIDDebug(t.Context(), l.LockID()); d == nil {
+			t.Fatal("the row is still live on the server (the lease is lost before the server-side expiry)")
+		}
+		r, err := l.Extend(t.Context(), time.Minute)
+		if r.OK || !errors.Is(err, ErrLockLost) || !errors.Is(err, ErrInvalidArgument) || f.Calls("extend") != 0 {
+			t.Fatalf("Extend on a lost lease: %+v %v, %d extends", r, err, f.Calls("extend"))
+		}
+		if !errors.Is(l.Err(), ErrLockLost) {
+			t.Fatalf("Err stays lost: %v", l.Err())
+		}
+
+		l2, _ := Lock(t.Context(), f, "k2", nil)
+		l2.Close()
+		r, err = l2.Extend(t.Context(), time.Minute)
+		if r.OK || !errors.Is(err, ErrLeaseReleased) || f.Calls("extend") != 0 {
+			t.Fatalf("Extend on a released lease: %+v %v, %d extends", r, err, f.Calls("extend"))
+		}
+	})
+}
+
+// A lease that ends while a manual extend is in flight: the extend does not
+// report OK, and the lease stays ended.
+func TestExtendLeaseEndsWhileInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := NewFakeBackend()
+		l, _ := Lock(t.Context(), f, "k", &LockOptions{TTL: time.Second})
+		defer l.Close()
+		time.Sleep(800 * time.Millisecond)
+		f.Latency = 200 * time.Millisecond // the watchdog fires (at ~899ms) mid-flight
+		r, err := l.Extend(t.Context(), time.Minute)
+		if f.Calls("extend") != 1 {
+			t.Fatal("the extend ran on the server")
+		}
+		if r.OK || !errors.Is(err, ErrLockLost) || !errors.Is(l.Err(), ErrLockLost) {
+			t.Fatalf("an extend answered after the lease ended: %+v %v; Err %v", r, err, l.Err())
+		}
+	})
 }

@@ -247,15 +247,16 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		return AcquireResult{}, e
 	}
 	lockID := GenerateLockID()
-	var (
+	// One struct, so the scan destinations escape as one allocation.
+	var d struct {
 		gotID             sql.NullString
 		expires, acquired sql.NullInt64
 		fence             sql.NullString
 		exhausted         bool
-	)
+	}
 	row, err := b.queryRow(ctx, stmtAcquire, storage, lockID, fenceKey, norm, ttlMs)
 	if err == nil {
-		err = row.Scan(&gotID, &expires, &acquired, &fence, &exhausted)
+		err = row.Scan(&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted)
 	}
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
@@ -277,23 +278,23 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		}
 		return AcquireResult{}, e
 	}
-	if exhausted {
+	if d.exhausted {
 		return AcquireResult{}, &Error{Op: op, Code: CodeInternal, Key: key,
 			Msg: fmt.Sprintf("fence counter for this key reached its maximum (%d); nothing was committed", int64(FenceMax))}
 	}
-	if !gotID.Valid || gotID.String != lockID {
+	if !d.gotID.Valid || d.gotID.String != lockID {
 		return AcquireResult{OK: false, Reason: ReasonLocked}, nil
 	}
-	if !expires.Valid || !fence.Valid || len(fence.String) != 15 {
+	if !d.expires.Valid || !d.fence.Valid || len(d.fence.String) != 15 {
 		return AcquireResult{}, &Error{Op: op, Code: CodeInternal, Key: key, Msg: "malformed row returned by acquire"}
 	}
-	f := Fence(fence.String)
+	f := Fence(d.fence.String)
 	if n, err := f.Int64(); err == nil && n > FenceWarn {
 		b.shared.cfg.logger.Warn("syncguard: fence above warning threshold; plan a key rotation before it reaches the maximum",
-			slog.String("keyHash", HashKey(norm)), slog.String("fence", fence.String),
+			slog.String("keyHash", HashKey(norm)), slog.String("fence", d.fence.String),
 			slog.Int64("warnThreshold", FenceWarn), slog.Int64("max", FenceMax))
 	}
-	return AcquireResult{OK: true, LockID: lockID, Fence: f, ExpiresAt: msToTime(expires.Int64)}, nil
+	return AcquireResult{OK: true, LockID: lockID, Fence: f, ExpiresAt: msToTime(d.expires.Int64)}, nil
 }
 
 // outcomeUnknown reports whether an acquire that failed with e may still
@@ -358,14 +359,14 @@ func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, er
 		e.LockID = lockID
 		return ReleaseResult{}, e
 	}
-	var (
+	var d struct {
 		deleted     sql.NullString
 		seenExpires sql.NullInt64
 		now         int64
-	)
+	}
 	row, err := b.queryRow(ctx, stmtRelease, lockID)
 	if err == nil {
-		err = row.Scan(&deleted, &seenExpires, &now)
+		err = row.Scan(&d.deleted, &d.seenExpires, &d.now)
 	}
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
@@ -373,10 +374,10 @@ func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, er
 		return ReleaseResult{}, e
 	}
 	// Explicit ownership verification (ADR-003): the deleted row must be ours.
-	if deleted.Valid && deleted.String == lockID {
+	if d.deleted.Valid && d.deleted.String == lockID {
 		return ReleaseResult{OK: true}, nil
 	}
-	return ReleaseResult{OK: false, Reason: failReason(seenExpires, now)}, nil
+	return ReleaseResult{OK: false, Reason: failReason(d.seenExpires, d.now)}, nil
 }
 
 // failReason tells why a release or extend did nothing, from the snapshot
@@ -404,25 +405,25 @@ func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) 
 		e.LockID = lockID
 		return ExtendResult{}, e
 	}
-	var (
+	var d struct {
 		updated     sql.NullString
 		newExpires  sql.NullInt64
 		seenExpires sql.NullInt64
 		now         int64
-	)
+	}
 	row, err := b.queryRow(ctx, stmtExtend, lockID, ttlMs)
 	if err == nil {
-		err = row.Scan(&updated, &newExpires, &seenExpires, &now)
+		err = row.Scan(&d.updated, &d.newExpires, &d.seenExpires, &d.now)
 	}
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
 		e.LockID = lockID
 		return ExtendResult{}, e
 	}
-	if updated.Valid && updated.String == lockID && newExpires.Valid {
-		return ExtendResult{OK: true, ExpiresAt: msToTime(newExpires.Int64)}, nil
+	if d.updated.Valid && d.updated.String == lockID && d.newExpires.Valid {
+		return ExtendResult{OK: true, ExpiresAt: msToTime(d.newExpires.Int64)}, nil
 	}
-	return ExtendResult{OK: false, Reason: failReason(seenExpires, now)}, nil
+	return ExtendResult{OK: false, Reason: failReason(d.seenExpires, d.now)}, nil
 }
 
 // row is one lock row as read by the lookup statements.

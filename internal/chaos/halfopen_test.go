@@ -172,4 +172,3 @@ func firstLine(s string) string {
 	}
 	return s
 }
-

@@ -133,30 +133,48 @@ func (l *Locker) LockTx(ctx context.Context, tx *sql.Tx, key Key) error {
 		return l.wrap(ctx, op, key, ctx.Err())
 	}
 	q := queries[key.form]
+	if waited, err := l.tryThenWait(ctx, op, key, tx, q.tryXactPID, q.xact); err != nil {
+		if waited {
+			return l.waitErr(ctx, op, key, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// queryer is what tryThenWait needs: a *sql.Tx or a pinned *sql.Conn.
+type queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// tryThenWait is the blocking acquire shared by the transaction and session
+// forms: a try that also reads the backend pid and backend_start (one round
+// trip when the lock is free), then, if it is taken, the wait, cancellable
+// server-side. A failed try comes back wrapped with waited false; a failed
+// wait comes back raw with waited true, for the caller's waitErr and cleanup.
+func (l *Locker) tryThenWait(ctx context.Context, op string, key Key, db queryer, try, wait string) (waited bool, err error) {
 	var (
 		b   backendID
 		got bool
 	)
-	err := l.run(ctx, nil, func(c context.Context) error {
-		return tx.QueryRowContext(c, q.tryXactPID, key.args()...).Scan(&b.pid, &b.start, &got)
+	err = l.run(ctx, nil, func(c context.Context) error {
+		return db.QueryRowContext(c, try, key.args()...).Scan(&b.pid, &b.start, &got)
 	})
 	if err != nil {
-		return l.wrap(ctx, op, key, err)
+		return false, l.wrap(ctx, op, key, err)
 	}
 	if got {
-		return nil
+		return false, nil
 	}
 	if ctx.Err() != nil {
-		return l.wrap(ctx, op, key, ctx.Err())
+		return false, l.wrap(ctx, op, key, ctx.Err())
 	}
 	err = l.run(ctx, &b, func(c context.Context) error {
-		_, err := tx.ExecContext(c, q.xact, key.args()...)
+		_, err := db.ExecContext(c, wait, key.args()...)
 		return err
 	})
-	if err != nil {
-		return l.waitErr(ctx, op, key, err)
-	}
-	return nil
+	return err != nil, err
 }
 
 // TryLockTx takes the transaction-scoped lock key in tx if it is free

@@ -178,28 +178,9 @@ func (l *Locker) trySession(ctx context.Context, conn *sql.Conn, key Key) (bool,
 // server-side.
 func (l *Locker) lockSession(ctx context.Context, op string, conn *sql.Conn, key Key) error {
 	q := queries[key.form]
-	var (
-		b   backendID
-		got bool
-	)
-	err := l.run(ctx, nil, func(c context.Context) error {
-		return conn.QueryRowContext(c, q.trySessionPID, key.args()...).Scan(&b.pid, &b.start, &got)
-	})
-	if err != nil {
-		return l.wrap(ctx, op, key, err)
-	}
-	if got {
-		return nil
-	}
-	if ctx.Err() != nil {
-		return l.wrap(ctx, op, key, ctx.Err())
-	}
-	err = l.run(ctx, &b, func(c context.Context) error {
-		_, err := conn.ExecContext(c, q.session, key.args()...)
+	waited, err := l.tryThenWait(ctx, op, key, conn, q.trySessionPID, q.session)
+	if err == nil || !waited {
 		return err
-	})
-	if err == nil {
-		return nil
 	}
 	werr := l.waitErr(ctx, op, key, err)
 	l.cleanupFailedWait(ctx, conn, key)

@@ -1,0 +1,75 @@
+// Package suite runs the conformance suite against a pgtest server with
+// every hook pgtest can provide, directly and through PgBouncer, so each
+// adapter module's test is a few lines that name its driver.
+package suite
+
+import (
+	"context"
+	"testing"
+
+	"github.com/syncguard/syncguard-go/conformance"
+	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/pgtest"
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+// Driver is one database/sql driver under test.
+type Driver struct {
+	// Name is the database/sql driver name: "postgres" (lib/pq), "pgx".
+	Name    string
+	Dialect driver.Dialect
+	// PgBouncerParams are the DSN parameters the driver needs behind
+	// PgBouncer 1.18 in transaction mode (see docs/failure-model.md):
+	// "&binary_parameters=yes" for lib/pq, "&default_query_exec_mode=exec"
+	// for pgx, so that an unprepared statement is one round trip that
+	// PgBouncer cannot split across server connections.
+	PgBouncerParams string
+}
+
+// Run runs the whole suite on the server that pgtest.Main started, with the
+// refused-connection, wrong-password and (for a local cluster) restart hooks.
+func Run(t *testing.T, d Driver) {
+	srv := pgtest.Require(t)
+	h := conformance.Harness{
+		Open:              conformance.Opener(d.Name, srv.DSN),
+		Dialect:           d.Dialect,
+		OpenRefused:       conformance.Opener(d.Name, srv.RefusedDSN()),
+		OpenWrongPassword: conformance.Opener(d.Name, srv.DSNFor(srv.PasswordRole, "wrong-password", "postgres")),
+	}
+	if srv.CanRestart() {
+		h.Restart = func(ctx context.Context) error { return srv.Restart(ctx) }
+	}
+	conformance.Run(t, h)
+}
+
+// RunThroughPgBouncer runs the whole suite through a PgBouncer in
+// transaction pooling mode started in front of the server.
+//
+// PgBouncer before 1.21 cannot route prepared statements in transaction
+// mode: one client's consecutive messages may run on different server
+// connections. So the backends run with syncguard.Config.DisablePrepare,
+// and the driver gets PgBouncerParams. A wrong password is rejected by
+// PgBouncer itself (SQLSTATE 08P01), which syncguard reports as AuthFailed.
+// Cases that need a server restart, or session state (NoSessionState), are
+// skipped.
+func RunThroughPgBouncer(t *testing.T, d Driver) {
+	srv := pgtest.Require(t)
+	if srv.Kind == pgtest.KindEnv {
+		t.Skip("PgBouncer is started in front of a local or docker server only")
+	}
+	bouncer := pgtest.RequirePgBouncer(t, srv, pgtest.PgBouncerOptions{PoolMode: "transaction", DefaultPoolSize: 40})
+	t.Logf("PgBouncer %s, pool_mode=%s, port %d", bouncer.Version, bouncer.PoolMode, bouncer.Port)
+	params := d.PgBouncerParams + "&connect_timeout=5"
+	h := conformance.Harness{
+		Open:              conformance.Opener(d.Name, bouncer.DSN+params),
+		Dialect:           d.Dialect,
+		OpenRefused:       conformance.Opener(d.Name, srv.RefusedDSN()),
+		OpenWrongPassword: conformance.Opener(d.Name, bouncer.DSNFor(srv.PasswordRole, "wrong-password", "postgres")+params),
+		Config:            func(c *syncguard.Config) { c.DisablePrepare = true },
+		NoSessionState:    true,
+	}
+	conformance.Run(t, h)
+	if t.Failed() {
+		t.Logf("--- pgbouncer log (tail) ---\n%s", bouncer.LogTail(40))
+	}
+}

@@ -62,8 +62,9 @@ type Config struct {
 	// binary_parameters=yes; pgx sends it in one.
 	DisablePrepare bool
 
-	// ReleaseTimeout bounds the background release of a lock whose acquire
-	// was cancelled after its statement was sent. Default 2 s.
+	// ReleaseTimeout bounds the background work of a Backend: the release
+	// of a lock whose acquire ended with an unknown outcome (see
+	// docs/errors.md), and the CleanupInIsLocked delete. Default 2 s.
 	ReleaseTimeout time.Duration
 }
 

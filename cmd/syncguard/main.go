@@ -6,9 +6,13 @@
 //	syncguard ls
 //	syncguard doctor
 //
-// Install it with
+// Install it from a checkout of the repository with
 //
-//	go install github.com/syncguard/syncguard-go/cmd/syncguard@latest
+//	cd cmd/syncguard && go install .
+//
+// (`go install github.com/syncguard/syncguard-go/cmd/syncguard@VERSION` works
+// once the modules are tagged and this module's go.mod has no replace
+// directives; see docs/cli.md.)
 //
 // Every command, flag and exit status is documented in docs/cli.md of the
 // repository, and by `syncguard help`.

@@ -4,4 +4,4 @@ go 1.26.0
 
 require golang.org/x/text v0.44.0
 
-require github.com/DATA-DOG/go-sqlmock v1.5.2 // indirect
+require github.com/DATA-DOG/go-sqlmock v1.5.2

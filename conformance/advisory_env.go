@@ -3,7 +3,6 @@ package conformance
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"time"
 
 	"github.com/syncguard/syncguard-go/advisory"
@@ -168,5 +167,3 @@ func (a *advEnv) advHoldTx(key advisory.Key) (pid int, release func()) {
 }
 
 func advCode(err error) syncguard.Code { return syncguard.CodeOf(err) }
-
-var _ = errors.Is

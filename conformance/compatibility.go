@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"database/sql"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -235,5 +234,3 @@ WHERE i.indrelid = to_regclass(quote_ident($1)) AND i.indisprimary`, table).Scan
 		}
 	})
 }
-
-var _ = fmt.Sprint

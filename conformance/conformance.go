@@ -594,8 +594,6 @@ func (c serverClock) sleepUntil(ctx context.Context, ms int64) {
 // errIs reports whether err matches the sentinel want, for messages.
 func errIs(err, want error) bool { return err != nil && errors.Is(err, want) }
 
-var _ = fmt.Sprintf
-
 // Opener returns a Harness.Open (or OpenOther, OpenRefused, ...) function
 // that opens a pool with sql.Open(driverName, dsn), allows it up to 20 open
 // connections and closes it when the test ends:

@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
@@ -159,5 +158,3 @@ func asErr(err error, target **syncguard.Error) bool {
 	}
 	return false
 }
-
-var _ = fmt.Sprint

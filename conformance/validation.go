@@ -3,7 +3,6 @@ package conformance
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"strings"
 	"time"
 
@@ -210,5 +209,3 @@ func allOps(ctx context.Context, b *syncguard.Backend, key, id string, ttl time.
 }
 
 func second[T any](_ T, err error) error { return err }
-
-var _ = errors.Is

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"strings"
 	"time"
 
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -31,8 +32,16 @@ func ExampleSchemaSQL() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(len(ddl) > 0)
-	// Output: true
+	for _, line := range strings.Split(ddl, "\n") {
+		if strings.HasPrefix(line, "CREATE") {
+			fmt.Println(line)
+		}
+	}
+	// Output:
+	// CREATE TABLE IF NOT EXISTS "app_locks" (
+	// CREATE UNIQUE INDEX IF NOT EXISTS "idx_app_locks_lock_id" ON "app_locks" ("lock_id");
+	// CREATE INDEX IF NOT EXISTS "idx_app_locks_expires" ON "app_locks" ("expires_at_ms");
+	// CREATE TABLE IF NOT EXISTS "app_fences" (
 }
 
 func ExampleNew_invalidConfig() {

@@ -326,13 +326,7 @@ func TestRunFenceAndKeyInEnvironment(t *testing.T) {
 func TestRunBusyTryOnce(t *testing.T) {
 	t.Parallel()
 	d := dsn(t)
-	b := backend(t, openDB(t, d), nil)
-	k := key(t, "k")
-	res, err := b.Acquire(ctxT(t), k, time.Minute)
-	if err != nil || !res.OK {
-		t.Fatalf("acquire: %+v %v", res, err)
-	}
-	defer b.Release(context.Background(), res.LockID)
+	b, k, res := holdKey(t, d)
 	marker := filepath.Join(t.TempDir(), "ran")
 	r := sg(t, d, "run", "--key", k, "--wait", "0", "--", "touch", marker)
 	wantCode(t, r, 75)
@@ -360,13 +354,7 @@ func TestRunBusyTryOnce(t *testing.T) {
 func TestRunWaitTimeout(t *testing.T) {
 	t.Parallel()
 	d := dsn(t)
-	b := backend(t, openDB(t, d), nil)
-	k := key(t, "k")
-	res, err := b.Acquire(ctxT(t), k, time.Minute)
-	if err != nil || !res.OK {
-		t.Fatalf("acquire: %+v %v", res, err)
-	}
-	defer b.Release(context.Background(), res.LockID)
+	_, k, _ := holdKey(t, d)
 	r := sg(t, d, "run", "--key", k, "--wait", "1s", "--", "true")
 	wantCode(t, r, 75)
 	wantOneLineError(t, r, "syncguard: run: AcquisitionTimeout: lock busy: ")
@@ -426,13 +414,7 @@ while :; do sleep 0.05; done`, dir)
 func TestRunInterruptWhileWaiting(t *testing.T) {
 	t.Parallel()
 	d := dsn(t)
-	b := backend(t, openDB(t, d), nil)
-	k := key(t, "k")
-	res, err := b.Acquire(ctxT(t), k, time.Minute)
-	if err != nil || !res.OK {
-		t.Fatalf("acquire: %+v %v", res, err)
-	}
-	defer b.Release(context.Background(), res.LockID)
+	_, k, _ := holdKey(t, d)
 	marker := filepath.Join(t.TempDir(), "ran")
 	p := start(t, env(d), "run", "--key", k, "--wait", "1m", "--", "touch", marker)
 	time.Sleep(700 * time.Millisecond)
@@ -678,4 +660,18 @@ func TestSilentServer(t *testing.T) {
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("the command ran")
 	}
+}
+
+// holdKey takes a fresh key for the test's duration, as another holder
+// would, and releases it when the test ends.
+func holdKey(t *testing.T, d string) (*syncguard.Backend, string, syncguard.AcquireResult) {
+	t.Helper()
+	b := backend(t, openDB(t, d), nil)
+	k := key(t, "k")
+	res, err := b.Acquire(ctxT(t), k, time.Minute)
+	if err != nil || !res.OK {
+		t.Fatalf("acquire: %+v %v", res, err)
+	}
+	t.Cleanup(func() { b.Release(context.Background(), res.LockID) })
+	return b, k, res
 }

@@ -20,12 +20,8 @@ func init() {
 			db.SetMaxOpenConns(goroutines / pools)
 			backends[i] = e.newBackend(db, nil)
 		}
-		// One key for every round: round 0 races on a key that has no fence
-		// counter yet (the absent-row race); later rounds race right after
-		// the previous winner released, so fences must rise round by round.
-		k := e.key("race")
-		var last int64
-		for round := 0; round < rounds; round++ {
+		// race lets every goroutine try k at once and returns the one winner.
+		race := func(round int, k string) (syncguard.AcquireResult, bool) {
 			var (
 				mu      sync.Mutex
 				winners []syncguard.AcquireResult
@@ -53,18 +49,30 @@ func init() {
 			wg.Wait()
 			if len(winners) != 1 {
 				e.t.Errorf("rule: exactly one of %d racing acquires of a free key wins; round %d key %q had %d winners", goroutines, round, k, len(winners))
+				return syncguard.AcquireResult{}, false
+			}
+			return winners[0], true
+		}
+		for round := 0; round < rounds; round++ {
+			// A fresh key has no fence counter yet: the absent-row race.
+			k := e.key("race")
+			first, ok := race(round, k)
+			if !ok {
 				continue
 			}
-			n := fenceNum(e.t, winners[0].Fence)
-			switch {
-			case round == 0 && n != 1:
-				e.t.Errorf("rule: the first fence of a key is 000000000000001; key %q got %s", k, winners[0].Fence)
-			case round > 0 && n <= last:
-				e.t.Errorf("rule: fences strictly increase per key; round %d got %d after %d", round, n, last)
+			if n := fenceNum(e.t, first.Fence); n != 1 {
+				e.t.Errorf("rule: the first fence of a key is 000000000000001; key %q got %s", k, first.Fence)
 			}
-			last = n
-			if rel, err := e.b.Release(e.ctx, winners[0].LockID); err != nil || !rel.OK {
+			if rel, err := e.b.Release(e.ctx, first.LockID); err != nil || !rel.OK {
 				e.t.Fatalf("rule: the round's winner can release; key %q: %+v, %v", k, rel, err)
+			}
+			// The same key right after the release: the next fence is larger.
+			second, ok := race(round, k)
+			if !ok {
+				continue
+			}
+			if fenceNum(e.t, second.Fence) <= fenceNum(e.t, first.Fence) {
+				e.t.Errorf("rule: fences strictly increase per key; key %q got %s after %s", k, second.Fence, first.Fence)
 			}
 		}
 	})

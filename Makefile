@@ -6,7 +6,7 @@ GO ?= go
 export PATH := /usr/local/go/bin:$(PATH)
 
 # Modules, core first. Missing directories are skipped.
-MODULES := . internal/pgtest pq pgxstd internal/itest internal/chaos internal/demo cmd/syncguard bench
+MODULES := . internal/pgtest pq pgxstd internal/itest internal/chaos internal/demo cmd/syncguard internal/clitest bench
 TEST_FLAGS ?= -race -count=1 -timeout 10m
 
 FUZZ_TARGETS := FuzzNormalizeAndStorageKeys FuzzMakeStorageKey FuzzHashKey FuzzValidateLockID FuzzFormatFence FuzzClassify

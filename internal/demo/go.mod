@@ -2,17 +2,10 @@ module github.com/syncguard/syncguard-go/internal/demo
 
 go 1.26.0
 
-replace (
-	github.com/syncguard/syncguard-go => ../../
-	github.com/syncguard/syncguard-go/cmd/syncguard => ../../cmd/syncguard
-	github.com/syncguard/syncguard-go/internal/pgtest => ../pgtest
-	github.com/syncguard/syncguard-go/pgxstd => ../../pgxstd
-	github.com/syncguard/syncguard-go/pq => ../../pq
-)
 
 require (
-	github.com/syncguard/syncguard-go/cmd/syncguard v0.0.0-00010101000000-000000000000
-	github.com/syncguard/syncguard-go/internal/pgtest v0.0.0-00010101000000-000000000000
+	github.com/syncguard/syncguard-go/cmd/syncguard v0.1.0
+	github.com/syncguard/syncguard-go/internal/pgtest v0.1.0
 )
 
 require (
@@ -42,8 +35,8 @@ require (
 	github.com/ory/dockertest/v3 v3.12.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/sirupsen/logrus v1.9.3 // indirect
-	github.com/syncguard/syncguard-go v0.0.0-00010101000000-000000000000 // indirect
-	github.com/syncguard/syncguard-go/pgxstd v0.0.0-00010101000000-000000000000 // indirect
+	github.com/syncguard/syncguard-go v0.1.0 // indirect
+	github.com/syncguard/syncguard-go/pgxstd v0.1.0 // indirect
 	github.com/xeipuuv/gojsonpointer v0.0.0-20190905194746-02993c407bfb // indirect
 	github.com/xeipuuv/gojsonreference v0.0.0-20180127040603-bd5ef7bd5415 // indirect
 	github.com/xeipuuv/gojsonschema v1.2.0 // indirect

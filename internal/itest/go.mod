@@ -2,18 +2,12 @@ module github.com/syncguard/syncguard-go/internal/itest
 
 go 1.26.0
 
-replace (
-	github.com/syncguard/syncguard-go => ../../
-	github.com/syncguard/syncguard-go/internal/pgtest => ../pgtest
-	github.com/syncguard/syncguard-go/pgxstd => ../../pgxstd
-	github.com/syncguard/syncguard-go/pq => ../../pq
-)
 
 require (
-	github.com/syncguard/syncguard-go v0.0.0-00010101000000-000000000000
-	github.com/syncguard/syncguard-go/internal/pgtest v0.0.0-00010101000000-000000000000
-	github.com/syncguard/syncguard-go/pgxstd v0.0.0-00010101000000-000000000000
-	github.com/syncguard/syncguard-go/pq v0.0.0-00010101000000-000000000000
+	github.com/syncguard/syncguard-go v0.1.0
+	github.com/syncguard/syncguard-go/internal/pgtest v0.1.0
+	github.com/syncguard/syncguard-go/pgxstd v0.1.0
+	github.com/syncguard/syncguard-go/pq v0.1.0
 )
 
 require (

@@ -5,11 +5,34 @@ import (
 
 	"github.com/syncguard/syncguard-go/conformance"
 	"github.com/syncguard/syncguard-go/internal/pgtest"
+	"github.com/syncguard/syncguard-go/internal/pgtest/suite"
 	"github.com/syncguard/syncguard-go/pgxstd"
 	sgpq "github.com/syncguard/syncguard-go/pq"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m, pgtest.Options{}) }
+
+// lib/pq behind PgBouncer 1.18 in transaction mode needs
+// binary_parameters=yes: lib/pq then sends an unprepared parameterized query
+// as Parse/Bind/Execute/Sync in one round trip. Without it, lib/pq sends
+// Parse/Describe/Sync, waits, then Bind/Execute/Sync, and PgBouncer may run
+// the second half on another server connection (26000 "unnamed prepared
+// statement does not exist", or another client's statement).
+var pqDriver = suite.Driver{Name: "postgres", Dialect: sgpq.Dialect, PgBouncerParams: "&binary_parameters=yes"}
+
+// pgx behind PgBouncer 1.18 in transaction mode needs
+// default_query_exec_mode=exec (or simple_protocol, or cache_describe):
+// pgx's default, cache_statement, prepares every query as a named server
+// statement, which PgBouncer cannot route. exec sends each query unnamed,
+// Parse/Bind/Describe/Execute/Sync in one round trip.
+var pgxDriver = suite.Driver{Name: "pgx", Dialect: pgxstd.Dialect, PgBouncerParams: "&default_query_exec_mode=exec"}
+
+// The conformance suite against each adapter, directly and through PgBouncer
+// in transaction mode.
+func TestConformancePQ(t *testing.T)                  { suite.Run(t, pqDriver) }
+func TestConformancePQThroughPgBouncer(t *testing.T)  { suite.RunThroughPgBouncer(t, pqDriver) }
+func TestConformancePGX(t *testing.T)                 { suite.Run(t, pgxDriver) }
+func TestConformancePGXThroughPgBouncer(t *testing.T) { suite.RunThroughPgBouncer(t, pgxDriver) }
 
 // TestCrossDriver runs the CrossDriver group with lib/pq as the primary
 // driver and pgx as the other, then the reverse.

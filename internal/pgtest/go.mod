@@ -34,6 +34,5 @@ require (
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 )
 
-require github.com/syncguard/syncguard-go v0.0.0-00010101000000-000000000000
+require github.com/syncguard/syncguard-go v0.1.0
 
-replace github.com/syncguard/syncguard-go => ../../

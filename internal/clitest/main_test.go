@@ -2,7 +2,7 @@
 
 // The tests build the syncguard binary once and drive it as a user would,
 // against a throwaway PostgreSQL (internal/pgtest), or SYNCGUARD_TEST_DSN.
-package main
+package clitest
 
 import (
 	"bytes"
@@ -70,7 +70,7 @@ func buildBinary() (string, error) {
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	cmd := exec.Command(goTool, append(args, ".")...)
+	cmd := exec.Command(goTool, append(args, "github.com/syncguard/syncguard-go/cmd/syncguard")...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
 		return "", fmt.Errorf("%v\n%s", err, out)

@@ -1,6 +1,6 @@
 //go:build race
 
-package main
+package clitest
 
 // raceEnabled builds the binary under test with -race too.
 const raceEnabled = true

@@ -31,6 +31,7 @@ type shared struct {
 	cl       classifier
 	stmts    [numStmts]lazyStmt
 	lastSwep atomic.Int64 // unix nanos of the last background cleanup
+	hub      *hub         // waiting: wake-ups on release (wake.go)
 }
 
 const (
@@ -75,6 +76,7 @@ func New(db *sql.DB, cfg *Config) (*Backend, error) {
 		r.logger = slog.Default()
 	}
 	s := &shared{db: db, cfg: r, sql: renderStatements(r.table, r.fenceTable), cl: classifier{dialect: r.dialect}}
+	s.hub = newHub(s)
 	return &Backend{shared: s}, nil
 }
 
@@ -232,6 +234,15 @@ func ttlMillis(op string, ttl time.Duration) (int64, error) {
 // Acquire implements LockBackend. It is a single attempt: OK == false
 // means the key is held; use the lock helper for retries.
 func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
+	return b.acquire(ctx, key, ttl, "")
+}
+
+// waitHub implements waitable.
+func (b *Backend) waitHub() *hub { return b.shared.hub }
+
+// acquire is Acquire; note, when not empty, is the prefix of the
+// notification a successful attempt sends (see wake.go).
+func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, note string) (AcquireResult, error) {
 	const op = "acquire"
 	norm, storage, fenceKey, err := checkKey(op, key)
 	if err != nil {
@@ -253,10 +264,11 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		expires, acquired sql.NullInt64
 		fence             sql.NullString
 		exhausted         bool
+		now               int64
 	}
-	row, err := b.queryRow(ctx, stmtAcquire, storage, lockID, fenceKey, norm, ttlMs)
+	row, err := b.queryRow(ctx, stmtAcquire, storage, lockID, fenceKey, norm, ttlMs, note)
 	if err == nil {
-		err = row.Scan(&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted)
+		err = row.Scan(&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted, &d.now)
 	}
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
@@ -283,7 +295,12 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 			Msg: fmt.Sprintf("fence counter for this key reached its maximum (%d); nothing was committed", int64(FenceMax))}
 	}
 	if !d.gotID.Valid || d.gotID.String != lockID {
-		return AcquireResult{OK: false, Reason: ReasonLocked}, nil
+		res := AcquireResult{OK: false, Reason: ReasonLocked}
+		if d.expires.Valid {
+			// The holder's lock can be taken once it is no longer live.
+			res.retryIn = time.Duration(d.expires.Int64+TimeToleranceMs+1-d.now) * time.Millisecond
+		}
+		return res, nil
 	}
 	if !d.expires.Valid || !d.fence.Valid || len(d.fence.String) != 15 {
 		return AcquireResult{}, &Error{Op: op, Code: CodeInternal, Key: key, Msg: "malformed row returned by acquire"}
@@ -363,10 +380,11 @@ func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, er
 		deleted     sql.NullString
 		seenExpires sql.NullInt64
 		now         int64
+		keyHash     sql.NullString
 	}
 	row, err := b.queryRow(ctx, stmtRelease, lockID)
 	if err == nil {
-		err = row.Scan(&d.deleted, &d.seenExpires, &d.now)
+		err = row.Scan(&d.deleted, &d.seenExpires, &d.now, &d.keyHash)
 	}
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
@@ -375,6 +393,12 @@ func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, er
 	}
 	// Explicit ownership verification (ADR-003): the deleted row must be ours.
 	if d.deleted.Valid && d.deleted.String == lockID {
+		if b.tx == nil && d.keyHash.Valid {
+			// Wake this process's waiters at once; other processes get the
+			// statement's notification. (Inside a transaction they wait
+			// for the notification, delivered at commit.)
+			b.shared.hub.released(d.keyHash.String)
+		}
 		return ReleaseResult{OK: true}, nil
 	}
 	return ReleaseResult{OK: false, Reason: failReason(d.seenExpires, d.now)}, nil

@@ -275,12 +275,46 @@ func Lock(ctx context.Context, backend LockBackend, key string, opts *LockOption
 	return newLease(ctx, backend, key, res, sent, cfg), nil
 }
 
+// waitable is a backend whose waiting can be woken on release: *Backend,
+// and the wrappers of this package around it.
+type waitable interface {
+	waitHub() *hub // nil: none (a wrapper around another backend)
+}
+
 // acquire is the retry loop. It returns the successful result and the
 // local time its request was sent (see Lease for why that time matters).
-func acquire(ctx context.Context, b LockBackend, key string, c *lockConfig) (AcquireResult, time.Time, error) {
+//
+// Attempts happen (see "Waiting" in docs/design.md):
+//   - at once, unless this process already has waiters for the key (then
+//     the caller queues behind them);
+//   - when the caller is the first of this process's waiters for the key
+//     and the hub gives it a turn: the key was released (by this process,
+//     or as notified), its holder's lock expired, or an extend shortened it;
+//   - when the caller's retry delay (AcquisitionOptions) runs out: the
+//     first waiter then attempts, on behalf of the caller unless the caller
+//     is the first, or this is its last retry;
+//   - for a backend without a hub: when the retry delay runs out, or when
+//     the holder's lock, as the last attempt saw it, expires.
+//
+// Only the attempts made when a retry delay ran out count as retries, so
+// MaxRetries and Timeout bound the wait exactly as they bound polling.
+func acquire(ctx context.Context, b LockBackend, key string, c *lockConfig) (res AcquireResult, sent time.Time, err error) {
 	start := time.Now()
 	deadline := start.Add(c.timeout)
-	for attempts := 1; ; attempts++ {
+	var h *hub
+	var kh string
+	if wb, ok := b.(waitable); ok {
+		if h = wb.waitHub(); h != nil {
+			if _, storage, _, kerr := checkKey("lock", key); kerr == nil {
+				kh = wakeKeyHash(storage)
+			} else {
+				h = nil // the attempt reports the error
+			}
+		}
+	}
+	attempts := 0
+	try := func() (AcquireResult, time.Time, error) {
+		attempts++
 		sent := time.Now()
 		// The attempt too ends at the deadline: on a half-open connection
 		// it would otherwise wait as long as ctx allows (forever without a
@@ -295,28 +329,102 @@ func acquire(ctx context.Context, b LockBackend, key string, c *lockConfig) (Acq
 			}
 			return AcquireResult{}, time.Time{}, err
 		}
-		if res.OK {
-			return res, sent, nil
+		return res, sent, nil
+	}
+	timeout := func(cause error) (AcquireResult, time.Time, error) {
+		return AcquireResult{}, time.Time{}, acquisitionTimeout(key, attempts, time.Since(start), cause)
+	}
+
+	var since uint64
+	if h != nil {
+		since = h.seqNow()
+	}
+	if h == nil || c.maxRetries == 0 || !h.busy(kh) {
+		res, sent, err = try()
+		if err != nil || res.OK {
+			return res, sent, err
 		}
-		remaining := time.Until(deadline)
-		if attempts > c.maxRetries || remaining <= 0 {
-			return AcquireResult{}, time.Time{}, acquisitionTimeout(key, attempts, time.Since(start), nil)
+		if c.maxRetries == 0 || !time.Now().Before(deadline) {
+			return timeout(nil)
 		}
-		wait := time.NewTimer(min(c.delay(attempts), remaining))
+	}
+
+	// Wait.
+	var w *waiter
+	var turn <-chan struct{}
+	if h != nil {
+		w = h.join(kh, since, res.retryIn)
+		turn = w.turn
+		defer func() { h.leave(w, err == nil && res.OK) }()
+	}
+	expiry := stoppedTimer()
+	defer expiry.Stop()
+	if h == nil && res.retryIn > 0 {
+		expiry.Reset(res.retryIn)
+	}
+	poll := time.NewTimer(c.delay(1))
+	defer poll.Stop()
+	end := time.NewTimer(time.Until(deadline))
+	defer end.Stop()
+	retries := 0
+	for {
+		polled, final := false, false
 		select {
-		case <-wait.C:
+		case <-turn:
+		case <-expiry.C:
+		case <-poll.C:
+			retries++
+			polled, final = true, retries >= c.maxRetries
+			if !final && w != nil && !h.isHead(w) {
+				// Attempt on our behalf, in arrival order.
+				h.grantHead(w)
+				poll.Reset(c.delay(retries + 1))
+				continue
+			}
+		case <-end.C:
+			return timeout(nil)
 		case <-ctx.Done():
-			wait.Stop()
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return AcquireResult{}, time.Time{}, acquisitionTimeout(key, attempts, time.Since(start), context.Cause(ctx))
+				return timeout(context.Cause(ctx))
 			}
 			return AcquireResult{}, time.Time{}, &Error{Op: "lock", Code: CodeAborted, Key: key,
 				Msg: fmt.Sprintf("context cancelled while waiting for the lock after %d attempts", attempts), Err: context.Cause(ctx)}
 		}
 		if !time.Now().Before(deadline) {
-			return AcquireResult{}, time.Time{}, acquisitionTimeout(key, attempts, time.Since(start), nil)
+			return timeout(nil)
+		}
+		var seq uint64
+		if w != nil {
+			seq = h.attemptSeq(w)
+		}
+		res, sent, err = try()
+		if err != nil {
+			return AcquireResult{}, time.Time{}, err
+		}
+		if res.OK {
+			if w != nil {
+				h.acquired(w, c.ttl+TimeToleranceMs*time.Millisecond)
+			}
+			return res, sent, nil
+		}
+		if final {
+			return timeout(nil)
+		}
+		if w != nil {
+			h.failed(w, seq, res.retryIn)
+		} else if res.retryIn > 0 {
+			expiry.Reset(res.retryIn)
+		}
+		if polled {
+			poll.Reset(c.delay(retries + 1))
 		}
 	}
+}
+
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
 }
 
 func acquisitionTimeout(key string, attempts int, elapsed time.Duration, cause error) *Error {

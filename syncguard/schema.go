@@ -31,6 +31,9 @@ func renderer(table, fenceTable string) *strings.Replacer {
 		"{{tolerance}}", strconv.Itoa(TimeToleranceMs),
 		"{{fence_max}}", strconv.FormatInt(FenceMax, 10),
 		"{{cleanup_grace}}", strconv.Itoa(cleanupGraceMs),
+		"{{channel}}", "'"+wakeChannel(table)+"'",
+		"{{key_hash}}", keyHashSQL(`l."key"`),
+		"{{key_hash_u}}", keyHashSQL(`u."key"`),
 	)
 }
 

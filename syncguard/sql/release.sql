@@ -3,6 +3,9 @@
 -- (a concurrent takeover changes lock_id, and the re-check then fails).
 -- When nothing was deleted, the same row is read from the statement's
 -- snapshot to tell "expired" from "not-found" without another round trip.
+-- n: a deleted lock wakes its waiters, in every process listening on the
+-- table's channel, when this transaction commits ("r <key hash>"; see
+-- wake.go). The hash is also returned, for the waiters of this process.
 WITH
 t AS (
   SELECT floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint AS now_ms
@@ -10,11 +13,15 @@ t AS (
 d AS (
   DELETE FROM {{locks}} AS l USING t
   WHERE l."lock_id" = $1::text AND l."expires_at_ms" > t.now_ms - {{tolerance}}
-  RETURNING l."lock_id"
+  RETURNING l."lock_id", {{key_hash}} AS kh
+),
+n AS (
+  SELECT pg_notify({{channel}}, 'r ' || d.kh) AS v FROM d
 )
 SELECT d."lock_id",
   CASE WHEN d."lock_id" IS NULL THEN
     (SELECT s."expires_at_ms" FROM {{locks}} AS s WHERE s."lock_id" = $1::text) END,
-  t.now_ms
+  t.now_ms, d.kh
 FROM t
 LEFT JOIN d ON true
+LEFT JOIN n ON true

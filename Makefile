@@ -9,7 +9,10 @@ export PATH := /usr/local/go/bin:$(PATH)
 MODULES := . internal/pgtest pq pgxstd internal/itest internal/chaos internal/demo cmd/syncguard internal/clitest bench
 TEST_FLAGS ?= -race -count=1 -timeout 10m
 
-FUZZ_TARGETS := FuzzNormalizeAndStorageKeys FuzzMakeStorageKey FuzzHashKey FuzzValidateLockID FuzzFormatFence FuzzClassify
+# package:target pairs
+FUZZ_TARGETS := ./internal/rules:FuzzNormalizeAndStorageKeys ./internal/rules:FuzzMakeStorageKey \
+	./internal/rules:FuzzHashKey ./internal/rules:FuzzValidateLockID ./internal/rules:FuzzFormatFence \
+	./syncguard:FuzzCheckKey ./syncguard:FuzzClassify
 FUZZTIME ?= 3s
 
 .PHONY: test vet demo bench schema tidy fuzz
@@ -28,12 +31,12 @@ vet:
 	done
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }
 
-# Each fuzz target for a short time (seeded from testdata/reference-vectors.json).
+# Each fuzz target for a short time (the rules' seeded from testdata/reference-vectors.json).
 fuzz:
-	@set -e; for f in $(FUZZ_TARGETS); do \
-		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./syncguard >/dev/null || { echo "fuzz $$f failed"; \
-		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./syncguard; exit 1; }; \
-		echo "fuzz $$f ok"; \
+	@set -e; for pf in $(FUZZ_TARGETS); do p=$${pf%%:*}; f=$${pf#*:}; \
+		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$p >/dev/null || { echo "fuzz $$f failed"; \
+		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$p; exit 1; }; \
+		echo "fuzz $$p $$f ok"; \
 	done
 
 demo:

@@ -30,15 +30,15 @@ const waitTimeout = 15 * time.Second
 // an hour.
 func wakeOnly() *syncguard.LockOptions {
 	return &syncguard.LockOptions{TTL: 30 * time.Second, Acquisition: syncguard.AcquisitionOptions{
-		MaxRetries: 1, RetryDelay: time.Hour, Backoff: syncguard.BackoffFixed,
-		Jitter: syncguard.JitterNone, Timeout: waitTimeout}}
+		MaxRetries: 1, RetryDelay: time.Hour, Backoff: "fixed",
+		Jitter: "none", Timeout: waitTimeout}}
 }
 
 // polling returns options that retry every 100 ms up to the timeout.
 func polling() *syncguard.LockOptions {
 	return &syncguard.LockOptions{TTL: 30 * time.Second, Acquisition: syncguard.AcquisitionOptions{
-		MaxRetries: 1 << 20, RetryDelay: 100 * time.Millisecond, Backoff: syncguard.BackoffFixed,
-		Jitter: syncguard.JitterNone, Timeout: waitTimeout}}
+		MaxRetries: 1 << 20, RetryDelay: 100 * time.Millisecond, Backoff: "fixed",
+		Jitter: "none", Timeout: waitTimeout}}
 }
 
 // noListen hides a dialect's optional capabilities (driver.Listener).

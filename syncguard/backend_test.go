@@ -16,6 +16,7 @@ import (
 	"github.com/DATA-DOG/go-sqlmock"
 
 	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
 // pgErr stands in for a driver's server error: it carries a SQLSTATE that
@@ -282,7 +283,7 @@ func TestAcquireOutcomesFromRow(t *testing.T) {
 	if err != nil || r.OK || r.Reason != ReasonLocked || r.Fence != "" || r.LockID != "" {
 		t.Fatalf("contention: got %+v, %v", r, err)
 	}
-	if want := (2000 + TimeToleranceMs + 1 - 1500) * time.Millisecond; r.retryIn != want {
+	if want := (2000 + rules.ToleranceMs + 1 - 1500) * time.Millisecond; r.retryIn != want {
 		t.Errorf("contention: retry in %v, want %v (holder expires 2000, server now 1500)", r.retryIn, want)
 	}
 	// Nobody and no fence: contention (a lost race), expiry unknown.
@@ -302,9 +303,9 @@ func TestAcquireOutcomesFromRow(t *testing.T) {
 
 func TestAcquireArgumentsAndTTLRounding(t *testing.T) {
 	b, mock := newMock(t, nil)
-	storage, fence, _ := StorageKeys("café")
+	k, _ := rules.DeriveKey("café")
 	mock.ExpectQuery("INSERT INTO").
-		WithArgs(storage, sqlmock.AnyArg(), fence, "café", int64(1), "").
+		WithArgs(k.Storage, sqlmock.AnyArg(), k.Fence, "café", int64(1), "").
 		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f"}).AddRow(nil, nil, nil, nil, false, int64(1000)))
 	// Decomposed input is normalized; 1.9 ms counts as 1 ms.
 	if _, err := b.Acquire(context.Background(), "cafe\u0301", 1900*time.Microsecond); err != nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,9 +49,16 @@ import (
 // wakeChannel returns the notification channel of a lock table.
 func wakeChannel(table string) string { return "syncguard:" + table }
 
-// keyHashSQL is wakeKeyHash in SQL, over the storage key column col.
-func keyHashSQL(col string) string {
-	return "left(encode(sha256(convert_to(" + col + ", 'UTF8')), 'hex'), 16)"
+// wakeChannelSQL is the channel as a SQL string literal (table names are
+// plain identifiers, so nothing needs escaping).
+func wakeChannelSQL(table string) string { return "'" + wakeChannel(table) + "'" }
+
+var wakeHashRE = regexp.MustCompile(`\{\{wake_hash\(([^()]*)\)\}\}`)
+
+// renderWake expands {{wake_hash(expr)}} in a statement file: wakeKeyHash
+// in SQL, over the storage key expr. ({{channel}} is a plain name.)
+func renderWake(text string) string {
+	return wakeHashRE.ReplaceAllString(text, "left(encode(sha256(convert_to($1, 'UTF8')), 'hex'), 16)")
 }
 
 // wakeKeyHash is the key hash carried by notifications.

@@ -5,7 +5,7 @@
 WITH d AS (
   DELETE FROM {{locks}} AS l
   WHERE l."key" = $1::text
-    AND l."expires_at_ms" < floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint - {{cleanup_grace}}
-  RETURNING {{key_hash}} AS kh
+    AND l."expires_at_ms" < {{now_ms}} - {{cleanup_grace}}
+  RETURNING {{wake_hash(l."key")}} AS kh
 )
 SELECT pg_notify({{channel}}, 'r ' || d.kh) FROM d

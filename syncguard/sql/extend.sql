@@ -2,20 +2,20 @@
 -- Sets expiry to server now + ttl, only for a live row of this lockId, under
 -- the row lock; never revives an expired lock. Returns the new expiry.
 -- n: an extend that shortens the lock (the new expiry is earlier than the
--- one in the statement's snapshot) tells the waiters the new expiry
--- ("x <key hash> <expires_at_ms>"), so they try again right after it.
+-- one in the statement's snapshot) tells the waiters ("x <key hash>
+-- <expires_at_ms>"), so they try again right after the new expiry.
 WITH
 t AS (
-  SELECT floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint AS now_ms
+  SELECT {{now_ms}} AS now_ms
 ),
 u AS (
   UPDATE {{locks}} AS l SET "expires_at_ms" = t.now_ms + $2::bigint
   FROM t
-  WHERE l."lock_id" = $1::text AND l."expires_at_ms" > t.now_ms - {{tolerance}}
+  WHERE l."lock_id" = $1::text AND {{live(l)}}
   RETURNING l."lock_id", l."expires_at_ms", l."key"
 ),
 n AS (
-  SELECT pg_notify({{channel}}, 'x ' || {{key_hash_u}} || ' ' || u."expires_at_ms") AS v FROM u
+  SELECT pg_notify({{channel}}, 'x ' || {{wake_hash(u."key")}} || ' ' || u."expires_at_ms") AS v FROM u
   WHERE u."expires_at_ms" < (SELECT s."expires_at_ms" FROM {{locks}} AS s WHERE s."lock_id" = $1::text)
 )
 SELECT u."lock_id", u."expires_at_ms",

@@ -8,12 +8,12 @@
 -- wake.go). The hash is also returned, for the waiters of this process.
 WITH
 t AS (
-  SELECT floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint AS now_ms
+  SELECT {{now_ms}} AS now_ms
 ),
 d AS (
   DELETE FROM {{locks}} AS l USING t
-  WHERE l."lock_id" = $1::text AND l."expires_at_ms" > t.now_ms - {{tolerance}}
-  RETURNING l."lock_id", {{key_hash}} AS kh
+  WHERE l."lock_id" = $1::text AND {{live(l)}}
+  RETURNING l."lock_id", {{wake_hash(l."key")}} AS kh
 ),
 n AS (
   SELECT pg_notify({{channel}}, 'r ' || d.kh) AS v FROM d

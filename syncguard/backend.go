@@ -207,6 +207,11 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 // waitHub implements waitable.
 func (b *Backend) waitHub() *hub { return b.shared.hub }
 
+// acquireNoted implements waitable.
+func (b *Backend) acquireNoted(ctx context.Context, key string, ttl time.Duration, note string) (AcquireResult, error) {
+	return b.acquire(ctx, key, ttl, note)
+}
+
 // acquire is Acquire; note, when not empty, is the prefix of the
 // notification a successful attempt sends (see wake.go).
 func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, note string) (AcquireResult, error) {
@@ -263,6 +268,7 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, no
 	}
 	if !d.gotID.Valid || d.gotID.String != lockID {
 		res := AcquireResult{OK: false, Reason: ReasonLocked}
+		b.shared.hub.sawServerTime(d.now, time.Now())
 		if d.expires.Valid {
 			// The holder's lock can be taken once it is no longer live.
 			res.retryIn = time.Duration(d.expires.Int64+rules.ToleranceMs+1-d.now) * time.Millisecond

@@ -271,6 +271,9 @@ func Lock(ctx context.Context, backend Locker, key string, opts *LockOptions) (*
 // and the wrappers of this package around it.
 type waitable interface {
 	waitHub() *hub // nil: none (a wrapper around another backend)
+	// acquireNoted is Acquire that, when it takes the key, also sends the
+	// notification note + expiry (see wake.go); note "" sends none.
+	acquireNoted(ctx context.Context, key string, ttl time.Duration, note string) (AcquireResult, error)
 }
 
 // acquire is the retry loop. It returns the successful result and the
@@ -294,8 +297,9 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 	start := time.Now()
 	deadline := start.Add(c.timeout)
 	var h *hub
-	var kh string
-	if wb, ok := b.(waitable); ok {
+	var kh, note string
+	wb, ok := b.(waitable)
+	if ok {
 		if h = wb.waitHub(); h != nil {
 			if k, kerr := checkKey("lock", key); kerr == nil {
 				kh = wakeKeyHash(k.Storage)
@@ -312,7 +316,13 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 		// it would otherwise wait as long as ctx allows (forever without a
 		// deadline), and ctx must outlive Lock for AutoExtend.
 		actx, cancel := context.WithDeadline(ctx, deadline)
-		res, err := b.Acquire(actx, key, c.ttl)
+		var res AcquireResult
+		var err error
+		if note != "" {
+			res, err = wb.acquireNoted(actx, key, c.ttl, note)
+		} else {
+			res, err = b.Acquire(actx, key, c.ttl)
+		}
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil && !time.Now().Before(deadline) {
@@ -343,10 +353,10 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 
 	// Wait.
 	var w *waiter
-	var turn <-chan struct{}
+	var turn, nudge <-chan struct{}
 	if h != nil {
 		w = h.join(kh, since, res.retryIn)
-		turn = w.turn
+		turn, nudge = w.turn, w.nudge
 		defer func() { h.leave(w, err == nil && res.OK) }()
 	}
 	expiry := stoppedTimer()
@@ -360,8 +370,13 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 	defer end.Stop()
 	retries := 0
 	for {
+		if w != nil {
+			note = h.prepare(ctx, w, time.Until(deadline))
+		}
 		polled, final := false, false
 		select {
+		case <-nudge:
+			continue
 		case <-turn:
 		case <-expiry.C:
 		case <-poll.C:

@@ -5,46 +5,56 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
-	"log/slog"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
 // Waiting for a contended key (Lock, WithLock) is driven by a hub, one per
 // Backend (shared by its WithTx views). See "Waiting" in docs/design.md.
 //
-// Signals. The statements announce, with pg_notify on the lock table's
-// channel (wakeChannel), every change that can end a wait; the
-// notification is delivered when the statement's transaction commits:
+// # Signals
 //
-//	r <kh>              a lock row was deleted (release, cleanup)
-//	x <kh> <expires>    an extend shortened the lock
-//	a <kh> <wid> <exp>  queued waiter wid acquired the key
-//	q <kh> <wid>        waiter wid queued for the key
-//	c <kh> <wid>        waiter wid left the queue without the key
-//	p <token>           the hub's own probe of its LISTEN connection
+// The statements announce, with pg_notify on the lock table's channel
+// (wakeChannel), every change that can end a wait, and waiters announce
+// themselves; a notification is delivered to every listener, in commit
+// order, when its transaction commits:
 //
-// kh is wakeKeyHash of the storage key: 16 hex digits of its SHA-256, so
-// keys never appear on the channel, which any role can LISTEN to.
+//	r <kh>                  a lock row was deleted (release, cleanup)
+//	x <kh> <expires>        an extend shortened the lock
+//	q <kh> <wid> <ms>       waiter wid queues for the key, for at most ms
+//	a <kh> <wid> <expires>  queued waiter wid acquired the key (sent by its acquire)
+//	c <kh> <wid>            queued waiter wid gave up
+//	p <token>               a hub's probe of its own LISTEN connection
 //
-// The hub keeps, per key hash with waiters in this process, the local
-// waiters in arrival order and the key's expiry as learned by the last
-// failed attempt. A free event (r, x, a release by this process, the
-// expiry passing, the LISTEN connection (re)starting) gives the first
-// waiter a turn to attempt. The LISTEN connection (at most one per hub) is
-// opened when the first waiter waits, through the dialect's
-// driver.Listener capability, confirmed by a probe notification, and
-// closed after listenIdle without waiters. Without it (no capability, a
-// pooler that does not forward notifications, a broken connection) waiting
-// still works: releases by this process wake its waiters directly, and the
-// attempts scheduled by AcquisitionOptions and by the learned expiry find
-// every other release.
+// kh is wakeKeyHash of the storage key (16 hex digits of its SHA-256: keys
+// never appear on the channel, which any role can LISTEN to); wid is a
+// random waiter id.
+//
+// # The queue
+//
+// Every hub sees the same notifications in the same order, so every hub
+// keeps the same queue per key: the queued waiters of all processes, in the
+// order of their q. When the key may be free (a release, a shortened
+// extend, the holder's expiry as learned from a failed attempt or an a, a
+// release by this process, the LISTEN connection (re)starting), an
+// "episode" hands out turns: the first waiter of the queue attempts at
+// once, and, should no a come, the next one after grantStagger, and so on
+// (a waiter that never takes its turn, because its process died, is
+// dropped after missLimit episodes); waiters of this process not yet in the
+// queue come last. The episode ends when someone acquires (an a, or a
+// waiter here) or an attempt finds the key held. A caller that finds the
+// key's queue non-empty queues without trying first. Without a working
+// LISTEN connection nobody queues: releases by this process still wake its
+// first waiter at once, and the holder's expiry and the retries of
+// AcquisitionOptions find every other release.
 
 // wakeChannel returns the notification channel of a lock table.
 func wakeChannel(table string) string { return "syncguard:" + table }
@@ -69,27 +79,20 @@ func wakeKeyHash(storageKey string) string {
 
 // Tunables of the hub. Variables, so that tests can shorten them.
 var (
-	listenOpenTimeout  = 10 * time.Second // opening the LISTEN connection
-	listenProbeTimeout = 3 * time.Second  // the probe's round trip through it
-	listenIdle         = 30 * time.Second // close it after this long without waiters
-	listenQuiet        = 30 * time.Second // ping it after this long without a notification
-	listenRetryMin     = 5 * time.Second  // first retry after a failure, doubling
-	listenRetryMax     = 5 * time.Minute
-)
-
-// Listener states.
-const (
-	lnOff      = iota // no LISTEN connection (none yet, idle-closed, or failed)
-	lnStarting        // opening it
-	lnProbing         // listening; the probe has not come back yet
-	lnOn              // confirmed
+	// grantStagger is how long a queued waiter has to take its turn before
+	// the next one gets one too.
+	grantStagger = 20 * time.Millisecond
+	// missLimit: a queued waiter of another process that let this many
+	// turns pass is taken for dead and dropped from the queue.
+	missLimit = 3
 )
 
 // NotificationStatus says whether waiting on a Backend is woken by
 // notifications. See Backend.NotificationStatus.
 type NotificationStatus struct {
 	// Active is true while the Backend's LISTEN connection is open and its
-	// probe came back: a release anywhere wakes this Backend's waiters.
+	// probe came back: a release anywhere wakes this Backend's waiters at
+	// once, and its waiters queue with those of every other process.
 	Active bool
 	// Reason says why not, when Active is false: no waiter has waited yet,
 	// the dialect lacks the capability, or the last attempt's error.
@@ -99,6 +102,7 @@ type NotificationStatus struct {
 type hub struct {
 	s      *shared
 	lst    driver.Listener // nil: the dialect cannot listen
+	skewMs atomic.Int64    // server clock minus local clock, ms, as last seen
 	logged bool            // the fallback was logged (once per hub)
 
 	mu     sync.Mutex
@@ -106,7 +110,7 @@ type hub struct {
 	nwait  int    // waiters (and status checks) registered
 	seq    uint64 // free events seen, all keys
 	recent [64]freeEvent
-	// listener
+	// listener (listen.go)
 	state     int
 	reason    string    // why state is lnOff, for status and the log
 	retryAt   time.Time // no new LISTEN connection before this
@@ -120,29 +124,78 @@ type freeEvent struct {
 	seq uint64
 }
 
-// keyq is the waiting state of one key hash.
+// keyq is the waiting state of one key hash: this process's waiters, and
+// the queue of all processes' as announced.
 type keyq struct {
 	kh      string
-	waiters []*waiter // arrival order; waiters[0] is the head
+	waiters []*waiter // this process's, in arrival order
+	queue   []*entry  // announced waiters of all processes, in q order
 	seq     uint64    // free events seen for this key
+	echoes  int       // releases by this process whose r is still to come
 	expiry  *time.Timer
-	expAt   time.Time // when expiry fires
+	expAt   time.Time
+	// the current episode
+	ep      uint64 // its number; 0: none yet
+	epNext  int    // index (in candidates) of the next turn
+	epTimer *time.Timer
+	epOpen  bool
+}
+
+// entry is one announced waiter in a key's queue.
+type entry struct {
+	wid      string
+	w        *waiter // nil: another process's
+	deadline time.Time
+	misses   int
 }
 
 type waiter struct {
-	kq   *keyq
-	turn chan struct{} // capacity 1: attempt now
+	kq        *keyq
+	wid       string
+	turn      chan struct{} // capacity 1: attempt now
+	nudge     chan struct{} // capacity 1: the LISTEN connection is confirmed; queue
+	announced bool          // its q was sent
+	queued    bool          // its q came back: it is in kq.queue
 }
 
 func newHub(s *shared) *hub {
 	h := &hub{s: s, keys: map[string]*keyq{}, retryWait: listenRetryMin}
 	h.lst, _ = s.cfg.dialect.(driver.Listener)
 	if h.lst == nil {
-		h.reason = fmt.Sprintf("the dialect %q cannot LISTEN (it does not implement driver.Listener)", s.cfg.dialect.Name())
+		h.reason = "the dialect " + strconv.Quote(s.cfg.dialect.Name()) + " cannot LISTEN (it does not implement driver.Listener)"
 	} else {
 		h.reason = "no waiter has waited yet"
 	}
 	return h
+}
+
+func randToken() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (h *hub) keyLocked(kh string) *keyq {
+	kq := h.keys[kh]
+	if kq == nil {
+		kq = &keyq{kh: kh}
+		h.keys[kh] = kq
+	}
+	return kq
+}
+
+// dropIfIdleLocked forgets a key nobody waits for.
+func (h *hub) dropIfIdleLocked(kq *keyq) {
+	if len(kq.waiters) > 0 || len(kq.queue) > 0 {
+		return
+	}
+	if kq.expiry != nil {
+		kq.expiry.Stop()
+	}
+	if kq.epTimer != nil {
+		kq.epTimer.Stop()
+	}
+	delete(h.keys, kq.kh)
 }
 
 // seqNow returns the count of free events so far; join compares it with
@@ -153,33 +206,34 @@ func (h *hub) seqNow() uint64 {
 	return h.seq
 }
 
-// busy reports whether kh has waiters in this process: a new caller then
-// queues behind them instead of trying first.
+// busy reports whether kh has waiters, here or queued anywhere: a new
+// caller then queues behind them instead of trying first.
 func (h *hub) busy(kh string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	kq := h.keys[kh]
-	return kq != nil && len(kq.waiters) > 0
+	if kq == nil {
+		return false
+	}
+	h.pruneLocked(kq)
+	return len(kq.waiters) > 0 || len(kq.queue) > 0
 }
 
 // join registers a waiter for kh. since is seqNow() from before the
-// caller's last attempt: a free event of kh after it gives the new waiter
-// its turn at once (the release raced the attempt). retryIn, when > 0, is
-// how long until the holder's lock, as that attempt saw it, can be taken.
+// caller's last attempt: a free event of kh after it gives the waiters
+// their turns at once (the release raced the attempt). retryIn, when > 0,
+// is how long until the holder's lock, as that attempt saw it, can be
+// taken.
 func (h *hub) join(kh string, since uint64, retryIn time.Duration) *waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	kq := h.keys[kh]
-	if kq == nil {
-		kq = &keyq{kh: kh}
-		h.keys[kh] = kq
-	}
-	w := &waiter{kq: kq, turn: make(chan struct{}, 1)}
+	kq := h.keyLocked(kh)
+	w := &waiter{kq: kq, wid: randToken(), turn: make(chan struct{}, 1), nudge: make(chan struct{}, 1)}
 	kq.waiters = append(kq.waiters, w)
 	h.nwait++
 	h.ensureListenerLocked()
 	if h.missedLocked(kh, since) {
-		h.grantLocked(kq)
+		h.episodeLocked(kq)
 	}
 	if retryIn > 0 {
 		h.expiresInLocked(kq, retryIn)
@@ -203,36 +257,100 @@ func (h *hub) missedLocked(kh string, since uint64) bool {
 	return false
 }
 
-// leave unregisters w. A waiter that gives up passes an unused turn on.
+// leave unregisters w. acquired: it holds the key now. A waiter that gives
+// up while queued tells the others (c), in the background.
 func (h *hub) leave(w *waiter, acquired bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	kq := w.kq
-	head := len(kq.waiters) > 0 && kq.waiters[0] == w
-	for i, x := range kq.waiters {
-		if x == w {
-			kq.waiters = append(kq.waiters[:i], kq.waiters[i+1:]...)
-			break
-		}
+	if i := slices.Index(kq.waiters, w); i >= 0 {
+		kq.waiters = slices.Delete(kq.waiters, i, i+1)
 	}
+	h.unqueueLocked(kq, w.wid)
 	h.nwait--
 	if h.nwait == 0 {
 		h.idleSince = time.Now()
 	}
-	if len(kq.waiters) == 0 {
-		if kq.expiry != nil {
-			kq.expiry.Stop()
+	if acquired {
+		h.endEpisodeLocked(kq)
+	} else {
+		if w.announced {
+			go h.announce("c " + kq.kh + " " + w.wid)
 		}
-		delete(h.keys, kq.kh)
-		return
-	}
-	if !acquired && head {
+		// An unused turn goes to the next candidate.
 		select {
 		case <-w.turn:
-			h.grantLocked(kq)
+			if kq.epOpen {
+				h.advanceLocked(kq, kq.ep)
+			}
 		default:
 		}
 	}
+	h.dropIfIdleLocked(kq)
+}
+
+// unqueueLocked removes wid from kq's queue. current reports whether it
+// had the episode's latest turn.
+func (h *hub) unqueueLocked(kq *keyq, wid string) (found, current bool) {
+	i := slices.IndexFunc(kq.queue, func(e *entry) bool { return e.wid == wid })
+	if i < 0 {
+		return false, false
+	}
+	kq.queue = slices.Delete(kq.queue, i, i+1)
+	if kq.epOpen && i < kq.epNext {
+		kq.epNext--
+		current = i == kq.epNext
+	}
+	return true, current
+}
+
+// pruneLocked drops queued waiters whose own timeout has passed.
+func (h *hub) pruneLocked(kq *keyq) {
+	now := time.Now()
+	for i := 0; i < len(kq.queue); {
+		if e := kq.queue[i]; e.w == nil && now.After(e.deadline) {
+			h.unqueueLocked(kq, e.wid)
+			continue
+		}
+		i++
+	}
+}
+
+// prepare is called by a waiter before it waits: once the LISTEN connection
+// is confirmed, a waiter that has not queued yet says so to every process
+// (q), for at most timeout. It returns the prefix of the notification its
+// acquire should send (a), or "" when it has not queued.
+func (h *hub) prepare(ctx context.Context, w *waiter, timeout time.Duration) (note string) {
+	h.mu.Lock()
+	send := h.state == lnOn && !w.announced && timeout > 0
+	if send {
+		w.announced = true
+	}
+	announced := w.announced
+	h.mu.Unlock()
+	if send {
+		ms := max(timeout.Milliseconds(), 1)
+		h.announceCtx(ctx, "q "+w.kq.kh+" "+w.wid+" "+strconv.FormatInt(ms, 10))
+	}
+	if !announced {
+		return ""
+	}
+	return "a " + w.kq.kh + " " + w.wid + " "
+}
+
+// announce sends one notification through the pool, in the background.
+func (h *hub) announce(payload string) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.s.cfg.releaseTimeout)
+	defer cancel()
+	h.announceCtx(ctx, payload)
+}
+
+// announceCtx sends one notification through the pool. Its transaction
+// commits without waiting for the WAL flush (nothing in it needs to be
+// durable), so it costs a round trip, not an fsync.
+func (h *hub) announceCtx(ctx context.Context, payload string) {
+	_, _ = h.s.db.ExecContext(ctx, "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)",
+		wakeChannel(h.s.cfg.table), payload)
 }
 
 // attemptSeq returns the key's event count, read before an attempt.
@@ -242,24 +360,27 @@ func (h *hub) attemptSeq(w *waiter) uint64 {
 	return w.kq.seq
 }
 
-// failed records a failed attempt by w that started at seq: if a free event
-// came meanwhile the head tries again; retryIn (> 0) reschedules the
-// key's expiry turn.
+// failed records a failed attempt by w that started at seq. If a free
+// event came meanwhile, the key may be free again: a new episode. If not,
+// the key is held: the episode ends. retryIn (> 0) reschedules the key's
+// expiry turn.
 func (h *hub) failed(w *waiter, seq uint64, retryIn time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	kq := w.kq
 	if kq.seq != seq {
-		h.grantLocked(kq)
+		h.episodeLocked(kq)
+	} else {
+		h.endEpisodeLocked(kq)
 	}
-	h.ensureListenerLocked() // after a failure, once its retry time has come
 	if retryIn > 0 {
 		h.expiresInLocked(kq, retryIn)
 	}
+	h.ensureListenerLocked() // after a failure, once its retry time has come
 }
 
-// acquired records that a waiter of this process got the key: the next
-// turn is due when that lock expires, unless released before.
+// acquired records that w got the key: the next turn is due when that lock
+// expires, unless released before.
 func (h *hub) acquired(w *waiter, ttlLeft time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -284,244 +405,211 @@ func (h *hub) expiresInLocked(kq *keyq, d time.Duration) {
 	})
 }
 
-// grantLocked gives the key's head waiter a turn.
-func (h *hub) grantLocked(kq *keyq) {
-	if len(kq.waiters) == 0 {
-		return
-	}
-	select {
-	case kq.waiters[0].turn <- struct{}{}:
-	default:
-	}
-}
-
-// freeLocked records that kh may be free now and gives its head a turn.
+// freeLocked records that kh may be free now.
 func (h *hub) freeLocked(kh string) {
 	h.seq++
 	h.recent[h.seq%uint64(len(h.recent))] = freeEvent{kh: kh, seq: h.seq}
 	if kq := h.keys[kh]; kq != nil {
-		kq.seq++
-		h.grantLocked(kq)
+		h.episodeLocked(kq)
 	}
 }
 
+// candidate is one turn of an episode: a queued waiter (e), or a waiter of
+// this process that has not queued (w).
+type candidate struct {
+	e *entry
+	w *waiter
+}
+
+func (h *hub) candidatesLocked(kq *keyq) []candidate {
+	h.pruneLocked(kq)
+	out := make([]candidate, 0, len(kq.queue)+len(kq.waiters))
+	for _, e := range kq.queue {
+		out = append(out, candidate{e: e, w: e.w})
+	}
+	for _, w := range kq.waiters {
+		if !w.queued {
+			out = append(out, candidate{w: w})
+		}
+	}
+	return out
+}
+
+// episodeLocked starts a new episode of kq: the key may be free.
+func (h *hub) episodeLocked(kq *keyq) {
+	kq.seq++
+	kq.ep++
+	kq.epNext, kq.epOpen = 0, true
+	h.advanceLocked(kq, kq.ep)
+}
+
+func (h *hub) endEpisodeLocked(kq *keyq) {
+	kq.epOpen = false
+	if kq.epTimer != nil {
+		kq.epTimer.Stop()
+	}
+}
+
+// advanceLocked gives the next candidate of episode ep its turn, and
+// arranges for the one after to get one grantStagger later.
+func (h *hub) advanceLocked(kq *keyq, ep uint64) {
+	if kq.epTimer != nil {
+		kq.epTimer.Stop()
+	}
+	cands := h.candidatesLocked(kq)
+	if !kq.epOpen || kq.ep != ep || kq.epNext >= len(cands) {
+		kq.epOpen = kq.epOpen && kq.epNext < len(cands)
+		return
+	}
+	c := cands[kq.epNext]
+	kq.epNext++
+	if c.w != nil {
+		select {
+		case c.w.turn <- struct{}{}:
+		default:
+		}
+	}
+	kq.epTimer = time.AfterFunc(grantStagger, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if !kq.epOpen || kq.ep != ep {
+			return
+		}
+		if c.e != nil && c.w == nil {
+			// Another process's waiter let its turn pass.
+			if c.e.misses++; c.e.misses >= missLimit {
+				h.unqueueLocked(kq, c.e.wid)
+			}
+		}
+		h.advanceLocked(kq, ep)
+		h.dropIfIdleLocked(kq)
+	})
+}
+
 // released is called by Backend.Release after it deleted a lock of kh.
+// The statement's own r will come back through the LISTEN connection
+// later; it is then not a new event.
 func (h *hub) released(kh string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if kq := h.keys[kh]; kq != nil && h.state == lnOn {
+		kq.echoes++
+	}
 	h.freeLocked(kh)
 }
 
-// resyncLocked gives every key a turn: events may have been missed (the
-// LISTEN connection just started, or broke).
-func (h *hub) resyncLocked() {
-	for kh := range h.keys {
+// resyncLocked starts an episode for every key: events may have been
+// missed (the LISTEN connection just started, or broke) or the queue may
+// no longer be shared.
+func (h *hub) resyncLocked(forgetQueue bool) {
+	for kh, kq := range h.keys {
+		kq.echoes = 0
+		if forgetQueue {
+			kq.queue = nil
+			for _, w := range kq.waiters {
+				w.queued, w.announced = false, false
+			}
+		}
 		h.freeLocked(kh)
 	}
 }
 
-// dispatch handles one notification payload.
+// dispatch handles one notification payload; it returns the token of a
+// probe.
 func (h *hub) dispatch(payload string) (probe string) {
-	kind, rest, _ := strings.Cut(payload, " ")
-	kh, _, _ := strings.Cut(rest, " ")
+	f := strings.Fields(payload)
+	if len(f) < 2 {
+		return ""
+	}
+	kind, kh := f[0], f[1]
+	if kind == "p" {
+		return kh
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	switch kind {
-	case "r", "x":
-		// x: the lock was shortened; the head's next attempt learns the
-		// new expiry (or takes the key).
-		h.released(kh)
-	case "p":
-		return rest
+	case "r":
+		if kq := h.keys[kh]; kq != nil && kq.echoes > 0 {
+			kq.echoes-- // a release of this process, already handled
+			return ""
+		}
+		h.freeLocked(kh)
+	case "x":
+		// The lock was shortened: the first waiter's attempt takes the key
+		// or learns the new expiry.
+		h.freeLocked(kh)
+	case "q":
+		if len(f) < 4 {
+			return ""
+		}
+		ms, err := strconv.ParseInt(f[3], 10, 64)
+		if err != nil {
+			return ""
+		}
+		kq := h.keyLocked(kh)
+		if slices.ContainsFunc(kq.queue, func(e *entry) bool { return e.wid == f[2] }) {
+			return "" // announced again after a reconnect: keep its place
+		}
+		e := &entry{wid: f[2], deadline: time.Now().Add(time.Duration(ms) * time.Millisecond)}
+		for _, w := range kq.waiters {
+			if w.wid == e.wid {
+				e.w, w.queued = w, true
+			}
+		}
+		kq.queue = append(kq.queue, e)
+	case "a":
+		kq := h.keys[kh]
+		if kq == nil || len(f) < 4 {
+			return ""
+		}
+		if found, _ := h.unqueueLocked(kq, f[2]); !found {
+			// Not queued here: a waiter of this process (handled when it
+			// acquired), or unknown.
+			return ""
+		}
+		h.endEpisodeLocked(kq)
+		if exp, err := strconv.ParseInt(f[3], 10, 64); err == nil && len(kq.waiters) > 0 {
+			now := time.Now().UnixMilli() + h.skewMs.Load()
+			if d := time.Duration(exp+rules.ToleranceMs+1-now) * time.Millisecond; d > 0 {
+				h.expiresInLocked(kq, d)
+			}
+		}
+		h.dropIfIdleLocked(kq)
+	case "c":
+		if kq := h.keys[kh]; kq != nil && len(f) >= 3 {
+			if _, current := h.unqueueLocked(kq, f[2]); current {
+				// The episode was waiting for it: move on.
+				h.advanceLocked(kq, kq.ep)
+			}
+			h.dropIfIdleLocked(kq)
+		}
 	}
 	return ""
 }
 
-// ensureListenerLocked starts the LISTEN connection if waiting needs one
-// and none is open or being opened.
-func (h *hub) ensureListenerLocked() {
-	if h.lst == nil {
-		h.logFallbackLocked()
-		return
-	}
-	if h.state != lnOff || time.Now().Before(h.retryAt) {
-		return
-	}
-	h.state = lnStarting
-	h.settled = make(chan struct{})
-	go h.runListener()
-}
-
-func (h *hub) logFallbackLocked() {
-	if h.logged {
-		return
-	}
-	h.logged = true
-	h.s.cfg.logger.Warn("syncguard: waiting for contended locks falls back to polling; releases by other processes are found by retries and expiry, not at once",
-		slog.String("table", h.s.cfg.table), slog.String("reason", h.reason))
-}
-
-// setState moves the listener to state; reason explains lnOff.
-func (h *hub) setState(state int, reason string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	old := h.state
-	h.state = state
-	if state == lnOff {
-		h.reason = reason
-	}
-	if (state == lnOn || state == lnOff) && (old == lnStarting || old == lnProbing) {
-		close(h.settled)
-	}
-	switch state {
-	case lnOn:
-		h.retryWait = listenRetryMin
-		h.reason = ""
-	case lnOff:
-		if reason != "" { // a failure, not an idle close
-			h.retryAt = time.Now().Add(h.retryWait)
-			h.retryWait = min(2*h.retryWait, listenRetryMax)
-			h.logFallbackLocked()
-			h.resyncLocked()
-		}
-	}
-}
-
-// runListener owns the LISTEN connection from opening to closing.
-func (h *hub) runListener() {
-	ctx, cancel := context.WithTimeout(context.Background(), listenOpenTimeout)
-	nc, err := h.lst.Listen(ctx, h.s.db, wakeChannel(h.s.cfg.table))
-	cancel()
-	if err != nil {
-		h.setState(lnOff, "opening the LISTEN connection failed: "+h.s.cl.wrap(ctx, "listen", err).Error())
-		return
-	}
-	defer nc.Close()
-	h.mu.Lock()
-	h.state = lnProbing
-	h.resyncLocked() // releases between the waiters' attempts and LISTEN
-	h.mu.Unlock()
-
-	token := randToken()
-	go h.sendProbe(token)
-	probeBy := time.Now().Add(listenProbeTimeout)
-	heard := time.Now()
-	for {
-		h.mu.Lock()
-		state, idle := h.state, h.nwait == 0 && time.Since(h.idleSince) >= listenIdle
-		h.mu.Unlock()
-		if state == lnOn && idle {
-			h.setState(lnOff, "")
-			return
-		}
-		slice := listenQuiet
-		if state == lnProbing {
-			slice = time.Until(probeBy)
-			if slice <= 0 {
-				h.setState(lnOff, fmt.Sprintf("the probe notification did not come back through the LISTEN connection within %v "+
-					"(a pooler in transaction mode, such as PgBouncer, does not forward notifications)", listenProbeTimeout))
-				return
-			}
-		}
-		wctx, cancel := context.WithTimeout(context.Background(), min(slice, listenIdle))
-		payload, err := nc.Wait(wctx)
-		timedOut := wctx.Err() != nil
-		cancel()
-		if err != nil && !timedOut {
-			h.setState(lnOff, "the LISTEN connection failed: "+h.s.cl.wrap(context.Background(), "listen", err).Error())
-			return
-		}
-		if err != nil {
-			if state == lnOn && time.Since(heard) >= listenQuiet {
-				pctx, cancel := context.WithTimeout(context.Background(), listenProbeTimeout)
-				err := nc.Ping(pctx)
-				cancel()
-				if err != nil {
-					h.setState(lnOff, "the LISTEN connection failed a ping: "+h.s.cl.wrap(pctx, "listen", err).Error())
-					return
-				}
-				heard = time.Now()
-			}
-			continue
-		}
-		heard = time.Now()
-		if p := h.dispatch(payload); p != "" && p == token && state == lnProbing {
-			h.setState(lnOn, "")
-		}
-	}
-}
-
-// sendProbe sends the probe notification through the pool.
-func (h *hub) sendProbe(token string) {
-	ctx, cancel := context.WithTimeout(context.Background(), listenProbeTimeout)
-	defer cancel()
-	_, _ = h.s.db.ExecContext(ctx, "SELECT pg_notify($1, $2)", wakeChannel(h.s.cfg.table), "p "+token)
-}
-
-func randToken() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// status reports the listener's state; with settle it first opens the
-// LISTEN connection if needed and waits (bounded by ctx) until its probe
-// came back or it failed.
-func (h *hub) status(ctx context.Context, settle bool) NotificationStatus {
-	h.mu.Lock()
-	if settle {
-		h.nwait++ // keep it open while we look
-		h.ensureListenerLocked()
-		ch := h.settled
-		starting := h.state == lnStarting || h.state == lnProbing
-		h.mu.Unlock()
-		if starting {
-			select {
-			case <-ch:
-			case <-ctx.Done():
-			}
-		}
-		h.mu.Lock()
-		h.nwait--
-		if h.nwait == 0 {
-			h.idleSince = time.Now()
-		}
-	}
-	defer h.mu.Unlock()
-	st := NotificationStatus{Active: h.state == lnOn, Reason: h.reason}
-	switch h.state {
-	case lnStarting:
-		st.Reason = "the LISTEN connection is being opened"
-	case lnProbing:
-		st.Reason = "the LISTEN connection is open; its probe has not come back yet"
-	}
-	return st
-}
-
-// NotificationStatus reports whether Lock and WithLock on b are woken by
-// notifications when a contended key is released (Active), or fall back to
-// polling, and why. With check set it first opens the Backend's LISTEN
-// connection if none is open and waits, at most until ctx is done, for its
-// probe notification to come back; syncguard doctor uses it. Without check
-// it does no I/O.
-func (b *Backend) NotificationStatus(ctx context.Context, check bool) NotificationStatus {
-	return b.shared.hub.status(ctx, check)
-}
-
-// parseMs parses a decimal millisecond count of a payload.
-func parseMs(s string) (int64, bool) {
-	n, err := strconv.ParseInt(s, 10, 64)
-	return n, err == nil
-}
-
-// isHead reports whether w is the first of its key's waiters.
+// isHead reports whether w is the first of this process's waiters for its
+// key.
 func (h *hub) isHead(w *waiter) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(w.kq.waiters) > 0 && w.kq.waiters[0] == w
 }
 
-// grantHead gives the head of w's key a turn.
+// grantHead gives the first of this process's waiters for w's key a turn
+// (a retry due for w, made in arrival order).
 func (h *hub) grantHead(w *waiter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.grantLocked(w.kq)
+	if len(w.kq.waiters) > 0 {
+		select {
+		case w.kq.waiters[0].turn <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// sawServerTime records the server clock (ms) read by an attempt whose
+// answer arrived at local time at.
+func (h *hub) sawServerTime(serverMs int64, at time.Time) {
+	h.skewMs.Store(serverMs - at.UnixMilli())
 }

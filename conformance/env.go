@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/text/unicode/norm"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -159,7 +160,7 @@ func ms(t time.Time) int64 { return t.UnixMilli() }
 
 // tolMs is the spec's liveness tolerance: a lock is live while
 // expires_at_ms > now_ms - tolMs.
-const tolMs = syncguard.TimeToleranceMs
+const tolMs = rules.ToleranceMs
 
 // ttlMs is d in whole milliseconds.
 func ttlMs(d time.Duration) int64 { return d.Milliseconds() }

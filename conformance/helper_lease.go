@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -20,7 +21,7 @@ func init() {
 			// extension the key would be free by now.
 			// Real time, the lease's own: a jump of a controllable clock
 			// would be a pause of the process, which no lease survives.
-			e.sleepPast(first.UnixMilli() + syncguard.TimeToleranceMs + 200)
+			e.sleepPast(first.UnixMilli() + rules.ToleranceMs + 200)
 			if ctx.Err() != nil {
 				e.t.Errorf("rule: fn's context stays live while auto-extension succeeds; cancelled with %v", context.Cause(ctx))
 			}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -151,11 +152,11 @@ func (e *sqlEnv) skipUnlessHook(ok bool, hook string) {
 // spec's two-step derivation computes them.
 func (e *sqlEnv) derive(key string) (norm, storage, fence string) {
 	e.t.Helper()
-	norm, err := syncguard.NormalizeKey(key)
+	norm, err := rules.NormalizeKey(key)
 	if err != nil {
 		e.t.Fatalf("setup: NormalizeKey(%q): %v", key, err)
 	}
-	storage, fence, err = syncguard.StorageKeys(norm)
+	storage, fence, err = rules.StorageKeys(norm)
 	if err != nil {
 		e.t.Fatalf("setup: StorageKeys(%q): %v", norm, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -18,7 +19,7 @@ func init() {
 	register("Validation/InvalidInputRejectedBeforeIO", func(e *env) {
 		e.skipUnless(e.tg.Unreachable != nil, "Unreachable")
 		b := e.tg.Unreachable
-		goodKey, goodID := e.key("valid"), syncguard.GenerateLockID()
+		goodKey, goodID := e.key("valid"), rules.GenerateLockID()
 		badKeys := map[string]string{
 			"empty key":                    "",
 			"513 bytes":                    strings.Repeat("a", 513),
@@ -72,7 +73,7 @@ func init() {
 	register("Validation/ErrorsNeverLeakKeyOrLockID", func(e *env) {
 		e.skipUnless(e.tg.Unreachable != nil, "Unreachable")
 		b := e.tg.Unreachable
-		k, id := e.key("secretkeyvalue"), syncguard.GenerateLockID()
+		k, id := e.key("secretkeyvalue"), rules.GenerateLockID()
 		for op, err := range map[string]error{
 			"Acquire": second(b.Acquire(e.ctx, k, 0)),
 			"Extend":  second(b.Extend(e.ctx, id, 0)),

@@ -9,7 +9,7 @@
 // it applies the same validation before doing anything (it asks a real
 // syncguard Backend, so the errors are the same values, byte for byte),
 // hands out real fences (15 digits, strictly increasing per key, never
-// reset, failing with ErrInternal past syncguard.FenceMax), judges expiry
+// reset, failing with ErrInternal past 900000000000000), judges expiry
 // with the spec's liveness rule on its own clock, and honours contexts like
 // a driver: a context that ends while an operation is "on the wire" returns
 // Aborted or NetworkTimeout, and the operation may still have taken effect.
@@ -39,6 +39,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -123,7 +124,7 @@ func (b *Backend) nowMs() int64 { return b.now().UnixMilli() }
 
 // Advance moves the backend's clock forward by d (a negative d is
 // ignored: the clock that decides expiry never goes back). A lock is free
-// once the clock passes its ExpiresAt plus syncguard.TimeToleranceMs.
+// once the clock passes its ExpiresAt plus the spec's 1000 ms tolerance.
 // Leases and WithLock keep using the real time.Now for their own schedule:
 // advancing past a held lock's expiry is what a long pause of its holder
 // looks like.
@@ -290,24 +291,25 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (s
 			res = syncguard.AcquireResult{Reason: syncguard.ReasonLocked}
 			return nil
 		}
-		if r := b.locks[norm]; r != nil && syncguard.IsLive(r.expiresMs, now, syncguard.TimeToleranceMs) {
+		if r := b.locks[norm]; r != nil && rules.IsLive(r.expiresMs, now) {
 			res = syncguard.AcquireResult{Reason: syncguard.ReasonLocked}
 			return nil
 		}
 		next := b.fences[norm] + 1
-		if next > syncguard.FenceMax {
+		if next > rules.FenceMax {
 			return &syncguard.Error{Op: string(OpAcquire), Code: syncguard.CodeInternal, Key: key,
-				Msg: fmt.Sprintf("fence counter for this key reached its maximum (%d); nothing was committed", int64(syncguard.FenceMax))}
+				Msg: fmt.Sprintf("fence counter for this key reached its maximum (%d); nothing was committed", int64(rules.FenceMax))}
 		}
-		fence, ferr := syncguard.FormatFence(next)
+		text, ferr := rules.FormatFence(next)
 		if ferr != nil {
 			return ferr
 		}
+		fence := syncguard.Fence(text)
 		b.fences[norm] = next
 		if old := b.locks[norm]; old != nil {
 			delete(b.byID, old.lockID)
 		}
-		r := &record{key: norm, lockID: syncguard.GenerateLockID(), expiresMs: now + ttlMs, acquired: now, fence: fence}
+		r := &record{key: norm, lockID: rules.GenerateLockID(), expiresMs: now + ttlMs, acquired: now, fence: fence}
 		b.locks[norm] = r
 		b.byID[r.lockID] = norm
 		res = syncguard.AcquireResult{OK: true, LockID: r.lockID, Fence: fence, ExpiresAt: time.UnixMilli(r.expiresMs)}
@@ -507,7 +509,7 @@ func (b *Backend) record(lockID string) *record {
 
 // live returns r if it is live at now, else nil.
 func (b *Backend) live(r *record, now int64) *record {
-	if r == nil || !syncguard.IsLive(r.expiresMs, now, syncguard.TimeToleranceMs) {
+	if r == nil || !rules.IsLive(r.expiresMs, now) {
 		return nil
 	}
 	return r
@@ -519,7 +521,7 @@ func failReason(r *record, now int64) string {
 	switch {
 	case r == nil:
 		return syncguard.ReasonNotFound
-	case !syncguard.IsLive(r.expiresMs, now, syncguard.TimeToleranceMs):
+	case !rules.IsLive(r.expiresMs, now):
 		return syncguard.ReasonExpired
 	}
 	return ""

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -136,7 +137,7 @@ func (v *validator) ctxErr(ctx context.Context, c Call) error {
 
 // normalize is the key's identity: its NFC form (the real backend's
 // storage key is derived from it one to one).
-func normalize(key string) (string, error) { return syncguard.NormalizeKey(key) }
+func normalize(key string) (string, error) { return rules.NormalizeKey(key) }
 
 // noDB is a database/sql connector that never connects.
 type noDB struct{}

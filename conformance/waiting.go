@@ -45,7 +45,7 @@ func polling() *syncguard.LockOptions {
 type noListen struct{ driver.Dialect }
 
 // dialect returns the dialect the case's backends use.
-func (e *env) dialect() driver.Dialect {
+func (e *sqlEnv) dialect() driver.Dialect {
 	if e.h.Dialect != nil {
 		return e.h.Dialect
 	}
@@ -59,7 +59,7 @@ func (e *env) dialect() driver.Dialect {
 // notifications settles b's LISTEN connection and checks its status against
 // what the harness allows: a dialect with driver.Listener on a connection
 // that keeps session state must be woken by notifications.
-func (e *env) notifications(b *syncguard.Backend) syncguard.NotificationStatus {
+func (e *sqlEnv) notifications(b *syncguard.Backend) syncguard.NotificationStatus {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 	defer cancel()
@@ -121,37 +121,37 @@ func (e *env) pause(d time.Duration) {
 }
 
 func init() {
-	register("Waiting/WakeOnReleaseAcrossPools", func(e *env) {
+	registerSQL("Waiting/WakeOnReleaseAcrossPools", func(e *sqlEnv) {
 		// A holder on one pool releases; a waiter on another pool (another
 		// process, as far as the library can tell) whose only retry is an
 		// hour away gets the key, so it was woken by the release.
-		st := e.notifications(e.b2)
+		st := e.notifications(e.pb2)
 		k := e.key("wake")
-		held := e.mustAcquire(e.b, k, 60*time.Second)
+		held := e.mustAcquire(e.pb, k, 60*time.Second)
 		opts, rule := wakeOnly(), "a release on one pool wakes a waiter on another pool (its only retry was an hour away, the holder's TTL a minute)"
 		if !st.Active {
 			opts, rule = polling(), "without notifications, a release on another pool is found by the waiter's next retry"
 		}
-		ch := e.lockAsync(e.b2, k, opts)
+		ch := e.lockAsync(e.pb2, k, opts)
 		e.pause(200 * time.Millisecond)
-		if r := e.release(e.b, held.LockID); !r.OK {
+		if r := e.release(e.pb, held.LockID); !r.OK {
 			e.t.Fatalf("rule: the holder's release succeeds; got %+v", r)
 		}
 		e.mustGet(ch, held.Fence, rule).Close()
 	})
 
-	register("Waiting/WakeAfterCrashedHolderExpiry", func(e *env) {
+	registerSQL("Waiting/WakeAfterCrashedHolderExpiry", func(e *sqlEnv) {
 		// The holder never releases (it crashed). The waiter learned the
 		// holder's expiry from its failed attempt and tries again once the
 		// lock is no longer live: never before, and without waiting for its
 		// retry, due in an hour.
-		e.notifications(e.b2)
+		e.notifications(e.pb2)
 		k := e.key("crashed")
-		held := e.mustAcquire(e.b, k, 1500*time.Millisecond)
-		lease := e.mustGet(e.lockAsync(e.b2, k, wakeOnly()), held.Fence,
+		held := e.mustAcquire(e.pb, k, 1500*time.Millisecond)
+		lease := e.mustGet(e.lockAsync(e.pb2, k, wakeOnly()), held.Fence,
 			"a waiter gets the key of a crashed holder once that lock expired (the holder's TTL was 1.5 s, the waiter's only retry an hour away)")
 		defer lease.Close()
-		info, err := e.b.LookupKey(e.ctx, k)
+		info, err := e.pb.LookupKey(e.ctx, k)
 		e.must(err, "LookupKey")
 		if info == nil {
 			e.t.Fatalf("rule: the waiter holds the key; LookupKey found no live lock")
@@ -162,7 +162,7 @@ func init() {
 		}
 	})
 
-	register("Waiting/FallbackWhenNotificationsUnavailable", func(e *env) {
+	registerSQL("Waiting/FallbackWhenNotificationsUnavailable", func(e *sqlEnv) {
 		// A dialect without driver.Listener: waiting polls, wakes the
 		// waiters of its own Backend on release at once, and says so once.
 		logs := &captureHandler{}
@@ -187,10 +187,10 @@ func init() {
 
 		// A release on another pool is found by the next retry.
 		k2 := e.key("fallback-remote")
-		held := e.mustAcquire(e.b, k2, 60*time.Second)
+		held := e.mustAcquire(e.pb, k2, 60*time.Second)
 		ch = e.lockAsync(bf, k2, polling())
 		e.pause(200 * time.Millisecond)
-		e.release(e.b, held.LockID)
+		e.release(e.pb, held.LockID)
 		e.mustGet(ch, held.Fence, "without notifications, a release on another pool is found by the waiter's next retry").Close()
 
 		n := 0
@@ -204,7 +204,7 @@ func init() {
 		}
 	})
 
-	register("Waiting/NoLostWakeupWhenReleaseRacesWaiter", func(e *env) {
+	registerSQL("Waiting/NoLostWakeupWhenReleaseRacesWaiter", func(e *sqlEnv) {
 		// The release lands anywhere from before the waiter's first attempt
 		// to after it started waiting. Whatever the interleaving, the waiter
 		// (whose only retry is an hour away, the holder's TTL a minute) gets
@@ -216,8 +216,8 @@ func init() {
 			holder, waiter   *syncguard.Backend
 			needNotification bool
 		}
-		pairs := []pair{{"one Backend", e.b, e.b, false}, {"two pools", e.b, e.b2, true}}
-		active := e.notifications(e.b2).Active
+		pairs := []pair{{"one Backend", e.pb, e.pb, false}, {"two pools", e.pb, e.pb2, true}}
+		active := e.notifications(e.pb2).Active
 		const rounds = 24
 		for _, p := range pairs {
 			if p.needNotification && !active {

@@ -382,9 +382,16 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 		case <-poll.C:
 			retries++
 			polled, final = true, retries >= c.maxRetries
+			if !final && w != nil && h.holderAnnounced(w) {
+				// The holder's release or expiry will wake us.
+				poll.Reset(c.delay(retries + 1))
+				continue
+			}
 			if !final && w != nil && !h.isHead(w) {
-				// Attempt on our behalf, in arrival order.
-				h.grantHead(w)
+				// Without notifications, the first waiter attempts on our
+				// behalf, in arrival order (as often as our own retries
+				// would). With them, its own retries are enough.
+				h.pollFor(w)
 				poll.Reset(c.delay(retries + 1))
 				continue
 			}

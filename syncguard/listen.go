@@ -48,7 +48,12 @@ func (h *hub) ensureListenerLocked() {
 	}
 	h.state = lnStarting
 	h.settled = make(chan struct{})
-	go h.runListener()
+	ctx, cancel := context.WithCancel(context.Background())
+	h.stopListener, h.listenerDone = cancel, make(chan struct{})
+	go func() {
+		defer close(h.listenerDone)
+		h.runListener(ctx)
+	}()
 }
 
 func (h *hub) logFallbackLocked() {
@@ -90,18 +95,27 @@ func (h *hub) setState(state int, reason string) {
 			h.retryWait = min(2*h.retryWait, listenRetryMax)
 			h.logFallbackLocked()
 		} else {
-			h.reason = "the LISTEN connection was closed after " + listenIdle.String() + " without waiters"
+			h.reason = "the LISTEN connection was closed (idle for " + listenIdle.String() + ", or Backend.Close)"
 		}
 		// Events may have been missed, and the queue is no longer shared.
 		h.resyncLocked(true)
 	}
 }
 
-// runListener owns the LISTEN connection from opening to closing.
-func (h *hub) runListener() {
-	ctx, cancel := context.WithTimeout(context.Background(), listenOpenTimeout)
+// runListener owns the LISTEN connection from opening to closing, which
+// happens after listenIdle without waiters, on a failure, or when life ends
+// (Backend.Close).
+func (h *hub) runListener(life context.Context) {
+	ctx, cancel := context.WithTimeout(life, listenOpenTimeout)
 	nc, err := h.lst.Listen(ctx, h.s.db, wakeChannel(h.s.cfg.table))
 	cancel()
+	if life.Err() != nil {
+		if nc != nil {
+			nc.Close()
+		}
+		h.setState(lnOff, "")
+		return
+	}
 	if err != nil {
 		h.setState(lnOff, "opening the LISTEN connection failed: "+h.s.cl.wrap(ctx, "listen", err).Error())
 		return
@@ -113,9 +127,13 @@ func (h *hub) runListener() {
 	h.mu.Unlock()
 
 	token := randToken()
-	pctx, cancel := context.WithTimeout(context.Background(), listenProbeTimeout)
+	pctx, cancel := context.WithTimeout(life, listenProbeTimeout)
 	_, err = h.s.db.ExecContext(pctx, "SELECT pg_notify($1, $2)", wakeChannel(h.s.cfg.table), "p "+token)
 	cancel()
+	if life.Err() != nil {
+		h.setState(lnOff, "")
+		return
+	}
 	if err != nil {
 		h.setState(lnOff, "sending the probe notification failed: "+h.s.cl.wrap(pctx, "listen", err).Error())
 		return
@@ -139,10 +157,14 @@ func (h *hub) runListener() {
 				return
 			}
 		}
-		wctx, cancel := context.WithTimeout(context.Background(), min(slice, listenIdle))
+		wctx, cancel := context.WithTimeout(life, min(slice, listenIdle))
 		payload, err := nc.Wait(wctx)
 		timedOut := wctx.Err() != nil
 		cancel()
+		if life.Err() != nil {
+			h.setState(lnOff, "")
+			return
+		}
 		if err != nil && !timedOut {
 			h.setState(lnOff, "the LISTEN connection failed: "+h.s.cl.wrap(context.Background(), "listen", err).Error())
 			return
@@ -209,4 +231,26 @@ func (h *hub) status(ctx context.Context, settle bool) NotificationStatus {
 // it does no I/O.
 func (b *Backend) NotificationStatus(ctx context.Context, check bool) NotificationStatus {
 	return b.shared.hub.status(ctx, check)
+}
+
+// close stops the LISTEN connection, if any, and waits until it is closed.
+func (h *hub) close() {
+	h.mu.Lock()
+	stop, done := h.stopListener, h.listenerDone
+	h.stopListener = nil
+	h.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+}
+
+// Close closes what the Backend opened itself: the LISTEN connection that
+// wakes waiting Lock and WithLock calls, if one is open, and its goroutine.
+// It does not close the *sql.DB. The Backend stays usable: a later wait
+// opens a new LISTEN connection, and waits in progress poll until then.
+// Without Close that connection closes itself 30 s after the last wait.
+func (b *Backend) Close() error {
+	b.shared.hub.close()
+	return nil
 }

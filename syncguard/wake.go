@@ -102,6 +102,7 @@ type NotificationStatus struct {
 type hub struct {
 	s      *shared
 	lst    driver.Listener // nil: the dialect cannot listen
+	send   func(ctx context.Context, payload string) // a notification on the channel (tests replace it)
 	skewMs atomic.Int64    // server clock minus local clock, ms, as last seen
 	logged bool            // the fallback was logged (once per hub)
 
@@ -117,6 +118,10 @@ type hub struct {
 	retryWait time.Duration
 	idleSince time.Time
 	settled   chan struct{} // closed when state leaves lnStarting/lnProbing
+	// stopListener ends the running listener goroutine, which closes
+	// listenerDone when it has exited.
+	stopListener context.CancelFunc
+	listenerDone chan struct{}
 }
 
 type freeEvent struct {
@@ -132,6 +137,13 @@ type keyq struct {
 	queue   []*entry  // announced waiters of all processes, in q order
 	seq     uint64    // free events seen for this key
 	echoes  int       // releases by this process whose r is still to come
+	// known: the current holder took the key through Lock here, or
+	// announced it (a), so its release or expiry wakes the waiters: they
+	// need not poll. False after every free event.
+	known bool
+	// own: waiters of this process that acquired with an a still to come
+	// back; that a is not news.
+	own map[string]bool
 	expiry  *time.Timer
 	expAt   time.Time
 	// the current episode
@@ -160,6 +172,7 @@ type waiter struct {
 
 func newHub(s *shared) *hub {
 	h := &hub{s: s, keys: map[string]*keyq{}, retryWait: listenRetryMin}
+	h.send = h.sendPool
 	h.lst, _ = s.cfg.dialect.(driver.Listener)
 	if h.lst == nil {
 		h.reason = "the dialect " + strconv.Quote(s.cfg.dialect.Name()) + " cannot LISTEN (it does not implement driver.Listener)"
@@ -330,7 +343,7 @@ func (h *hub) prepare(ctx context.Context, w *waiter, timeout time.Duration) (no
 	h.mu.Unlock()
 	if send {
 		ms := max(timeout.Milliseconds(), 1)
-		h.announceCtx(ctx, "q "+w.kq.kh+" "+w.wid+" "+strconv.FormatInt(ms, 10))
+		h.send(ctx, "q "+w.kq.kh+" "+w.wid+" "+strconv.FormatInt(ms, 10))
 	}
 	if !announced {
 		return ""
@@ -342,13 +355,13 @@ func (h *hub) prepare(ctx context.Context, w *waiter, timeout time.Duration) (no
 func (h *hub) announce(payload string) {
 	ctx, cancel := context.WithTimeout(context.Background(), h.s.cfg.releaseTimeout)
 	defer cancel()
-	h.announceCtx(ctx, payload)
+	h.send(ctx, payload)
 }
 
-// announceCtx sends one notification through the pool. Its transaction
+// sendPool sends one notification through the pool. Its transaction
 // commits without waiting for the WAL flush (nothing in it needs to be
 // durable), so it costs a round trip, not an fsync.
-func (h *hub) announceCtx(ctx context.Context, payload string) {
+func (h *hub) sendPool(ctx context.Context, payload string) {
 	_, _ = h.s.db.ExecContext(ctx, "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)",
 		wakeChannel(h.s.cfg.table), payload)
 }
@@ -384,9 +397,25 @@ func (h *hub) failed(w *waiter, seq uint64, retryIn time.Duration) {
 func (h *hub) acquired(w *waiter, ttlLeft time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	w.kq.known = true
+	if w.announced && h.state == lnOn {
+		if w.kq.own == nil {
+			w.kq.own = map[string]bool{}
+		}
+		w.kq.own[w.wid] = true
+	}
 	if ttlLeft > 0 {
 		h.expiresInLocked(w.kq, ttlLeft)
 	}
+}
+
+// holderAnnounced reports whether w's retry can be skipped: the LISTEN
+// connection is confirmed and the key's holder is known to notify its
+// release (see keyq.known).
+func (h *hub) holderAnnounced(w *waiter) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.state == lnOn && w.kq.known
 }
 
 // expiresInLocked (re)arms the key's expiry turn.
@@ -438,6 +467,7 @@ func (h *hub) candidatesLocked(kq *keyq) []candidate {
 // episodeLocked starts a new episode of kq: the key may be free.
 func (h *hub) episodeLocked(kq *keyq) {
 	kq.seq++
+	kq.known = false
 	kq.ep++
 	kq.epNext, kq.epOpen = 0, true
 	h.advanceLocked(kq, kq.ep)
@@ -503,7 +533,7 @@ func (h *hub) released(kh string) {
 // no longer be shared.
 func (h *hub) resyncLocked(forgetQueue bool) {
 	for kh, kq := range h.keys {
-		kq.echoes = 0
+		kq.echoes, kq.own = 0, nil
 		if forgetQueue {
 			kq.queue = nil
 			for _, w := range kq.waiters {
@@ -562,6 +592,11 @@ func (h *hub) dispatch(payload string) (probe string) {
 		if kq == nil || len(f) < 4 {
 			return ""
 		}
+		if kq.own[f[2]] {
+			delete(kq.own, f[2]) // ours, handled when it acquired
+			return ""
+		}
+		kq.known = true
 		if found, _ := h.unqueueLocked(kq, f[2]); !found {
 			// Not queued here: a waiter of this process (handled when it
 			// acquired), or unknown.
@@ -595,12 +630,15 @@ func (h *hub) isHead(w *waiter) bool {
 	return len(w.kq.waiters) > 0 && w.kq.waiters[0] == w
 }
 
-// grantHead gives the first of this process's waiters for w's key a turn
-// (a retry due for w, made in arrival order).
-func (h *hub) grantHead(w *waiter) {
+// pollFor gives the first of this process's waiters for w's key a turn,
+// for a retry due for w, unless the LISTEN connection is confirmed: then
+// releases wake the waiters, and the first one's own retries are enough to
+// find a release that sends no notification (the reference
+// implementation's, sharing the tables).
+func (h *hub) pollFor(w *waiter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(w.kq.waiters) > 0 {
+	if h.state != lnOn && len(w.kq.waiters) > 0 {
 		select {
 		case w.kq.waiters[0].turn <- struct{}{}:
 		default:

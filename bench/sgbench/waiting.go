@@ -105,6 +105,9 @@ type proc struct {
 }
 
 func (p *proc) close() {
+	if p.sg != nil {
+		p.sg.Close()
+	}
 	if p.ref != nil {
 		p.ref.Close()
 	}
@@ -291,6 +294,14 @@ func (w *WaitEnv) Contention(ctx context.Context, p ContentionParams, variants [
 		}
 		wg.Wait()
 		v.wall += d
+		// Every listening backend in the database is signalled on every
+		// notification: close this variant's LISTEN connections, so that
+		// they cost nothing while the other variants run.
+		for _, pr := range v.procs {
+			if pr.sg != nil {
+				pr.sg.Close()
+			}
+		}
 	}
 	// Warm-up: connections, prepared statements, LISTEN connections.
 	for i, v := range vs {

@@ -528,6 +528,29 @@ func (n *Node) PostmasterPID() (int, error) {
 	return strconv.Atoi(strings.TrimSpace(sc.Text()))
 }
 
+// decisionWindow is how long after a postmaster crash the monitor may
+// still decide to fail over: a missed report (NodeUnhealthy) after a failed
+// health check, plus slack for a loaded machine.
+func (f *Formation) decisionWindow() time.Duration {
+	t := f.Timeouts
+	return t.NodeUnhealthy + t.HealthCheckPeriod + t.HealthCheckTimeout + 3*time.Second
+}
+
+// Running reports whether n's pg_autoctl is running.
+func (n *Node) Running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return false
+	}
+	select {
+	case <-n.done:
+		return false
+	default:
+		return true
+	}
+}
+
 // KillPostmaster sends SIGKILL to n's postmaster (a crash of the database
 // server; its keeper survives and restarts it) and returns when.
 func (f *Formation) KillPostmaster(n *Node) (time.Time, error) {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	libpq "github.com/lib/pq"
@@ -180,8 +181,12 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	seed := r.o.Seed
 	for _, a := range r.ad {
 		for i := range 2 {
-			wg.Go(func() { r.withLockWorker(a, fmt.Sprintf("%s-withlock-%d", a.name, i), rand.New(rand.NewPCG(seed, uint64(len(a.name)*100+i)))) })
-			wg.Go(func() { r.leaseWorker(a, fmt.Sprintf("%s-lease-%d", a.name, i), rand.New(rand.NewPCG(seed, uint64(len(a.name)*100+10+i)))) })
+			wg.Go(func() {
+				r.withLockWorker(a, fmt.Sprintf("%s-withlock-%d", a.name, i), rand.New(rand.NewPCG(seed, uint64(len(a.name)*100+i))))
+			})
+			wg.Go(func() {
+				r.leaseWorker(a, fmt.Sprintf("%s-lease-%d", a.name, i), rand.New(rand.NewPCG(seed, uint64(len(a.name)*100+10+i))))
+			})
 		}
 		wg.Go(func() { r.sentinelWorker(a) })
 	}
@@ -231,25 +236,47 @@ func (r *runner) schedule(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r.o.Logf("fault %d: %s on %s (primary); %s takes over", i+1, kind, primary.Name, standby.Name)
+		r.o.Logf("fault %d: %s on %s (primary)", i+1, kind, primary.Name)
 		// Promotion: the monitor reports the standby as the new primary.
+		// A killed postmaster may instead be restarted in place by its
+		// keeper before the monitor decides to fail over: the fault then
+		// ends once the old primary is back and the monitor's decision
+		// window (see decisionWindow) has passed without a failover.
+		failover := false
 		err = f.waitFor(ctx, standby.Name+" promoted", r.o.StableTimeout, func(ctx context.Context) (bool, error) {
 			ss, err := f.State(ctx)
 			if err != nil {
 				return false, nil
 			}
+			back := 0
 			for _, s := range ss {
 				if s.Name == standby.Name && (s.Reported == "wait_primary" || s.Reported == "primary") {
+					failover = true
 					return true, nil
 				}
+				if (s.Name == primary.Name && s.Reported == "primary" && s.Goal == "primary" && s.Running) ||
+					(s.Name == standby.Name && s.Reported == "secondary" && s.Goal == "secondary") {
+					back++
+				}
 			}
-			return false, nil
+			return kind == KillPostmaster && back == 2 && time.Since(fr.At) > f.decisionWindow(), nil
 		})
 		if err != nil {
 			return fmt.Errorf("fault %d (%s): %w", i+1, kind, err)
 		}
-		fr.Promoted = time.Since(fr.At)
-		if kind == KillNode {
+		if failover {
+			fr.Promoted = time.Since(fr.At)
+			r.o.Logf("fault %d: %s promoted after %v", i+1, standby.Name, fr.Promoted.Round(time.Millisecond))
+		} else {
+			fr.InPlace = true
+			r.o.Logf("fault %d: %s restarted in place by its keeper; no failover", i+1, primary.Name)
+		}
+		// The killed node's pg_autoctl is started again if it is not
+		// running (KillNode), as its service manager would.
+		if !primary.Running() {
+			if kind != KillNode {
+				r.o.Logf("fault %d: pg_autoctl of %s exited; starting it again", i+1, primary.Name)
+			}
 			if err := f.StartNode(primary); err != nil {
 				return err
 			}
@@ -274,13 +301,15 @@ func (r *runner) schedule(ctx context.Context) error {
 		fr.SentinelsChecked = n
 		r.rep.SentinelChecks += n
 		r.rep.fenceChecks = append(r.rep.fenceChecks, fenceCheck{at: fr.At, max: maxFences})
-		r.o.Logf("fault %d: %s promoted after %v, formation stable after %v, first acquire pq %s pgx %s; %d sentinel locks verified",
-			i+1, standby.Name, fr.Promoted.Round(time.Millisecond), fr.Stable.Round(time.Millisecond),
+		r.o.Logf("fault %d: formation stable after %v, first acquire pq %s pgx %s; %d sentinel locks verified",
+			i+1, fr.Stable.Round(time.Millisecond),
 			ms(fr.FirstAcquire["pq"]), ms(fr.FirstAcquire["pgx"]), n)
 		r.rep.Faults = append(r.rep.Faults, fr)
 	}
 	return nil
 }
+
+func processAlive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 
 func (a *adapter) succeeded(sent time.Time) {
 	a.mu.Lock()

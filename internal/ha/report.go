@@ -37,6 +37,10 @@ type FaultResult struct {
 	Kind FaultKind
 	Node string    // the primary that was hit
 	At   time.Time // when
+	// InPlace: the keeper restarted the killed postmaster on the same
+	// node before the monitor failed over (KillPostmaster only); Promoted
+	// is then 0.
+	InPlace bool
 	// Promoted is the time until the monitor reported the standby as
 	// wait_primary or primary.
 	Promoted time.Duration
@@ -105,8 +109,13 @@ func (r *Report) Summary() string {
 	fmt.Fprintf(&b, "failover manager timeouts: %s\n", r.Timeouts)
 	fmt.Fprintf(&b, "faults:\n")
 	for i, f := range r.Faults {
-		fmt.Fprintf(&b, "  %d. %-20s on %s: promoted %6v, first acquire pq %6s pgx %6s, stable %6v, sentinels verified %d\n",
-			i+1, f.Kind, f.Node, f.Promoted.Round(time.Millisecond), ms(f.FirstAcquire["pq"]),
+		kind := string(f.Kind)
+		promoted := "promoted " + ms(f.Promoted)
+		if f.InPlace {
+			promoted = "restarted in place, no failover"
+		}
+		fmt.Fprintf(&b, "  %d. %-20s on %s: %s, first acquire pq %6s pgx %6s, stable %6v, sentinels verified %d\n",
+			i+1, kind, f.Node, promoted, ms(f.FirstAcquire["pq"]),
 			ms(f.FirstAcquire["pgx"]), f.Stable.Round(time.Millisecond), f.SentinelsChecked)
 	}
 	fmt.Fprintf(&b, "time from the primary's death to the first successful acquire: p50 %v, max %v (%d samples)\n",

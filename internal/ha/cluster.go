@@ -601,6 +601,16 @@ func (f *Formation) Switchover(ctx context.Context) (time.Time, error) {
 	return at, err
 }
 
+// SetReplicationQuorum sets n's replication-quorum (pg_autoctl set node
+// replication-quorum): false makes it an asynchronous standby, and with
+// two nodes the primary's synchronous_standby_names becomes empty.
+func (f *Formation) SetReplicationQuorum(ctx context.Context, n *Node, quorum bool) error {
+	if out, err := f.autoctlCmd(ctx, "set", "node", "replication-quorum", strconv.FormatBool(quorum), "--pgdata", n.PGData); err != nil {
+		return fmt.Errorf("ha: pg_autoctl set node replication-quorum %v on %s: %w\n%s", quorum, n.Name, err, out)
+	}
+	return nil
+}
+
 // Events returns the monitor's last n events, oldest first.
 func (f *Formation) Events(ctx context.Context, n int) ([]string, error) {
 	rows, err := f.mon.QueryContext(ctx, `SELECT to_char(eventtime, 'HH24:MI:SS.MS'), nodename, reportedstate::text, goalstate::text, description

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -95,7 +96,7 @@ const statementSlackMs = 50
 //   - ordered by fence, holdings start in the same order (server clock);
 //   - a holding starts only after the previous holder released (its first
 //     release attempt, less statementSlackMs) or its last acknowledged
-//     expiry plus syncguard.TimeToleranceMs passed.
+//     expiry plus rules.ToleranceMs passed.
 func (hi *history) check() ([]Violation, checkStats) {
 	all := hi.snapshot()
 	byKey := map[string][]holding{}
@@ -126,7 +127,7 @@ func (hi *history) check() ([]Violation, checkStats) {
 					Detail: fmt.Sprintf("fence %d (#%d %s) started at %s, before fence %d (#%d %s) at %s",
 						cur.fence, cur.seq, cur.worker, clockMs(cur.startMs), prev.fence, prev.seq, prev.worker, clockMs(prev.startMs))})
 			}
-			allowed := prev.lastExpiryMs() + syncguard.TimeToleranceMs
+			allowed := prev.lastExpiryMs() + rules.ToleranceMs
 			if !prev.relSent.IsZero() {
 				allowed = min(allowed, prev.relSent.UnixMilli()-statementSlackMs)
 			}
@@ -136,7 +137,7 @@ func (hi *history) check() ([]Violation, checkStats) {
 					Detail: fmt.Sprintf("fence %d (#%d %s) started at %s, %d ms before fence %d (#%d %s) was released or expired "+
 						"(last acknowledged expiry %s + %d ms tolerance; release sent %s)",
 						cur.fence, cur.seq, cur.worker, clockMs(cur.startMs), allowed-cur.startMs, prev.fence, prev.seq, prev.worker,
-						clockMs(prev.lastExpiryMs()), syncguard.TimeToleranceMs, clock(prev.relSent))})
+						clockMs(prev.lastExpiryMs()), rules.ToleranceMs, clock(prev.relSent))})
 			}
 		}
 	}

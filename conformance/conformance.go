@@ -310,7 +310,7 @@ func (e *env) extend(b *syncguard.Backend, id string, ttl time.Duration) syncgua
 func (e *env) serverNowMs() int64 {
 	e.t.Helper()
 	var ms int64
-	err := e.db.QueryRowContext(e.ctx, `SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`).Scan(&ms)
+	err := e.db.QueryRowContext(e.ctx, `SELECT `+rules.NowMsSQL).Scan(&ms)
 	if err != nil {
 		e.t.Fatalf("setup: reading the server clock: %v", err)
 	}
@@ -395,11 +395,9 @@ func (e *env) derive(key string) (norm, storage, fence string) {
 	return norm, storage, fence
 }
 
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
-
 // locksTable and fencesTable are the case's quoted table names.
-func (e *env) locksTable() string  { return quoteIdent(e.cfg.TableName) }
-func (e *env) fencesTable() string { return quoteIdent(e.cfg.FenceTableName) }
+func (e *env) locksTable() string  { return rules.QuoteIdent(e.cfg.TableName) }
+func (e *env) fencesTable() string { return rules.QuoteIdent(e.cfg.FenceTableName) }
 
 // exec runs raw SQL on the case's first pool.
 func (e *env) exec(query string, args ...any) {

@@ -65,10 +65,10 @@ type counters struct {
 
 // Counts is a snapshot of a Proxy's counters.
 type Counts struct {
-	Conns       int64 // client connections accepted
-	Turns       int64 // client bursts that follow server data (or open a connection)
-	ClientBytes int64 // forwarded client→server
-	ServerBytes int64 // forwarded server→client
+	Conns       int64          // client connections accepted
+	Turns       int64          // client bursts that follow server data (or open a connection)
+	ClientBytes int64          // forwarded client→server
+	ServerBytes int64          // forwarded server→client
 	Msgs        map[byte]int64 // frontend messages by type byte
 	Untyped     int64          // startup-phase messages without a type byte
 }

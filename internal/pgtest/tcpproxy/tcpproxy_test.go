@@ -119,7 +119,6 @@ func TestProxyCountsTurns(t *testing.T) {
 	}
 }
 
-
 // echoServer answers every byte with the same byte.
 func echoServer(t *testing.T) string {
 	t.Helper()

@@ -16,7 +16,7 @@ import (
 // and rows it writes must be honoured.
 
 func init() {
-	register("Compatibility/RowsMatchReferenceLayout", func(e *env) {
+	registerSQL("Compatibility/RowsMatchReferenceLayout", func(e *sqlEnv) {
 		const ttl = 30 * time.Second
 		k := e.key("Cafe\u0301/compat")
 		norm, storage, fenceKey := e.derive(k)
@@ -45,7 +45,7 @@ func init() {
 		}
 	})
 
-	register("Compatibility/ReferenceWrittenRowIsHonoured", func(e *env) {
+	registerSQL("Compatibility/ReferenceWrittenRowIsHonoured", func(e *sqlEnv) {
 		k := e.key("fromnode")
 		norm, storage, fenceKey := e.derive(k)
 		id := rules.GenerateLockID()
@@ -77,7 +77,7 @@ SELECT $1, $2, n + 30000, n, '000000000000007', $3 FROM (SELECT `+rules.NowMsSQL
 		e.release(e.b2, r.LockID)
 	})
 
-	register("Compatibility/AdvisoryLockSharedWithReference", func(e *env) {
+	registerSQL("Compatibility/AdvisoryLockSharedWithReference", func(e *sqlEnv) {
 		// The reference acquire serializes on pg_advisory_xact_lock(hashtext(
 		// storage key)). One in flight must exclude a Go acquire, and a Go
 		// acquire in flight must hold that advisory lock.
@@ -123,7 +123,7 @@ SELECT $1, $2, n + 30000, n, `+rules.FenceTextSQL("$3::bigint")+`, $4 FROM (SELE
 		e.release(e.b, id)
 
 		tx := e.begin(e.db)
-		if r, err := e.b.WithTx(tx).Acquire(e.ctx, k, 30*time.Second); err != nil || !r.OK {
+		if r, err := e.pb.WithTx(tx).Acquire(e.ctx, k, 30*time.Second); err != nil || !r.OK {
 			e.t.Fatalf("rule: acquire inside a transaction works like outside; got %+v, %v", r, err)
 		}
 		probe := e.begin(e.db2)
@@ -138,7 +138,7 @@ SELECT $1, $2, n + 30000, n, `+rules.FenceTextSQL("$3::bigint")+`, $4 FROM (SELE
 		_ = tx.Rollback()
 	})
 
-	register("Compatibility/SchemaMatchesSpec", func(e *env) {
+	registerSQL("Compatibility/SchemaMatchesSpec", func(e *sqlEnv) {
 		type col struct{ name, typ, nullable, def string }
 		cols := func(table string) []col {
 			rows, err := e.db.QueryContext(e.ctx, `SELECT column_name, data_type, is_nullable, coalesce(column_default, '')
@@ -199,9 +199,9 @@ WHERE i.indrelid = to_regclass(quote_ident($1)) AND i.indisprimary`, table).Scan
 		}
 	})
 
-	register("Compatibility/SetupSchemaIdempotentAndConcurrent", func(e *env) {
-		suffix := randHex(5)
-		cfg := e.config("sgc_"+suffix+"_setup", "sgc_"+suffix+"_setupf")
+	registerSQL("Compatibility/SetupSchemaIdempotentAndConcurrent", func(e *sqlEnv) {
+		base := strings.TrimSuffix(suiteTable("x"), "_x")
+		cfg := e.config(base+"_setup", base+"_setupf")
 		e.t.Cleanup(func() {
 			for _, tbl := range []string{cfg.TableName, cfg.FenceTableName} {
 				_, _ = e.db.Exec(`DROP TABLE IF EXISTS ` + rules.QuoteIdent(tbl))

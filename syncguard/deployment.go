@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/replication"
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
@@ -19,12 +20,12 @@ type Report struct {
 
 // Finding is the outcome of one check of CheckDeployment.
 type Finding struct {
-	// Check names what was checked: "connection", "primary", "lock table",
-	// "primary key" (of the lock table), "lock_id index", "expiry index",
-	// "lock table privileges", "lock rows", "fence table", "fence primary
-	// key", "fence table privileges", "fence counters",
-	// "synchronous_commit", "fsync", "clock", "pooler", "prepared
-	// statements". Later versions may add checks.
+	// Check names what was checked: "connection", "lock table", "primary
+	// key" (of the lock table), "lock_id index", "expiry index", "lock
+	// table privileges", "lock rows", "fence table", "fence primary key",
+	// "fence table privileges", "fence counters", "synchronous_commit",
+	// "fsync", "primary", "replication", "synchronous commit", "clock",
+	// "pooler", "prepared statements". Later versions may add checks.
 	Check string
 	// Status is "ok", "warn" (syncguard works, but something deserves a
 	// look) or "fail" (syncguard does not work correctly as deployed).
@@ -79,16 +80,17 @@ const (
 // the least-privileged role your service uses, for example in a smoke test
 // after a deployment or from `syncguard doctor`.
 //
-// It checks the connection (and that it reaches a primary, not a
-// standby); the lock and fence tables, their columns, primary keys and
-// indexes, exactly as SchemaSQL defines them; the privileges the
-// operations need (SELECT, INSERT, UPDATE and DELETE on the lock table;
-// SELECT, INSERT and UPDATE on the fence table; no DDL); the fence counters
-// against their maximum and the expired lock rows; the durability settings
-// fences depend on across crashes (synchronous_commit, fsync); the server's
-// clock against this machine's; and whether a connection pooler in
-// transaction mode sits in between, and whether prepared statements survive
-// it (unless cfg.DisablePrepare).
+// It checks the connection; the lock and fence tables, their columns,
+// primary keys and indexes, exactly as SchemaSQL defines them; the
+// privileges the operations need (SELECT, INSERT, UPDATE and DELETE on the
+// lock table; SELECT, INSERT and UPDATE on the fence table; no DDL); the
+// fence counters against their maximum and the expired lock rows; the
+// durability settings fences depend on across crashes (synchronous_commit,
+// fsync); replication (a primary, not a standby; which standbys stream
+// from it and whether the commit that acknowledges an acquire waits for
+// them: see docs/ha.md); the server's clock against this machine's; and
+// whether a connection pooler in transaction mode sits in between, and
+// whether prepared statements survive it (unless cfg.DisablePrepare).
 //
 // The error is non-nil only when the checks could not run: bad
 // configuration (InvalidArgument, before any I/O), or a database that
@@ -129,23 +131,22 @@ func CheckDeployment(ctx context.Context, db *sql.DB, cfg *Config) (Report, erro
 // becomes a "fail" finding saying the check could not run). Add new
 // checks here.
 var deploymentChecks = []func(d *deployment){
-	(*deployment).primary,
 	(*deployment).lockTable,
 	(*deployment).fenceTable,
 	(*deployment).durability,
+	(*deployment).replication,
 	(*deployment).clock,
 	(*deployment).pooler,
 }
 
 // deployment is the state of one CheckDeployment run.
 type deployment struct {
-	ctx     context.Context
-	db      *sql.DB
-	cfg     resolved
-	cl      classifier
-	report  Report
-	user    string
-	standby bool
+	ctx    context.Context
+	db     *sql.DB
+	cfg    resolved
+	cl     classifier
+	report Report
+	user   string
 }
 
 func (d *deployment) add(check, status, detail, fix string) {
@@ -161,8 +162,8 @@ func (d *deployment) couldNot(check string, err error) {
 
 func (d *deployment) connection() error {
 	var version, user, dbname string
-	err := d.db.QueryRowContext(d.ctx, `SELECT current_setting('server_version'), current_user::text, current_database()::text, pg_is_in_recovery()`).
-		Scan(&version, &user, &dbname, &d.standby)
+	err := d.db.QueryRowContext(d.ctx, `SELECT current_setting('server_version'), current_user::text, current_database()::text`).
+		Scan(&version, &user, &dbname)
 	if err != nil {
 		e := d.cl.wrap(d.ctx, "checkDeployment", err)
 		d.add("connection", statusFail, fmt.Sprintf("%s: %s", e.Code, e.Msg),
@@ -174,13 +175,18 @@ func (d *deployment) connection() error {
 	return nil
 }
 
-func (d *deployment) primary() {
-	if d.standby {
-		d.add("primary", statusFail, "connected to a standby (read-only): every acquire, extend and release fails",
-			"connect to the primary, e.g. with target_session_attrs=read-write in the connection string")
+// replication reports the primary, its standbys and whether an acquire's
+// commit waits for them (internal/replication, the home of these rules;
+// docs/ha.md).
+func (d *deployment) replication() {
+	st, err := replication.Read(d.ctx, d.db)
+	if err != nil {
+		d.couldNot(replication.CheckStandbys, err)
 		return
 	}
-	d.add("primary", statusOK, "connected to a primary (not in recovery)", "")
+	for _, f := range st.Findings() {
+		d.add(f.Check, string(f.Severity), f.Detail, f.Fix)
+	}
 }
 
 // The privileges the operations need (the statement files in sql/; a test

@@ -61,14 +61,15 @@ END $$`, role))
 		byCheck[f.Check] = f
 		t.Logf("%-22s %-4s %s", f.Check, f.Status, f.Detail)
 		want := "ok"
-		if f.Check == "fsync" {
+		switch f.Check {
+		case "fsync":
 			want = "fail" // pgtest runs its throwaway cluster with fsync=off
 		}
 		if f.Status != want {
 			t.Errorf("as a role with exactly the needed grants, check %q is %s, want %s: %s (fix: %s)", f.Check, f.Status, want, f.Detail, f.Fix)
 		}
 	}
-	for _, c := range []string{"connection", "primary", "lock table", "primary key", "lock_id index", "expiry index",
+	for _, c := range []string{"connection", "primary", "replication", "lock table", "primary key", "lock_id index", "expiry index",
 		"lock table privileges", "lock rows", "fence table", "fence primary key", "fence table privileges", "fence counters",
 		"synchronous_commit", "fsync", "clock", "pooler", "prepared statements"} {
 		if _, ok := byCheck[c]; !ok {

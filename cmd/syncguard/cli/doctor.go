@@ -33,7 +33,11 @@ Checks that syncguard can work correctly against this database and says
 what to fix: the connection; the lock and fence tables, their columns,
 primary keys and indexes; the privileges of the current role; the server's
 clock against this machine's; durability settings (synchronous_commit,
-fsync) that fences depend on across crashes; whether a connection pooler
+fsync) that fences depend on across crashes; replication: which standbys
+stream from this primary and whether the commit that acknowledges an
+acquire waits for them (synchronous_standby_names, sync_state,
+synchronous_commit), since a failover to a standby that lacks an
+acknowledged commit hands its fence out again; whether a connection pooler
 in transaction mode sits between here and PostgreSQL, and whether
 prepared statements survive it; fence counters near their maximum; the
 number of expired lock rows.

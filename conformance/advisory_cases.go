@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/advisory"
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -24,7 +25,7 @@ func init() {
 		// Exactly one booking per tenant and date, and never two holders
 		// inside the critical section.
 		a := newAdvEnv(e)
-		table := quoteIdent(suiteTable("bookings"))
+		table := rules.QuoteIdent(suiteTable("bookings"))
 		e.exec(`CREATE TABLE ` + table + ` (tenant text NOT NULL, day text NOT NULL, by_worker int NOT NULL)`)
 		e.t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -52,7 +52,7 @@ func init() {
 		// As the reference implementation writes an acquire (fence 7).
 		e.exec(`INSERT INTO `+e.fencesTable()+` ("fence_key", "fence", "key_debug") VALUES ($1, 7, $2)`, fenceKey, norm)
 		e.exec(`INSERT INTO `+e.locksTable()+` ("key", "lock_id", "expires_at_ms", "acquired_at_ms", "fence", "user_key")
-SELECT $1, $2, n + 30000, n, '000000000000007', $3 FROM (SELECT floor(extract(epoch FROM now()) * 1000)::bigint AS n) AS t`, storage, id, norm)
+SELECT $1, $2, n + 30000, n, '000000000000007', $3 FROM (SELECT `+rules.NowMsSQL+` AS n) AS t`, storage, id, norm)
 		if !e.isLocked(e.b, k) {
 			e.t.Errorf("rule: a lock written by the reference implementation is seen by IsLocked; got false")
 		}
@@ -92,7 +92,7 @@ SELECT $1, $2, n + 30000, n, '000000000000007', $3 FROM (SELECT floor(extract(ep
 			e.t.Fatalf("setup: reference fence increment: %v", err)
 		}
 		e.txExec(ref, `INSERT INTO `+e.locksTable()+` ("key", "lock_id", "expires_at_ms", "acquired_at_ms", "fence", "user_key")
-SELECT $1, $2, n + 30000, n, lpad($3::bigint::text, 15, '0'), $4 FROM (SELECT floor(extract(epoch FROM now()) * 1000)::bigint AS n) AS t`, storage, id, fence, norm)
+SELECT $1, $2, n + 30000, n, `+rules.FenceTextSQL("$3::bigint")+`, $4 FROM (SELECT `+rules.NowMsSQL+` AS n) AS t`, storage, id, fence, norm)
 		type res struct {
 			r   syncguard.AcquireResult
 			err error
@@ -204,7 +204,7 @@ WHERE i.indrelid = to_regclass(quote_ident($1)) AND i.indisprimary`, table).Scan
 		cfg := e.config(base+"_setup", base+"_setupf")
 		e.t.Cleanup(func() {
 			for _, tbl := range []string{cfg.TableName, cfg.FenceTableName} {
-				_, _ = e.db.Exec(`DROP TABLE IF EXISTS ` + quoteIdent(tbl))
+				_, _ = e.db.Exec(`DROP TABLE IF EXISTS ` + rules.QuoteIdent(tbl))
 			}
 		})
 		var wg sync.WaitGroup
@@ -230,7 +230,7 @@ WHERE i.indrelid = to_regclass(quote_ident($1)) AND i.indisprimary`, table).Scan
 		}
 		ddl, err := syncguard.SchemaSQL(cfg)
 		e.must(err, "SchemaSQL")
-		if !strings.Contains(ddl, quoteIdent(cfg.TableName)) || !strings.Contains(ddl, quoteIdent(cfg.FenceTableName)) {
+		if !strings.Contains(ddl, rules.QuoteIdent(cfg.TableName)) || !strings.Contains(ddl, rules.QuoteIdent(cfg.FenceTableName)) {
 			e.t.Errorf("rule: SchemaSQL renders the configured table names; got %s", ddl)
 		}
 	})

@@ -134,7 +134,7 @@ func init() {
 		}
 		e.t.Cleanup(func() {
 			for _, tbl := range []string{cfg.TableName, cfg.FenceTableName} {
-				_, _ = e.db.Exec(`DROP TABLE IF EXISTS ` + quoteIdent(tbl))
+				_, _ = e.db.Exec(`DROP TABLE IF EXISTS ` + rules.QuoteIdent(tbl))
 			}
 		})
 		e.must(syncguard.SetupSchema(e.ctx, e.db, cfg), "SetupSchema")

@@ -8,9 +8,10 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
 // Tables the suite creates are named sgc_<created>_<random>_<what>, where
@@ -35,8 +36,6 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
-
 // preflight runs once before the cases of Run and RunAdvisory. It connects,
 // checks that the role may create the cases' tables in its current schema
 // (failing once, with the GRANT that fixes it, instead of failing every
@@ -59,14 +58,14 @@ func preflight(t *testing.T, h Harness) {
 	switch {
 	case schema == "":
 		t.Fatalf("conformance: preflight: role %s has no current schema (no schema of its search_path exists or is usable); the suite creates its sgc_* tables there: set search_path, or run as the owner: CREATE SCHEMA %s AUTHORIZATION %s;",
-			quoteIdent(user), quoteIdent(user), quoteIdent(user))
+			rules.QuoteIdent(user), rules.QuoteIdent(user), rules.QuoteIdent(user))
 	case !canCreate:
 		why := ""
 		if schema == "public" {
 			why = " (since PostgreSQL 15 only the owner of schema public may create in it by default)"
 		}
 		t.Fatalf("conformance: preflight: role %s may not create tables in schema %s%s, and every case creates and drops its own sgc_* tables there; as the schema's owner run: GRANT CREATE ON SCHEMA %s TO %s;",
-			quoteIdent(user), quoteIdent(schema), why, quoteIdent(schema), quoteIdent(user))
+			rules.QuoteIdent(user), rules.QuoteIdent(schema), why, rules.QuoteIdent(schema), rules.QuoteIdent(user))
 	}
 	sweepLeftovers(ctx, t, db)
 }
@@ -95,7 +94,7 @@ WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname LIK
 	}
 	rows.Close()
 	for _, name := range old {
-		if _, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS `+quoteIdent(name)); err != nil {
+		if _, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS `+rules.QuoteIdent(name)); err != nil {
 			t.Logf("conformance: preflight: dropping leftover table %s: %v", name, err)
 			continue
 		}

@@ -43,7 +43,7 @@ func newSQLEnv(t *testing.T, ctx context.Context, h Harness) *sqlEnv {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		for _, tbl := range []string{cfg.TableName, cfg.FenceTableName} {
-			if _, err := e.db.ExecContext(cctx, `DROP TABLE IF EXISTS `+quoteIdent(tbl)); err != nil {
+			if _, err := e.db.ExecContext(cctx, `DROP TABLE IF EXISTS `+rules.QuoteIdent(tbl)); err != nil {
 				t.Logf("cleanup: drop %s: %v", tbl, err)
 			}
 		}
@@ -68,7 +68,7 @@ func (e *sqlEnv) target() Target {
 		Others:  others,
 		Now: func(ctx context.Context) (time.Time, error) {
 			var n int64
-			err := e.db.QueryRowContext(ctx, `SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`).Scan(&n)
+			err := e.db.QueryRowContext(ctx, `SELECT `+rules.NowMsSQL).Scan(&n)
 			return time.UnixMilli(n), err
 		},
 		Unreachable: e.closedBackend(),
@@ -164,8 +164,8 @@ func (e *sqlEnv) derive(key string) (norm, storage, fence string) {
 }
 
 // locksTable and fencesTable are the case's quoted table names.
-func (e *sqlEnv) locksTable() string  { return quoteIdent(e.cfg.TableName) }
-func (e *sqlEnv) fencesTable() string { return quoteIdent(e.cfg.FenceTableName) }
+func (e *sqlEnv) locksTable() string  { return rules.QuoteIdent(e.cfg.TableName) }
+func (e *sqlEnv) fencesTable() string { return rules.QuoteIdent(e.cfg.FenceTableName) }
 
 // exec runs raw SQL on the case's first pool.
 func (e *sqlEnv) exec(query string, args ...any) {
@@ -180,7 +180,7 @@ func (e *sqlEnv) dropLater(table string) {
 	e.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_, _ = e.db.ExecContext(ctx, `DROP TABLE IF EXISTS `+quoteIdent(table))
+		_, _ = e.db.ExecContext(ctx, `DROP TABLE IF EXISTS `+rules.QuoteIdent(table))
 	})
 }
 

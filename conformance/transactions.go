@@ -82,7 +82,7 @@ func init() {
 	})
 
 	registerSQL("Transactions/AtomicWithCallerWrites", func(e *sqlEnv) {
-		scratch := quoteIdent(strings.TrimSuffix(e.cfg.TableName, "_locks") + "_scratch")
+		scratch := rules.QuoteIdent(strings.TrimSuffix(e.cfg.TableName, "_locks") + "_scratch")
 		e.exec(`CREATE TABLE ` + scratch + ` (id int PRIMARY KEY, note text NOT NULL)`)
 		e.t.Cleanup(func() { _, _ = e.db.Exec(`DROP TABLE IF EXISTS ` + scratch) })
 		hasRow := func(id int) bool {

@@ -101,10 +101,10 @@ type NotificationStatus struct {
 
 type hub struct {
 	s      *shared
-	lst    driver.Listener // nil: the dialect cannot listen
+	lst    driver.Listener                           // nil: the dialect cannot listen
 	send   func(ctx context.Context, payload string) // a notification on the channel (tests replace it)
-	skewMs atomic.Int64    // server clock minus local clock, ms, as last seen
-	logged bool            // the fallback was logged (once per hub)
+	skewMs atomic.Int64                              // server clock minus local clock, ms, as last seen
+	logged bool                                      // the fallback was logged (once per hub)
 
 	mu     sync.Mutex
 	keys   map[string]*keyq
@@ -143,9 +143,9 @@ type keyq struct {
 	known bool
 	// own: waiters of this process that acquired with an a still to come
 	// back; that a is not news.
-	own map[string]bool
-	expiry  *time.Timer
-	expAt   time.Time
+	own    map[string]bool
+	expiry *time.Timer
+	expAt  time.Time
 	// the current episode
 	ep      uint64 // its number; 0: none yet
 	epNext  int    // index (in candidates) of the next turn

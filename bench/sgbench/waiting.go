@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -426,7 +427,7 @@ func (w *WaitEnv) CrashedHolder(ctx context.Context, variants []string, keys, ro
 
 func readMs(ctx context.Context, db *sql.DB, table, col, lockID string) (int64, error) {
 	var v int64
-	err := db.QueryRowContext(ctx, `SELECT `+col+` FROM `+quoteIdent(table)+` WHERE lock_id = $1`, lockID).Scan(&v)
+	err := db.QueryRowContext(ctx, `SELECT `+col+` FROM `+rules.QuoteIdent(table)+` WHERE lock_id = $1`, lockID).Scan(&v)
 	if err != nil {
 		return 0, fmt.Errorf("reading %s: %w", col, err)
 	}

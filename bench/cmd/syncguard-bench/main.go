@@ -37,6 +37,7 @@ import (
 	"github.com/syncguard/syncguard-go/bench/sgbench"
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/pgtest"
+	"github.com/syncguard/syncguard-go/internal/pgtest/tcpproxy"
 	"github.com/syncguard/syncguard-go/pgxstd"
 	sgpq "github.com/syncguard/syncguard-go/pq"
 )
@@ -462,12 +463,12 @@ func runDriver(ctx context.Context, o options, want map[string]bool, d, name, ds
 	}
 	if want["rt"] {
 		progress("[%s] round trips", d)
-		p, err := sgbench.NewProxy(net.JoinHostPort(host, strconv.Itoa(port)))
+		p, err := tcpproxy.New(net.JoinHostPort(host, strconv.Itoa(port)))
 		if err != nil {
 			return err
 		}
 		defer p.Close()
-		pdsn, err := sgbench.ProxyDSN(dsn, p.Addr())
+		pdsn, err := sgbench.ProxyDSN(dsn, p.Port())
 		if err != nil {
 			return err
 		}

@@ -30,13 +30,22 @@ const (
 	jitterNone         = "none"
 )
 
-// AcquisitionOptions configures how Lock and WithLock wait for a contended
-// key. The zero value means the defaults documented on each field, which
-// are the reference implementation's.
+// AcquisitionOptions are the limits of waiting for a contended key in Lock
+// and WithLock. The zero value means the defaults documented on each
+// field, which are the reference implementation's.
+//
+// On a *Backend (or a TelemetryBackend around one) a waiting caller also
+// attempts when the key is released, by any process, or its holder's lock
+// expires, and waiters take the key in arrival order: see "Waiting" in
+// docs/design.md. Those attempts are not retries: the retries below are
+// the schedule, as in the reference implementation, and its end is the end
+// of waiting.
 type AcquisitionOptions struct {
-	// MaxRetries is the number of attempts after the first one, so at most
-	// MaxRetries+1 attempts are made. Default 10; any negative value makes
-	// a single attempt.
+	// MaxRetries is the number of scheduled retries after the first
+	// attempt. A retry may be skipped while the holder is known to
+	// announce its release, but the last one is always attempted before
+	// the acquisition gives up. Default 10; any negative value makes a
+	// single attempt, and no wait.
 	MaxRetries int
 	// RetryDelay is the base delay between attempts. Default 100 ms.
 	RetryDelay time.Duration
@@ -195,9 +204,10 @@ func logReleaseError(logger *slog.Logger) func(error, ReleaseErrorInfo) {
 // afterwards. It is the helper most programs should use; the backend's
 // methods are single attempts (ADR-009).
 //
-// Acquisition retries on contention as configured by opts.Acquisition
-// (total attempts = MaxRetries + 1) and fails with ErrAcquisitionTimeout
-// when time or retries run out; the error says how many attempts were made.
+// Acquisition waits on contention within the limits of opts.Acquisition
+// (MaxRetries scheduled retries, Timeout), woken when the key is released
+// (see AcquisitionOptions), and fails with ErrAcquisitionTimeout when time
+// or retries run out; the error says how many attempts were made.
 // A backend error is returned at once, not retried. Cancelling ctx while
 // waiting returns ErrAborted at once. Nothing is acquired in any of these
 // cases and fn does not run.

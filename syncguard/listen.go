@@ -23,7 +23,7 @@ var (
 	listenOpenTimeout  = 10 * time.Second // opening the LISTEN connection
 	listenProbeTimeout = 3 * time.Second  // the probe's round trip through it
 	listenIdle         = 30 * time.Second // close it after this long without waiters
-	listenQuiet        = 30 * time.Second // ping it after this long without a notification
+	listenQuiet        = 10 * time.Second // ping it after this long without a notification
 	listenRetryMin     = 5 * time.Second  // first retry after a failure, doubling
 	listenRetryMax     = 5 * time.Minute
 )
@@ -170,6 +170,7 @@ func (h *hub) runListener(life context.Context) {
 			return
 		}
 		if err != nil {
+			h.pruneAll()
 			if state == lnOn && time.Since(heard) >= listenQuiet {
 				pctx, cancel := context.WithTimeout(context.Background(), listenProbeTimeout)
 				err := nc.Ping(pctx)

@@ -541,6 +541,18 @@ func (h *hub) resyncLocked(forgetQueue bool) {
 			}
 		}
 		h.freeLocked(kh)
+		h.dropIfIdleLocked(kq)
+	}
+}
+
+// pruneAll drops the queued waiters whose timeout passed (their a or c
+// never came: their process died) and forgets keys nobody waits for.
+func (h *hub) pruneAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, kq := range h.keys {
+		h.pruneLocked(kq)
+		h.dropIfIdleLocked(kq)
 	}
 }
 

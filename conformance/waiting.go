@@ -63,6 +63,7 @@ func (e *sqlEnv) notifications(b *syncguard.Backend) syncguard.NotificationStatu
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 	defer cancel()
+	e.t.Cleanup(func() { b.Close() }) // its LISTEN connection would linger 30 s
 	st := b.NotificationStatus(ctx, true)
 	_, can := e.dialect().(driver.Listener)
 	switch {

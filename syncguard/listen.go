@@ -139,7 +139,7 @@ func (h *hub) runListener(life context.Context) {
 		return
 	}
 	probeBy := time.Now().Add(listenProbeTimeout)
-	heard := time.Now()
+	heard, pruned := time.Now(), time.Now()
 	for {
 		h.mu.Lock()
 		state, idle := h.state, h.nwait == 0 && time.Since(h.idleSince) >= listenIdle
@@ -169,8 +169,11 @@ func (h *hub) runListener(life context.Context) {
 			h.setState(lnOff, "the LISTEN connection failed: "+h.s.cl.wrap(context.Background(), "listen", err).Error())
 			return
 		}
-		if err != nil {
+		if time.Since(pruned) >= listenQuiet {
 			h.pruneAll()
+			pruned = time.Now()
+		}
+		if err != nil {
 			if state == lnOn && time.Since(heard) >= listenQuiet {
 				pctx, cancel := context.WithTimeout(context.Background(), listenProbeTimeout)
 				err := nc.Ping(pctx)

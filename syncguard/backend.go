@@ -355,7 +355,11 @@ func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, er
 		now         int64
 		keyHash     sql.NullString
 	}
-	row, err := b.queryRow(ctx, stmtRelease, lockID)
+	token := "" // inside a transaction the notification wakes this process too
+	if b.tx == nil {
+		token = b.shared.hub.token
+	}
+	row, err := b.queryRow(ctx, stmtRelease, lockID, token)
 	if err == nil {
 		err = row.Scan(&d.deleted, &d.seenExpires, &d.now, &d.keyHash)
 	}

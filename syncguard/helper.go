@@ -378,7 +378,7 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 	defer poll.Stop()
 	end := time.NewTimer(time.Until(deadline))
 	defer end.Stop()
-	retries := 0
+	retries, skipped := 0, 0
 	for {
 		if w != nil {
 			note = h.prepare(ctx, w, time.Until(deadline))
@@ -392,8 +392,9 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 		case <-poll.C:
 			retries++
 			polled, final = true, retries >= c.maxRetries
-			if !final && w != nil && h.holderAnnounced(w) {
+			if !final && w != nil && skipped < maxSkippedRetries && h.holderAnnounced(w) {
 				// The holder's release or expiry will wake us.
+				skipped++
 				poll.Reset(c.delay(retries + 1))
 				continue
 			}
@@ -421,6 +422,7 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 		if w != nil {
 			seq = h.attemptSeq(w)
 		}
+		skipped = 0
 		res, sent, err = try()
 		if err != nil {
 			return AcquireResult{}, time.Time{}, err
@@ -444,6 +446,11 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 		}
 	}
 }
+
+// maxSkippedRetries bounds the retries skipped in a row because the holder
+// announced itself: a safety net should the announcement mislead (a
+// notification lost with a LISTEN connection that broke silently).
+const maxSkippedRetries = 3
 
 func stoppedTimer() *time.Timer {
 	t := time.NewTimer(time.Hour)

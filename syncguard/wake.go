@@ -101,6 +101,7 @@ type NotificationStatus struct {
 
 type hub struct {
 	s      *shared
+	token  string                                    // marks this hub's own releases (r), which it handles when they return
 	lst    driver.Listener                           // nil: the dialect cannot listen
 	send   func(ctx context.Context, payload string) // a notification on the channel (tests replace it)
 	skewMs atomic.Int64                              // server clock minus local clock, ms, as last seen
@@ -136,7 +137,6 @@ type keyq struct {
 	waiters []*waiter // this process's, in arrival order
 	queue   []*entry  // announced waiters of all processes, in q order
 	seq     uint64    // free events seen for this key
-	echoes  int       // releases by this process whose r is still to come
 	// known: the current holder took the key through Lock here, or
 	// announced it (a), so its release or expiry wakes the waiters: they
 	// need not poll. False after every free event.
@@ -171,7 +171,7 @@ type waiter struct {
 }
 
 func newHub(s *shared) *hub {
-	h := &hub{s: s, keys: map[string]*keyq{}, retryWait: listenRetryMin}
+	h := &hub{s: s, keys: map[string]*keyq{}, retryWait: listenRetryMin, token: randToken()}
 	h.send = h.sendPool
 	h.lst, _ = s.cfg.dialect.(driver.Listener)
 	if h.lst == nil {
@@ -517,14 +517,11 @@ func (h *hub) advanceLocked(kq *keyq, ep uint64) {
 }
 
 // released is called by Backend.Release after it deleted a lock of kh.
-// The statement's own r will come back through the LISTEN connection
-// later; it is then not a new event.
+// The statement's own r, which carries h.token, may come back through the
+// LISTEN connection before or after: it is not a new event.
 func (h *hub) released(kh string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if kq := h.keys[kh]; kq != nil && h.state == lnOn {
-		kq.echoes++
-	}
 	h.freeLocked(kh)
 }
 
@@ -533,7 +530,7 @@ func (h *hub) released(kh string) {
 // no longer be shared.
 func (h *hub) resyncLocked(forgetQueue bool) {
 	for kh, kq := range h.keys {
-		kq.echoes, kq.own = 0, nil
+		kq.own = nil
 		if forgetQueue {
 			kq.queue = nil
 			for _, w := range kq.waiters {
@@ -571,9 +568,8 @@ func (h *hub) dispatch(payload string) (probe string) {
 	defer h.mu.Unlock()
 	switch kind {
 	case "r":
-		if kq := h.keys[kh]; kq != nil && kq.echoes > 0 {
-			kq.echoes-- // a release of this process, already handled
-			return ""
+		if len(f) >= 3 && f[2] == h.token {
+			return "" // this Backend's own release: released handles it
 		}
 		h.freeLocked(kh)
 	case "x":

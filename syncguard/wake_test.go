@@ -249,3 +249,34 @@ func TestWaitPollsOnlyForUnknownHolders(t *testing.T) {
 		t.Error("rule: without a confirmed LISTEN connection a waiter always retries")
 	}
 }
+
+func TestWaitOwnReleaseEchoIsNotCountedTwice(t *testing.T) {
+	var b bus
+	A, B := b.process(), b.process()
+	kh := wakeKeyHash("k")
+	a1 := wait(A, kh)
+	b1 := wait(B, kh)
+	b.send(context.Background(), "r "+kh)
+	hasTurn(a1)
+	// a1 acquires; then its release's notification (carrying A's token)
+	// comes back before Release returns, and released runs after it.
+	A.acquired(a1, time.Minute)
+	A.leave(a1, true)
+	b.send(context.Background(), "a "+kh+" "+a1.wid+" 1000")
+	b.send(context.Background(), "r "+kh+" "+A.token)
+	A.released(kh)
+	if !hasTurn(b1) {
+		t.Fatal("rule: a release wakes the next queued waiter in another process")
+	}
+	// b1 acquires and releases: A's waiter must hear that release, whatever
+	// the order A saw its own release's notification in.
+	a2 := wait(A, kh)
+	B.acquired(b1, time.Minute)
+	B.leave(b1, true)
+	b.send(context.Background(), "a "+kh+" "+b1.wid+" 1000")
+	B.released(kh)
+	b.send(context.Background(), "r "+kh+" "+B.token)
+	if !hasTurn(a2) {
+		t.Error("rule: another process's release is never taken for an echo of this process's own (no lost wake-up)")
+	}
+}

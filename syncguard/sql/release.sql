@@ -1,11 +1,13 @@
--- release: one statement. $1 lockId.
+-- release: one statement. $1 lockId, $2 '' or the releasing Backend's
+-- wake token (see wake.go).
 -- Deletes the row only if it belongs to $1 and is live, under the row lock
 -- (a concurrent takeover changes lock_id, and the re-check then fails).
 -- When nothing was deleted, the same row is read from the statement's
 -- snapshot to tell "expired" from "not-found" without another round trip.
 -- n: a deleted lock wakes its waiters, in every process listening on the
--- table's channel, when this transaction commits ("r <key hash>"; see
--- wake.go). The hash is also returned, for the waiters of this process.
+-- table's channel, when this transaction commits ("r <key hash> [token]";
+-- see wake.go). The hash is also returned: the releasing Backend wakes its
+-- own waiters at once, and knows its notification by the token.
 WITH
 t AS (
   SELECT {{now_ms}} AS now_ms
@@ -16,7 +18,7 @@ d AS (
   RETURNING l."lock_id", {{wake_hash(l."key")}} AS kh
 ),
 n AS (
-  SELECT pg_notify({{channel}}, 'r ' || d.kh) AS v FROM d
+  SELECT pg_notify({{channel}}, 'r ' || d.kh || CASE WHEN $2::text <> '' THEN ' ' || $2::text ELSE '' END) AS v FROM d
 )
 SELECT d."lock_id",
   CASE WHEN d."lock_id" IS NULL THEN

@@ -563,10 +563,8 @@ func (d *doctor) pooler() {
 		d.add("pooler", statusOK, fmt.Sprintf("no transaction-mode pooler seen (one connection stayed in server session pid %d while another held a transaction)", first), "")
 	}
 
-	if d.a.noPrepare {
-		d.add("prepared statements", statusOK, "not used (--no-prepare)", "")
-		return
-	}
+	// Probed whatever this command does: programs on the same path need to
+	// know. It fails only when this command itself prepares.
 	st, err := a.PrepareContext(ctx, `SELECT pg_backend_pid()`)
 	if err == nil {
 		defer st.Close()
@@ -579,10 +577,21 @@ func (d *doctor) pooler() {
 			}
 		}
 	}
+	const programsFix = "programs that use the library through this path: set syncguard.Config.DisablePrepare = true and, with pgx, add default_query_exec_mode=exec to their connection string; or enable prepared statements in the pooler (PgBouncer 1.21+: max_prepared_statements = 100)"
 	if err != nil {
 		_, code, msg := describe(d.a.wrap(ctx, "prepare", err))
-		d.add("prepared statements", statusFail, "a statement prepared on a connection failed there later: "+code+": "+msg,
-			"set syncguard.Config.DisablePrepare and default_query_exec_mode=exec in pgx connection strings (CLI: --no-prepare), or enable prepared statements in the pooler (PgBouncer 1.21+: max_prepared_statements)")
+		if d.a.prepares() {
+			d.add("prepared statements", statusFail, "a statement prepared on a connection failed there later: "+code+": "+msg,
+				"drop --no-prepare=false (or SYNCGUARD_NO_PREPARE=false): syncguard's commands do not prepare by default\n"+programsFix)
+			return
+		}
+		d.add("prepared statements", statusWarn, "a statement prepared on a connection failed there later: "+code+": "+msg+
+			"; syncguard's commands do not prepare (--no-prepare), so they work here",
+			programsFix)
+		return
+	}
+	if !d.a.prepares() {
+		d.add("prepared statements", statusOK, fmt.Sprintf("a prepared statement ran %d times on its connection (syncguard's commands do not prepare: --no-prepare)", rounds), "")
 		return
 	}
 	d.add("prepared statements", statusOK, fmt.Sprintf("a prepared statement ran %d times on its connection", rounds), "")

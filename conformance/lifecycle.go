@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -12,7 +13,7 @@ func init() {
 	register("Lifecycle/AcquireIsLockedLookupRelease", func(e *env) {
 		k := e.key("life")
 		r := e.mustAcquire(e.b, k, 10*time.Second)
-		if len(r.LockID) != 22 || syncguard.ValidateLockID(r.LockID) != nil {
+		if len(r.LockID) != 22 || rules.ValidateLockID(r.LockID) != nil {
 			e.t.Errorf("rule: lockIds are 22 base64url characters; got %q", r.LockID)
 		}
 		if len(r.Fence) != 15 {
@@ -53,7 +54,7 @@ func init() {
 
 func init() {
 	register("Lifecycle/UnknownLockIDReleaseExtendNotFound", func(e *env) {
-		id := syncguard.GenerateLockID()
+		id := rules.GenerateLockID()
 		if rel := e.release(e.b, id); rel.OK || rel.Reason != syncguard.ReasonNotFound {
 			e.t.Errorf("rule: release of a well-formed unknown lockId returns OK=false reason %q; got %+v", syncguard.ReasonNotFound, rel)
 		}
@@ -65,8 +66,8 @@ func init() {
 		if info != nil {
 			e.t.Errorf("rule: LookupID of an unknown lockId is nil; got %+v", info)
 		}
-		if n := e.lockRows(); n != 0 {
-			e.t.Errorf("rule: release and extend of an unknown lockId write nothing; lock table has %d rows", n)
+		if n, ok := e.count(); ok && n != 0 {
+			e.t.Errorf("rule: release and extend of an unknown lockId write nothing; %d lock records stored", n)
 		}
 	})
 
@@ -82,11 +83,7 @@ func init() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				b := e.b
-				if i%2 == 1 {
-					b = e.b2
-				}
-				r, err := b.Acquire(e.ctx, keys[i], 30*time.Second)
+				r, err := e.pick(i).Acquire(e.ctx, keys[i], 30*time.Second)
 				if err != nil || !r.OK {
 					e.t.Errorf("rule: acquiring distinct free keys in parallel always succeeds; key %q got %+v, %v", keys[i], r, err)
 				}
@@ -114,11 +111,7 @@ func init() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				b := e.b2
-				if i%2 == 1 {
-					b = e.b
-				}
-				if rel, err := b.Release(e.ctx, r.LockID); err != nil || !rel.OK {
+				if rel, err := e.pick(i+1).Release(e.ctx, r.LockID); err != nil || !rel.OK {
 					e.t.Errorf("rule: the holder's release succeeds from any pool; key %q got %+v, %v", keys[i], rel, err)
 				}
 			}()
@@ -129,15 +122,18 @@ func init() {
 				e.t.Errorf("rule: a released key is free; IsLocked(%q) = true", k)
 			}
 		}
-		if rows := e.lockRows(); rows != 0 {
-			e.t.Errorf("rule: release deletes the lock row; %d rows left after releasing all %d keys", rows, n)
+		if rows, ok := e.count(); ok && rows != 0 {
+			e.t.Errorf("rule: release deletes the lock record; %d left after releasing all %d keys", rows, n)
 		}
 	})
 
 	register("Lifecycle/Capabilities", func(e *env) {
 		c := e.b.Capabilities()
-		if c.Backend != "postgres" || !c.SupportsFencing || c.TimeAuthority != "server" {
-			e.t.Errorf(`rule: capabilities are {Backend:"postgres" SupportsFencing:true TimeAuthority:"server"}; got %+v`, c)
+		if want := e.tg.Capabilities; want != nil && c != *want {
+			e.t.Errorf("rule: capabilities are %+v; got %+v", *want, c)
+		}
+		if !c.SupportsFencing || c.Backend == "" || (c.TimeAuthority != "server" && c.TimeAuthority != "client") {
+			e.t.Errorf(`rule: a backend names itself, supports fencing and has TimeAuthority "server" or "client"; got %+v`, c)
 		}
 	})
 }

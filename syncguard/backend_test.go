@@ -16,6 +16,7 @@ import (
 	"github.com/DATA-DOG/go-sqlmock"
 
 	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
 // pgErr stands in for a driver's server error: it carries a SQLSTATE that
@@ -264,6 +265,10 @@ func TestErrorClassification(t *testing.T) {
 			t.Errorf("%v: cause not reachable", c.err)
 		}
 	}
+	readOnly := cl.wrap(context.Background(), "acquire", &pgErr{code: "25006"})
+	if !readOnly.Retryable() || !strings.Contains(readOnly.Error(), "standby") || !strings.Contains(readOnly.Error(), "retryable") {
+		t.Errorf("25006 must be retryable with a message that says the server is a standby and that it is retryable: %v", readOnly)
+	}
 	missing := cl.wrap(context.Background(), "acquire", &pgErr{code: "42P01"})
 	if !strings.Contains(missing.Error(), "SetupSchema") {
 		t.Errorf("missing table error must name SetupSchema: %v", missing)
@@ -297,9 +302,9 @@ func TestAcquireOutcomesFromRow(t *testing.T) {
 
 func TestAcquireArgumentsAndTTLRounding(t *testing.T) {
 	b, mock := newMock(t, nil)
-	storage, fence, _ := StorageKeys("café")
+	k, _ := rules.DeriveKey("café")
 	mock.ExpectQuery("INSERT INTO").
-		WithArgs(storage, sqlmock.AnyArg(), fence, "café", int64(1)).
+		WithArgs(k.Storage, sqlmock.AnyArg(), k.Fence, "café", int64(1)).
 		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e"}).AddRow(nil, nil, nil, nil, false))
 	// Decomposed input is normalized; 1.9 ms counts as 1 ms.
 	if _, err := b.Acquire(context.Background(), "cafe\u0301", 1900*time.Microsecond); err != nil {

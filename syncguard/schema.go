@@ -4,8 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"strconv"
 	"strings"
+
+	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
 //go:embed sql/*.sql
@@ -15,23 +16,38 @@ var sqlFiles embed.FS
 // files with its quoted table names.
 type statements struct {
 	acquire, release, extend, lookupKey, lookupID, cleanup string
+	list, lastFence                                        string // inspections (inspect.go)
 }
 
-// cleanupGraceMs: CleanupInIsLocked deletes only rows expired this long ago.
-const cleanupGraceMs = 2000
+// render expands a statement file: the rules' SQL fragments ({{now_ms}},
+// {{live(alias)}}, {{fence_text(expr)}}, ...; see internal/rules) and the
+// quoted table and index names of one configuration.
+func render(name, table, fenceTable string) string {
+	out, err := renderText(mustRead(name), table, fenceTable)
+	if err != nil {
+		panic("syncguard: sql/" + name + ": " + err.Error()) // embedded at build time; TestStatementsRender renders every file
+	}
+	return out
+}
 
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+// renderText is render for any text of the statement files.
+func renderText(text, table, fenceTable string) (string, error) {
+	names := schemaNames(table, fenceTable)
+	for k, v := range names {
+		names[k] = rules.QuoteIdent(v)
+	}
+	return rules.Render(text, names)
+}
 
-func renderer(table, fenceTable string) *strings.Replacer {
-	return strings.NewReplacer(
-		"{{locks}}", quoteIdent(table),
-		"{{fences}}", quoteIdent(fenceTable),
-		"{{lock_id_index}}", quoteIdent("idx_"+table+"_lock_id"),
-		"{{expires_index}}", quoteIdent("idx_"+table+"_expires"),
-		"{{tolerance}}", strconv.Itoa(TimeToleranceMs),
-		"{{fence_max}}", strconv.FormatInt(FenceMax, 10),
-		"{{cleanup_grace}}", strconv.Itoa(cleanupGraceMs),
-	)
+// schemaNames are the table and index names of one configuration, by
+// their placeholder in the statement files, unquoted.
+func schemaNames(table, fenceTable string) map[string]string {
+	return map[string]string{
+		"locks":         table,
+		"fences":        fenceTable,
+		"lock_id_index": "idx_" + table + "_lock_id",
+		"expires_index": "idx_" + table + "_expires",
+	}
 }
 
 func mustRead(name string) string {
@@ -43,8 +59,7 @@ func mustRead(name string) string {
 }
 
 func renderStatements(table, fenceTable string) statements {
-	r := renderer(table, fenceTable)
-	read := func(name string) string { return r.Replace(stripComments(mustRead(name))) }
+	read := func(name string) string { return stripComments(render(name, table, fenceTable)) }
 	return statements{
 		acquire:   read("acquire.sql"),
 		release:   read("release.sql"),
@@ -52,6 +67,8 @@ func renderStatements(table, fenceTable string) statements {
 		lookupKey: read("lookup_key.sql"),
 		lookupID:  read("lookup_id.sql"),
 		cleanup:   read("cleanup.sql"),
+		list:      read("list.sql"),
+		lastFence: read("last_fence.sql"),
 	}
 }
 
@@ -82,7 +99,7 @@ func SchemaSQL(cfg *Config) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return renderer(r.table, r.fenceTable).Replace(mustRead("schema.sql")), nil
+	return render("schema.sql", r.table, r.fenceTable), nil
 }
 
 // schemaLockID is the advisory lock key that serializes concurrent

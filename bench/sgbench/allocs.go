@@ -7,7 +7,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
 // AllocRow is the client-side allocation cost of one operation, counted as
@@ -33,7 +33,7 @@ type AllocResult struct {
 // BareAcquireSQL is the comparison for syncguard's acquire: one prepared
 // statement taking acquire's five arguments and returning a row of acquire's
 // five result types, scanned into the same destination types.
-const BareAcquireSQL = `SELECT $2::text, $5::bigint + 1, $5::bigint, lpad('1', 15, '0'), ($1::text = $4::text AND $3::text <> '')`
+var BareAcquireSQL = `SELECT $2::text, $5::bigint + 1, $5::bigint, ` + rules.FenceTextSQL("1") + `, ($1::text = $4::text AND $3::text <> '')`
 
 // BareReleaseSQL is the comparison for release: one argument, three columns.
 const BareReleaseSQL = `SELECT $1::text, 1::bigint, 2::bigint`
@@ -57,9 +57,9 @@ func countAllocs(n int, fn func(i int) error) (AllocRow, error) {
 
 // BareAcquireArgs returns the arguments syncguard's acquire sends for key.
 func BareAcquireArgs(key string) []any {
-	norm, _ := syncguard.NormalizeKey(key)
-	storage, fence, _ := syncguard.StorageKeys(norm)
-	return []any{storage, syncguard.GenerateLockID(), fence, norm, int64(30000)}
+	norm, _ := rules.NormalizeKey(key)
+	storage, fence, _ := rules.StorageKeys(norm)
+	return []any{storage, rules.GenerateLockID(), fence, norm, int64(30000)}
 }
 
 // ScanAcquireShaped scans a row into acquire's destination types.

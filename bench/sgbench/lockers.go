@@ -4,9 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -41,7 +41,7 @@ var AllTables = []string{SGTable, SGFenceTable, RefTable, RefFenceTable, FloorTa
 // DropTables drops the given tables if they exist.
 func DropTables(ctx context.Context, db *sql.DB, tables ...string) error {
 	for _, t := range tables {
-		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+quoteIdent(t)); err != nil {
+		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+rules.QuoteIdent(t)); err != nil {
 			return fmt.Errorf("drop %s: %w", t, err)
 		}
 	}
@@ -63,11 +63,9 @@ func SetupTables(ctx context.Context, db *sql.DB) error {
 			return err
 		}
 	}
-	_, err := db.ExecContext(ctx, `CREATE TABLE `+quoteIdent(FloorTable)+` (k text PRIMARY KEY, v text NOT NULL)`)
+	_, err := db.ExecContext(ctx, `CREATE TABLE `+rules.QuoteIdent(FloorTable)+` (k text PRIMARY KEY, v text NOT NULL)`)
 	return err
 }
-
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 // ---------------------------------------------------------------- syncguard
 
@@ -155,13 +153,13 @@ type Reference struct {
 
 // NewReference prepares the reference design's statements on its tables.
 func NewReference(ctx context.Context, db *sql.DB) (*Reference, error) {
-	l, f := quoteIdent(RefTable), quoteIdent(RefFenceTable)
+	l, f := rules.QuoteIdent(RefTable), rules.QuoteIdent(RefFenceTable)
 	r := &Reference{db: db}
 	for _, p := range []struct {
 		dst **sql.Stmt
 		sql string
 	}{
-		{&r.now, `SELECT floor(extract(epoch FROM now()) * 1000)::bigint`},
+		{&r.now, `SELECT ` + rules.NowMsSQL}, // the transaction's first statement: now() of the reference
 		{&r.adv, `SELECT pg_advisory_xact_lock(hashtext($1))`},
 		{&r.sel, `SELECT lock_id, expires_at_ms FROM ` + l + ` WHERE key = $1 FOR UPDATE`},
 		{&r.fenceIns, `INSERT INTO ` + f + ` (fence_key, fence, key_debug) VALUES ($1, 0, $2) ON CONFLICT (fence_key) DO NOTHING`},
@@ -173,7 +171,7 @@ ON CONFLICT (key) DO UPDATE SET lock_id = EXCLUDED.lock_id, expires_at_ms = EXCL
 		{&r.selByID, `SELECT key, lock_id, expires_at_ms FROM ` + l + ` WHERE lock_id = $1 FOR UPDATE`},
 		{&r.del, `DELETE FROM ` + l + ` WHERE key = $1`},
 		{&r.extUpd, `UPDATE ` + l + ` SET expires_at_ms = $2 WHERE key = $1`},
-		{&r.read, `SELECT lock_id, expires_at_ms, acquired_at_ms, fence, user_key, floor(extract(epoch FROM now()) * 1000)::bigint
+		{&r.read, `SELECT lock_id, expires_at_ms, acquired_at_ms, fence, user_key, ` + rules.NowMsSQL + `
 FROM ` + l + ` WHERE key = $1`},
 	} {
 		st, err := db.PrepareContext(ctx, p.sql)
@@ -195,11 +193,11 @@ func (r *Reference) Close() {
 }
 
 func (r *Reference) Acquire(ctx context.Context, key string, ttl time.Duration) (id string, ok bool, err error) {
-	norm, err := syncguard.NormalizeKey(key)
+	norm, err := rules.NormalizeKey(key)
 	if err != nil {
 		return "", false, err
 	}
-	storage, fenceKey, err := syncguard.StorageKeys(norm)
+	storage, fenceKey, err := rules.StorageKeys(norm)
 	if err != nil {
 		return "", false, err
 	}
@@ -226,7 +224,7 @@ func (r *Reference) Acquire(ctx context.Context, key string, ttl time.Duration) 
 		err = nil
 	case err != nil:
 		return "", false, err
-	case syncguard.IsLive(curExp, nowMs, syncguard.TimeToleranceMs):
+	case rules.IsLive(curExp, nowMs):
 		err = tx.Commit() // the reference returns from sql.begin(): commit
 		return "", false, err
 	}
@@ -237,16 +235,16 @@ func (r *Reference) Acquire(ctx context.Context, key string, ttl time.Duration) 
 	if err = tx.StmtContext(ctx, r.fenceUpd).QueryRowContext(ctx, fenceKey).Scan(&fence); err != nil {
 		return "", false, err
 	}
-	if fence > syncguard.FenceMax {
+	if fence > rules.FenceMax {
 		err = fmt.Errorf("reference: fence %d above maximum", fence)
 		return "", false, err
 	}
-	f, err := syncguard.FormatFence(fence)
+	f, err := rules.FormatFence(fence)
 	if err != nil {
 		return "", false, err
 	}
-	id = syncguard.GenerateLockID()
-	if _, err = tx.StmtContext(ctx, r.upsert).ExecContext(ctx, storage, id, nowMs+ttl.Milliseconds(), nowMs, string(f), norm); err != nil {
+	id = rules.GenerateLockID()
+	if _, err = tx.StmtContext(ctx, r.upsert).ExecContext(ctx, storage, id, nowMs+ttl.Milliseconds(), nowMs, f, norm); err != nil {
 		return "", false, err
 	}
 	if err = tx.Commit(); err != nil {
@@ -259,7 +257,7 @@ func (r *Reference) Acquire(ctx context.Context, key string, ttl time.Duration) 
 // SELECT ... WHERE lock_id = $1 FOR UPDATE, and the ownership and liveness
 // checks. tx is nil when the transaction was already finished.
 func (r *Reference) lockedRow(ctx context.Context, id string) (tx *sql.Tx, key string, nowMs int64, err error) {
-	if err := syncguard.ValidateLockID(id); err != nil {
+	if err := rules.ValidateLockID(id); err != nil {
 		return nil, "", 0, err
 	}
 	tx, err = r.db.BeginTx(ctx, nil)
@@ -273,7 +271,7 @@ func (r *Reference) lockedRow(ctx context.Context, id string) (tx *sql.Tx, key s
 	var gotID string
 	var exp int64
 	err = tx.StmtContext(ctx, r.selByID).QueryRowContext(ctx, id).Scan(&key, &gotID, &exp)
-	if err == sql.ErrNoRows || (err == nil && (gotID != id || !syncguard.IsLive(exp, nowMs, syncguard.TimeToleranceMs))) {
+	if err == sql.ErrNoRows || (err == nil && (gotID != id || !rules.IsLive(exp, nowMs))) {
 		return nil, "", 0, tx.Commit()
 	}
 	if err != nil {
@@ -310,11 +308,11 @@ func (r *Reference) Extend(ctx context.Context, id string, ttl time.Duration) (b
 // Read is the spec's key lookup: SELECT * FROM locks WHERE key = $1, with
 // the server time read in the same statement (one round trip).
 func (r *Reference) Read(ctx context.Context, key, _ string) error {
-	norm, err := syncguard.NormalizeKey(key)
+	norm, err := rules.NormalizeKey(key)
 	if err != nil {
 		return err
 	}
-	storage, _, err := syncguard.StorageKeys(norm)
+	storage, _, err := rules.StorageKeys(norm)
 	if err != nil {
 		return err
 	}
@@ -325,7 +323,7 @@ func (r *Reference) Read(ctx context.Context, key, _ string) error {
 	if err := r.read.QueryRowContext(ctx, storage).Scan(&id, &exp, &acq, &fence, &userKey, &now); err != nil {
 		return err
 	}
-	if !syncguard.IsLive(exp, now, syncguard.TimeToleranceMs) {
+	if !rules.IsLive(exp, now) {
 		return fmt.Errorf("reference read: %q not live", key)
 	}
 	return nil
@@ -347,7 +345,7 @@ type Floor struct {
 
 // NewFloor prepares the floor's statements.
 func NewFloor(ctx context.Context, db *sql.DB) (*Floor, error) {
-	t := quoteIdent(FloorTable)
+	t := rules.QuoteIdent(FloorTable)
 	f := &Floor{}
 	for _, p := range []struct {
 		dst **sql.Stmt
@@ -381,7 +379,7 @@ func (f *Floor) Close() {
 func (f *Floor) WithSelect1() *Floor { c := *f; c.Select1 = true; return &c }
 
 func (f *Floor) Acquire(ctx context.Context, key string, _ time.Duration) (string, bool, error) {
-	res, err := f.ins.ExecContext(ctx, key, syncguard.GenerateLockID())
+	res, err := f.ins.ExecContext(ctx, key, rules.GenerateLockID())
 	if err != nil {
 		return "", false, err
 	}
@@ -399,7 +397,7 @@ func (f *Floor) Release(ctx context.Context, key string) (bool, error) {
 }
 
 func (f *Floor) Extend(ctx context.Context, key string, _ time.Duration) (bool, error) {
-	res, err := f.upd.ExecContext(ctx, key, syncguard.GenerateLockID())
+	res, err := f.upd.ExecContext(ctx, key, rules.GenerateLockID())
 	if err != nil {
 		return false, err
 	}

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
 // Config sets the size of a run.
@@ -162,7 +162,7 @@ func (e *Env) nextXid(ctx context.Context) (int64, error) {
 
 func (e *Env) fenceValue(ctx context.Context, table, key string) (int64, error) {
 	var n sql.NullInt64
-	err := e.Admin.QueryRowContext(ctx, `SELECT max(fence) FROM `+quoteIdent(table)+` WHERE fence_key = $1`, key).Scan(&n)
+	err := e.Admin.QueryRowContext(ctx, `SELECT max(fence) FROM `+rules.QuoteIdent(table)+` WHERE fence_key = $1`, key).Scan(&n)
 	return n.Int64, err
 }
 
@@ -449,8 +449,8 @@ func (e *Env) W2(ctx context.Context) (*WorkloadResult, error) {
 // release if won.
 func (e *Env) W3(ctx context.Context) (*WorkloadResult, error) {
 	key := fmt.Sprintf("%s:w3:%d:hot", e.Cfg.RunID, e.Cfg.Workers)
-	norm, _ := syncguard.NormalizeKey(key)
-	_, fenceKey, err := syncguard.StorageKeys(norm)
+	norm, _ := rules.NormalizeKey(key)
+	_, fenceKey, err := rules.StorageKeys(norm)
 	if err != nil {
 		return nil, err
 	}

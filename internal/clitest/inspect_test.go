@@ -529,16 +529,17 @@ func TestThroughPgBouncer(t *testing.T) {
 			}
 		}
 
-		// doctor with the defaults: exit 0, with warnings for the pooler
-		// and for programs that prepare.
+		// doctor with the defaults: exit 0, with a warning for the pooler;
+		// the CLI does not prepare.
 		code, fs := doctorFindings(t, d)
 		if code != 0 {
 			t.Errorf("doctor through PgBouncer with the defaults: exit %d: %v", code, fs)
 		}
 		wantFinding(t, fs, "pooler", "warn", "session-scoped advisory locks do not")
 		wantFinding(t, fs, "lock table", "ok", "")
-		if b.Version < "1.21" {
-			wantFinding(t, fs, "prepared statements", "warn", "default_query_exec_mode=exec")
+		wantFinding(t, fs, "prepared statements", "ok", "")
+		if !strings.Contains(fs["prepared statements"]["detail"].(string), "--no-prepare, the default") {
+			t.Errorf("prepared statements: %v", fs["prepared statements"])
 		}
 
 		// Preparing on purpose fails behind PgBouncer before 1.21; doctor

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -184,8 +185,8 @@ func (a *app) flagSet(cmd string) *flag.FlagSet {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	fs.StringVar(&a.dsn, "dsn", a.dsn, "PostgreSQL connection string (`DSN`), URL or key=value form (default $DATABASE_URL, else PG* variables)")
-	fs.StringVar(&a.table, "table", a.table, "lock table `NAME` (default "+syncguard.DefaultTableName+")")
-	fs.StringVar(&a.fenceTable, "fence-table", a.fenceTable, "fence counter table `NAME` (default "+syncguard.DefaultFenceTableName+")")
+	fs.StringVar(&a.table, "table", a.table, "lock table `NAME` (default "+rules.DefaultTable+")")
+	fs.StringVar(&a.fenceTable, "fence-table", a.fenceTable, "fence counter table `NAME` (default "+rules.DefaultFenceTable+")")
 	fs.BoolVar(&a.json, "json", a.json, "print results as JSON on stdout, for scripts (not for run: its stdout is COMMAND's)")
 	durationVar(fs, &a.timeout, "timeout", a.timeout, time.Millisecond, time.Hour, false,
 		"bound on connecting and on each database operation (`DURATION`: seconds or 500ms, 1m, ...)")

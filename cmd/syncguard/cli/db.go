@@ -3,13 +3,14 @@ package cli
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"log/slog"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/syncguard/syncguard-go/internal/errwrap"
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/pgxstd"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
@@ -107,19 +108,14 @@ func (a *app) wrap(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return syncguard.WrapError(ctx, op, pgxstd.Dialect, err)
+	return errwrap.Wrap(ctx, op, pgxstd.Dialect, err)
 }
 
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
-
-// nowMsSQL is the server's clock in milliseconds, as every syncguard
-// statement computes it.
-const nowMsSQL = `floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint`
-
-// serverNow returns the server's current time in milliseconds.
+// serverNow returns the server's current time in milliseconds, as every
+// syncguard statement reads it.
 func (a *app) serverNow(ctx context.Context, db *sql.DB) (int64, error) {
 	var now int64
-	err := db.QueryRowContext(ctx, `SELECT `+nowMsSQL).Scan(&now)
+	err := db.QueryRowContext(ctx, `SELECT `+rules.NowMsSQL).Scan(&now)
 	return now, a.wrap(ctx, "serverTime", err)
 }
 
@@ -180,33 +176,10 @@ func (h *lineHandler) WithGroup(string) slog.Handler { return h }
 func (a *app) tableNames() (locks, fences string) {
 	locks, fences = a.table, a.fenceTable
 	if locks == "" {
-		locks = syncguard.DefaultTableName
+		locks = rules.DefaultTable
 	}
 	if fences == "" {
-		fences = syncguard.DefaultFenceTableName
+		fences = rules.DefaultFenceTable
 	}
 	return locks, fences
-}
-
-// lastFence returns the fence counter of key (the last fence handed out),
-// or "" when the key was never acquired.
-func (a *app) lastFence(ctx context.Context, db *sql.DB, key string) (syncguard.Fence, error) {
-	norm, err := syncguard.NormalizeKey(key)
-	if err != nil {
-		return "", err
-	}
-	_, fenceKey, err := syncguard.StorageKeys(norm)
-	if err != nil {
-		return "", err
-	}
-	_, fences := a.tableNames()
-	var n sql.NullInt64
-	err = db.QueryRowContext(ctx, fmt.Sprintf(`SELECT "fence" FROM %s WHERE "fence_key" = $1`, quoteIdent(fences)), fenceKey).Scan(&n)
-	if err == sql.ErrNoRows || (err == nil && !n.Valid) {
-		return "", nil
-	}
-	if err != nil {
-		return "", a.wrap(ctx, "lastFence", err)
-	}
-	return syncguard.FormatFence(n.Int64)
 }

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -30,6 +31,7 @@ const (
 	// through every pooler.
 	pollDelay = 250 * time.Millisecond
 
+	defaultTTL   = 30 * time.Second
 	defaultWait  = 5 * time.Second
 	defaultGrace = 10 * time.Second
 	minTTL       = time.Second
@@ -85,7 +87,7 @@ func (a *app) cmdRun(args []string) error {
 	fs := a.flagSet("run")
 	o := runOpts{busyExit: ExitBusy}
 	fs.StringVar(&o.key, "key", "", "the lock's `KEY` (required; no environment variable: $SYNCGUARD_KEY is what COMMAND gets)")
-	durationVar(fs, &o.ttl, "ttl", syncguard.DefaultTTL, minTTL, maxTTL, false,
+	durationVar(fs, &o.ttl, "ttl", defaultTTL, minTTL, maxTTL, false,
 		"lease time to live (`DURATION`, 1s to 24h); extended every ttl/3 while COMMAND runs, it bounds how long the lock outlives a killed syncguard")
 	wait := &durationFlag{d: &o.wait, min: 0, max: maxWait, forever: true}
 	o.wait = defaultWait
@@ -144,7 +146,7 @@ func (o *runOpts) validate() error {
 	if o.key == "" {
 		return usageErr("--key is required")
 	}
-	if _, err := syncguard.NormalizeKey(o.key); err != nil {
+	if _, err := rules.NormalizeKey(o.key); err != nil {
 		return err
 	}
 	if len(o.command) == 0 {
@@ -163,7 +165,7 @@ func (a *app) lockOptions(o *runOpts) *syncguard.LockOptions {
 		// confirmed expiry on this machine's clock (see keeper).
 		AutoExtend: false,
 		Acquisition: syncguard.AcquisitionOptions{
-			MaxRetries: syncguard.NoRetries, Timeout: a.timeout,
+			MaxRetries: -1, // one attempt: acquire polls itself Timeout: a.timeout,
 		},
 		ReleaseTimeout: a.timeout,
 		// runHolding releases explicitly and reports the error itself.

@@ -18,8 +18,10 @@ import (
 // a commit only the primary has).
 type answerAfterCancel struct{ cancel func() }
 
-func (a *answerAfterCancel) Connect(context.Context) (sqldriver.Conn, error) { return (*aacConn)(a), nil }
-func (a *answerAfterCancel) Driver() sqldriver.Driver                       { return aacDriver{} }
+func (a *answerAfterCancel) Connect(context.Context) (sqldriver.Conn, error) {
+	return (*aacConn)(a), nil
+}
+func (a *answerAfterCancel) Driver() sqldriver.Driver { return aacDriver{} }
 
 type aacDriver struct{}
 

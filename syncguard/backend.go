@@ -21,7 +21,27 @@ import (
 // on the connection, one round trip.
 type Backend struct {
 	shared *shared
-	tx     *sql.Tx // non-nil for the WithTx view
+	tx     Tx     // non-nil for the WithTx view
+	stmtTx stmtTx // tx, when it can reuse prepared statements (*sql.Tx)
+}
+
+// Tx is what Backend.WithTx needs of the caller's transaction: the query
+// methods of *sql.Tx, which *sql.Tx and *sqlx.Tx have, and so has GORM's
+// tx.Statement.ConnPool. For bun pass bunTx.Tx (the *sql.Tx inside a
+// bun.Tx); for ent, the *sql.Tx its driver runs on. docs/orm.md shows each.
+//
+// Statements run on tx exactly as written, with PostgreSQL's $n
+// placeholders: tx must not rewrite queries (bun.Tx's own methods expand ?
+// placeholders, hence bunTx.Tx).
+type Tx interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// stmtTx is a Tx that can run a statement prepared on the pool on its own
+// connection (*sql.Tx, and types embedding it such as *sqlx.Tx).
+type stmtTx interface {
+	StmtContext(ctx context.Context, stmt *sql.Stmt) *sql.Stmt
 }
 
 type shared struct {
@@ -99,8 +119,19 @@ func lookupDialect(db *sql.DB) (driver.Dialect, bool) {
 // under a lockId the caller never learned. Serialization failures (40001)
 // inside tx are the caller's to retry, with a new transaction. A Lease
 // (Lock, WithLock) made on the view must end before tx does.
-func (b *Backend) WithTx(tx *sql.Tx) *Backend {
-	return &Backend{shared: b.shared, tx: tx}
+//
+// tx is usually a *sql.Tx; any Tx works (see Tx for the ORMs). A nil tx
+// gives b's pool behaviour.
+func (b *Backend) WithTx(tx Tx) *Backend {
+	if tx == nil {
+		return &Backend{shared: b.shared}
+	}
+	if t, ok := tx.(*sql.Tx); ok && t == nil {
+		return &Backend{shared: b.shared}
+	}
+	v := &Backend{shared: b.shared, tx: tx}
+	v.stmtTx, _ = tx.(stmtTx)
+	return v
 }
 
 // Capabilities reports Backend "postgres", fencing, and server time.
@@ -128,10 +159,14 @@ func (b *Backend) queryRow(ctx context.Context, i int, args ...any) (*sql.Row, e
 		return s.db.QueryRowContext(ctx, s.text(i), args...), nil
 	}
 	if b.tx != nil {
-		if stmt := s.stmts[i].stmt.Load(); stmt != nil {
+		if stmt := s.stmts[i].stmt.Load(); stmt != nil && b.stmtTx != nil {
 			// Reuses the statement already prepared on the transaction's
 			// connection, or prepares it there once.
-			return b.tx.StmtContext(ctx, stmt).QueryRowContext(ctx, args...), nil
+			return b.stmtTx.StmtContext(ctx, stmt).QueryRowContext(ctx, args...), nil
+		}
+		if b.stmtTx == nil {
+			// A transaction of another kind (an ORM's): unprepared.
+			return b.tx.QueryRowContext(ctx, s.text(i), args...), nil
 		}
 		// Preparing on the pool would need a second connection while the
 		// transaction holds one (a deadlock with SetMaxOpenConns(1)). Run
@@ -262,6 +297,18 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, no
 		}
 		return AcquireResult{}, e
 	}
+	if b.tx == nil && ctx.Err() != nil {
+		// A row, but the context ended while the statement ran: the
+		// commit may be on the primary only (see unconfirmed). Not
+		// reported as acquired; our lockId, if it won, is released in the
+		// background.
+		e := unconfirmed(ctx, op)
+		e.Key = key
+		if d.gotID.Valid && d.gotID.String == lockID {
+			go b.shared.releaseOrphan(ctx, lockID)
+		}
+		return AcquireResult{}, e
+	}
 	if d.exhausted {
 		return AcquireResult{}, &Error{Op: op, Code: CodeInternal, Key: key,
 			Msg: fmt.Sprintf("fence counter for this key reached its maximum (%d); nothing was committed", int64(rules.FenceMax))}
@@ -306,6 +353,20 @@ func outcomeUnknown(ctx context.Context, e *Error) bool {
 		return true // the connection or the server went away mid-statement
 	}
 	return false
+}
+
+// unconfirmed is the error for an acquire or extend on the pool that
+// returned its row although its context had ended meanwhile. lib/pq answers
+// a context's end with a cancel request, and when the cancel reaches a
+// commit that waits for a synchronous standby, PostgreSQL stops waiting and
+// returns success (with only a WARNING, "canceling wait for synchronous
+// replication") for a commit that only the primary has: a failover would
+// lose it, and with it the lock or the extension and the fence. So the
+// result is not reported; the outcome is unknown, as for any cut statement.
+func unconfirmed(ctx context.Context, op string) *Error {
+	e := fromContext(ctx, op, nil)
+	e.Msg += "; the statement returned after it, so it may have committed on the primary without reaching a synchronous standby: outcome unknown, not reported as done"
+	return e
 }
 
 // orphanAttempts bounds the background release after an acquire whose
@@ -418,6 +479,12 @@ func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) 
 	}
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
+		e.LockID = lockID
+		return ExtendResult{}, e
+	}
+	if b.tx == nil && ctx.Err() != nil && d.updated.Valid {
+		// As in Acquire: an extension that may exist on the primary only.
+		e := unconfirmed(ctx, op)
 		e.LockID = lockID
 		return ExtendResult{}, e
 	}

@@ -6,6 +6,7 @@ import (
 	"embed"
 	"strings"
 
+	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
@@ -125,7 +126,7 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	r, _ := cfg.resolve()
 	cl := classifier{dialect: r.dialect}
 	if cl.dialect == nil {
-		cl.dialect, _ = lookupDialect(db)
+		cl.dialect, _ = driver.Lookup(db.Driver())
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {

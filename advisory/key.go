@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"unicode/utf16"
 	"unicode/utf8"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -116,18 +116,9 @@ func nameID(namespace, name string) int64 {
 // still compute these ids; new locks use FromName or a Registry.
 func LegacyFNV1a32(input string) int32 {
 	h := uint32(2166136261)
-	add := func(u uint16) {
+	for u := range rules.UTF16Units(input) {
 		h ^= uint32(u)
 		h *= 16777619
-	}
-	for _, r := range input {
-		if r >= 0x10000 {
-			a, b := utf16.EncodeRune(r)
-			add(uint16(a))
-			add(uint16(b))
-		} else {
-			add(uint16(r))
-		}
 	}
 	return int32(h)
 }

@@ -130,49 +130,45 @@ func classify(err error, info driver.ErrorInfo) (string, string) {
 // mapping is a code and the words for it.
 type mapping struct{ code, msg string }
 
-// bySQLState maps the SQLSTATEs a caller must tell apart; byClass the
-// other codes of a class (the first two characters). docs/errors.md says
-// why each is what a caller acts on.
-var (
-	bySQLState = map[string]mapping{
-		"28000": {AuthFailed, "PostgreSQL rejected the credentials"},
-		"28P01": {AuthFailed, "PostgreSQL rejected the credentials"},
-		"42501": {AuthFailed, "insufficient privilege on the lock tables"},
-		"53300": {RateLimited, "too many connections"},
-		"57014": {NetworkTimeout, "statement cancelled by the server (statement_timeout)"},
-		"55P03": {NetworkTimeout, "lock wait timed out (lock_timeout)"},
-		"57P01": {ServiceUnavailable, "server shutting down, restarting or terminated the connection"},
-		"57P02": {ServiceUnavailable, "server shutting down, restarting or terminated the connection"},
-		"57P03": {ServiceUnavailable, "server shutting down, restarting or terminated the connection"},
-		"40001": {ServiceUnavailable, "transaction conflict (serialization failure or deadlock)"},
-		"40P01": {ServiceUnavailable, "transaction conflict (serialization failure or deadlock)"},
-		// A node that is, or is becoming, a standby: after a failover, or
-		// while the failover manager holds a node read-only during a
-		// switchover. The next connection to the new primary succeeds.
-		"25006": {ServiceUnavailable, "read-only transaction: the server is a standby or read-only during a failover; " +
-			"retryable once connected to the new primary (use target_session_attrs=read-write in the DSN)"},
-		"25P02": {Internal, "the caller's transaction is aborted; roll it back"},
-		"42P01": {Internal, "lock table missing: run syncguard.SetupSchema (or apply syncguard.SchemaSQL) first"},
-		"42703": {Internal, "lock table has the wrong columns: it was not created by syncguard.SetupSchema"},
-	}
-	byClass = map[string]mapping{
-		"08": {ServiceUnavailable, "connection exception"},
-		"53": {ServiceUnavailable, "server out of resources"},
-		"22": {InvalidArgument, "data exception"},
-		"23": {InvalidArgument, "integrity constraint violation"},
-		"28": {AuthFailed, "invalid authorization"},
-	}
-)
+// bySQLState maps a SQLSTATE (five characters) or a class of them (its
+// first two) onto a code; an exact SQLSTATE wins over its class.
+// docs/errors.md says why each is what a caller acts on.
+var bySQLState = map[string]mapping{
+	"28000": {AuthFailed, "PostgreSQL rejected the credentials"},
+	"28P01": {AuthFailed, "PostgreSQL rejected the credentials"},
+	"42501": {AuthFailed, "insufficient privilege on the lock tables"},
+	"53300": {RateLimited, "too many connections"},
+	"57014": {NetworkTimeout, "statement cancelled by the server (statement_timeout)"},
+	"55P03": {NetworkTimeout, "lock wait timed out (lock_timeout)"},
+	"57P01": {ServiceUnavailable, "server shutting down, restarting or terminated the connection"},
+	"57P02": {ServiceUnavailable, "server shutting down, restarting or terminated the connection"},
+	"57P03": {ServiceUnavailable, "server shutting down, restarting or terminated the connection"},
+	"40001": {ServiceUnavailable, "transaction conflict (serialization failure or deadlock)"},
+	"40P01": {ServiceUnavailable, "transaction conflict (serialization failure or deadlock)"},
+	// A node that is, or is becoming, a standby: after a failover, or
+	// while the failover manager holds a node read-only during a
+	// switchover. The next connection to the new primary succeeds.
+	"25006": {ServiceUnavailable, "read-only transaction: the server is a standby or read-only during a failover; " +
+		"retryable once connected to the new primary (use target_session_attrs=read-write in the DSN)"},
+	"25P02": {Internal, "the caller's transaction is aborted; roll it back"},
+	"42P01": {Internal, "lock table missing: run syncguard.SetupSchema (or apply syncguard.SchemaSQL) first"},
+	"42703": {Internal, "lock table has the wrong columns: it was not created by syncguard.SetupSchema"},
+	"08":    {ServiceUnavailable, "connection exception"},
+	"53":    {ServiceUnavailable, "server out of resources"},
+	"22":    {InvalidArgument, "data exception"},
+	"23":    {InvalidArgument, "integrity constraint violation"},
+	"28":    {AuthFailed, "invalid authorization"},
+}
 
-// classifySQLState looks s up by code, then by class; ok is false for a
-// SQLSTATE neither table maps (or a string that is not one).
+// classifySQLState looks s up, then its class; ok is false for a SQLSTATE
+// the table does not map (or a string that is not one).
 func classifySQLState(s string) (code, msg string, ok bool) {
 	if len(s) != 5 {
 		return Internal, "", false
 	}
 	m, ok := bySQLState[s]
 	if !ok {
-		m, ok = byClass[s[:2]]
+		m, ok = bySQLState[s[:2]]
 	}
 	return m.code, m.msg, ok
 }

@@ -182,13 +182,62 @@ func (r result) String() string {
 	return fmt.Sprintf("exit %d after %v\nstdout:\n%s\nstderr:\n%s", r.code, r.elapsed.Round(time.Millisecond), r.stdout, r.stderr)
 }
 
+// syncBuffer is a bytes.Buffer safe for a writer and readers at once, so
+// that tests can watch a running process's output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // proc is a started syncguard process.
 type proc struct {
 	cmd            *exec.Cmd
-	stdout, stderr bytes.Buffer
+	stdout, stderr syncBuffer
 	start          time.Time
 	done           chan struct{}
 	res            result
+}
+
+// waitOutput waits until the process's stderr (or stdout) contains want,
+// and fails when it exits without.
+func (p *proc) waitStderr(t *testing.T, want string) {
+	t.Helper()
+	p.waitFor(t, want, &p.stderr)
+}
+
+func (p *proc) waitStdout(t *testing.T, want string) {
+	t.Helper()
+	p.waitFor(t, want, &p.stdout)
+}
+
+func (p *proc) waitFor(t *testing.T, want string, b *syncBuffer) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !strings.Contains(b.String(), want) {
+		select {
+		case <-p.done:
+			if strings.Contains(b.String(), want) {
+				return
+			}
+			t.Fatalf("syncguard exited without printing %q\n%s", want, p.res)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("syncguard did not print %q within 2m\nstdout:\n%s\nstderr:\n%s", want, p.stdout.String(), b.String())
+		}
+	}
 }
 
 func start(t *testing.T, environ []string, args ...string) *proc {
@@ -196,6 +245,14 @@ func start(t *testing.T, environ []string, args ...string) *proc {
 	p := &proc{cmd: exec.Command(bin, args...), done: make(chan struct{})}
 	p.cmd.Env = environ
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	p.begin(t)
+	return p
+}
+
+// begin starts p.cmd and waits for it in the background; the test's
+// cleanup kills it if it still runs.
+func (p *proc) begin(t *testing.T) {
+	t.Helper()
 	p.start = time.Now()
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -214,11 +271,11 @@ func start(t *testing.T, environ []string, args ...string) *proc {
 		select {
 		case <-p.done:
 		default:
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
 			_ = p.cmd.Process.Kill()
 			<-p.done
 		}
 	})
-	return p
 }
 
 func (p *proc) wait(t *testing.T, timeout time.Duration) result {
@@ -571,7 +628,10 @@ func TestPGEnvironment(t *testing.T) {
 	p := start(t, env("", "PGHOST="+srv.Host, "PGPORT="+strconv.Itoa(srv.Port), "PGUSER=postgres",
 		"PGDATABASE=syncguard_cli", "PGSSLMODE=disable"), "status", "--json", key(t, "k"))
 	r := p.wait(t, time.Minute)
-	wantCode(t, r, 0)
+	wantCode(t, r, 1) // free
+	if m := decode(t, r); m["held"] != false {
+		t.Errorf("status: %v", m)
+	}
 }
 
 func TestStatus(t *testing.T) {
@@ -581,7 +641,7 @@ func TestStatus(t *testing.T) {
 	k := key(t, "k")
 
 	r := sg(t, d, "status", k)
-	wantCode(t, r, 0)
+	wantCode(t, r, 1) // free
 	if !strings.Contains(r.stdout, "free") || !strings.Contains(r.stdout, "never acquired") {
 		t.Errorf("status of a new key: %s", r)
 	}
@@ -606,6 +666,7 @@ func TestStatus(t *testing.T) {
 	}
 	b.Release(ctxT(t), res.LockID)
 	r = sg(t, d, "status", k)
+	wantCode(t, r, 1)
 	if !strings.Contains(r.stdout, "free") || !strings.Contains(r.stdout, string(res.Fence)) {
 		t.Errorf("status after release should show the last fence: %s", r)
 	}

@@ -34,14 +34,18 @@ func (e *pgBouncerErr) Unwrap() error { return &e.pgErr }
 type fakeDialect struct{}
 
 func (fakeDialect) Name() string { return "fake" }
+
+// Inspect reports the shapes a real dialect reports for a server error:
+// SQLSTATE, severity and the server's message.
 func (fakeDialect) Inspect(err error) driver.ErrorInfo {
 	var pe *pgErr
 	if errors.As(err, &pe) {
-		info := driver.ErrorInfo{SQLState: pe.code}
-		if pe.severity == "FATAL" {
-			info.Kind = driver.KindUnavailable
+		msg := pe.Error()
+		var pb *pgBouncerErr
+		if errors.As(err, &pb) {
+			msg = pb.Error()
 		}
-		return info
+		return driver.ErrorInfo{SQLState: pe.code, Severity: pe.severity, Message: msg}
 	}
 	return driver.ErrorInfo{}
 }

@@ -122,7 +122,7 @@ func TestRunQuietOnTransientOutage(t *testing.T) {
 			px, viaProxy := startProxy(t, d)
 			k := key(t, "k")
 			dir := t.TempDir()
-			args := []string{"run", "--key", k, "--ttl", "20", "--timeout", "1"}
+			args := []string{"run", "--key", k, "--ttl", "30", "--timeout", "1"}
 			if quiet {
 				args = append(args, "-q")
 			}

@@ -482,17 +482,17 @@ func TestThroughPgBouncer(t *testing.T) {
 		b := startPgBouncer(t, srv, pgtest.PgBouncerOptions{PoolMode: "transaction", DefaultPoolSize: 2})
 		d := b.DSNFor("", "", "syncguard_cli")
 
-		// run with a short TTL: an extend every third of a second, until
-		// the test has seen five of them on the server.
+		// run with a short TTL (an extend every 1.3 s, each with 1.4 s to
+		// spare), until the test has seen four extends on the server.
 		k := key(t, "k")
 		dir := t.TempDir()
-		p := start(t, env(d), "run", "--key", k, "--ttl", "1", "--", "sh", "-c",
+		p := start(t, env(d), "run", "--key", k, "--ttl", "4", "--", "sh", "-c",
 			fmt.Sprintf(`echo "$SYNCGUARD_FENCE" > %[1]s/fence; while [ ! -e %[1]s/go ]; do sleep 0.05; done`, dir))
 		waitFile(t, filepath.Join(dir, "fence"), time.Minute)
 		db := openDB(t, direct)
 		seen := map[int64]bool{}
 		deadline := time.Now().Add(2 * time.Minute)
-		for len(seen) < 6 {
+		for len(seen) < 5 {
 			var exp int64
 			if err := db.QueryRowContext(ctxT(t), `SELECT expires_at_ms FROM syncguard_locks WHERE user_key = $1`, k).Scan(&exp); err != nil {
 				t.Fatalf("the lock row: %v (stderr: %s)", err, p.stderr.String())
@@ -570,7 +570,7 @@ func TestThroughPgBouncer(t *testing.T) {
 		}
 		r = start(t, env(withExec, "SYNCGUARD_NO_PREPARE=false"), "doctor", "--json").wait(t, time.Minute)
 		wantCode(t, r, 0)
-		r = start(t, env(withExec, "SYNCGUARD_NO_PREPARE=false"), "run", "--key", k, "--ttl", "1", "--", "true").wait(t, time.Minute)
+		r = start(t, env(withExec, "SYNCGUARD_NO_PREPARE=false"), "run", "--key", k, "--", "true").wait(t, time.Minute)
 		wantCode(t, r, 0)
 	})
 	t.Run("session mode", func(t *testing.T) {

@@ -69,7 +69,7 @@ echo $! > bg
 setsid sh -c 'trap "" TERM HUP; echo $$ > daemon; while :; do sleep 0.05; done' &
 echo $$ > cmd
 wait`, dir)
-	p := start(t, env(d), "run", "--key", k, "--ttl", "2", "--", "sh", "-c", script)
+	p := start(t, env(d), "run", "--key", k, "--", "sh", "-c", script)
 	pids := []int{readPid(t, filepath.Join(dir, "cmd")), readPid(t, filepath.Join(dir, "bg")), readPid(t, filepath.Join(dir, "daemon"))}
 	supervisors := childrenOf(p.cmd.Process.Pid)
 	if len(supervisors) != 1 {
@@ -238,4 +238,39 @@ func TestRunCommandStoppedOnTerminal(t *testing.T) {
 			t.Fatalf("--foreground: exit %d, terminal output:\n%s", r.code, tty.out.String())
 		}
 	})
+}
+
+// Item 2, a limit documented in docs/cli.md: should the supervisor itself
+// be SIGKILLed, syncguard (a subreaper too) kills and reaps what is left
+// of the tree, releases the lock and exits 70.
+func TestRunSupervisorKilled(t *testing.T) {
+	t.Parallel()
+	d := dsn(t)
+	b := backend(t, openDB(t, d), nil)
+	k := key(t, "k")
+	dir := t.TempDir()
+	script := fmt.Sprintf(`cd %s
+trap '' TERM
+(trap '' TERM; while :; do sleep 0.05; done) &
+echo $! > bg
+echo $$ > cmd
+while :; do sleep 0.05; done`, dir)
+	p := start(t, env(d), "run", "--key", k, "--", "sh", "-c", script)
+	pids := []int{readPid(t, filepath.Join(dir, "cmd")), readPid(t, filepath.Join(dir, "bg"))}
+	supervisors := childrenOf(p.cmd.Process.Pid)
+	if len(supervisors) != 1 {
+		t.Fatalf("want one supervisor process under syncguard, got %v", supervisors)
+	}
+	if err := syscall.Kill(supervisors[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	r := p.wait(t, 2*time.Minute)
+	wantCode(t, r, 70)
+	wantOneLineError(t, r, "syncguard: run: Internal: the supervisor of sh died")
+	for _, pid := range pids {
+		if alive(pid) {
+			t.Errorf("process %d of the tree outlived syncguard", pid)
+		}
+	}
+	assertFree(t, b, k)
 }

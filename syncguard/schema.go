@@ -138,7 +138,15 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	}
 	for _, stmt := range splitStatements(ddl) {
 		if _, err := tx.ExecContext(ctx, stmt); err != nil {
-			return cl.wrap(ctx, op, err)
+			e := cl.wrap(ctx, op, err)
+			if e.SQLState == "42501" {
+				// The schema, not the lock tables, is what the role lacks a
+				// privilege on (PostgreSQL 15 lets only its owner create in
+				// public).
+				e.Msg = "insufficient privilege to create the lock tables: the role needs CREATE on the schema " +
+					"(GRANT CREATE ON SCHEMA ... TO ...), or let the schema's owner run SetupSchema (or apply SchemaSQL in a migration)"
+			}
+			return e
 		}
 	}
 	if err := tx.Commit(); err != nil {

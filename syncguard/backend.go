@@ -51,6 +51,7 @@ type shared struct {
 	cl       classifier
 	stmts    [numStmts]lazyStmt
 	lastSwep atomic.Int64 // unix nanos of the last background cleanup
+	hub      *hub         // waiting: wake-ups on release (wake.go)
 }
 
 const (
@@ -95,6 +96,7 @@ func New(db *sql.DB, cfg *Config) (*Backend, error) {
 		r.logger = slog.Default()
 	}
 	s := &shared{db: db, cfg: r, sql: renderStatements(r.table, r.fenceTable), cl: classifier{dialect: r.dialect}}
+	s.hub = newHub(s)
 	return &Backend{shared: s}, nil
 }
 
@@ -234,6 +236,20 @@ func (s *shared) text(i int) string {
 // Acquire implements LockBackend. It is a single attempt: OK == false
 // means the key is held; use the lock helper for retries.
 func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
+	return b.acquire(ctx, key, ttl, "")
+}
+
+// waitHub implements waitable.
+func (b *Backend) waitHub() *hub { return b.shared.hub }
+
+// acquireNoted implements waitable.
+func (b *Backend) acquireNoted(ctx context.Context, key string, ttl time.Duration, note string) (AcquireResult, error) {
+	return b.acquire(ctx, key, ttl, note)
+}
+
+// acquire is Acquire; note, when not empty, is the prefix of the
+// notification a successful attempt sends (see wake.go).
+func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, note string) (AcquireResult, error) {
 	const op = "acquire"
 	k, e := checkKey(op, key)
 	if e != nil {
@@ -255,10 +271,11 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		expires, acquired sql.NullInt64
 		fence             sql.NullString
 		exhausted         bool
+		now               int64
 	}
-	row, err := b.queryRow(ctx, stmtAcquire, k.Storage, lockID, k.Fence, k.Norm, ttlMs)
+	row, err := b.queryRow(ctx, stmtAcquire, k.Storage, lockID, k.Fence, k.Norm, ttlMs, note)
 	if err == nil {
-		err = row.Scan(&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted)
+		err = row.Scan(&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted, &d.now)
 	}
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
@@ -297,7 +314,13 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 			Msg: fmt.Sprintf("fence counter for this key reached its maximum (%d); nothing was committed", int64(rules.FenceMax))}
 	}
 	if !d.gotID.Valid || d.gotID.String != lockID {
-		return AcquireResult{OK: false, Reason: ReasonLocked}, nil
+		res := AcquireResult{OK: false, Reason: ReasonLocked}
+		b.shared.hub.sawServerTime(d.now, time.Now())
+		if d.expires.Valid {
+			// The holder's lock can be taken once it is no longer live.
+			res.retryIn = time.Duration(d.expires.Int64+rules.ToleranceMs+1-d.now) * time.Millisecond
+		}
+		return res, nil
 	}
 	fence, ferr := rules.ParseFence(d.fence.String)
 	if !d.expires.Valid || !d.fence.Valid || ferr != nil {
@@ -391,10 +414,15 @@ func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, er
 		deleted     sql.NullString
 		seenExpires sql.NullInt64
 		now         int64
+		keyHash     sql.NullString
 	}
-	row, err := b.queryRow(ctx, stmtRelease, lockID)
+	token := "" // inside a transaction the notification wakes this process too
+	if b.tx == nil {
+		token = b.shared.hub.token
+	}
+	row, err := b.queryRow(ctx, stmtRelease, lockID, token)
 	if err == nil {
-		err = row.Scan(&d.deleted, &d.seenExpires, &d.now)
+		err = row.Scan(&d.deleted, &d.seenExpires, &d.now, &d.keyHash)
 	}
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
@@ -403,6 +431,12 @@ func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, er
 	}
 	// Explicit ownership verification (ADR-003): the deleted row must be ours.
 	if d.deleted.Valid && d.deleted.String == lockID {
+		if b.tx == nil && d.keyHash.Valid {
+			// Wake this process's waiters at once; other processes get the
+			// statement's notification. (Inside a transaction they wait
+			// for the notification, delivered at commit.)
+			b.shared.hub.released(d.keyHash.String)
+		}
 		return ReleaseResult{OK: true}, nil
 	}
 	return ReleaseResult{OK: false, Reason: failReason(d.seenExpires, d.now)}, nil

@@ -137,6 +137,7 @@ var deploymentChecks = []func(d *deployment){
 	(*deployment).replication,
 	(*deployment).clock,
 	(*deployment).pooler,
+	(*deployment).notifications, // deployment_wait.go
 }
 
 // deployment is the state of one CheckDeployment run.

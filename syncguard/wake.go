@@ -119,7 +119,7 @@ type hub struct {
 	nwait  int    // waiters (and status checks) registered
 	seq    uint64 // free events seen, all keys
 	recent [64]freeEvent
-	// listener (listen.go)
+	// the LISTEN connection (below)
 	state     int
 	reason    string    // why state is lnOff, for status and the log
 	retryAt   time.Time // no new LISTEN connection before this

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"strconv"
 	"strings"
 
 	"github.com/syncguard/syncguard-go/driver"
@@ -38,6 +39,7 @@ func renderText(text, table, fenceTable string) (string, error) {
 		names[k] = rules.QuoteIdent(v)
 	}
 	names["channel"] = wakeChannelSQL(table) // a string literal (wake.go)
+	names["wait_class"] = strconv.Itoa(int(waitClass(table)))
 	return rules.Render(renderWake(text), names)
 }
 

@@ -24,9 +24,13 @@ func init() {
 
 	registerSQL("Errors/WrongPasswordIsAuthFailed", func(e *sqlEnv) {
 		e.skipUnlessHook(e.h.OpenWrongPassword != nil, "OpenWrongPassword")
-		b := e.newBackend(e.h.OpenWrongPassword(e.t), nil)
+		db := e.h.OpenWrongPassword(e.t)
 		ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
 		defer cancel()
+		if db.PingContext(ctx) == nil {
+			e.t.Fatalf("setup: OpenWrongPassword's pool connected: the server accepted its credentials (pg_hba.conf \"trust\" for that user and host?); the case needs a DSN the server rejects")
+		}
+		b := e.newBackend(db, nil)
 		for op, err := range allOps(ctx, b, e.key("auth"), rules.GenerateLockID(), time.Second) {
 			if !errIs(err, syncguard.ErrAuthFailed) || syncguard.CodeOf(err).Retryable() {
 				e.t.Errorf("rule: rejected credentials fail with ErrAuthFailed (not retryable); %s got %v", op, err)

@@ -96,7 +96,7 @@ func New(db *sql.DB, cfg *Config) (*Backend, error) {
 		r.logger = slog.Default()
 	}
 	s := &shared{db: db, cfg: r, sql: renderStatements(r.table, r.fenceTable), cl: classifier{dialect: r.dialect}}
-	s.hub = newHub(s)
+	s.hub = newHub(db, r, s.cl)
 	return &Backend{shared: s}, nil
 }
 
@@ -237,14 +237,6 @@ func (s *shared) text(i int) string {
 // means the key is held; use the lock helper for retries.
 func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
 	return b.acquire(ctx, key, ttl, "")
-}
-
-// waitHub implements waitable.
-func (b *Backend) waitHub() *hub { return b.shared.hub }
-
-// acquireNoted implements waitable.
-func (b *Backend) acquireNoted(ctx context.Context, key string, ttl time.Duration, note string) (AcquireResult, error) {
-	return b.acquire(ctx, key, ttl, note)
 }
 
 // acquire is Acquire; note, when not empty, is the prefix of the

@@ -37,8 +37,7 @@ func (b *bus) send(_ context.Context, payload string) {
 
 // process returns a hub on b, as if its LISTEN connection were confirmed.
 func (b *bus) process() *hub {
-	s := &shared{cfg: resolved{table: "t", dialect: nullDialect{}, logger: discardLogger(), releaseTimeout: time.Second}}
-	h := newHub(s)
+	h := newHub(nil, resolved{table: "t", dialect: nullDialect{}, logger: discardLogger(), releaseTimeout: time.Second}, classifier{})
 	h.state = lnOn
 	h.send = b.send
 	b.mu.Lock()

@@ -110,6 +110,56 @@ func (b *Backend) Capabilities() Capabilities {
 func (b *Backend) TableName() string      { return b.shared.cfg.table }
 func (b *Backend) FenceTableName() string { return b.shared.cfg.fenceTable }
 
+// run runs statement i with args on the transaction or the pool and scans
+// its one row into dest.
+//
+// On the pool path a serialization failure (40001) or deadlock (40P01)
+// means the session's default isolation is not READ COMMITTED (a role,
+// database or DSN setting): the statement was aborted, nothing committed,
+// where READ COMMITTED would have re-checked the latest row version (or,
+// under SERIALIZABLE, never conflicted at all: predicate locks on shared
+// index pages make statements on unrelated keys conflict). run then runs
+// the statement once more in an explicit READ COMMITTED transaction, which
+// gives the answer the statement gives under PostgreSQL's default. The
+// common case stays one round trip; the retry costs three more (BEGIN, the
+// statement, COMMIT). See docs/design.md, "Isolation level".
+func (b *Backend) run(ctx context.Context, i int, args []any, dest ...any) error {
+	row, err := b.queryRow(ctx, i, args...)
+	if err == nil {
+		err = row.Scan(dest...)
+	}
+	if err == nil || b.tx != nil || ctx.Err() != nil || !b.shared.serializationFailure(err) {
+		return err
+	}
+	return b.shared.runReadCommitted(ctx, i, args, dest)
+}
+
+// serializationFailure reports whether err is a 40001 or 40P01 from the server.
+func (s *shared) serializationFailure(err error) bool {
+	if s.cfg.dialect == nil {
+		return false
+	}
+	st := s.cfg.dialect.Inspect(err).SQLState
+	return st == "40001" || st == "40P01"
+}
+
+// runReadCommitted runs statement i in its own READ COMMITTED transaction.
+func (s *shared) runReadCommitted(ctx context.Context, i int, args, dest []any) error {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return err
+	}
+	row, err := (&Backend{shared: s, tx: tx}).queryRow(ctx, i, args...)
+	if err == nil {
+		err = row.Scan(dest...)
+	}
+	if err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
 // queryRow runs statement i with args on the transaction or the pool.
 func (b *Backend) queryRow(ctx context.Context, i int, args ...any) (*sql.Row, error) {
 	s := b.shared
@@ -254,21 +304,11 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		fence             sql.NullString
 		exhausted         bool
 	}
-	row, err := b.queryRow(ctx, stmtAcquire, storage, lockID, fenceKey, norm, ttlMs)
-	if err == nil {
-		err = row.Scan(&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted)
-	}
+	err = b.run(ctx, stmtAcquire, []any{storage, lockID, fenceKey, norm, ttlMs},
+		&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted)
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
 		e.Key = key
-		if b.tx == nil && (e.SQLState == "40001" || e.SQLState == "40P01") {
-			// Only under a REPEATABLE READ or SERIALIZABLE default isolation
-			// (a role or database setting): a racer whose snapshot is stale
-			// meets a row changed since, and PostgreSQL aborts the statement
-			// instead of letting its conditions decide. Nothing was
-			// committed, and another acquire changed the key: contention.
-			return AcquireResult{OK: false, Reason: ReasonLocked}, nil
-		}
 		if b.tx == nil && outcomeUnknown(ctx, e) {
 			// The statement may have committed on the server although we
 			// got no answer: cancelled or timed out after sending (pgx
@@ -364,10 +404,7 @@ func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, er
 		seenExpires sql.NullInt64
 		now         int64
 	}
-	row, err := b.queryRow(ctx, stmtRelease, lockID)
-	if err == nil {
-		err = row.Scan(&d.deleted, &d.seenExpires, &d.now)
-	}
+	err := b.run(ctx, stmtRelease, []any{lockID}, &d.deleted, &d.seenExpires, &d.now)
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
 		e.LockID = lockID
@@ -411,10 +448,7 @@ func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) 
 		seenExpires sql.NullInt64
 		now         int64
 	}
-	row, err := b.queryRow(ctx, stmtExtend, lockID, ttlMs)
-	if err == nil {
-		err = row.Scan(&d.updated, &d.newExpires, &d.seenExpires, &d.now)
-	}
+	err = b.run(ctx, stmtExtend, []any{lockID, ttlMs}, &d.updated, &d.newExpires, &d.seenExpires, &d.now)
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
 		e.LockID = lockID
@@ -443,10 +477,7 @@ func (b *Backend) readRow(ctx context.Context, op string, i int, arg string) (*l
 		return nil, e
 	}
 	var r lockRow
-	row, err := b.queryRow(ctx, i, arg)
-	if err == nil {
-		err = row.Scan(&r.lockID, &r.expires, &r.acquired, &r.fence, &r.userKey, &r.now)
-	}
+	err := b.run(ctx, i, []any{arg}, &r.lockID, &r.expires, &r.acquired, &r.fence, &r.userKey, &r.now)
 	if err != nil {
 		return nil, b.shared.cl.wrap(ctx, op, err)
 	}

@@ -5,16 +5,21 @@
 GO ?= go
 export PATH := /usr/local/go/bin:$(PATH)
 
-# Modules, core first. Missing directories are skipped.
-MODULES := . internal/pgtest pq pgxstd internal/itest internal/chaos internal/demo cmd/syncguard internal/clitest bench
+# Modules: every `use` line of go.work (the core, ".", first).
+MODULES := $(shell sed -n 's/^[[:space:]]*\.\/\{0,1\}\([^[:space:]]*\)$$/\1/p' go.work | sed 's/^$$/./')
+# The lowest Go release the published modules support: the core's go line.
+MIN_GO := $(shell sed -n 's/^go //p' go.mod)
 TEST_FLAGS ?= -race -count=1 -timeout 10m
 
-FUZZ_TARGETS := FuzzNormalizeAndStorageKeys FuzzMakeStorageKey FuzzHashKey FuzzValidateLockID FuzzFormatFence FuzzClassify
+# package:target pairs
+FUZZ_TARGETS := ./internal/rules:FuzzNormalizeAndStorageKeys ./internal/rules:FuzzMakeStorageKey \
+	./internal/rules:FuzzHashKey ./internal/rules:FuzzValidateLockID ./internal/rules:FuzzFormatFence \
+	./syncguard:FuzzCheckKey ./syncguard:FuzzClassify
 FUZZTIME ?= 3s
 
-.PHONY: test vet demo bench schema tidy fuzz
+.PHONY: test vet demo bench schema tidy fuzz deps release release-check test-min-go
 
-test: vet fuzz
+test: deps vet fuzz release-check test-min-go
 	@set -e; for m in $(MODULES); do \
 		if [ -f $$m/go.mod ]; then \
 			echo "== go test $$m"; \
@@ -28,22 +33,46 @@ vet:
 	done
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }
 
-# Each fuzz target for a short time (seeded from testdata/reference-vectors.json).
+# Each fuzz target for a short time (the rules' seeded from testdata/reference-vectors.json).
 fuzz:
-	@set -e; for f in $(FUZZ_TARGETS); do \
-		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./syncguard >/dev/null || { echo "fuzz $$f failed"; \
-		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./syncguard; exit 1; }; \
-		echo "fuzz $$f ok"; \
+	@set -e; for pf in $(FUZZ_TARGETS); do p=$${pf%%:*}; f=$${pf#*:}; \
+		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$p >/dev/null || { echo "fuzz $$f failed"; \
+		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$p; exit 1; }; \
+		echo "fuzz $$p $$f ok"; \
 	done
 
 demo:
+	@scripts/deps.sh demo
 	cd internal/demo && $(GO) run .
+
+# Installs missing Debian packages (as root) or says what to install.
+deps:
+	@scripts/deps.sh test
+
+# The core's tests with the oldest Go its go.mod claims (the toolchain comes
+# through the module proxy), outside the workspace, so the claim stays true.
+test-min-go:
+	@echo "== go test . with go$(MIN_GO)"
+	GOWORK=off GOTOOLCHAIN=go$(MIN_GO) $(GO) test -count=1 ./...
+
+# A simulated release as a user meets it: see docs/release.md.
+release-check:
+	$(GO) run ./internal/release check
+
+# make release VERSION=vX.Y.Z: sets the version at which the published
+# modules require each other and prints the tags to push (docs/release.md).
+release:
+	@test -n "$(VERSION)" || { echo "usage: make release VERSION=vX.Y.Z"; exit 2; }
+	$(GO) run ./internal/release version $(VERSION)
+	$(GO) run ./internal/release tidy
 
 schema:
 	$(GO) generate ./syncguard
 
+# go mod tidy of every module, without replace directives (the siblings are
+# served from a file-system proxy of this tree; see internal/release).
 tidy:
-	@for m in $(MODULES); do if [ -f $$m/go.mod ]; then (cd $$m && $(GO) mod tidy); fi; done
+	$(GO) run ./internal/release tidy
 
 -include bench/Makefile.inc
 -include internal/chaos/Makefile.inc

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/errwrap"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -223,7 +224,7 @@ func (l *Locker) check(op string, nilTarget bool, target string, key Key, want K
 
 // wrap classifies err with the Locker's dialect (the context first).
 func (l *Locker) wrap(ctx context.Context, op string, key Key, err error) error {
-	e := syncguard.WrapError(ctx, op, l.dialect, err)
+	e := errwrap.Wrap(ctx, op, l.dialect, err)
 	if e == nil {
 		return nil
 	}
@@ -239,7 +240,7 @@ func (l *Locker) wrap(ctx context.Context, op string, key Key, err error) error 
 // lock stayed taken.
 func (l *Locker) waitErr(ctx context.Context, op string, key Key, err error) error {
 	state := l.dialect.Inspect(err).SQLState
-	e := syncguard.WrapError(ctx, op, l.dialect, err)
+	e := errwrap.Wrap(ctx, op, l.dialect, err)
 	if e.SQLState == "" {
 		e.SQLState = state
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/syncguard/syncguard-go/internal/errwrap"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -276,7 +277,7 @@ func (s *SessionLock) Unlock(ctx context.Context) error {
 		return s.conn.QueryRowContext(c, queries[s.key.form].unlock, s.key.args()...).Scan(&ok)
 	})
 	if err != nil {
-		e := syncguard.WrapError(ctx, op, s.l.dialect, err)
+		e := errwrap.Wrap(ctx, op, s.l.dialect, err)
 		e.Key = s.key.String()
 		const gone = "the connection was discarded, ending its session and with it the lock"
 		if e.Msg != "" {

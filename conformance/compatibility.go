@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -47,7 +48,7 @@ func init() {
 	register("Compatibility/ReferenceWrittenRowIsHonoured", func(e *env) {
 		k := e.key("fromnode")
 		norm, storage, fenceKey := e.derive(k)
-		id := syncguard.GenerateLockID()
+		id := rules.GenerateLockID()
 		// As the reference implementation writes an acquire (fence 7).
 		e.exec(`INSERT INTO `+e.fencesTable()+` ("fence_key", "fence", "key_debug") VALUES ($1, 7, $2)`, fenceKey, norm)
 		e.exec(`INSERT INTO `+e.locksTable()+` ("key", "lock_id", "expires_at_ms", "acquired_at_ms", "fence", "user_key")
@@ -82,7 +83,7 @@ SELECT $1, $2, n + 30000, n, '000000000000007', $3 FROM (SELECT floor(extract(ep
 		// acquire in flight must hold that advisory lock.
 		k := e.key("advisory")
 		norm, storage, fenceKey := e.derive(k)
-		id := syncguard.GenerateLockID()
+		id := rules.GenerateLockID()
 		ref := e.begin(e.db2)
 		e.txExec(ref, `SELECT pg_advisory_xact_lock(hashtext($1))`, storage)
 		e.txExec(ref, `INSERT INTO `+e.fencesTable()+` ("fence_key", "fence", "key_debug") VALUES ($1, 0, $2) ON CONFLICT ("fence_key") DO NOTHING`, fenceKey, norm)

@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -374,7 +375,7 @@ func ms(t time.Time) int64 { return t.UnixMilli() }
 
 // tolMs is the spec's liveness tolerance: a lock is live while
 // expires_at_ms > now_ms - tolMs.
-const tolMs = syncguard.TimeToleranceMs
+const tolMs = rules.ToleranceMs
 
 // ttlMs is d in whole milliseconds.
 func ttlMs(d time.Duration) int64 { return d.Milliseconds() }
@@ -383,11 +384,11 @@ func ttlMs(d time.Duration) int64 { return d.Milliseconds() }
 // spec's two-step derivation computes them.
 func (e *env) derive(key string) (norm, storage, fence string) {
 	e.t.Helper()
-	norm, err := syncguard.NormalizeKey(key)
+	norm, err := rules.NormalizeKey(key)
 	if err != nil {
 		e.t.Fatalf("setup: NormalizeKey(%q): %v", key, err)
 	}
-	storage, fence, err = syncguard.StorageKeys(norm)
+	storage, fence, err = rules.StorageKeys(norm)
 	if err != nil {
 		e.t.Fatalf("setup: StorageKeys(%q): %v", norm, err)
 	}

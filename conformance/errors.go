@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -14,7 +15,7 @@ func init() {
 		b := e.newBackend(e.h.OpenRefused(e.t), nil)
 		ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
 		defer cancel()
-		for op, err := range allOps(ctx, b, e.key("refused"), syncguard.GenerateLockID(), time.Second) {
+		for op, err := range allOps(ctx, b, e.key("refused"), rules.GenerateLockID(), time.Second) {
 			if !errIs(err, syncguard.ErrServiceUnavailable) || !syncguard.CodeOf(err).Retryable() {
 				e.t.Errorf("rule: a refused connection fails with ErrServiceUnavailable (retryable); %s got %v", op, err)
 			}
@@ -26,7 +27,7 @@ func init() {
 		b := e.newBackend(e.h.OpenWrongPassword(e.t), nil)
 		ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
 		defer cancel()
-		for op, err := range allOps(ctx, b, e.key("auth"), syncguard.GenerateLockID(), time.Second) {
+		for op, err := range allOps(ctx, b, e.key("auth"), rules.GenerateLockID(), time.Second) {
 			if !errIs(err, syncguard.ErrAuthFailed) || syncguard.CodeOf(err).Retryable() {
 				e.t.Errorf("rule: rejected credentials fail with ErrAuthFailed (not retryable); %s got %v", op, err)
 			}
@@ -124,7 +125,7 @@ func init() {
 		b, err := syncguard.New(e.db, cfg)
 		e.must(err, "New")
 		k := e.key("missing")
-		for op, err := range allOps(e.ctx, b, k, syncguard.GenerateLockID(), time.Second) {
+		for op, err := range allOps(e.ctx, b, k, rules.GenerateLockID(), time.Second) {
 			if op == "Acquire" || op == "IsLocked" || op == "LookupKey" || op == "Release" || op == "Extend" || op == "LookupID" {
 				if err == nil || !strings.Contains(err.Error(), "SetupSchema") {
 					e.t.Errorf("rule: a missing lock table gives an error that names SetupSchema; %s got %v", op, err)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -218,28 +219,28 @@ func init() {
 		setCounter := func(n int64) {
 			e.exec(`UPDATE `+e.fencesTable()+` SET "fence" = $1 WHERE "fence_key" = $2`, n, fk)
 		}
-		setCounter(syncguard.FenceMax)
+		setCounter(rules.FenceMax)
 		res, err := e.b.Acquire(e.ctx, k, 30*time.Second)
 		if !errIs(err, syncguard.ErrInternal) || res.OK {
-			e.t.Errorf("rule: an acquire whose fence would pass %d fails with ErrInternal; counter at %d got %+v, %v", int64(syncguard.FenceMax), int64(syncguard.FenceMax), res, err)
+			e.t.Errorf("rule: an acquire whose fence would pass %d fails with ErrInternal; counter at %d got %+v, %v", int64(rules.FenceMax), int64(rules.FenceMax), res, err)
 		}
-		if n, _ := e.fenceCounter(k); n != syncguard.FenceMax {
-			e.t.Errorf("rule: a failed overflowing acquire leaves the counter unchanged; counter %d, want %d", n, int64(syncguard.FenceMax))
+		if n, _ := e.fenceCounter(k); n != rules.FenceMax {
+			e.t.Errorf("rule: a failed overflowing acquire leaves the counter unchanged; counter %d, want %d", n, int64(rules.FenceMax))
 		}
 		if _, ok := e.rawLockRow(k); ok || e.isLocked(e.b2, k) {
 			e.t.Errorf("rule: a failed overflowing acquire writes no lock; key %q is locked or has a row", k)
 		}
-		setCounter(syncguard.FenceMax - 1)
+		setCounter(rules.FenceMax - 1)
 		r = e.mustAcquire(e.b, k, 30*time.Second)
 		if r.Fence != "900000000000000" {
-			e.t.Errorf("rule: the fence may reach exactly %d; counter at %d, acquire got fence %s", int64(syncguard.FenceMax), int64(syncguard.FenceMax-1), r.Fence)
+			e.t.Errorf("rule: the fence may reach exactly %d; counter at %d, acquire got fence %s", int64(rules.FenceMax), int64(rules.FenceMax-1), r.Fence)
 		}
-		if n, _ := e.fenceCounter(k); n != syncguard.FenceMax {
+		if n, _ := e.fenceCounter(k); n != rules.FenceMax {
 			e.t.Errorf("rule: the counter holds the last fence handed out; counter %d after fence %s", n, r.Fence)
 		}
 		e.release(e.b, r.LockID)
 		if _, err := e.b.Acquire(e.ctx, k, 30*time.Second); !errIs(err, syncguard.ErrInternal) {
-			e.t.Errorf("rule: once a key's fence reached %d, further acquires fail with ErrInternal; got %v", int64(syncguard.FenceMax), err)
+			e.t.Errorf("rule: once a key's fence reached %d, further acquires fail with ErrInternal; got %v", int64(rules.FenceMax), err)
 		}
 	})
 
@@ -250,16 +251,16 @@ func init() {
 		_, _, fk := e.derive(k)
 		r := e.mustAcquire(lb, k, 30*time.Second)
 		e.release(lb, r.LockID)
-		e.exec(`UPDATE `+e.fencesTable()+` SET "fence" = $1 WHERE "fence_key" = $2`, int64(syncguard.FenceWarn-1), fk)
+		e.exec(`UPDATE `+e.fencesTable()+` SET "fence" = $1 WHERE "fence_key" = $2`, int64(rules.FenceWarn-1), fk)
 		r = e.mustAcquire(lb, k, 30*time.Second)
 		if n := logs.warnings(); len(n) != 0 {
-			e.t.Errorf("rule: a fence equal to the warning threshold %d is not warned about; fence %s logged %q", int64(syncguard.FenceWarn), r.Fence, n)
+			e.t.Errorf("rule: a fence equal to the warning threshold %d is not warned about; fence %s logged %q", int64(rules.FenceWarn), r.Fence, n)
 		}
 		e.release(lb, r.LockID)
 		r = e.mustAcquire(lb, k, 30*time.Second)
 		w := logs.warnings()
 		if len(w) == 0 {
-			e.t.Errorf("rule: a fence above %d is logged as a warning; fence %s logged nothing", int64(syncguard.FenceWarn), r.Fence)
+			e.t.Errorf("rule: a fence above %d is logged as a warning; fence %s logged nothing", int64(rules.FenceWarn), r.Fence)
 		}
 		for _, line := range w {
 			if strings.Contains(line, k) || strings.Contains(line, r.LockID) {

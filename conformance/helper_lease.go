@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -18,7 +19,7 @@ func init() {
 			first := l.ExpiresAt()
 			// Past the first expiry plus the liveness tolerance: without an
 			// extension the key would be free by now.
-			e.waitServerPast(first.UnixMilli() + syncguard.TimeToleranceMs + 200)
+			e.waitServerPast(first.UnixMilli() + rules.ToleranceMs + 200)
 			if ctx.Err() != nil {
 				e.t.Errorf("rule: fn's context stays live while auto-extension succeeds; cancelled with %v", context.Cause(ctx))
 			}

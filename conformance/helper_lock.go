@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -29,8 +30,8 @@ func init() {
 			wg              sync.WaitGroup
 		)
 		opts := &syncguard.LockOptions{TTL: 30 * time.Second, Acquisition: syncguard.AcquisitionOptions{
-			MaxRetries: 100000, RetryDelay: 5 * time.Millisecond, Backoff: syncguard.BackoffFixed,
-			Jitter: syncguard.JitterFull, Timeout: 20 * time.Second}}
+			MaxRetries: 100000, RetryDelay: 5 * time.Millisecond, Backoff: "fixed",
+			Jitter: "full", Timeout: 20 * time.Second}}
 		for w := range workers {
 			b := e.b
 			if w%2 == 1 {
@@ -108,13 +109,13 @@ func init() {
 		k := e.key("fencewarn")
 		norm, _, fenceKey := e.derive(k)
 		e.exec(`INSERT INTO `+e.fencesTable()+` ("fence_key", "fence", "key_debug") VALUES ($1, $2, $3)`,
-			fenceKey, int64(syncguard.FenceWarn)+5, norm)
+			fenceKey, int64(rules.FenceWarn)+5, norm)
 		logs := &captureHandler{}
 		logger := slog.New(logs)
 		b := e.newBackend(e.db, func(c *syncguard.Config) { c.Logger = logger })
 		err := syncguard.WithLock(e.ctx, b, k, func(_ context.Context, l *syncguard.Lease) error {
-			if n := fenceNum(e.t, l.Fence()); n != syncguard.FenceWarn+6 {
-				e.t.Errorf("setup: want fence %d, got %d", int64(syncguard.FenceWarn)+6, n)
+			if n := fenceNum(e.t, l.Fence()); n != rules.FenceWarn+6 {
+				e.t.Errorf("setup: want fence %d, got %d", int64(rules.FenceWarn)+6, n)
 			}
 			return nil
 		}, &syncguard.LockOptions{Logger: logger})

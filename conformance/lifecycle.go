@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -12,7 +13,7 @@ func init() {
 	register("Lifecycle/AcquireIsLockedLookupRelease", func(e *env) {
 		k := e.key("life")
 		r := e.mustAcquire(e.b, k, 10*time.Second)
-		if len(r.LockID) != 22 || syncguard.ValidateLockID(r.LockID) != nil {
+		if len(r.LockID) != 22 || rules.ValidateLockID(r.LockID) != nil {
 			e.t.Errorf("rule: lockIds are 22 base64url characters; got %q", r.LockID)
 		}
 		if len(r.Fence) != 15 {
@@ -53,7 +54,7 @@ func init() {
 
 func init() {
 	register("Lifecycle/UnknownLockIDReleaseExtendNotFound", func(e *env) {
-		id := syncguard.GenerateLockID()
+		id := rules.GenerateLockID()
 		if rel := e.release(e.b, id); rel.OK || rel.Reason != syncguard.ReasonNotFound {
 			e.t.Errorf("rule: release of a well-formed unknown lockId returns OK=false reason %q; got %+v", syncguard.ReasonNotFound, rel)
 		}

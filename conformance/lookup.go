@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -67,7 +68,7 @@ func init() {
 		k := e.key("absent")
 		byKey, err := e.b.LookupKey(e.ctx, k)
 		e.must(err, "LookupKey")
-		byID, err := e.b.LookupID(e.ctx, syncguard.GenerateLockID())
+		byID, err := e.b.LookupID(e.ctx, rules.GenerateLockID())
 		e.must(err, "LookupID")
 		if byKey != nil || byID != nil {
 			e.t.Errorf("rule: lookup of an absent lock is nil in both modes; by key %+v, by lockId %+v", byKey, byID)

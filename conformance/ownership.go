@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -13,7 +14,7 @@ func init() {
 		r := e.mustAcquire(e.b, k, 30*time.Second)
 		ro := e.mustAcquire(e.b, other, 30*time.Second)
 		before, _ := e.rawLockRow(k)
-		fake := syncguard.GenerateLockID()
+		fake := rules.GenerateLockID()
 		if rel := e.release(e.b2, fake); rel.OK || rel.Reason != syncguard.ReasonNotFound {
 			e.t.Errorf("rule: a lockId that never held the key cannot release it; got %+v", rel)
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -134,7 +135,7 @@ func init() {
 		if _, err := tx.ExecContext(e.ctx, `INSERT INTO `+scratch+` VALUES (1, 'duplicate')`); err == nil {
 			e.t.Fatalf("setup: a duplicate primary key was accepted")
 		}
-		if _, err := bt.Release(e.ctx, syncguard.GenerateLockID()); err == nil || errors.Is(err, syncguard.ErrInvalidArgument) {
+		if _, err := bt.Release(e.ctx, rules.GenerateLockID()); err == nil || errors.Is(err, syncguard.ErrInvalidArgument) {
 			e.t.Errorf("rule: an operation in an aborted transaction fails with a driver-level error, not a result or InvalidArgument; got %v", err)
 		}
 		_ = tx.Rollback()

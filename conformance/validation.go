@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -16,7 +17,7 @@ import (
 func init() {
 	register("Validation/InvalidInputRejectedBeforeIO", func(e *env) {
 		b := e.closedBackend()
-		goodKey, goodID := e.key("valid"), syncguard.GenerateLockID()
+		goodKey, goodID := e.key("valid"), rules.GenerateLockID()
 		badKeys := map[string]string{
 			"empty key":                    "",
 			"513 bytes":                    strings.Repeat("a", 513),
@@ -69,7 +70,7 @@ func init() {
 
 	register("Validation/ErrorsNeverLeakKeyOrLockID", func(e *env) {
 		b := e.closedBackend()
-		k, id := e.key("secretkeyvalue"), syncguard.GenerateLockID()
+		k, id := e.key("secretkeyvalue"), rules.GenerateLockID()
 		for op, err := range map[string]error{
 			"Acquire": second(b.Acquire(e.ctx, k, 0)),
 			"Extend":  second(b.Extend(e.ctx, id, 0)),
@@ -98,12 +99,12 @@ func init() {
 		}
 		for name, k := range keys {
 			norm, _, _ := e.derive(k)
-			if len(norm) > syncguard.MaxKeyBytes {
+			if len(norm) > rules.MaxKeyBytes {
 				e.t.Fatalf("setup: test key %s is %d bytes after NFC", name, len(norm))
 			}
 			r, err := e.b.Acquire(e.ctx, k, 30*time.Second)
 			if err != nil || !r.OK {
-				e.t.Errorf("rule: a key of at most %d bytes after NFC is valid; %s (%d bytes, %d after NFC) got %+v, %v", syncguard.MaxKeyBytes, name, len(k), len(norm), r, err)
+				e.t.Errorf("rule: a key of at most %d bytes after NFC is valid; %s (%d bytes, %d after NFC) got %+v, %v", rules.MaxKeyBytes, name, len(k), len(norm), r, err)
 				continue
 			}
 			info, err := e.b2.LookupKey(e.ctx, k)

@@ -3,7 +3,6 @@ package syncguard
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
 // Backend is the PostgreSQL lock backend. It is safe for concurrent use and
@@ -106,8 +106,10 @@ func (b *Backend) Capabilities() Capabilities {
 	return Capabilities{Backend: "postgres", SupportsFencing: true, TimeAuthority: "server"}
 }
 
-// TableName and FenceTableName report the resolved table names.
-func (b *Backend) TableName() string      { return b.shared.cfg.table }
+// TableName reports the resolved lock table name.
+func (b *Backend) TableName() string { return b.shared.cfg.table }
+
+// FenceTableName reports the resolved fence counter table name.
 func (b *Backend) FenceTableName() string { return b.shared.cfg.fenceTable }
 
 // run runs statement i with args on the transaction or the pool and scans
@@ -159,6 +161,10 @@ func (s *shared) runReadCommitted(ctx context.Context, i int, args, dest []any) 
 	}
 	return tx.Commit()
 }
+
+// releaseTimeout is the default LockOptions.ReleaseTimeout of leases made
+// on b (Config.ReleaseTimeout).
+func (b *Backend) releaseTimeout() time.Duration { return b.shared.cfg.releaseTimeout }
 
 // queryRow runs statement i with args on the transaction or the pool.
 func (b *Backend) queryRow(ctx context.Context, i int, args ...any) (*sql.Row, error) {
@@ -240,63 +246,24 @@ func (s *shared) text(i int) string {
 	}
 }
 
-// checkKey normalizes and validates a key before any I/O and derives its
-// storage and fence keys.
-func checkKey(op, key string) (norm, storage, fence string, err error) {
-	norm, err = NormalizeKey(key)
-	if err == nil && strings.IndexByte(norm, 0) >= 0 {
-		err = invalidArg(op, "Key must not contain a NUL byte (PostgreSQL text cannot store it)")
-	}
-	if err == nil {
-		storage, fence, err = StorageKeys(norm)
-	}
-	if err != nil {
-		var e *Error
-		if errors.As(err, &e) {
-			e.Op, e.Key = op, key
-		}
-		return "", "", "", err
-	}
-	return norm, storage, fence, nil
-}
-
-func checkLockID(op, id string) error {
-	if err := ValidateLockID(id); err != nil {
-		e := err.(*Error)
-		e.Op, e.LockID = op, id
-		return e
-	}
-	return nil
-}
-
-// ttlMillis converts ttl to whole milliseconds, rounding down: the spec
-// counts milliseconds, so 1.9 ms is 1 ms. Less than 1 ms is InvalidArgument.
-func ttlMillis(op string, ttl time.Duration) (int64, error) {
-	ms := ttl.Milliseconds()
-	if ms < 1 {
-		return 0, invalidArg(op, fmt.Sprintf("ttl must be at least 1ms, got %v", ttl))
-	}
-	return ms, nil
-}
-
 // Acquire implements LockBackend. It is a single attempt: OK == false
 // means the key is held; use the lock helper for retries.
 func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
 	const op = "acquire"
-	norm, storage, fenceKey, err := checkKey(op, key)
-	if err != nil {
-		return AcquireResult{}, err
+	k, e := checkKey(op, key)
+	if e != nil {
+		return AcquireResult{}, e
 	}
-	ttlMs, err := ttlMillis(op, ttl)
-	if err != nil {
-		err.(*Error).Key = key
-		return AcquireResult{}, err
+	ttlMs, e := ttlMillis(op, ttl)
+	if e != nil {
+		e.Key = key
+		return AcquireResult{}, e
 	}
 	if e := ctxErr(ctx, op); e != nil {
 		e.Key = key
 		return AcquireResult{}, e
 	}
-	lockID := GenerateLockID()
+	lockID := rules.GenerateLockID()
 	// One struct, so the scan destinations escape as one allocation.
 	var d struct {
 		gotID             sql.NullString
@@ -304,7 +271,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		fence             sql.NullString
 		exhausted         bool
 	}
-	err = b.run(ctx, stmtAcquire, []any{storage, lockID, fenceKey, norm, ttlMs},
+	err := b.run(ctx, stmtAcquire, []any{k.Storage, lockID, k.Fence, k.Norm, ttlMs},
 		&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted)
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
@@ -320,21 +287,21 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 	}
 	if d.exhausted {
 		return AcquireResult{}, &Error{Op: op, Code: CodeInternal, Key: key,
-			Msg: fmt.Sprintf("fence counter for this key reached its maximum (%d); nothing was committed", int64(FenceMax))}
+			Msg: fmt.Sprintf("fence counter for this key reached its maximum (%d); nothing was committed", int64(rules.FenceMax))}
 	}
 	if !d.gotID.Valid || d.gotID.String != lockID {
 		return AcquireResult{OK: false, Reason: ReasonLocked}, nil
 	}
-	if !d.expires.Valid || !d.fence.Valid || len(d.fence.String) != 15 {
+	fence, ferr := rules.ParseFence(d.fence.String)
+	if !d.expires.Valid || !d.fence.Valid || ferr != nil {
 		return AcquireResult{}, &Error{Op: op, Code: CodeInternal, Key: key, Msg: "malformed row returned by acquire"}
 	}
-	f := Fence(d.fence.String)
-	if n, err := f.Int64(); err == nil && n > FenceWarn {
+	if fence > rules.FenceWarn {
 		b.shared.cfg.logger.Warn("syncguard: fence above warning threshold; plan a key rotation before it reaches the maximum",
-			slog.String("keyHash", HashKey(norm)), slog.String("fence", d.fence.String),
-			slog.Int64("warnThreshold", FenceWarn), slog.Int64("max", FenceMax))
+			slog.String("keyHash", rules.HashKey(k.Norm)), slog.String("fence", d.fence.String),
+			slog.Int64("warnThreshold", rules.FenceWarn), slog.Int64("max", rules.FenceMax))
 	}
-	return AcquireResult{OK: true, LockID: lockID, Fence: f, ExpiresAt: msToTime(d.expires.Int64)}, nil
+	return AcquireResult{OK: true, LockID: lockID, Fence: Fence(d.fence.String), ExpiresAt: msToTime(d.expires.Int64)}, nil
 }
 
 // outcomeUnknown reports whether an acquire that failed with e may still
@@ -392,8 +359,8 @@ func (s *shared) releaseOrphan(parent context.Context, lockID string) {
 // Release implements LockBackend. At most one Release of a lock succeeds.
 func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, error) {
 	const op = "release"
-	if err := checkLockID(op, lockID); err != nil {
-		return ReleaseResult{}, err
+	if e := checkLockID(op, lockID); e != nil {
+		return ReleaseResult{}, e
 	}
 	if e := ctxErr(ctx, op); e != nil {
 		e.LockID = lockID
@@ -420,7 +387,7 @@ func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, er
 // failReason tells why a release or extend did nothing, from the snapshot
 // read of the same statement.
 func failReason(seenExpires sql.NullInt64, now int64) string {
-	if seenExpires.Valid && !IsLive(seenExpires.Int64, now, TimeToleranceMs) {
+	if seenExpires.Valid && !rules.IsLive(seenExpires.Int64, now) {
 		return ReasonExpired
 	}
 	return ReasonNotFound
@@ -430,13 +397,13 @@ func failReason(seenExpires sql.NullInt64, now int64) string {
 // returned as ExpiresAt; an expired lock is never revived.
 func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) (ExtendResult, error) {
 	const op = "extend"
-	if err := checkLockID(op, lockID); err != nil {
-		return ExtendResult{}, err
+	if e := checkLockID(op, lockID); e != nil {
+		return ExtendResult{}, e
 	}
-	ttlMs, err := ttlMillis(op, ttl)
-	if err != nil {
-		err.(*Error).LockID = lockID
-		return ExtendResult{}, err
+	ttlMs, e := ttlMillis(op, ttl)
+	if e != nil {
+		e.LockID = lockID
+		return ExtendResult{}, e
 	}
 	if e := ctxErr(ctx, op); e != nil {
 		e.LockID = lockID
@@ -448,7 +415,7 @@ func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) 
 		seenExpires sql.NullInt64
 		now         int64
 	}
-	err = b.run(ctx, stmtExtend, []any{lockID, ttlMs}, &d.updated, &d.newExpires, &d.seenExpires, &d.now)
+	err := b.run(ctx, stmtExtend, []any{lockID, ttlMs}, &d.updated, &d.newExpires, &d.seenExpires, &d.now)
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
 		e.LockID = lockID
@@ -460,7 +427,7 @@ func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) 
 	return ExtendResult{OK: false, Reason: failReason(d.seenExpires, d.now)}, nil
 }
 
-// row is one lock row as read by the lookup statements.
+// lockRow is one lock row as read by the lookup statements.
 type lockRow struct {
 	lockID            sql.NullString
 	expires, acquired sql.NullInt64
@@ -469,7 +436,7 @@ type lockRow struct {
 }
 
 func (r *lockRow) live() bool {
-	return r.lockID.Valid && r.expires.Valid && IsLive(r.expires.Int64, r.now, TimeToleranceMs)
+	return r.lockID.Valid && r.expires.Valid && rules.IsLive(r.expires.Int64, r.now)
 }
 
 func (b *Backend) readRow(ctx context.Context, op string, i int, arg string) (*lockRow, *Error) {
@@ -488,18 +455,18 @@ func (b *Backend) readRow(ctx context.Context, op string, i int, arg string) (*l
 // Config.CleanupInIsLocked is set (see there).
 func (b *Backend) IsLocked(ctx context.Context, key string) (bool, error) {
 	const op = "isLocked"
-	_, storage, _, err := checkKey(op, key)
-	if err != nil {
-		return false, err
+	k, e := checkKey(op, key)
+	if e != nil {
+		return false, e
 	}
-	r, e := b.readRow(ctx, op, stmtLookupKey, storage)
+	r, e := b.readRow(ctx, op, stmtLookupKey, k.Storage)
 	if e != nil {
 		e.Key = key
 		return false, e
 	}
 	live := r.live()
-	if !live && r.expires.Valid && b.shared.cfg.cleanup && r.expires.Int64 < r.now-cleanupGraceMs {
-		b.shared.maybeCleanup(ctx, storage)
+	if !live && r.expires.Valid && b.shared.cfg.cleanup && r.expires.Int64 < r.now-rules.CleanupGraceMs {
+		b.shared.maybeCleanup(ctx, k.Storage)
 	}
 	return live, nil
 }
@@ -516,13 +483,16 @@ func (s *shared) maybeCleanup(parent context.Context, storageKey string) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), s.cfg.releaseTimeout)
 		defer cancel()
 		if _, err := s.db.ExecContext(ctx, s.sql.cleanup, storageKey); err != nil {
-			s.cfg.logger.Warn("syncguard: background cleanup failed", slog.String("keyHash", HashKey(storageKey)),
+			s.cfg.logger.Warn("syncguard: background cleanup failed", slog.String("keyHash", rules.HashKey(storageKey)),
 				slog.String("code", string(s.cl.wrap(ctx, "cleanup", err).Code)))
 		}
 	}()
 }
 
-// LookupKey implements LockBackend.
+// LookupKey implements LockBackend: sanitized information about the live
+// lock on key, or nil when there is none (absent and expired look the
+// same). It is the spec's getByKey. Like every lookup it is for
+// diagnostics, never a check before a mutation (see LockInfo).
 func (b *Backend) LookupKey(ctx context.Context, key string) (*LockInfo, error) {
 	d, err := b.LookupKeyDebug(ctx, key)
 	if d == nil || err != nil {
@@ -531,7 +501,10 @@ func (b *Backend) LookupKey(ctx context.Context, key string) (*LockInfo, error) 
 	return &d.LockInfo, nil
 }
 
-// LookupID implements LockBackend.
+// LookupID implements LockBackend: sanitized information about the live
+// lock with lockID, or nil when there is none. It is the spec's getById;
+// LookupID(ctx, id) != nil is its owns(id), with the same caveat: ownership
+// may change the moment the answer is read.
 func (b *Backend) LookupID(ctx context.Context, lockID string) (*LockInfo, error) {
 	d, err := b.LookupIDDebug(ctx, lockID)
 	if d == nil || err != nil {
@@ -540,14 +513,15 @@ func (b *Backend) LookupID(ctx context.Context, lockID string) (*LockInfo, error
 	return &d.LockInfo, nil
 }
 
-// LookupKeyDebug is LookupKey with the raw key and lockId. See LockInfoDebug.
+// LookupKeyDebug is LookupKey with the raw key and lockId (the spec's
+// getByKeyRaw). The result is sensitive; see LockInfoDebug.
 func (b *Backend) LookupKeyDebug(ctx context.Context, key string) (*LockInfoDebug, error) {
 	const op = "lookup"
-	_, storage, _, err := checkKey(op, key)
-	if err != nil {
-		return nil, err
+	k, e := checkKey(op, key)
+	if e != nil {
+		return nil, e
 	}
-	r, e := b.readRow(ctx, op, stmtLookupKey, storage)
+	r, e := b.readRow(ctx, op, stmtLookupKey, k.Storage)
 	if e != nil {
 		e.Key = key
 		return nil, e
@@ -555,11 +529,12 @@ func (b *Backend) LookupKeyDebug(ctx context.Context, key string) (*LockInfoDebu
 	return r.info(), nil
 }
 
-// LookupIDDebug is LookupID with the raw key and lockId. See LockInfoDebug.
+// LookupIDDebug is LookupID with the raw key and lockId (the spec's
+// getByIdRaw). The result is sensitive; see LockInfoDebug.
 func (b *Backend) LookupIDDebug(ctx context.Context, lockID string) (*LockInfoDebug, error) {
 	const op = "lookup"
-	if err := checkLockID(op, lockID); err != nil {
-		return nil, err
+	if e := checkLockID(op, lockID); e != nil {
+		return nil, e
 	}
 	r, e := b.readRow(ctx, op, stmtLookupID, lockID)
 	if e != nil {
@@ -579,8 +554,8 @@ func (r *lockRow) info() *LockInfoDebug {
 	}
 	return &LockInfoDebug{
 		LockInfo: LockInfo{
-			KeyHash:    HashKey(r.userKey.String),
-			LockIDHash: HashKey(r.lockID.String),
+			KeyHash:    rules.HashKey(r.userKey.String),
+			LockIDHash: rules.HashKey(r.lockID.String),
 			ExpiresAt:  msToTime(r.expires.Int64),
 			AcquiredAt: msToTime(r.acquired.Int64),
 			Fence:      Fence(r.fence.String),

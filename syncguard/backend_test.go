@@ -16,6 +16,7 @@ import (
 	"github.com/DATA-DOG/go-sqlmock"
 
 	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
 // pgErr stands in for a driver's server error: it carries a SQLSTATE that
@@ -297,9 +298,9 @@ func TestAcquireOutcomesFromRow(t *testing.T) {
 
 func TestAcquireArgumentsAndTTLRounding(t *testing.T) {
 	b, mock := newMock(t, nil)
-	storage, fence, _ := StorageKeys("café")
+	k, _ := rules.DeriveKey("café")
 	mock.ExpectQuery("INSERT INTO").
-		WithArgs(storage, sqlmock.AnyArg(), fence, "café", int64(1)).
+		WithArgs(k.Storage, sqlmock.AnyArg(), k.Fence, "café", int64(1)).
 		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e"}).AddRow(nil, nil, nil, nil, false))
 	// Decomposed input is normalized; 1.9 ms counts as 1 ms.
 	if _, err := b.Acquire(context.Background(), "cafe\u0301", 1900*time.Microsecond); err != nil {
@@ -427,7 +428,7 @@ func TestPoolSerializationFailureRerunsInReadCommitted(t *testing.T) {
 	mock.ExpectBegin()
 	mock.ExpectQuery("DELETE FROM").WillReturnError(&pgErr{code: "40001"})
 	mock.ExpectRollback()
-	_, err := b.Release(context.Background(), GenerateLockID())
+	_, err := b.Release(context.Background(), rules.GenerateLockID())
 	wantCode(t, err, CodeServiceUnavailable)
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Fatal(err)

@@ -8,18 +8,17 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
-// Default table names, shared with every SyncGuard implementation.
-const (
-	DefaultTableName      = "syncguard_locks"
-	DefaultFenceTableName = "syncguard_fence_counters"
-)
+// defaultReleaseTimeout is the default of Config.ReleaseTimeout.
+const defaultReleaseTimeout = 5 * time.Second
 
 // Config configures a Backend. The zero value (or a nil *Config) is valid
 // and means the defaults documented on each field.
 type Config struct {
-	// TableName is the lock table. Default "syncguard_locks".
+	// TableName is the lock table. Default "syncguard_locks", the name
+	// every SyncGuard implementation uses.
 	// It must match ^[A-Za-z_][A-Za-z0-9_]*$ and be at most 51 bytes, so
 	// that its index names ("idx_<name>_lock_id") fit PostgreSQL's 63-byte
 	// identifier limit instead of being silently truncated. Names are quoted
@@ -62,9 +61,12 @@ type Config struct {
 	// binary_parameters=yes; pgx sends it in one.
 	DisablePrepare bool
 
-	// ReleaseTimeout bounds the background work of a Backend: the release
+	// ReleaseTimeout bounds every release this package runs on its own,
+	// with a context detached from the caller's cancellation: the release
+	// done by WithLock after fn and by Lease.Close (unless
+	// LockOptions.ReleaseTimeout overrides it for one lock), the release
 	// of a lock whose acquire ended with an unknown outcome (see
-	// docs/errors.md), and the CleanupInIsLocked delete. Default 2 s.
+	// docs/errors.md), and the CleanupInIsLocked delete. Default 5 s.
 	ReleaseTimeout time.Duration
 }
 
@@ -99,16 +101,16 @@ func (c *Config) resolve() (resolved, error) {
 		releaseTimeout:  cfg.ReleaseTimeout,
 	}
 	if r.table == "" {
-		r.table = DefaultTableName
+		r.table = rules.DefaultTable
 	}
 	if r.fenceTable == "" {
-		r.fenceTable = DefaultFenceTableName
+		r.fenceTable = rules.DefaultFenceTable
 	}
 	if r.cleanupInterval <= 0 {
 		r.cleanupInterval = time.Second
 	}
 	if r.releaseTimeout <= 0 {
-		r.releaseTimeout = 2 * time.Second
+		r.releaseTimeout = defaultReleaseTimeout
 	}
 	for _, n := range []struct{ field, name string }{{"TableName", r.table}, {"FenceTableName", r.fenceTable}} {
 		if err := checkIdent(n.field, n.name); err != nil {

@@ -3,6 +3,8 @@ package syncguard
 import (
 	"errors"
 	"strings"
+
+	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
 // Code classifies every error this package returns. The names are the
@@ -92,6 +94,8 @@ type Error struct {
 	Err      error  // underlying cause (driver error, context error), may be nil
 }
 
+// Error prints the operation, the hashed key and lockId, the code, the
+// SQLSTATE, the message and the cause; never a raw key or lockId.
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("syncguard: ")
@@ -101,12 +105,12 @@ func (e *Error) Error() string {
 	}
 	if e.Key != "" {
 		b.WriteString("key#")
-		b.WriteString(HashKey(e.Key))
+		b.WriteString(rules.HashKey(e.Key))
 		b.WriteString(" ")
 	}
-	if e.LockID != "" && ValidateLockID(e.LockID) == nil {
+	if e.LockID != "" && rules.ValidateLockID(e.LockID) == nil {
 		b.WriteString("lock#")
-		b.WriteString(HashKey(e.LockID))
+		b.WriteString(rules.HashKey(e.LockID))
 		b.WriteString(" ")
 	}
 	b.WriteString(string(e.Code))

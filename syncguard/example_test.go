@@ -19,11 +19,13 @@ func ExampleHashKey() {
 	// Output: bb93bea4cb05bd4c690a29dc
 }
 
-func ExampleFormatFence() {
-	f, _ := syncguard.FormatFence(42)
-	g, _ := syncguard.FormatFence(1000)
-	fmt.Println(f, f < g)
-	// Output: 000000000000042 true
+func ExampleFence() {
+	// Fences have a fixed width, so they compare as strings; the protected
+	// resource keeps the largest it has seen and rejects smaller ones.
+	older, newer := syncguard.Fence("000000000000042"), syncguard.Fence("000000000001000")
+	n, _ := newer.Int64()
+	fmt.Println(older < newer, n)
+	// Output: true 1000
 }
 
 func ExampleSchemaSQL() {

@@ -7,44 +7,27 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"time"
+
+	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
 // Defaults of the lock helper: the reference implementation's
-// BACKEND_DEFAULTS (ttl) and LOCK_DEFAULTS (acquisition).
+// BACKEND_DEFAULTS (ttl) and LOCK_DEFAULTS (acquisition). Each is
+// documented on its option field.
 const (
-	DefaultTTL            = 30 * time.Second
-	DefaultMaxRetries     = 10
-	DefaultRetryDelay     = 100 * time.Millisecond
-	DefaultAcquireTimeout = 5 * time.Second
-	// DefaultReleaseTimeout bounds the release done by WithLock after fn and
-	// by Lease.Close. It is not in the reference, which has no bound.
-	DefaultReleaseTimeout = 5 * time.Second
+	defaultTTL            = 30 * time.Second
+	defaultMaxRetries     = 10
+	defaultRetryDelay     = 100 * time.Millisecond
+	defaultAcquireTimeout = 5 * time.Second
 )
 
-// NoRetries, as AcquisitionOptions.MaxRetries, makes a single attempt
-// (0 means the default of 10 retries).
-const NoRetries = -1
-
-// Backoff says how the delay grows between acquisition retries.
-type Backoff string
-
+// Values of AcquisitionOptions.Backoff and .Jitter, the spec's words.
 const (
-	// BackoffExponential waits RetryDelay * 2^(n-1) before retry n (default).
-	BackoffExponential Backoff = "exponential"
-	// BackoffFixed waits RetryDelay before every retry.
-	BackoffFixed Backoff = "fixed"
-)
-
-// Jitter says how a retry delay d is randomized.
-type Jitter string
-
-const (
-	// JitterEqual waits d/2 + rand*d/2 (default).
-	JitterEqual Jitter = "equal"
-	// JitterFull waits rand*d.
-	JitterFull Jitter = "full"
-	// JitterNone waits exactly d.
-	JitterNone Jitter = "none"
+	backoffExponential = "exponential"
+	backoffFixed       = "fixed"
+	jitterEqual        = "equal"
+	jitterFull         = "full"
+	jitterNone         = "none"
 )
 
 // AcquisitionOptions configures how Lock and WithLock wait for a contended
@@ -52,15 +35,19 @@ const (
 // are the reference implementation's.
 type AcquisitionOptions struct {
 	// MaxRetries is the number of attempts after the first one, so at most
-	// MaxRetries+1 attempts are made. Default 10; NoRetries (any negative
-	// value) makes a single attempt.
+	// MaxRetries+1 attempts are made. Default 10; any negative value makes
+	// a single attempt.
 	MaxRetries int
 	// RetryDelay is the base delay between attempts. Default 100 ms.
 	RetryDelay time.Duration
-	// Backoff is BackoffExponential (default) or BackoffFixed.
-	Backoff Backoff
-	// Jitter is JitterEqual (default), JitterFull or JitterNone.
-	Jitter Jitter
+	// Backoff says how the delay grows: "exponential" (the default) waits
+	// RetryDelay * 2^(n-1) before retry n, "fixed" waits RetryDelay every
+	// time. Any other value fails Lock with ErrInvalidArgument.
+	Backoff string
+	// Jitter randomizes each delay d: "equal" (the default) waits
+	// d/2 + rand*d/2, "full" waits rand*d, "none" waits exactly d. Any
+	// other value fails Lock with ErrInvalidArgument.
+	Jitter string
 	// Timeout bounds the whole acquisition, attempts and waits together.
 	// A wait never extends past it. Default 5 s.
 	Timeout time.Duration
@@ -90,7 +77,8 @@ type LockOptions struct {
 	// and by Lease.Close. That release runs with a context detached from
 	// the caller's cancellation (context.WithoutCancel), so a cancelled
 	// caller still frees the lock at once instead of leaving it held until
-	// its TTL. Default 5 s.
+	// its TTL. Default: the backend's Config.ReleaseTimeout (5 s unless
+	// set), or 5 s for a Locker that is not a *Backend.
 	ReleaseTimeout time.Duration
 
 	// OnReleaseError receives the error of a release done by WithLock or
@@ -107,8 +95,8 @@ type LockOptions struct {
 
 // Sources of a release error, for ReleaseErrorInfo.Source.
 const (
-	ReleaseSourceWithLock = "withLock" // the release after fn in WithLock
-	ReleaseSourceClose    = "close"    // Lease.Close
+	releaseSourceWithLock = "withLock"
+	releaseSourceClose    = "close"
 )
 
 // ReleaseErrorInfo tells OnReleaseError which lock a failed release was for.
@@ -117,7 +105,8 @@ type ReleaseErrorInfo struct {
 	// lock and keys may hold personal data: log HashKey of them instead.
 	Key    string
 	LockID string
-	// Source is ReleaseSourceWithLock or ReleaseSourceClose.
+	// Source is "withLock" for the release after fn in WithLock, "close"
+	// for Lease.Close.
 	Source string
 }
 
@@ -126,8 +115,8 @@ type lockConfig struct {
 	ttl            time.Duration
 	maxRetries     int
 	retryDelay     time.Duration
-	backoff        Backoff
-	jitter         Jitter
+	backoff        string
+	jitter         string
 	timeout        time.Duration
 	autoExtend     bool
 	releaseTimeout time.Duration
@@ -152,10 +141,10 @@ func (o *LockOptions) resolve() (lockConfig, error) {
 		v    *time.Duration
 		def  time.Duration
 	}{
-		{"TTL", &c.ttl, DefaultTTL},
-		{"Acquisition.RetryDelay", &c.retryDelay, DefaultRetryDelay},
-		{"Acquisition.Timeout", &c.timeout, DefaultAcquireTimeout},
-		{"ReleaseTimeout", &c.releaseTimeout, DefaultReleaseTimeout},
+		{"TTL", &c.ttl, defaultTTL},
+		{"Acquisition.RetryDelay", &c.retryDelay, defaultRetryDelay},
+		{"Acquisition.Timeout", &c.timeout, defaultAcquireTimeout},
+		{"ReleaseTimeout", &c.releaseTimeout, 0}, // 0: the backend's, see Lock
 	} {
 		if *d.v < 0 {
 			return c, invalidArg("lock", fmt.Sprintf("%s must not be negative, got %v", d.name, *d.v))
@@ -166,23 +155,23 @@ func (o *LockOptions) resolve() (lockConfig, error) {
 	}
 	switch {
 	case c.maxRetries == 0:
-		c.maxRetries = DefaultMaxRetries
+		c.maxRetries = defaultMaxRetries
 	case c.maxRetries < 0:
 		c.maxRetries = 0
 	}
 	switch c.backoff {
 	case "":
-		c.backoff = BackoffExponential
-	case BackoffExponential, BackoffFixed:
+		c.backoff = backoffExponential
+	case backoffExponential, backoffFixed:
 	default:
-		return c, invalidArg("lock", fmt.Sprintf("unknown Acquisition.Backoff %q (want %q or %q)", c.backoff, BackoffExponential, BackoffFixed))
+		return c, invalidArg("lock", fmt.Sprintf("unknown Acquisition.Backoff %q (want %q or %q)", c.backoff, backoffExponential, backoffFixed))
 	}
 	switch c.jitter {
 	case "":
-		c.jitter = JitterEqual
-	case JitterEqual, JitterFull, JitterNone:
+		c.jitter = jitterEqual
+	case jitterEqual, jitterFull, jitterNone:
 	default:
-		return c, invalidArg("lock", fmt.Sprintf("unknown Acquisition.Jitter %q (want %q, %q or %q)", c.jitter, JitterEqual, JitterFull, JitterNone))
+		return c, invalidArg("lock", fmt.Sprintf("unknown Acquisition.Jitter %q (want %q, %q or %q)", c.jitter, jitterEqual, jitterFull, jitterNone))
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
@@ -197,7 +186,7 @@ func (o *LockOptions) resolve() (lockConfig, error) {
 func logReleaseError(logger *slog.Logger) func(error, ReleaseErrorInfo) {
 	return func(err error, info ReleaseErrorInfo) {
 		logger.Error("syncguard: releasing a lock failed; it stays held until its TTL expires",
-			slog.String("source", info.Source), slog.String("keyHash", HashKey(info.Key)),
+			slog.String("source", info.Source), slog.String("keyHash", rules.HashKey(info.Key)),
 			slog.String("code", string(CodeOf(err))), slog.String("error", err.Error()))
 	}
 }
@@ -232,7 +221,7 @@ func logReleaseError(logger *slog.Logger) func(error, ReleaseErrorInfo) {
 // Backend.WithTx view, unless the lock is released before the transaction
 // ends: a release or extend on the view after commit or rollback fails
 // (sql.ErrTxDone, InvalidArgument) and the lock stays until its TTL.
-func WithLock(ctx context.Context, backend LockBackend, key string, fn func(ctx context.Context, lease *Lease) error, opts *LockOptions) error {
+func WithLock(ctx context.Context, backend Locker, key string, fn func(ctx context.Context, lease *Lease) error, opts *LockOptions) error {
 	if fn == nil {
 		return invalidArg("lock", "fn must not be nil")
 	}
@@ -240,7 +229,7 @@ func WithLock(ctx context.Context, backend LockBackend, key string, fn func(ctx 
 	if err != nil {
 		return err
 	}
-	defer lease.dispose(ReleaseSourceWithLock)
+	defer lease.dispose(releaseSourceWithLock)
 	fnCtx := ctx
 	if lease.cfg.autoExtend {
 		var cancel context.CancelFunc
@@ -260,13 +249,16 @@ func WithLock(ctx context.Context, backend LockBackend, key string, fn func(ctx 
 // (Release or Close) before the transaction does: after commit or rollback
 // every operation on the view fails with sql.ErrTxDone (InvalidArgument),
 // the lease cannot release its lock, and the lock stays until its TTL.
-func Lock(ctx context.Context, backend LockBackend, key string, opts *LockOptions) (*Lease, error) {
+func Lock(ctx context.Context, backend Locker, key string, opts *LockOptions) (*Lease, error) {
 	if backend == nil {
 		return nil, invalidArg("lock", "backend must not be nil")
 	}
 	cfg, err := opts.resolve()
 	if err != nil {
 		return nil, err
+	}
+	if cfg.releaseTimeout == 0 {
+		cfg.releaseTimeout = releaseTimeoutOf(backend)
 	}
 	res, sent, err := acquire(ctx, backend, key, &cfg)
 	if err != nil {
@@ -277,7 +269,7 @@ func Lock(ctx context.Context, backend LockBackend, key string, opts *LockOption
 
 // acquire is the retry loop. It returns the successful result and the
 // local time its request was sent (see Lease for why that time matters).
-func acquire(ctx context.Context, b LockBackend, key string, c *lockConfig) (AcquireResult, time.Time, error) {
+func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (AcquireResult, time.Time, error) {
 	start := time.Now()
 	deadline := start.Add(c.timeout)
 	for attempts := 1; ; attempts++ {
@@ -330,17 +322,27 @@ const maxDelay = time.Duration(1 << 62)
 // remaining time.
 func (c *lockConfig) delay(n int) time.Duration {
 	d := c.retryDelay
-	if c.backoff == BackoffExponential {
+	if c.backoff == backoffExponential {
 		for i := 1; i < n && d < maxDelay; i++ {
 			d *= 2
 		}
 	}
 	d = min(d, maxDelay) // no overflow below, whatever the options
 	switch c.jitter {
-	case JitterEqual:
+	case jitterEqual:
 		d = d/2 + rand.N(d-d/2+1)
-	case JitterFull:
+	case jitterFull:
 		d = rand.N(d + 1)
 	}
 	return d
+}
+
+// releaseTimeoutOf is the default LockOptions.ReleaseTimeout for leases on
+// backend: its Config.ReleaseTimeout when it is a *Backend (or wraps one,
+// like a TelemetryBackend), else the default of Config.ReleaseTimeout.
+func releaseTimeoutOf(backend Locker) time.Duration {
+	if b, ok := backend.(interface{ releaseTimeout() time.Duration }); ok {
+		return b.releaseTimeout()
+	}
+	return defaultReleaseTimeout
 }

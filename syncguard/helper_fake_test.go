@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
 // FakeBackend is an in-memory LockBackend for tests and examples. Its
@@ -88,30 +90,55 @@ func fakeSleep(ctx context.Context, op string, d time.Duration) error {
 }
 
 func live(l *fakeLock, now time.Time) bool {
-	return IsLive(l.expires.UnixMilli(), now.UnixMilli(), TimeToleranceMs)
+	return rules.IsLive(l.expires.UnixMilli(), now.UnixMilli())
+}
+
+// The checks of Backend, as error values (a nil *Error is not a nil error).
+func fakeKey(op, key string) (rules.Key, error) {
+	k, e := checkKey(op, key)
+	if e != nil {
+		return k, e
+	}
+	return k, nil
+}
+
+func fakeLockID(op, id string) error {
+	if e := checkLockID(op, id); e != nil {
+		return e
+	}
+	return nil
+}
+
+func fakeTTL(op string, ttl time.Duration) (int64, error) {
+	ms, e := ttlMillis(op, ttl)
+	if e != nil {
+		return 0, e
+	}
+	return ms, nil
 }
 
 func (f *FakeBackend) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
 	const op = "acquire"
-	norm, storage, fenceKey, err := checkKey(op, key)
+	k, err := fakeKey(op, key)
 	if err != nil {
 		return AcquireResult{}, err
 	}
-	ttlMs, err := ttlMillis(op, ttl)
+	ttlMs, err := fakeTTL(op, ttl)
 	if err != nil {
 		return AcquireResult{}, err
 	}
 	var res AcquireResult
 	err = f.do(ctx, op, func(now time.Time) {
-		if l := f.locks[storage]; l != nil && live(l, now) {
+		if l := f.locks[k.Storage]; l != nil && live(l, now) {
 			res = AcquireResult{Reason: ReasonLocked}
 			return
 		}
-		f.fences[fenceKey]++
-		fence, _ := FormatFence(f.fences[fenceKey])
-		l := &fakeLock{key: norm, lockID: GenerateLockID(), acquired: now,
+		f.fences[k.Fence]++
+		ftext, _ := rules.FormatFence(f.fences[k.Fence])
+		fence := Fence(ftext)
+		l := &fakeLock{key: k.Norm, lockID: rules.GenerateLockID(), acquired: now,
 			expires: now.Add(time.Duration(ttlMs) * time.Millisecond), fence: fence}
-		f.locks[storage] = l
+		f.locks[k.Storage] = l
 		res = AcquireResult{OK: true, LockID: l.lockID, Fence: fence, ExpiresAt: l.expires}
 	})
 	return res, err
@@ -136,7 +163,7 @@ func reasonFor(l *fakeLock, now time.Time) string {
 
 func (f *FakeBackend) Release(ctx context.Context, lockID string) (ReleaseResult, error) {
 	const op = "release"
-	if err := checkLockID(op, lockID); err != nil {
+	if err := fakeLockID(op, lockID); err != nil {
 		return ReleaseResult{}, err
 	}
 	var res ReleaseResult
@@ -154,10 +181,10 @@ func (f *FakeBackend) Release(ctx context.Context, lockID string) (ReleaseResult
 
 func (f *FakeBackend) Extend(ctx context.Context, lockID string, ttl time.Duration) (ExtendResult, error) {
 	const op = "extend"
-	if err := checkLockID(op, lockID); err != nil {
+	if err := fakeLockID(op, lockID); err != nil {
 		return ExtendResult{}, err
 	}
-	ttlMs, err := ttlMillis(op, ttl)
+	ttlMs, err := fakeTTL(op, ttl)
 	if err != nil {
 		return ExtendResult{}, err
 	}
@@ -176,13 +203,13 @@ func (f *FakeBackend) Extend(ctx context.Context, lockID string, ttl time.Durati
 
 func (f *FakeBackend) IsLocked(ctx context.Context, key string) (bool, error) {
 	const op = "isLocked"
-	_, storage, _, err := checkKey(op, key)
+	k, err := fakeKey(op, key)
 	if err != nil {
 		return false, err
 	}
 	var locked bool
 	err = f.do(ctx, op, func(now time.Time) {
-		l := f.locks[storage]
+		l := f.locks[k.Storage]
 		locked = l != nil && live(l, now)
 	})
 	return locked, err
@@ -201,18 +228,18 @@ func (f *FakeBackend) info(l *fakeLock, now time.Time) *LockInfoDebug {
 
 func (f *FakeBackend) LookupKeyDebug(ctx context.Context, key string) (*LockInfoDebug, error) {
 	const op = "lookup"
-	_, storage, _, err := checkKey(op, key)
+	k, err := fakeKey(op, key)
 	if err != nil {
 		return nil, err
 	}
 	var d *LockInfoDebug
-	err = f.do(ctx, op, func(now time.Time) { d = f.info(f.locks[storage], now) })
+	err = f.do(ctx, op, func(now time.Time) { d = f.info(f.locks[k.Storage], now) })
 	return d, err
 }
 
 func (f *FakeBackend) LookupIDDebug(ctx context.Context, lockID string) (*LockInfoDebug, error) {
 	const op = "lookup"
-	if err := checkLockID(op, lockID); err != nil {
+	if err := fakeLockID(op, lockID); err != nil {
 		return nil, err
 	}
 	var d *LockInfoDebug
@@ -285,11 +312,10 @@ func (f *FakeBackend) Expire(lockID string) {
 
 // SetFence makes the next acquire of key get fence n+1.
 func (f *FakeBackend) SetFence(key string, n int64) {
-	norm, _ := NormalizeKey(key)
-	_, fk, _ := StorageKeys(norm)
+	k, _ := rules.DeriveKey(key)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.fences[fk] = n
+	f.fences[k.Fence] = n
 }
 
 // Calls returns how many times op ran on the "server".

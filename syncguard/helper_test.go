@@ -11,6 +11,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
 // --- shared test helpers for the helper, lease, telemetry and diagnostics tests.
@@ -89,7 +91,7 @@ func TestWithLockRunsFnHoldingTheLockAndReleases(t *testing.T) {
 		if locked, _ := f.IsLocked(ctx, "job:1"); !locked {
 			t.Error("the key must be locked while fn runs")
 		}
-		if l.Key() != "job:1" || ValidateLockID(l.LockID()) != nil || l.Fence() != "000000000000001" || l.ExpiresAt().IsZero() {
+		if l.Key() != "job:1" || rules.ValidateLockID(l.LockID()) != nil || l.Fence() != "000000000000001" || l.ExpiresAt().IsZero() {
 			t.Errorf("lease accessors: key %q lockId %q fence %q expires %v", l.Key(), l.LockID(), l.Fence(), l.ExpiresAt())
 		}
 		return nil
@@ -109,8 +111,8 @@ func TestWithLockDefaultTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := NewFakeBackend()
 		_ = WithLock(t.Context(), f, "k", func(ctx context.Context, l *Lease) error {
-			if got := l.ExpiresAt().Sub(time.Now()); got != DefaultTTL {
-				t.Errorf("default TTL: want %v, got %v", DefaultTTL, got)
+			if got := l.ExpiresAt().Sub(time.Now()); got != defaultTTL {
+				t.Errorf("default TTL: want %v, got %v", defaultTTL, got)
 			}
 			return nil
 		}, nil)
@@ -176,15 +178,15 @@ func TestAcquireExponentialDelaysExactAndTimeout(t *testing.T) {
 		f := NewFakeBackend()
 		hold(t, f, "k")
 		start := time.Now()
-		_, err := Lock(t.Context(), f, "k", &LockOptions{Acquisition: AcquisitionOptions{Jitter: JitterNone}})
+		_, err := Lock(t.Context(), f, "k", &LockOptions{Acquisition: AcquisitionOptions{Jitter: jitterNone}})
 		e := requireCode(t, err, CodeAcquisitionTimeout)
 		// Defaults: 10 retries, 100 ms base, exponential, 5 s timeout. Waits
 		// 100, 200, 400, 800, 1600, then 3200 clamped to the 1900 left.
 		if got, want := gaps(f.Times("acquire"))[1:], ms(100, 200, 400, 800, 1600); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("delays between attempts: want %v, got %v", want, got)
 		}
-		if el := time.Since(start); el != DefaultAcquireTimeout {
-			t.Errorf("the last wait is clamped to the remaining time: want to give up at %v, gave up at %v", DefaultAcquireTimeout, el)
+		if el := time.Since(start); el != defaultAcquireTimeout {
+			t.Errorf("the last wait is clamped to the remaining time: want to give up at %v, gave up at %v", defaultAcquireTimeout, el)
 		}
 		if !strings.Contains(e.Msg, "after 6 attempts") || e.Key != "k" {
 			t.Errorf("the error says how many attempts were made (6): %v", err)
@@ -198,7 +200,7 @@ func TestAcquireMaxRetriesCountsAttempts(t *testing.T) {
 		hold(t, f, "k")
 		start := time.Now()
 		_, err := Lock(t.Context(), f, "k", &LockOptions{Acquisition: AcquisitionOptions{
-			MaxRetries: 3, RetryDelay: 200 * time.Millisecond, Backoff: BackoffFixed, Jitter: JitterNone, Timeout: time.Hour}})
+			MaxRetries: 3, RetryDelay: 200 * time.Millisecond, Backoff: backoffFixed, Jitter: jitterNone, Timeout: time.Hour}})
 		e := requireCode(t, err, CodeAcquisitionTimeout)
 		if got, want := gaps(f.Times("acquire"))[1:], ms(200, 200, 200); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("fixed backoff: want delays %v, got %v", want, got)
@@ -217,16 +219,16 @@ func TestAcquireNoRetries(t *testing.T) {
 		f := NewFakeBackend()
 		hold(t, f, "k")
 		start := time.Now()
-		_, err := Lock(t.Context(), f, "k", &LockOptions{Acquisition: AcquisitionOptions{MaxRetries: NoRetries}})
+		_, err := Lock(t.Context(), f, "k", &LockOptions{Acquisition: AcquisitionOptions{MaxRetries: -1}})
 		requireCode(t, err, CodeAcquisitionTimeout)
 		if n := f.Calls("acquire") - 1; n != 1 || time.Since(start) != 0 {
-			t.Errorf("NoRetries: want one attempt and no wait, got %d attempts in %v", n, time.Since(start))
+			t.Errorf("-1: want one attempt and no wait, got %d attempts in %v", n, time.Since(start))
 		}
 	})
 }
 
 func TestAcquireJitterBounds(t *testing.T) {
-	for _, jitter := range []Jitter{JitterEqual, JitterFull} {
+	for _, jitter := range []string{jitterEqual, jitterFull} {
 		t.Run(string(jitter), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := NewFakeBackend()
@@ -239,9 +241,9 @@ func TestAcquireJitterBounds(t *testing.T) {
 					t.Fatalf("want 8 waits, got %v", got)
 				}
 				for i, g := range got {
-					d := DefaultRetryDelay << i
+					d := defaultRetryDelay << i
 					lo := d / 2
-					if jitter == JitterFull {
+					if jitter == jitterFull {
 						lo = 0
 					}
 					if g < lo || g > d {
@@ -287,7 +289,7 @@ func TestAcquireSucceedsWhenHolderReleases(t *testing.T) {
 				t.Errorf("want the third attempt (after 100+200ms) to win, won at %v", el)
 			}
 			return nil
-		}, &LockOptions{Acquisition: AcquisitionOptions{Jitter: JitterNone}})
+		}, &LockOptions{Acquisition: AcquisitionOptions{Jitter: jitterNone}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -321,7 +323,7 @@ func TestAcquireCancelWhileWaitingAbortsAtOnce(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		time.AfterFunc(150*time.Millisecond, cancel)
 		start := time.Now()
-		_, err := Lock(ctx, f, "k", &LockOptions{Acquisition: AcquisitionOptions{Jitter: JitterNone}})
+		_, err := Lock(ctx, f, "k", &LockOptions{Acquisition: AcquisitionOptions{Jitter: jitterNone}})
 		requireCode(t, err, CodeAborted)
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("the cause must be context.Canceled: %v", err)
@@ -341,7 +343,7 @@ func TestAcquireContextDeadlineWhileWaiting(t *testing.T) {
 		hold(t, f, "k")
 		ctx, cancel := context.WithTimeout(t.Context(), 250*time.Millisecond)
 		defer cancel()
-		_, err := Lock(ctx, f, "k", &LockOptions{Acquisition: AcquisitionOptions{Jitter: JitterNone}})
+		_, err := Lock(ctx, f, "k", &LockOptions{Acquisition: AcquisitionOptions{Jitter: jitterNone}})
 		requireCode(t, err, CodeAcquisitionTimeout)
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("the caller's deadline is the cause: %v", err)
@@ -409,8 +411,8 @@ func TestWithLockReleaseErrorGoesToCallbackNotResult(t *testing.T) {
 		if err != fnErr {
 			t.Errorf("a release failure never replaces fn's result: want %v, got %v", fnErr, err)
 		}
-		if len(got) != 1 || got[0].Source != ReleaseSourceWithLock || got[0].Key != "k" || got[0].LockID != lockID {
-			t.Errorf("want one callback with source %q, key and lockId; got %+v", ReleaseSourceWithLock, got)
+		if len(got) != 1 || got[0].Source != releaseSourceWithLock || got[0].Key != "k" || got[0].LockID != lockID {
+			t.Errorf("want one callback with source %q, key and lockId; got %+v", releaseSourceWithLock, got)
 		}
 	}
 }
@@ -470,10 +472,10 @@ func TestHelperDoesNotRepeatFenceWarning(t *testing.T) {
 	// Backend.Acquire logs the fence warning itself; the helper must not
 	// add a second record. (The conformance suite checks the core's one.)
 	f := NewFakeBackend()
-	f.SetFence("k", FenceWarn+10)
+	f.SetFence("k", rules.FenceWarn+10)
 	logger, buf := captureLogger()
 	err := WithLock(context.Background(), f, "k", func(_ context.Context, l *Lease) error {
-		if n, _ := l.Fence().Int64(); n != FenceWarn+11 {
+		if n, _ := l.Fence().Int64(); n != rules.FenceWarn+11 {
 			t.Errorf("setup: fence %s", l.Fence())
 		}
 		return nil

@@ -67,7 +67,7 @@ var ErrLeaseReleased = errors.New("syncguard: lease released")
 // latency. A tenth of the lifetime (at most 1 s) is kept back on top of
 // that for timer latency and clock-rate differences; the lease is declared
 // lost at that point, before the server-side expiry, never after it. Other
-// clients may only take the key one TimeToleranceMs (1 s) after ExpiresAt,
+// clients may only take the key one liveness tolerance (1 s) after ExpiresAt,
 // which adds headroom but is not counted on. A step of the server's clock
 // (a manual change, not NTP slewing) breaks every TTL-based lock, this one
 // included; fencing tokens are what protects the resource then.
@@ -91,7 +91,7 @@ var ErrLeaseReleased = errors.New("syncguard: lease released")
 // shorter ttl does not let the lifetime run out before the next automatic
 // extend.
 type Lease struct {
-	backend LockBackend
+	backend Locker
 	key     string
 	lockID  string
 	fence   Fence
@@ -141,7 +141,7 @@ func extendRetryDelay(ttl time.Duration) time.Duration {
 	return max(ttl/10, time.Millisecond)
 }
 
-func newLease(ctx context.Context, b LockBackend, key string, res AcquireResult, sent time.Time, cfg lockConfig) *Lease {
+func newLease(ctx context.Context, b Locker, key string, res AcquireResult, sent time.Time, cfg lockConfig) *Lease {
 	l := &Lease{
 		backend: b, key: key, lockID: res.LockID, fence: res.Fence, cfg: cfg,
 		base: context.WithoutCancel(ctx), expiresAt: res.ExpiresAt,
@@ -429,7 +429,7 @@ func (l *Lease) Release(ctx context.Context) (ReleaseResult, error) {
 }
 
 // Close releases the lock, at most once, for use with defer. See Lease.
-func (l *Lease) Close() { l.dispose(ReleaseSourceClose) }
+func (l *Lease) Close() { l.dispose(releaseSourceClose) }
 
 // dispose releases once; concurrent and later calls wait for the first
 // one's release. It uses a channel rather than sync.Once so that a waiting

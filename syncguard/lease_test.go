@@ -96,8 +96,8 @@ func TestLeaseCloseErrorGoesToOnReleaseError(t *testing.T) {
 	})
 	l.Close()
 	l.Close()
-	if len(calls) != 1 || calls[0].Source != ReleaseSourceClose || calls[0].LockID != l.LockID() {
-		t.Fatalf("one callback with source %q; got %+v", ReleaseSourceClose, calls)
+	if len(calls) != 1 || calls[0].Source != releaseSourceClose || calls[0].LockID != l.LockID() {
+		t.Fatalf("one callback with source %q; got %+v", releaseSourceClose, calls)
 	}
 	if l.Err() != nil {
 		t.Fatalf("a failed release does not end the lease: %v", l.Err())
@@ -143,7 +143,7 @@ func TestFailedLockYieldsNoLeaseAndNoLaterIO(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := NewFakeBackend()
 		hold(t, f, "k")
-		l, err := Lock(t.Context(), f, "k", &LockOptions{AutoExtend: true, Acquisition: AcquisitionOptions{MaxRetries: NoRetries}})
+		l, err := Lock(t.Context(), f, "k", &LockOptions{AutoExtend: true, Acquisition: AcquisitionOptions{MaxRetries: -1}})
 		if l != nil || err == nil {
 			t.Fatalf("a failed acquire yields no lease: %v %v", l, err)
 		}

@@ -4,8 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"strconv"
 	"strings"
+
+	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
 //go:embed sql/*.sql
@@ -17,21 +18,20 @@ type statements struct {
 	acquire, release, extend, lookupKey, lookupID, cleanup string
 }
 
-// cleanupGraceMs: CleanupInIsLocked deletes only rows expired this long ago.
-const cleanupGraceMs = 2000
-
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
-
-func renderer(table, fenceTable string) *strings.Replacer {
-	return strings.NewReplacer(
-		"{{locks}}", quoteIdent(table),
-		"{{fences}}", quoteIdent(fenceTable),
-		"{{lock_id_index}}", quoteIdent("idx_"+table+"_lock_id"),
-		"{{expires_index}}", quoteIdent("idx_"+table+"_expires"),
-		"{{tolerance}}", strconv.Itoa(TimeToleranceMs),
-		"{{fence_max}}", strconv.FormatInt(FenceMax, 10),
-		"{{cleanup_grace}}", strconv.Itoa(cleanupGraceMs),
-	)
+// render expands a statement file: the rules' SQL fragments ({{now_ms}},
+// {{live(alias)}}, {{fence_text(expr)}}, ...; see internal/rules) and the
+// quoted table and index names of one configuration.
+func render(name, table, fenceTable string) string {
+	out, err := rules.Render(mustRead(name), map[string]string{
+		"locks":         rules.QuoteIdent(table),
+		"fences":        rules.QuoteIdent(fenceTable),
+		"lock_id_index": rules.QuoteIdent("idx_" + table + "_lock_id"),
+		"expires_index": rules.QuoteIdent("idx_" + table + "_expires"),
+	})
+	if err != nil {
+		panic("syncguard: sql/" + name + ": " + err.Error()) // embedded at build time; TestStatementsRender renders every file
+	}
+	return out
 }
 
 func mustRead(name string) string {
@@ -43,8 +43,7 @@ func mustRead(name string) string {
 }
 
 func renderStatements(table, fenceTable string) statements {
-	r := renderer(table, fenceTable)
-	read := func(name string) string { return r.Replace(stripComments(mustRead(name))) }
+	read := func(name string) string { return stripComments(render(name, table, fenceTable)) }
 	return statements{
 		acquire:   read("acquire.sql"),
 		release:   read("release.sql"),
@@ -82,7 +81,7 @@ func SchemaSQL(cfg *Config) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return renderer(r.table, r.fenceTable).Replace(mustRead("schema.sql")), nil
+	return render("schema.sql", r.table, r.fenceTable), nil
 }
 
 // schemaLockID is the advisory lock key that serializes concurrent

@@ -2,37 +2,34 @@ package syncguard
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Event types (LockEvent.Type), one per LockBackend operation.
+// Event types (LockEvent.Type), one per LockBackend operation; the same
+// words as Error.Op.
 const (
-	EventAcquire  = "acquire"
-	EventRelease  = "release"
-	EventExtend   = "extend"
-	EventIsLocked = "isLocked"
-	EventLookup   = "lookup"
-)
-
-// Event results (LockEvent.Result).
-const (
-	ResultOK   = "ok"
-	ResultFail = "fail"
+	eventAcquire  = "acquire"
+	eventRelease  = "release"
+	eventExtend   = "extend"
+	eventIsLocked = "isLocked"
+	eventLookup   = "lookup"
 )
 
 // LockEvent describes one completed LockBackend operation, as in the spec.
 type LockEvent struct {
-	// Type is one of EventAcquire, EventRelease, EventExtend,
-	// EventIsLocked, EventLookup.
+	// Type is the operation: "acquire", "release", "extend", "isLocked" or
+	// "lookup" (both lookups, and their Debug forms), the words Error.Op
+	// uses.
 	Type string
-	// Result is ResultOK or ResultFail. An acquire fails on contention, a
-	// release or extend when the lock was absent, IsLocked when the key is
-	// free, a lookup when nothing was found; every operation that returned
-	// an error fails too (see Err).
-	Result string
+	// OK is the spec's result "ok" (true) or "fail" (false). An acquire
+	// fails on contention, a release or extend when the lock was absent,
+	// IsLocked when the key is free, a lookup when nothing was found;
+	// every operation that returned an error fails too (see Err).
+	OK bool
 	// KeyHash (operations on a key) and LockIDHash (operations on a lockId,
 	// and successful acquires) are HashKey values.
 	KeyHash    string
@@ -54,7 +51,8 @@ type LockEvent struct {
 type TelemetryOptions struct {
 	// OnEvent receives every event, in order, on a goroutine of the
 	// wrapper, never on the caller's: a slow, failing or panicking OnEvent
-	// does not delay or break a lock operation. Required.
+	// does not delay or break a lock operation. Default: events are
+	// discarded (SlogSink makes an OnEvent that logs them).
 	OnEvent func(LockEvent)
 	// IncludeRaw adds the raw key and lockId to every event. Default false.
 	IncludeRaw bool
@@ -91,22 +89,30 @@ type TelemetryBackend struct {
 
 // rawEvent is what the hot path records: no hashing, no callbacks.
 type rawEvent struct {
-	typ, result, reason string
-	key, lockID         string
-	err                 error
+	typ, reason string
+	ok          bool
+	key, lockID string
+	err         error
+}
+
+// debugLookuper is implemented by backends that can return raw keys and
+// lockIds: *Backend and *TelemetryBackend.
+type debugLookuper interface {
+	LookupKeyDebug(ctx context.Context, key string) (*LockInfoDebug, error)
+	LookupIDDebug(ctx context.Context, lockID string) (*LockInfoDebug, error)
 }
 
 var (
 	_ LockBackend    = (*TelemetryBackend)(nil)
-	_ DebugLookuper  = (*TelemetryBackend)(nil)
-	_ DebugLookuper  = (*Backend)(nil)
+	_ debugLookuper  = (*TelemetryBackend)(nil)
 	_ slog.LogValuer = LockEvent{}
 )
 
 // WithTelemetry wraps backend so that each completed operation emits one
 // LockEvent to opts.OnEvent (ADR-007). Without the wrapper nothing is
 // hashed or emitted. The result also forwards LookupKeyDebug and
-// LookupIDDebug (for GetByKeyRaw and GetByIDRaw) when backend has them.
+// LookupIDDebug when backend has them (a *Backend does), and leases made
+// on it use the wrapped Backend's Config.ReleaseTimeout.
 func WithTelemetry(backend LockBackend, opts TelemetryOptions) *TelemetryBackend {
 	if opts.BufferSize <= 0 {
 		opts.BufferSize = 1024
@@ -188,7 +194,7 @@ func (t *TelemetryBackend) run() {
 }
 
 func (t *TelemetryBackend) deliver(e *rawEvent) {
-	ev := LockEvent{Type: e.typ, Result: e.result, Reason: e.reason, Err: e.err}
+	ev := LockEvent{Type: e.typ, OK: e.ok, Reason: e.reason, Err: e.err}
 	if e.key != "" {
 		ev.KeyHash = HashKey(e.key)
 	}
@@ -219,17 +225,14 @@ func (t *TelemetryBackend) includeRaw(ev LockEvent) (ok bool) {
 	return t.opts.IncludeRawFunc(ev)
 }
 
-func result(ok bool) string {
-	if ok {
-		return ResultOK
-	}
-	return ResultFail
-}
+// releaseTimeout forwards the wrapped backend's Config.ReleaseTimeout to
+// leases (see LockOptions.ReleaseTimeout).
+func (t *TelemetryBackend) releaseTimeout() time.Duration { return releaseTimeoutOf(t.inner) }
 
 // Acquire implements LockBackend.
 func (t *TelemetryBackend) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
 	r, err := t.inner.Acquire(ctx, key, ttl)
-	e := rawEvent{typ: EventAcquire, result: result(err == nil && r.OK), reason: r.Reason, key: key, err: err}
+	e := rawEvent{typ: eventAcquire, ok: err == nil && r.OK, reason: r.Reason, key: key, err: err}
 	if r.OK {
 		e.lockID = r.LockID
 	}
@@ -240,14 +243,14 @@ func (t *TelemetryBackend) Acquire(ctx context.Context, key string, ttl time.Dur
 // Release implements LockBackend.
 func (t *TelemetryBackend) Release(ctx context.Context, lockID string) (ReleaseResult, error) {
 	r, err := t.inner.Release(ctx, lockID)
-	t.emit(rawEvent{typ: EventRelease, result: result(err == nil && r.OK), reason: r.Reason, lockID: lockID, err: err})
+	t.emit(rawEvent{typ: eventRelease, ok: err == nil && r.OK, reason: r.Reason, lockID: lockID, err: err})
 	return r, err
 }
 
 // Extend implements LockBackend.
 func (t *TelemetryBackend) Extend(ctx context.Context, lockID string, ttl time.Duration) (ExtendResult, error) {
 	r, err := t.inner.Extend(ctx, lockID, ttl)
-	t.emit(rawEvent{typ: EventExtend, result: result(err == nil && r.OK), reason: r.Reason, lockID: lockID, err: err})
+	t.emit(rawEvent{typ: eventExtend, ok: err == nil && r.OK, reason: r.Reason, lockID: lockID, err: err})
 	return r, err
 }
 
@@ -255,7 +258,7 @@ func (t *TelemetryBackend) Extend(ctx context.Context, lockID string, ttl time.D
 // is locked.
 func (t *TelemetryBackend) IsLocked(ctx context.Context, key string) (bool, error) {
 	locked, err := t.inner.IsLocked(ctx, key)
-	t.emit(rawEvent{typ: EventIsLocked, result: result(err == nil && locked), key: key, err: err})
+	t.emit(rawEvent{typ: eventIsLocked, ok: err == nil && locked, key: key, err: err})
 	return locked, err
 }
 
@@ -263,38 +266,38 @@ func (t *TelemetryBackend) IsLocked(ctx context.Context, key string) (bool, erro
 // lock was found.
 func (t *TelemetryBackend) LookupKey(ctx context.Context, key string) (*LockInfo, error) {
 	info, err := t.inner.LookupKey(ctx, key)
-	t.emit(rawEvent{typ: EventLookup, result: result(err == nil && info != nil), key: key, err: err})
+	t.emit(rawEvent{typ: eventLookup, ok: err == nil && info != nil, key: key, err: err})
 	return info, err
 }
 
 // LookupID implements LockBackend.
 func (t *TelemetryBackend) LookupID(ctx context.Context, lockID string) (*LockInfo, error) {
 	info, err := t.inner.LookupID(ctx, lockID)
-	t.emit(rawEvent{typ: EventLookup, result: result(err == nil && info != nil), lockID: lockID, err: err})
+	t.emit(rawEvent{typ: eventLookup, ok: err == nil && info != nil, lockID: lockID, err: err})
 	return info, err
 }
 
-// LookupKeyDebug implements DebugLookuper when the wrapped backend does,
-// and fails with ErrInvalidArgument otherwise.
+// LookupKeyDebug is Backend.LookupKeyDebug on the wrapped backend, which
+// must have that method (else it fails with ErrInvalidArgument).
 func (t *TelemetryBackend) LookupKeyDebug(ctx context.Context, key string) (*LockInfoDebug, error) {
-	d, ok := t.inner.(DebugLookuper)
+	d, ok := t.inner.(debugLookuper)
 	if !ok {
 		return nil, noDebug(t.inner)
 	}
 	info, err := d.LookupKeyDebug(ctx, key)
-	t.emit(rawEvent{typ: EventLookup, result: result(err == nil && info != nil), key: key, err: err})
+	t.emit(rawEvent{typ: eventLookup, ok: err == nil && info != nil, key: key, err: err})
 	return info, err
 }
 
-// LookupIDDebug implements DebugLookuper when the wrapped backend does,
-// and fails with ErrInvalidArgument otherwise.
+// LookupIDDebug is Backend.LookupIDDebug on the wrapped backend, which
+// must have that method (else it fails with ErrInvalidArgument).
 func (t *TelemetryBackend) LookupIDDebug(ctx context.Context, lockID string) (*LockInfoDebug, error) {
-	d, ok := t.inner.(DebugLookuper)
+	d, ok := t.inner.(debugLookuper)
 	if !ok {
 		return nil, noDebug(t.inner)
 	}
 	info, err := d.LookupIDDebug(ctx, lockID)
-	t.emit(rawEvent{typ: EventLookup, result: result(err == nil && info != nil), lockID: lockID, err: err})
+	t.emit(rawEvent{typ: eventLookup, ok: err == nil && info != nil, lockID: lockID, err: err})
 	return info, err
 }
 
@@ -305,7 +308,11 @@ func (t *TelemetryBackend) Capabilities() Capabilities { return t.inner.Capabili
 // keyHash, lockIdHash, reason, key, lockId, code and error are set.
 func (e LockEvent) LogValue() slog.Value {
 	attrs := make([]slog.Attr, 0, 8)
-	attrs = append(attrs, slog.String("type", e.Type), slog.String("result", e.Result))
+	result := "fail"
+	if e.OK {
+		result = "ok"
+	}
+	attrs = append(attrs, slog.String("type", e.Type), slog.String("result", result))
 	for _, a := range [...]struct{ k, v string }{
 		{"keyHash", e.KeyHash}, {"lockIdHash", e.LockIDHash}, {"reason", e.Reason},
 		{"key", e.Key}, {"lockId", e.LockID},
@@ -333,6 +340,11 @@ func SlogSink(logger *slog.Logger, level slog.Level) func(LockEvent) {
 		if !logger.Enabled(ctx, lvl) {
 			return
 		}
-		logger.LogAttrs(ctx, lvl, "syncguard: "+e.Type+" "+e.Result, e.LogValue().Group()...)
+		attrs := e.LogValue().Group()
+		logger.LogAttrs(ctx, lvl, "syncguard: "+e.Type+" "+attrs[1].Value.String(), attrs...)
 	}
+}
+
+func noDebug(b LockBackend) *Error {
+	return invalidArg("lookup", fmt.Sprintf("backend %T has no raw lookups (LookupKeyDebug, LookupIDDebug)", b))
 }

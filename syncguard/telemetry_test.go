@@ -63,20 +63,20 @@ func TestTelemetryEventPerOperation(t *testing.T) {
 
 	kh, ih := HashKey(key), HashKey(a.LockID)
 	want := []LockEvent{
-		{Type: EventAcquire, Result: ResultOK, KeyHash: kh, LockIDHash: ih},
-		{Type: EventAcquire, Result: ResultFail, KeyHash: kh, Reason: ReasonLocked},
-		{Type: EventIsLocked, Result: ResultOK, KeyHash: kh},
-		{Type: EventLookup, Result: ResultOK, KeyHash: kh},
-		{Type: EventLookup, Result: ResultOK, LockIDHash: ih},
-		{Type: EventExtend, Result: ResultOK, LockIDHash: ih},
-		{Type: EventRelease, Result: ResultOK, LockIDHash: ih},
-		{Type: EventRelease, Result: ResultFail, LockIDHash: ih, Reason: ReasonNotFound},
-		{Type: EventExtend, Result: ResultFail, LockIDHash: ih, Reason: ReasonNotFound},
-		{Type: EventIsLocked, Result: ResultFail, KeyHash: kh},
-		{Type: EventLookup, Result: ResultFail, KeyHash: kh},
-		{Type: EventAcquire, Result: ResultOK, KeyHash: HashKey("other"), LockIDHash: HashKey(b.LockID)},
-		{Type: EventRelease, Result: ResultFail, LockIDHash: HashKey(b.LockID), Reason: ReasonExpired},
-		{Type: EventAcquire, Result: ResultFail, Err: err},
+		{Type: eventAcquire, OK: true, KeyHash: kh, LockIDHash: ih},
+		{Type: eventAcquire, KeyHash: kh, Reason: ReasonLocked},
+		{Type: eventIsLocked, OK: true, KeyHash: kh},
+		{Type: eventLookup, OK: true, KeyHash: kh},
+		{Type: eventLookup, OK: true, LockIDHash: ih},
+		{Type: eventExtend, OK: true, LockIDHash: ih},
+		{Type: eventRelease, OK: true, LockIDHash: ih},
+		{Type: eventRelease, LockIDHash: ih, Reason: ReasonNotFound},
+		{Type: eventExtend, LockIDHash: ih, Reason: ReasonNotFound},
+		{Type: eventIsLocked, KeyHash: kh},
+		{Type: eventLookup, KeyHash: kh},
+		{Type: eventAcquire, OK: true, KeyHash: HashKey("other"), LockIDHash: HashKey(b.LockID)},
+		{Type: eventRelease, LockIDHash: HashKey(b.LockID), Reason: ReasonExpired},
+		{Type: eventAcquire, Err: err},
 	}
 	got := rec.all()
 	if len(got) != len(want) {
@@ -117,7 +117,7 @@ func TestTelemetryIncludeRaw(t *testing.T) {
 		if e.Key != "" || e.LockID != "" {
 			t.Error("the predicate sees the event without raw values")
 		}
-		return e.Result == ResultFail
+		return !e.OK
 	}})
 	if evs[0].Key != "" || evs[1].Key != "raw" || evs[2].LockID != "" {
 		t.Errorf("IncludeRawFunc decides per event (only the failed acquire here): %+v, %s", evs, id)
@@ -156,7 +156,7 @@ func TestTelemetryPanickingCallbackIsContained(t *testing.T) {
 	n := 0
 	tb := WithTelemetry(f, TelemetryOptions{Logger: logger, OnEvent: func(e LockEvent) {
 		n++
-		if e.Type == EventAcquire {
+		if e.Type == eventAcquire {
 			panic("callback bug")
 		}
 	}})
@@ -232,20 +232,20 @@ func TestTelemetryForwardsDebugLookups(t *testing.T) {
 	tb := WithTelemetry(f, TelemetryOptions{OnEvent: rec.on})
 	ctx := context.Background()
 	a, _ := f.Acquire(ctx, "k", time.Minute)
-	d, err := GetByKeyRaw(ctx, tb, "k")
+	d, err := tb.LookupKeyDebug(ctx, "k")
 	if err != nil || d == nil || d.LockID != a.LockID {
-		t.Fatalf("GetByKeyRaw through the wrapper: %+v %v", d, err)
+		t.Fatalf("LookupKeyDebug through the wrapper: %+v %v", d, err)
 	}
-	d, err = GetByIDRaw(ctx, tb, a.LockID)
+	d, err = tb.LookupIDDebug(ctx, a.LockID)
 	if err != nil || d == nil || d.Key != "k" {
-		t.Fatalf("GetByIDRaw through the wrapper: %+v %v", d, err)
+		t.Fatalf("LookupIDDebug through the wrapper: %+v %v", d, err)
 	}
 	flush(t, tb)
-	if evs := rec.all(); len(evs) != 2 || evs[0].Type != EventLookup || evs[1].LockIDHash != HashKey(a.LockID) {
+	if evs := rec.all(); len(evs) != 2 || evs[0].Type != eventLookup || evs[1].LockIDHash != HashKey(a.LockID) {
 		t.Errorf("raw lookups emit lookup events: %+v", evs)
 	}
 	plain := WithTelemetry(lookupOnly{f}, TelemetryOptions{})
-	_, err = GetByKeyRaw(ctx, plain, "k")
+	_, err = plain.LookupKeyDebug(ctx, "k")
 	requireCode(t, err, CodeInvalidArgument)
 	if plain.Unwrap() != (lookupOnly{f}) {
 		t.Error("Unwrap returns the wrapped backend")

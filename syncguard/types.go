@@ -5,12 +5,13 @@ import (
 	"time"
 )
 
-// LockBackend is the single-attempt lock API of the spec. *Backend
-// implements it, on a *sql.DB or (through WithTx) inside a *sql.Tx.
+// Locker is the part of a LockBackend that Lock, WithLock and a Lease use:
+// the three operations that take, give back and prolong a lock. Wrap a
+// backend in a Locker of your own to add tracing or metrics around them.
 //
 // Every method validates its input before any I/O and returns a *Error on
 // failure. Contention is not an error: Acquire returns OK == false.
-type LockBackend interface {
+type Locker interface {
 	// Acquire tries once to take key for ttl. OK == false (Reason "locked")
 	// means someone else holds it.
 	Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error)
@@ -19,6 +20,13 @@ type LockBackend interface {
 	// Extend sets the lock's expiry to server now + ttl if lockID still owns
 	// it and it is live. It never revives an expired lock.
 	Extend(ctx context.Context, lockID string, ttl time.Duration) (ExtendResult, error)
+}
+
+// LockBackend is the single-attempt lock API of the spec: a Locker plus
+// the read-only inspections. *Backend implements it, on a *sql.DB or
+// (through WithTx) inside a *sql.Tx, and so does *TelemetryBackend.
+type LockBackend interface {
+	Locker
 	// IsLocked reports whether key is held by a live lock.
 	IsLocked(ctx context.Context, key string) (bool, error)
 	// LookupKey returns sanitized information about the live lock on key,
@@ -30,7 +38,8 @@ type LockBackend interface {
 	Capabilities() Capabilities
 }
 
-// Reasons carried by results (the spec's telemetry vocabulary).
+// Reasons carried by results when OK is false (the spec's vocabulary,
+// shared with telemetry).
 const (
 	ReasonLocked   = "locked"    // Acquire: another holder has the key
 	ReasonExpired  = "expired"   // Release/Extend: the lock existed but had expired
@@ -73,18 +82,23 @@ type ExtendResult struct {
 	ExpiresAt time.Time
 }
 
-// LockInfo describes a live lock without exposing its key or lockId.
+// LockInfo describes a live lock without exposing its key or lockId, as
+// LookupKey and LookupID return it. Lookups are diagnostics: the answer
+// describes an instant that has passed when it arrives, so never use it to
+// decide a release or a write (Release and Extend check ownership
+// atomically; fences protect the resource).
 type LockInfo struct {
-	KeyHash    string // HashKey of the normalized key
-	LockIDHash string // HashKey of the lockId
-	ExpiresAt  time.Time
-	AcquiredAt time.Time
-	Fence      Fence
+	KeyHash    string    // HashKey of the normalized key
+	LockIDHash string    // HashKey of the lockId
+	ExpiresAt  time.Time // server-computed expiry, millisecond precision
+	AcquiredAt time.Time // server time of the acquire
+	Fence      Fence     // the fence of this holding
 }
 
-// LockInfoDebug is LockInfo with the raw key and lockId. It is for
-// debugging only: the lockId lets its bearer release the lock, and keys may
-// hold personal data. Never log it in production.
+// LockInfoDebug is LockInfo with the raw key and lockId, as
+// Backend.LookupKeyDebug, Backend.LookupIDDebug and Backend.List return it.
+// It is for debugging only: the lockId lets its bearer release the lock,
+// and keys may hold personal data. Never log it in production.
 type LockInfoDebug struct {
 	LockInfo
 	Key    string // the normalized user key

@@ -7,7 +7,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
 // AllocRow is the client-side allocation cost of one operation, counted as
@@ -57,9 +57,9 @@ func countAllocs(n int, fn func(i int) error) (AllocRow, error) {
 
 // BareAcquireArgs returns the arguments syncguard's acquire sends for key.
 func BareAcquireArgs(key string) []any {
-	norm, _ := syncguard.NormalizeKey(key)
-	storage, fence, _ := syncguard.StorageKeys(norm)
-	return []any{storage, syncguard.GenerateLockID(), fence, norm, int64(30000)}
+	norm, _ := rules.NormalizeKey(key)
+	storage, fence, _ := rules.StorageKeys(norm)
+	return []any{storage, rules.GenerateLockID(), fence, norm, int64(30000)}
 }
 
 // ScanAcquireShaped scans a row into acquire's destination types.

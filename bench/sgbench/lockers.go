@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -195,11 +196,11 @@ func (r *Reference) Close() {
 }
 
 func (r *Reference) Acquire(ctx context.Context, key string, ttl time.Duration) (id string, ok bool, err error) {
-	norm, err := syncguard.NormalizeKey(key)
+	norm, err := rules.NormalizeKey(key)
 	if err != nil {
 		return "", false, err
 	}
-	storage, fenceKey, err := syncguard.StorageKeys(norm)
+	storage, fenceKey, err := rules.StorageKeys(norm)
 	if err != nil {
 		return "", false, err
 	}
@@ -226,7 +227,7 @@ func (r *Reference) Acquire(ctx context.Context, key string, ttl time.Duration) 
 		err = nil
 	case err != nil:
 		return "", false, err
-	case syncguard.IsLive(curExp, nowMs, syncguard.TimeToleranceMs):
+	case rules.IsLive(curExp, nowMs):
 		err = tx.Commit() // the reference returns from sql.begin(): commit
 		return "", false, err
 	}
@@ -237,16 +238,16 @@ func (r *Reference) Acquire(ctx context.Context, key string, ttl time.Duration) 
 	if err = tx.StmtContext(ctx, r.fenceUpd).QueryRowContext(ctx, fenceKey).Scan(&fence); err != nil {
 		return "", false, err
 	}
-	if fence > syncguard.FenceMax {
+	if fence > rules.FenceMax {
 		err = fmt.Errorf("reference: fence %d above maximum", fence)
 		return "", false, err
 	}
-	f, err := syncguard.FormatFence(fence)
+	f, err := rules.FormatFence(fence)
 	if err != nil {
 		return "", false, err
 	}
-	id = syncguard.GenerateLockID()
-	if _, err = tx.StmtContext(ctx, r.upsert).ExecContext(ctx, storage, id, nowMs+ttl.Milliseconds(), nowMs, string(f), norm); err != nil {
+	id = rules.GenerateLockID()
+	if _, err = tx.StmtContext(ctx, r.upsert).ExecContext(ctx, storage, id, nowMs+ttl.Milliseconds(), nowMs, f, norm); err != nil {
 		return "", false, err
 	}
 	if err = tx.Commit(); err != nil {
@@ -259,7 +260,7 @@ func (r *Reference) Acquire(ctx context.Context, key string, ttl time.Duration) 
 // SELECT ... WHERE lock_id = $1 FOR UPDATE, and the ownership and liveness
 // checks. tx is nil when the transaction was already finished.
 func (r *Reference) lockedRow(ctx context.Context, id string) (tx *sql.Tx, key string, nowMs int64, err error) {
-	if err := syncguard.ValidateLockID(id); err != nil {
+	if err := rules.ValidateLockID(id); err != nil {
 		return nil, "", 0, err
 	}
 	tx, err = r.db.BeginTx(ctx, nil)
@@ -273,7 +274,7 @@ func (r *Reference) lockedRow(ctx context.Context, id string) (tx *sql.Tx, key s
 	var gotID string
 	var exp int64
 	err = tx.StmtContext(ctx, r.selByID).QueryRowContext(ctx, id).Scan(&key, &gotID, &exp)
-	if err == sql.ErrNoRows || (err == nil && (gotID != id || !syncguard.IsLive(exp, nowMs, syncguard.TimeToleranceMs))) {
+	if err == sql.ErrNoRows || (err == nil && (gotID != id || !rules.IsLive(exp, nowMs))) {
 		return nil, "", 0, tx.Commit()
 	}
 	if err != nil {
@@ -310,11 +311,11 @@ func (r *Reference) Extend(ctx context.Context, id string, ttl time.Duration) (b
 // Read is the spec's key lookup: SELECT * FROM locks WHERE key = $1, with
 // the server time read in the same statement (one round trip).
 func (r *Reference) Read(ctx context.Context, key, _ string) error {
-	norm, err := syncguard.NormalizeKey(key)
+	norm, err := rules.NormalizeKey(key)
 	if err != nil {
 		return err
 	}
-	storage, _, err := syncguard.StorageKeys(norm)
+	storage, _, err := rules.StorageKeys(norm)
 	if err != nil {
 		return err
 	}
@@ -325,7 +326,7 @@ func (r *Reference) Read(ctx context.Context, key, _ string) error {
 	if err := r.read.QueryRowContext(ctx, storage).Scan(&id, &exp, &acq, &fence, &userKey, &now); err != nil {
 		return err
 	}
-	if !syncguard.IsLive(exp, now, syncguard.TimeToleranceMs) {
+	if !rules.IsLive(exp, now) {
 		return fmt.Errorf("reference read: %q not live", key)
 	}
 	return nil
@@ -381,7 +382,7 @@ func (f *Floor) Close() {
 func (f *Floor) WithSelect1() *Floor { c := *f; c.Select1 = true; return &c }
 
 func (f *Floor) Acquire(ctx context.Context, key string, _ time.Duration) (string, bool, error) {
-	res, err := f.ins.ExecContext(ctx, key, syncguard.GenerateLockID())
+	res, err := f.ins.ExecContext(ctx, key, rules.GenerateLockID())
 	if err != nil {
 		return "", false, err
 	}
@@ -399,7 +400,7 @@ func (f *Floor) Release(ctx context.Context, key string) (bool, error) {
 }
 
 func (f *Floor) Extend(ctx context.Context, key string, _ time.Duration) (bool, error) {
-	res, err := f.upd.ExecContext(ctx, key, syncguard.GenerateLockID())
+	res, err := f.upd.ExecContext(ctx, key, rules.GenerateLockID())
 	if err != nil {
 		return false, err
 	}

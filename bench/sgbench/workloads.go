@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
 // Config sets the size of a run.
@@ -449,8 +449,8 @@ func (e *Env) W2(ctx context.Context) (*WorkloadResult, error) {
 // release if won.
 func (e *Env) W3(ctx context.Context) (*WorkloadResult, error) {
 	key := fmt.Sprintf("%s:w3:%d:hot", e.Cfg.RunID, e.Cfg.Workers)
-	norm, _ := syncguard.NormalizeKey(key)
-	_, fenceKey, err := syncguard.StorageKeys(norm)
+	norm, _ := rules.NormalizeKey(key)
+	_, fenceKey, err := rules.StorageKeys(norm)
 	if err != nil {
 		return nil, err
 	}

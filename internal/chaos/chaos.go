@@ -20,6 +20,7 @@ import (
 	"github.com/lib/pq"
 
 	"github.com/syncguard/syncguard-go/internal/pgtest"
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/pgxstd"
 	sgpq "github.com/syncguard/syncguard-go/pq"
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -808,7 +809,7 @@ func (r *runner) restart(ctx context.Context) string {
 		r.violate(Violation{Rule: "fence counters are readable after a crash", Detail: err.Error()})
 	}
 	for k, n := range maxAcked {
-		norm, _ := syncguard.NormalizeKey(k)
+		norm, _ := rules.NormalizeKey(k)
 		if counters[norm] < n {
 			r.violate(Violation{Rule: "no acknowledged fence is lost across a crash", Key: k,
 				Detail: fmt.Sprintf("fence %d acknowledged before the crash; counter %d after it", n, counters[norm])})

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -221,7 +222,7 @@ func (h *History) Check(slackMs int64) ([]Violation, CheckStats) {
 						cur.Fence, h.relMs(cur.StartMs), prev.Fence, h.relMs(prev.StartMs)),
 					History: h.describe(k, hs, i)})
 			}
-			allowed := prev.LastExpiryMs() + syncguard.TimeToleranceMs
+			allowed := prev.LastExpiryMs() + rules.ToleranceMs
 			byRelease := false
 			if !prev.ReleaseSent.IsZero() {
 				if r := prev.ReleaseSent.UnixMilli() - slackMs; r < allowed {
@@ -245,7 +246,7 @@ func (h *History) Check(slackMs int64) ([]Violation, CheckStats) {
 					Detail: fmt.Sprintf("fence %d (#%d, %s) started at %s, %d ms before fence %d (#%d, %s) released or expired "+
 						"(last confirmed expiry %s + %d ms tolerance; first release sent %s, slack %d ms)",
 						cur.Fence, cur.Seq, cur.Worker, h.relMs(cur.StartMs), -gap, prev.Fence, prev.Seq, prev.Worker,
-						h.relMs(prev.LastExpiryMs()), syncguard.TimeToleranceMs, h.rel(prev.ReleaseSent), slackMs),
+						h.relMs(prev.LastExpiryMs()), rules.ToleranceMs, h.rel(prev.ReleaseSent), slackMs),
 					History: h.describe(k, hs, i)})
 			}
 		}

@@ -25,7 +25,7 @@ func holding(h *History, key, worker string, fence int64, startMs, ttlMs int64, 
 
 func pad15(n int64) string { return fmt.Sprintf("%015d", n) }
 
-func rules(vs []Violation) string {
+func ruleNames(vs []Violation) string {
 	var s []string
 	for _, v := range vs {
 		s = append(s, v.Rule)
@@ -59,7 +59,7 @@ func TestCheckCatchesOverlap(t *testing.T) {
 	h.Event("k", Event{At: time.UnixMilli(t0 + 3000), Worker: "b", Op: "acquire", Outcome: "ok fence=2"})
 	vs, _ := h.Check(0)
 	if len(vs) != 1 || vs[0].Rule != "no two holders of one key at the same time" {
-		t.Fatalf("got %s", rules(vs))
+		t.Fatalf("got %s", ruleNames(vs))
 	}
 	for _, want := range []string{"500 ms before fence 1", "=> fence=1", "=> fence=2", "acquire  ", "ok fence=2"} {
 		if !strings.Contains(vs[0].String(), want) {
@@ -74,10 +74,10 @@ func TestCheckCatchesStartBeforeRelease(t *testing.T) {
 	holding(h, "k", "a", 1, t0, 10000, time.UnixMilli(t0+2000))
 	holding(h, "k", "b", 2, t0+1700, 1500, time.Time{}) // 300 ms before the release was sent
 	if vs, _ := h.Check(100); len(vs) != 1 {
-		t.Fatalf("slack 100: got %q", rules(vs))
+		t.Fatalf("slack 100: got %q", ruleNames(vs))
 	}
 	if vs, _ := h.Check(400); len(vs) != 0 {
-		t.Fatalf("slack 400: got %q", rules(vs))
+		t.Fatalf("slack 400: got %q", ruleNames(vs))
 	}
 }
 
@@ -89,7 +89,7 @@ func TestCheckCatchesFenceProblems(t *testing.T) {
 	holding(h, "j", "a", 2, t0, 1000, time.UnixMilli(t0+100))
 	holding(h, "j", "b", 3, t0-5000, 1000, time.UnixMilli(t0-4900)) // larger fence, earlier start
 	vs, _ := h.Check(0)
-	got := rules(vs)
+	got := ruleNames(vs)
 	if !strings.Contains(got, "fences are unique per key") || !strings.Contains(got, "fences increase in acquisition order per key") {
 		t.Fatalf("got %q", got)
 	}

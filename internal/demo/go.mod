@@ -2,7 +2,6 @@ module github.com/syncguard/syncguard-go/internal/demo
 
 go 1.26.0
 
-
 require (
 	github.com/syncguard/syncguard-go/cmd/syncguard v0.1.0
 	github.com/syncguard/syncguard-go/internal/pgtest v0.1.0
@@ -26,6 +25,7 @@ require (
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/pgx/v5 v5.12.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/kr/text v0.2.0 // indirect
 	github.com/moby/docker-image-spec v1.3.1 // indirect
 	github.com/moby/sys/user v0.3.0 // indirect
 	github.com/moby/term v0.5.0 // indirect
@@ -34,6 +34,7 @@ require (
 	github.com/opencontainers/runc v1.2.3 // indirect
 	github.com/ory/dockertest/v3 v3.12.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
+	github.com/rogpeppe/go-internal v1.16.0 // indirect
 	github.com/sirupsen/logrus v1.9.3 // indirect
 	github.com/syncguard/syncguard-go v0.1.0 // indirect
 	github.com/syncguard/syncguard-go/pgxstd v0.1.0 // indirect

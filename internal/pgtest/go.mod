@@ -35,4 +35,3 @@ require (
 )
 
 require github.com/syncguard/syncguard-go v0.1.0
-

@@ -28,12 +28,12 @@
 -- driver.ErrBadConn): report that success again.
 WITH
 t AS (
-  SELECT floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint AS now_ms
+  SELECT {{now_ms}} AS now_ms
 ),
 cur AS (
   SELECT l."lock_id", l."expires_at_ms", l."acquired_at_ms", l."fence"
   FROM {{locks}} AS l, t
-  WHERE l."key" = $1::text AND l."expires_at_ms" > t.now_ms - {{tolerance}}
+  WHERE l."key" = $1::text AND {{live(l)}}
 ),
 free AS (
   SELECT t.now_ms FROM t
@@ -52,7 +52,7 @@ f AS (
 ),
 ins AS (
   INSERT INTO {{locks}} AS l ("key", "lock_id", "expires_at_ms", "acquired_at_ms", "fence", "user_key")
-  SELECT $1::text, $2::text, free.now_ms + $5::bigint, free.now_ms, lpad(f."fence"::text, 15, '0'), $4::text
+  SELECT $1::text, $2::text, free.now_ms + $5::bigint, free.now_ms, {{fence_text(f."fence")}}, $4::text
   FROM free, f
   ON CONFLICT ("key") DO UPDATE SET
     "lock_id" = EXCLUDED."lock_id",
@@ -60,7 +60,7 @@ ins AS (
     "acquired_at_ms" = EXCLUDED."acquired_at_ms",
     "fence" = EXCLUDED."fence",
     "user_key" = EXCLUDED."user_key"
-  WHERE l."expires_at_ms" <= EXCLUDED."acquired_at_ms" - {{tolerance}}
+  WHERE NOT ({{live(l, EXCLUDED."acquired_at_ms")}})
   RETURNING l."lock_id", l."expires_at_ms", l."acquired_at_ms", l."fence"
 )
 SELECT

@@ -3,4 +3,4 @@
 -- table. The re-check under the row lock spares a row taken over meanwhile.
 DELETE FROM {{locks}}
 WHERE "key" = $1::text
-  AND "expires_at_ms" < floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint - {{cleanup_grace}}
+  AND "expires_at_ms" < {{now_ms}} - {{cleanup_grace}}

@@ -3,12 +3,12 @@
 -- the row lock; never revives an expired lock. Returns the new expiry.
 WITH
 t AS (
-  SELECT floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint AS now_ms
+  SELECT {{now_ms}} AS now_ms
 ),
 u AS (
   UPDATE {{locks}} AS l SET "expires_at_ms" = t.now_ms + $2::bigint
   FROM t
-  WHERE l."lock_id" = $1::text AND l."expires_at_ms" > t.now_ms - {{tolerance}}
+  WHERE l."lock_id" = $1::text AND {{live(l)}}
   RETURNING l."lock_id", l."expires_at_ms"
 )
 SELECT u."lock_id", u."expires_at_ms",

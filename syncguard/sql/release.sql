@@ -5,11 +5,11 @@
 -- snapshot to tell "expired" from "not-found" without another round trip.
 WITH
 t AS (
-  SELECT floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint AS now_ms
+  SELECT {{now_ms}} AS now_ms
 ),
 d AS (
   DELETE FROM {{locks}} AS l USING t
-  WHERE l."lock_id" = $1::text AND l."expires_at_ms" > t.now_ms - {{tolerance}}
+  WHERE l."lock_id" = $1::text AND {{live(l)}}
   RETURNING l."lock_id"
 )
 SELECT d."lock_id",

@@ -1,5 +1,6 @@
--- SyncGuard PostgreSQL schema. Idempotent. Table and index names are the
--- spec's defaults here; SchemaSQL renders the same text for other names.
+-- SyncGuard PostgreSQL schema. Idempotent. SchemaSQL renders the table and
+-- index placeholders with the configured names, quoted (by default
+-- syncguard_locks, syncguard_fence_counters and idx_syncguard_locks_*).
 CREATE TABLE IF NOT EXISTS {{locks}} (
   "key" TEXT PRIMARY KEY,
   "lock_id" TEXT NOT NULL,

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -172,8 +173,8 @@ func (a *app) flagSet(cmd string) *flag.FlagSet {
 		a.timeout = 15 * time.Second
 	}
 	fs.StringVar(&a.dsn, "dsn", a.dsn, "PostgreSQL connection string (`DSN`), URL or key=value form (default $DATABASE_URL, else PG* variables)")
-	fs.StringVar(&a.table, "table", a.table, "lock table `NAME` (default "+syncguard.DefaultTableName+")")
-	fs.StringVar(&a.fenceTable, "fence-table", a.fenceTable, "fence counter table `NAME` (default "+syncguard.DefaultFenceTableName+")")
+	fs.StringVar(&a.table, "table", a.table, "lock table `NAME` (default "+rules.DefaultTable+")")
+	fs.StringVar(&a.fenceTable, "fence-table", a.fenceTable, "fence counter table `NAME` (default "+rules.DefaultFenceTable+")")
 	fs.BoolVar(&a.json, "json", a.json, "print results as JSON on stdout, for scripts (not for run)")
 	fs.DurationVar(&a.timeout, "timeout", a.timeout, "bound on connecting and on each database operation")
 	fs.BoolVar(&a.noPrepare, "no-prepare", a.noPrepare, "do not prepare statements (behind a pooler in transaction mode without prepared-statement support)")

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/syncguard/syncguard-go/internal/errwrap"
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/pgxstd"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
@@ -93,7 +95,7 @@ func (a *app) wrap(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return syncguard.WrapError(ctx, op, pgxstd.Dialect, err)
+	return errwrap.Wrap(ctx, op, pgxstd.Dialect, err)
 }
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
@@ -166,10 +168,10 @@ func (h *lineHandler) WithGroup(string) slog.Handler { return h }
 func (a *app) tableNames() (locks, fences string) {
 	locks, fences = a.table, a.fenceTable
 	if locks == "" {
-		locks = syncguard.DefaultTableName
+		locks = rules.DefaultTable
 	}
 	if fences == "" {
-		fences = syncguard.DefaultFenceTableName
+		fences = rules.DefaultFenceTable
 	}
 	return locks, fences
 }
@@ -177,11 +179,11 @@ func (a *app) tableNames() (locks, fences string) {
 // lastFence returns the fence counter of key (the last fence handed out),
 // or "" when the key was never acquired.
 func (a *app) lastFence(ctx context.Context, db *sql.DB, key string) (syncguard.Fence, error) {
-	norm, err := syncguard.NormalizeKey(key)
+	norm, err := rules.NormalizeKey(key)
 	if err != nil {
 		return "", err
 	}
-	_, fenceKey, err := syncguard.StorageKeys(norm)
+	_, fenceKey, err := rules.StorageKeys(norm)
 	if err != nil {
 		return "", err
 	}
@@ -194,5 +196,6 @@ func (a *app) lastFence(ctx context.Context, db *sql.DB, key string) (syncguard.
 	if err != nil {
 		return "", a.wrap(ctx, "lastFence", err)
 	}
-	return syncguard.FormatFence(n.Int64)
+	f, err := rules.FormatFence(n.Int64)
+	return syncguard.Fence(f), err
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -388,11 +389,11 @@ func (d *doctor) fenceCounters(fences string) {
 	}
 	detail := fmt.Sprintf("%s, highest fence %d", plural(int(n), "key", "keys"), maxFence)
 	switch {
-	case maxFence >= syncguard.FenceMax:
+	case maxFence >= rules.FenceMax:
 		d.add("fence counters", statusFail, detail+": at the maximum, acquires of that key fail",
 			"rotate the key (use a new key name for that resource); never delete fence counters")
-	case maxFence > syncguard.FenceWarn:
-		d.add("fence counters", statusWarn, detail+fmt.Sprintf(": above the warning threshold %d", int64(syncguard.FenceWarn)),
+	case maxFence > rules.FenceWarn:
+		d.add("fence counters", statusWarn, detail+fmt.Sprintf(": above the warning threshold %d", int64(rules.FenceWarn)),
 			"plan a key rotation for that resource before it reaches the maximum")
 	default:
 		d.add("fence counters", statusOK, detail, "")
@@ -409,7 +410,7 @@ func (d *doctor) lockRows(locks string) {
 	var live, expired int64
 	err := d.db.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FILTER (WHERE l."expires_at_ms" > t.now_ms - %[1]d),
        count(*) FILTER (WHERE l."expires_at_ms" <= t.now_ms - %[1]d)
-FROM (SELECT %[2]s AS now_ms) AS t, %[3]s AS l`, syncguard.TimeToleranceMs, nowMsSQL, quoteIdent(locks))).Scan(&live, &expired)
+FROM (SELECT %[2]s AS now_ms) AS t, %[3]s AS l`, rules.ToleranceMs, nowMsSQL, quoteIdent(locks))).Scan(&live, &expired)
 	if err != nil {
 		d.fail("lock rows", ctx, err)
 		return
@@ -449,7 +450,7 @@ func (d *doctor) durability() {
 
 // clockWarn: beyond this offset, expiry times compared with the local
 // clock mislead.
-const clockWarn = time.Duration(syncguard.TimeToleranceMs) * time.Millisecond
+const clockWarn = time.Duration(rules.ToleranceMs) * time.Millisecond
 
 func (d *doctor) clock() {
 	ctx, cancel := d.ctx()

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -62,7 +63,7 @@ func (a *app) cmdRun(args []string) error {
 	fs := a.flagSet("run")
 	var o runOpts
 	fs.StringVar(&o.key, "key", "", "the lock's `KEY` (required)")
-	fs.DurationVar(&o.ttl, "ttl", syncguard.DefaultTTL, "lease time to live, at least 1s; extended every ttl/3 while COMMAND runs, so it bounds how long the lock outlives a killed syncguard")
+	fs.DurationVar(&o.ttl, "ttl", 30*time.Second, "lease time to live, at least 1s; extended every ttl/3 while COMMAND runs, so it bounds how long the lock outlives a killed syncguard")
 	fs.DurationVar(&o.wait, "wait", 5*time.Second, "how long to keep trying while the lock is busy; 0 tries once")
 	fs.StringVar(&o.fenceEnv, "fence-env", defaultFenceEnv, "environment variable `NAME` that gives COMMAND the fence")
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "after the lock is lost: time between SIGTERM and SIGKILL")
@@ -108,7 +109,7 @@ func (o *runOpts) validate() error {
 	if o.key == "" {
 		return usageErr("--key is required")
 	}
-	norm, err := syncguard.NormalizeKey(o.key)
+	norm, err := rules.NormalizeKey(o.key)
 	if err != nil {
 		return err
 	}
@@ -133,8 +134,8 @@ func (a *app) lockOptions(o *runOpts, timeout time.Duration, retries int) *syncg
 		TTL:        o.ttl,
 		AutoExtend: true,
 		Acquisition: syncguard.AcquisitionOptions{
-			MaxRetries: retries, RetryDelay: pollDelay, Backoff: syncguard.BackoffFixed,
-			Jitter: syncguard.JitterEqual, Timeout: timeout,
+			MaxRetries: retries, RetryDelay: pollDelay, Backoff: "fixed",
+			Jitter: "equal", Timeout: timeout,
 		},
 		ReleaseTimeout: a.timeout,
 		// runHolding releases explicitly and reports the error itself.
@@ -197,7 +198,7 @@ func (a *app) lock(b *syncguard.Backend, o *runOpts, sigs <-chan os.Signal) (*sy
 func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts) (*syncguard.Lease, error) {
 	start := time.Now()
 	deadline := start.Add(o.wait)
-	lease, err := syncguard.Lock(ctx, b, o.key, a.lockOptions(o, time.Hour, syncguard.NoRetries))
+	lease, err := syncguard.Lock(ctx, b, o.key, a.lockOptions(o, time.Hour, -1))
 	announced, reported := false, false
 	for err != nil {
 		remaining := time.Until(deadline)

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -31,7 +32,7 @@ Times are relative to the server's clock, which decides expiry.`)
 		return usageErr("want exactly one KEY, got %d arguments", len(pos))
 	}
 	key := pos[0]
-	norm, err := syncguard.NormalizeKey(key)
+	norm, err := rules.NormalizeKey(key)
 	if err != nil {
 		return err
 	}
@@ -150,7 +151,7 @@ uses.`)
 FROM (SELECT %s AS now_ms) AS t
 JOIN %s AS l ON ($1::boolean OR l."expires_at_ms" > t.now_ms - %d)
 ORDER BY l."acquired_at_ms" DESC, l."key"
-LIMIT $2::bigint`, nowMsSQL, quoteIdent(b.TableName()), syncguard.TimeToleranceMs)
+LIMIT $2::bigint`, nowMsSQL, quoteIdent(b.TableName()), rules.ToleranceMs)
 	rows, err := db.QueryContext(ctx, q, *expired, lim)
 	if err != nil {
 		return a.wrap(ctx, "ls", err)
@@ -192,7 +193,7 @@ LIMIT $2::bigint`, nowMsSQL, quoteIdent(b.TableName()), syncguard.TimeToleranceM
 				"fence":      r.fence,
 				"acquiredAt": jsonTime(time.UnixMilli(r.acquired)), "expiresAt": jsonTime(time.UnixMilli(r.expires)),
 				"expiresInMs": r.expires - nowMs,
-				"live":        syncguard.IsLive(r.expires, nowMs, syncguard.TimeToleranceMs),
+				"live":        rules.IsLive(r.expires, nowMs),
 			}
 			if *raw {
 				m["key"], m["lockId"] = r.key, r.lockID
@@ -227,7 +228,7 @@ LIMIT $2::bigint`, nowMsSQL, quoteIdent(b.TableName()), syncguard.TimeToleranceM
 		cells := []string{key, r.fence, rel(time.UnixMilli(r.acquired), now), rel(time.UnixMilli(r.expires), now), holder}
 		if *expired {
 			state := "live"
-			if !syncguard.IsLive(r.expires, nowMs, syncguard.TimeToleranceMs) {
+			if !rules.IsLive(r.expires, nowMs) {
 				state = "expired"
 			}
 			cells = append(cells, state)

@@ -1,0 +1,164 @@
+// Package classify is the one home of syncguard's error policy: which
+// syncguard code an error from database/sql, a driver or a context stands
+// for. Dialects (package driver) only report what an error looks like;
+// every decision is made here, and docs/errors.md explains each one.
+//
+// It is internal so that package syncguard and the packages built on it
+// (advisory, the CLI) classify their errors identically without exporting
+// the classifier. Codes are the spec's LockError names as strings;
+// package syncguard turns them into its Code type.
+package classify
+
+import (
+	"context"
+	"database/sql"
+	sqldriver "database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+
+	"github.com/syncguard/syncguard-go/driver"
+)
+
+// The codes, as syncguard.Code spells them.
+const (
+	ServiceUnavailable = "ServiceUnavailable"
+	AuthFailed         = "AuthFailed"
+	InvalidArgument    = "InvalidArgument"
+	RateLimited        = "RateLimited"
+	NetworkTimeout     = "NetworkTimeout"
+	Aborted            = "Aborted"
+	Internal           = "Internal"
+)
+
+// Result is the classification of one error.
+type Result struct {
+	Code     string
+	SQLState string // as the dialect read it, "" if none
+	Msg      string // what went wrong, in words
+	Err      error  // the cause to wrap
+}
+
+// Context classifies a done ctx: Aborted when cancelled, NetworkTimeout
+// when its deadline passed. cause, if not ctx's own error, is kept beside
+// the context's cause. It returns false when ctx is not done.
+func Context(ctx context.Context, cause error) (Result, bool) {
+	if ctx.Err() == nil {
+		return Result{}, false
+	}
+	r := Result{Code: Aborted, Msg: "context cancelled"}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		r.Code, r.Msg = NetworkTimeout, "context deadline exceeded"
+	}
+	ctxe := context.Cause(ctx)
+	if cause != nil && !errors.Is(cause, ctx.Err()) {
+		r.Err = fmt.Errorf("%w (driver: %w)", ctxe, cause)
+	} else {
+		r.Err = ctxe
+	}
+	return r, true
+}
+
+// Error classifies err, an error from a database/sql call made with ctx,
+// read through d (nil: only generic shapes are recognised). The context is
+// checked first: lib/pq reports our own cancellation as SQLSTATE 57014,
+// which would otherwise read as a server-side statement timeout.
+func Error(ctx context.Context, d driver.Dialect, err error) Result {
+	if r, done := Context(ctx, err); done {
+		return r
+	}
+	var info driver.ErrorInfo
+	if d != nil {
+		info = d.Inspect(err)
+	}
+	code, msg := classify(err, info)
+	return Result{Code: code, SQLState: info.SQLState, Msg: msg, Err: err}
+}
+
+// classify maps a driver error onto a code. See docs/errors.md.
+func classify(err error, info driver.ErrorInfo) (string, string) {
+	// PgBouncer reports its own authentication failures as 08P01
+	// (protocol_violation, its code for every pooler error).
+	if info.SQLState == "08P01" && strings.Contains(err.Error(), "authentication failed") {
+		return AuthFailed, "the pooler rejected the credentials"
+	}
+	if s := info.SQLState; len(s) >= 2 {
+		if code, msg, ok := classifySQLState(s); ok {
+			return code, msg
+		}
+	}
+	switch info.Kind {
+	case driver.KindUnavailable:
+		return ServiceUnavailable, "connection to PostgreSQL failed"
+	case driver.KindTimeout:
+		return NetworkTimeout, "timed out talking to PostgreSQL"
+	case driver.KindAuth:
+		return AuthFailed, "authentication failed"
+	case driver.KindCanceled:
+		return Aborted, "operation cancelled"
+	case driver.KindPoolExhausted:
+		return RateLimited, "connection limit reached"
+	}
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return NetworkTimeout, "timed out talking to PostgreSQL"
+	case errors.Is(err, context.Canceled):
+		return Aborted, "operation cancelled"
+	case errors.Is(err, sqldriver.ErrBadConn), errors.Is(err, sql.ErrConnDone),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed):
+		return ServiceUnavailable, "connection to PostgreSQL failed"
+	case errors.As(err, &ne):
+		return ServiceUnavailable, "network error"
+	case errors.Is(err, sql.ErrTxDone):
+		return InvalidArgument, "the transaction is already committed or rolled back"
+	case err.Error() == "sql: database is closed": // database/sql has no exported sentinel
+		return Internal, "the *sql.DB was closed (use after Close)"
+	}
+	return Internal, "unexpected error"
+}
+
+func classifySQLState(s string) (string, string, bool) {
+	switch s {
+	case "28000", "28P01":
+		return AuthFailed, "PostgreSQL rejected the credentials", true
+	case "42501":
+		return AuthFailed, "insufficient privilege on the lock tables", true
+	case "53300":
+		return RateLimited, "too many connections", true
+	case "57014":
+		return NetworkTimeout, "statement cancelled by the server (statement_timeout)", true
+	case "55P03":
+		return NetworkTimeout, "lock wait timed out (lock_timeout)", true
+	case "57P01", "57P02", "57P03":
+		return ServiceUnavailable, "server shutting down, restarting or terminated the connection", true
+	case "40001", "40P01":
+		return ServiceUnavailable, "transaction conflict (serialization failure or deadlock)", true
+	case "25006":
+		return ServiceUnavailable, "read-only transaction (connected to a standby?)", true
+	case "25P02":
+		return Internal, "the caller's transaction is aborted; roll it back", true
+	case "42P01":
+		return Internal, "lock table missing: run syncguard.SetupSchema (or apply syncguard.SchemaSQL) first", true
+	case "42703":
+		return Internal, "lock table has the wrong columns: it was not created by syncguard.SetupSchema", true
+	}
+	switch s[:2] {
+	case "08":
+		return ServiceUnavailable, "connection exception", true
+	case "53":
+		return ServiceUnavailable, "server out of resources", true
+	case "22":
+		return InvalidArgument, "data exception", true
+	case "23":
+		return InvalidArgument, "integrity constraint violation", true
+	case "28":
+		return AuthFailed, "invalid authorization", true
+	}
+	return Internal, "", false
+}

@@ -1,0 +1,103 @@
+package rules
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// The rules as SQL. Statement files refer to them as template calls, which
+// Render expands:
+//
+//	{{now_ms}}                  the server's clock in ms (NowMsSQL)
+//	{{live(alias)}}             alias's lock is live at t.now_ms (LiveSQL)
+//	{{live(alias, now)}}        ... live at the instant now
+//	{{fence_text(expr)}}        the fence number expr as fence text
+//	{{fence_max}}               FenceMax
+//	{{cleanup_grace}}           CleanupGraceMs
+//
+// plus the names the caller passes (table and index identifiers).
+
+// NowMsSQL is the server's clock as every statement reads it: the start of
+// the current statement (ADR-010: the server is the time authority; one
+// instant per statement), in whole milliseconds since the Unix epoch.
+const NowMsSQL = `floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint`
+
+// LiveSQL is IsLive in SQL: the lock row alias is live at the instant now
+// (a bigint of milliseconds, usually t.now_ms).
+func LiveSQL(alias, now string) string {
+	return fmt.Sprintf(`%s."expires_at_ms" > %s - %d`, alias, now, ToleranceMs)
+}
+
+// FenceTextSQL is FormatFence in SQL, for a fence number expr that is
+// already within bounds (the acquire statement refuses to pass FenceMax).
+func FenceTextSQL(expr string) string {
+	return fmt.Sprintf(`lpad((%s)::text, %d, '0')`, expr, FenceDigits)
+}
+
+var callRE = regexp.MustCompile(`\{\{\s*([a-z_]+)\s*(?:\(([^()]*)\))?\s*\}\}`)
+
+// Render expands the template calls in text. names maps the caller's own
+// placeholders ({{locks}}, ...) to their text. An unknown name or a wrong
+// number of arguments is an error: statement files are embedded, so a
+// test renders each of them.
+func Render(text string, names map[string]string) (string, error) {
+	var firstErr error
+	out := callRE.ReplaceAllStringFunc(text, func(m string) string {
+		sub := callRE.FindStringSubmatch(m)
+		name, hasArgs := sub[1], strings.Contains(m, "(")
+		var args []string
+		if hasArgs && strings.TrimSpace(sub[2]) != "" {
+			for _, a := range strings.Split(sub[2], ",") {
+				args = append(args, strings.TrimSpace(a))
+			}
+		}
+		s, err := expand(name, args, hasArgs, names)
+		if err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("%s: %w", m, err)
+		}
+		return s
+	})
+	if firstErr == nil && strings.Contains(out, "{{") {
+		firstErr = fmt.Errorf("unexpanded template text in %q", out)
+	}
+	return out, firstErr
+}
+
+func expand(name string, args []string, call bool, names map[string]string) (string, error) {
+	want := func(n ...int) error {
+		for _, k := range n {
+			if len(args) == k {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s takes %v arguments, got %d", name, n, len(args))
+	}
+	switch name {
+	case "now_ms":
+		return NowMsSQL, want(0)
+	case "live":
+		if err := want(1, 2); err != nil {
+			return "", err
+		}
+		now := "t.now_ms"
+		if len(args) == 2 {
+			now = args[1]
+		}
+		return LiveSQL(args[0], now), nil
+	case "fence_text":
+		return FenceTextSQL(strings.Join(args, ", ")), want(1)
+	case "fence_max":
+		return strconv.FormatInt(FenceMax, 10), want(0)
+	case "cleanup_grace":
+		return strconv.Itoa(CleanupGraceMs), want(0)
+	}
+	if s, ok := names[name]; ok && !call {
+		return s, nil
+	}
+	return "", fmt.Errorf("unknown template name %q", name)
+}
+
+// QuoteIdent quotes a SQL identifier (table or index name).
+func QuoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }

@@ -1,0 +1,46 @@
+package rules
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestRender(t *testing.T) {
+	names := map[string]string{"locks": `"L"`}
+	for in, want := range map[string]string{
+		`{{now_ms}}`:                             NowMsSQL,
+		`{{ live(l) }}`:                          `l."expires_at_ms" > t.now_ms - 1000`,
+		`{{live(l, EXCLUDED."acquired_at_ms")}}`: `l."expires_at_ms" > EXCLUDED."acquired_at_ms" - 1000`,
+		`{{fence_text(f."fence")}}`:              `lpad((f."fence")::text, 15, '0')`,
+		`{{fence_max}} {{cleanup_grace}}`:        "900000000000000 2000",
+		`DELETE FROM {{locks}}`:                  `DELETE FROM "L"`,
+	} {
+		got, err := Render(in, names)
+		if err != nil || got != want {
+			t.Errorf("Render(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{`{{nope}}`, `{{live()}}`, `{{live(a, b, c)}}`, `{{now_ms(x)}}`, `{{locks(x)}}`, `{{fence_text}}`, `{{ unclosed`} {
+		if got, err := Render(bad, names); err == nil {
+			t.Errorf("Render(%q) = %q, want an error", bad, got)
+		}
+	}
+}
+
+// The SQL forms agree with the Go forms of the same rules.
+func TestSQLMatchesRules(t *testing.T) {
+	if !strings.Contains(LiveSQL("l", "n"), "- 1000") || ToleranceMs != 1000 {
+		t.Error("LiveSQL must subtract ToleranceMs")
+	}
+	if !strings.Contains(FenceTextSQL("x"), ", 15, '0'") || FenceDigits != 15 {
+		t.Error("FenceTextSQL must pad to FenceDigits")
+	}
+}
+
+func TestQuoteIdent(t *testing.T) {
+	for in, want := range map[string]string{`a`: `"a"`, `Mixed`: `"Mixed"`, `x"y`: `"x""y"`} {
+		if got := QuoteIdent(in); got != want {
+			t.Errorf("QuoteIdent(%q) = %s, want %s", in, got, want)
+		}
+	}
+}

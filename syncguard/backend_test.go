@@ -459,3 +459,43 @@ func TestOutcomeUnknown(t *testing.T) {
 		}
 	}
 }
+
+// A table name equal to an object SetupSchema creates (an index of the
+// other table, a primary-key index) would make CREATE ... IF NOT EXISTS
+// skip one of them and every later operation fail (42809): New, SchemaSQL
+// and SetupSchema reject it before any I/O.
+func TestSchemaObjectNameCollisionsRejectedBeforeIO(t *testing.T) {
+	db, mock, _ := sqlmock.New()
+	defer db.Close()
+	for _, c := range []Config{
+		{FenceTableName: "idx_syncguard_locks_lock_id"},
+		{FenceTableName: "idx_syncguard_locks_expires"},
+		{FenceTableName: "syncguard_locks_pkey"},
+		{TableName: "locks", FenceTableName: "idx_locks_lock_id"},
+		{TableName: "syncguard_fence_counters_pkey"},
+		{TableName: "f_pkey", FenceTableName: "f"},
+	} {
+		c.Dialect = fakeDialect{}
+		_, err := New(db, &c)
+		wantCode(t, err, CodeInvalidArgument)
+		if err != nil && !strings.Contains(err.Error(), "SetupSchema would skip") {
+			t.Errorf("%+v: the message must say what collides: %v", c, err)
+		}
+		_, err = SchemaSQL(&c)
+		wantCode(t, err, CodeInvalidArgument)
+		wantCode(t, SetupSchema(context.Background(), db, &c), CodeInvalidArgument)
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatalf("no I/O for a rejected configuration: %v", err)
+	}
+	// Near misses are fine: names are quoted, so case matters.
+	for _, c := range []Config{
+		{FenceTableName: "IDX_syncguard_locks_lock_id"},
+		{TableName: "locks", FenceTableName: "idx_locks_lock"},
+	} {
+		c.Dialect = fakeDialect{}
+		if _, err := New(db, &c); err != nil {
+			t.Errorf("%+v rejected: %v", c, err)
+		}
+	}
+}

@@ -499,3 +499,49 @@ func TestSchemaObjectNameCollisionsRejectedBeforeIO(t *testing.T) {
 		}
 	}
 }
+
+// msgErr is a server error with PostgreSQL's message text.
+type msgErr struct {
+	pgErr
+	msg string
+}
+
+func (e *msgErr) Error() string { return e.msg }
+func (e *msgErr) Unwrap() error { return &e.pgErr }
+
+// A privilege error (42501) says which object the role lacks a privilege
+// on, as the server named it, and which privileges the operation needs on
+// which tables: the schema, not the tables, is often what is missing.
+func TestPrivilegeErrorSaysWhatLacksWhich(t *testing.T) {
+	for _, c := range []struct {
+		server string
+		op     func(b *Backend) error
+		want   []string
+	}{
+		{`pq: permission denied for schema app`, func(b *Backend) error {
+			_, err := b.Acquire(context.Background(), "k", time.Second)
+			return err
+		}, []string{"lacks a privilege on schema app", `acquire needs USAGE on the schema of "L" and "F" and SELECT, INSERT, UPDATE on both`}},
+		{`ERROR: permission denied for table "L" (SQLSTATE 42501)`, func(b *Backend) error {
+			_, err := b.Release(context.Background(), rules.GenerateLockID())
+			return err
+		}, []string{`lacks a privilege on table "L"`, `release needs USAGE on the schema of "L" and SELECT, DELETE on it`}},
+		{`ERROR: permission denied for table L (SQLSTATE 42501)`, func(b *Backend) error {
+			_, err := b.IsLocked(context.Background(), "k")
+			return err
+		}, []string{`lacks a privilege on table L`, `isLocked needs USAGE on the schema of "L" and SELECT on it`}},
+	} {
+		b, mock := newMock(t, &Config{TableName: "L", FenceTableName: "F"})
+		mock.ExpectQuery("").WillReturnError(&msgErr{pgErr{code: "42501"}, c.server})
+		err := c.op(b)
+		wantCode(t, err, CodeAuthFailed)
+		for _, w := range c.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("server said %q: the error must say %q; got %v", c.server, w, err)
+			}
+		}
+		if err != nil && strings.Contains(err.Error(), "on the lock tables") {
+			t.Errorf("no blanket 'on the lock tables': %v", err)
+		}
+	}
+}

@@ -105,7 +105,7 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 		return err
 	}
 	r, _ := cfg.resolve()
-	cl := classifier{dialect: r.dialect}
+	cl := classifier{dialect: r.dialect, table: r.table, fenceTable: r.fenceTable}
 	if cl.dialect == nil {
 		cl.dialect, _ = lookupDialect(db)
 	}

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"regexp"
 	"strings"
 	"syscall"
 
@@ -85,6 +86,9 @@ func classify(err error, info driver.ErrorInfo) (string, string) {
 	if info.SQLState == "08P01" && strings.Contains(err.Error(), "authentication failed") {
 		return AuthFailed, "the pooler rejected the credentials"
 	}
+	if info.SQLState == "42501" {
+		return AuthFailed, privilegeMsg(err)
+	}
 	if s := info.SQLState; len(s) >= 2 {
 		if code, msg, ok := classifySQLState(s); ok {
 			return code, msg
@@ -128,7 +132,7 @@ func classifySQLState(s string) (string, string, bool) {
 	case "28000", "28P01":
 		return AuthFailed, "PostgreSQL rejected the credentials", true
 	case "42501":
-		return AuthFailed, "insufficient privilege on the lock tables", true
+		return AuthFailed, "insufficient privilege", true
 	case "53300":
 		return RateLimited, "too many connections", true
 	case "57014":
@@ -144,7 +148,7 @@ func classifySQLState(s string) (string, string, bool) {
 	case "25P02":
 		return Internal, "the caller's transaction is aborted; roll it back", true
 	case "42P01":
-		return Internal, "lock table missing: run syncguard.SetupSchema (or apply syncguard.SchemaSQL) first", true
+		return Internal, "lock table missing: run syncguard.SetupSchema (or apply syncguard.SchemaSQL) first; if it exists, the role lacks USAGE on its schema (search_path skips such schemas) or search_path does not include it", true
 	case "42703":
 		return Internal, "lock table has the wrong columns: it was not created by syncguard.SetupSchema", true
 	}
@@ -161,4 +165,22 @@ func classifySQLState(s string) (string, string, bool) {
 		return AuthFailed, "invalid authorization", true
 	}
 	return Internal, "", false
+}
+
+// deniedRE finds the object in PostgreSQL's privilege errors: "permission
+// denied for table x", "permission denied for schema y", "must be owner of
+// table z".
+var deniedRE = regexp.MustCompile(`(permission denied for|must be owner of) (table|relation|schema|sequence|function|database|view) ("(?:[^"]|"")+"|[^\s()]+)`)
+
+// privilegeMsg says which object the role lacks a privilege on (42501),
+// from the server's message; the caller adds what its operation needs.
+func privilegeMsg(err error) string {
+	m := deniedRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return "insufficient privilege"
+	}
+	if m[1] == "must be owner of" {
+		return fmt.Sprintf("insufficient privilege: the role does not own %s %s", m[2], m[3])
+	}
+	return fmt.Sprintf("insufficient privilege: the role lacks a privilege on %s %s", m[2], m[3])
 }

@@ -16,6 +16,7 @@ var sqlFiles embed.FS
 // files with its quoted table names.
 type statements struct {
 	acquire, release, extend, lookupKey, lookupID, cleanup string
+	list, lastFence                                        string // inspections (inspect.go)
 }
 
 // render expands a statement file: the rules' SQL fragments ({{now_ms}},
@@ -51,6 +52,8 @@ func renderStatements(table, fenceTable string) statements {
 		lookupKey: read("lookup_key.sql"),
 		lookupID:  read("lookup_id.sql"),
 		cleanup:   read("cleanup.sql"),
+		list:      read("list.sql"),
+		lastFence: read("last_fence.sql"),
 	}
 }
 

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"log/slog"
 	"strings"
 
@@ -98,16 +97,11 @@ func (a *app) wrap(ctx context.Context, op string, err error) error {
 	return errwrap.Wrap(ctx, op, pgxstd.Dialect, err)
 }
 
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
-
-// nowMsSQL is the server's clock in milliseconds, as every syncguard
-// statement computes it.
-const nowMsSQL = `floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint`
-
-// serverNow returns the server's current time in milliseconds.
+// serverNow returns the server's current time in milliseconds, as every
+// syncguard statement reads it.
 func (a *app) serverNow(ctx context.Context, db *sql.DB) (int64, error) {
 	var now int64
-	err := db.QueryRowContext(ctx, `SELECT `+nowMsSQL).Scan(&now)
+	err := db.QueryRowContext(ctx, `SELECT `+rules.NowMsSQL).Scan(&now)
 	return now, a.wrap(ctx, "serverTime", err)
 }
 
@@ -174,28 +168,4 @@ func (a *app) tableNames() (locks, fences string) {
 		fences = rules.DefaultFenceTable
 	}
 	return locks, fences
-}
-
-// lastFence returns the fence counter of key (the last fence handed out),
-// or "" when the key was never acquired.
-func (a *app) lastFence(ctx context.Context, db *sql.DB, key string) (syncguard.Fence, error) {
-	norm, err := rules.NormalizeKey(key)
-	if err != nil {
-		return "", err
-	}
-	_, fenceKey, err := rules.StorageKeys(norm)
-	if err != nil {
-		return "", err
-	}
-	_, fences := a.tableNames()
-	var n sql.NullInt64
-	err = db.QueryRowContext(ctx, fmt.Sprintf(`SELECT "fence" FROM %s WHERE "fence_key" = $1`, quoteIdent(fences)), fenceKey).Scan(&n)
-	if err == sql.ErrNoRows || (err == nil && !n.Valid) {
-		return "", nil
-	}
-	if err != nil {
-		return "", a.wrap(ctx, "lastFence", err)
-	}
-	f, err := rules.FormatFence(n.Int64)
-	return syncguard.Fence(f), err
 }

@@ -86,18 +86,18 @@ func (a *app) cmdDoctor(args []string) error {
 			{"acquired_at_ms", "bigint"}, {"fence", "text"}, {"user_key", "text"}})
 		if lockOID != 0 {
 			d.indexes(locks, lockOID, []indexSpec{
-				{name: "primary key", cols: "key", unique: true, fix: fmt.Sprintf(`ALTER TABLE %s ADD PRIMARY KEY ("key");`, quoteIdent(locks))},
+				{name: "primary key", cols: "key", unique: true, fix: fmt.Sprintf(`ALTER TABLE %s ADD PRIMARY KEY ("key");`, rules.QuoteIdent(locks))},
 				{name: "lock_id index", cols: "lock_id", unique: true, index: "idx_" + locks + "_lock_id",
-					fix: fmt.Sprintf(`CREATE UNIQUE INDEX IF NOT EXISTS %s ON %s ("lock_id");`, quoteIdent("idx_"+locks+"_lock_id"), quoteIdent(locks))},
+					fix: fmt.Sprintf(`CREATE UNIQUE INDEX IF NOT EXISTS %s ON %s ("lock_id");`, rules.QuoteIdent("idx_"+locks+"_lock_id"), rules.QuoteIdent(locks))},
 				{name: "expiry index", cols: "expires_at_ms", prefix: true, index: "idx_" + locks + "_expires",
-					fix: fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s ("expires_at_ms");`, quoteIdent("idx_"+locks+"_expires"), quoteIdent(locks))},
+					fix: fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s ("expires_at_ms");`, rules.QuoteIdent("idx_"+locks+"_expires"), rules.QuoteIdent(locks))},
 			})
 			d.privileges("lock table", locks, lockOID, []string{"SELECT", "INSERT", "UPDATE", "DELETE"})
 		}
 		fenceOID := d.table("fence table", fences, []column{{"fence_key", "text"}, {"fence", "bigint"}, {"key_debug", "text"}})
 		if fenceOID != 0 {
 			d.indexes(fences, fenceOID, []indexSpec{
-				{name: "fence primary key", cols: "fence_key", unique: true, fix: fmt.Sprintf(`ALTER TABLE %s ADD PRIMARY KEY ("fence_key");`, quoteIdent(fences))},
+				{name: "fence primary key", cols: "fence_key", unique: true, fix: fmt.Sprintf(`ALTER TABLE %s ADD PRIMARY KEY ("fence_key");`, rules.QuoteIdent(fences))},
 			})
 			if d.privileges("fence table", fences, fenceOID, []string{"SELECT", "INSERT", "UPDATE"}) {
 				d.fenceCounters(fences)
@@ -197,18 +197,18 @@ func (d *doctor) table(check, name string, cols []column) int64 {
 	defer cancel()
 	var oid sql.NullInt64
 	var kind sql.NullString
-	err := d.db.QueryRowContext(ctx, `SELECT c.oid::bigint, c.relkind::text FROM pg_class c WHERE c.oid = to_regclass($1::text)`, quoteIdent(name)).Scan(&oid, &kind)
+	err := d.db.QueryRowContext(ctx, `SELECT c.oid::bigint, c.relkind::text FROM pg_class c WHERE c.oid = to_regclass($1::text)`, rules.QuoteIdent(name)).Scan(&oid, &kind)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		d.fail(check, ctx, err)
 		return 0
 	}
 	if !oid.Valid {
-		d.add(check, statusFail, fmt.Sprintf("table %s does not exist (in the search_path)", quoteIdent(name)),
+		d.add(check, statusFail, fmt.Sprintf("table %s does not exist (in the search_path)", rules.QuoteIdent(name)),
 			"syncguard setup (or apply the DDL of 'syncguard schema' with your migration tool)")
 		return 0
 	}
 	if kind.String != "r" && kind.String != "p" {
-		d.add(check, statusFail, fmt.Sprintf("%s is not a table (relkind %s)", quoteIdent(name), kind.String), "")
+		d.add(check, statusFail, fmt.Sprintf("%s is not a table (relkind %s)", rules.QuoteIdent(name), kind.String), "")
 		return 0
 	}
 	rows, err := d.db.QueryContext(ctx, `SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.atthasdef
@@ -256,11 +256,11 @@ FROM pg_attribute a WHERE a.attrelid = $1::bigint::oid AND a.attnum > 0 AND NOT 
 		}
 	}
 	if len(problems) > 0 {
-		d.add(check, statusFail, fmt.Sprintf("%s: %s", quoteIdent(name), strings.Join(problems, "; ")),
+		d.add(check, statusFail, fmt.Sprintf("%s: %s", rules.QuoteIdent(name), strings.Join(problems, "; ")),
 			"the table was not created by syncguard setup: rename it away and run syncguard setup, or point --table/--fence-table at the right tables")
 		return oid.Int64
 	}
-	d.add(check, statusOK, fmt.Sprintf("%s has the expected columns", quoteIdent(name)), "")
+	d.add(check, statusOK, fmt.Sprintf("%s has the expected columns", rules.QuoteIdent(name)), "")
 	return oid.Int64
 }
 
@@ -340,17 +340,17 @@ WHERE i.indrelid = $1::bigint::oid ORDER BY ic.relname`, oid)
 		}
 		switch {
 		case good != nil:
-			d.add(s.name, statusOK, fmt.Sprintf("%s on %s(%s): %s", kind, quoteIdent(table), s.cols, quoteIdent(good.name)), "")
+			d.add(s.name, statusOK, fmt.Sprintf("%s on %s(%s): %s", kind, rules.QuoteIdent(table), s.cols, rules.QuoteIdent(good.name)), "")
 		case invalid != nil:
-			d.add(s.name, statusFail, fmt.Sprintf("%s %s on %s(%s) is INVALID (a failed CREATE INDEX CONCURRENTLY?)", kind, quoteIdent(invalid.name), quoteIdent(table), s.cols),
-				fmt.Sprintf("REINDEX INDEX %s;", quoteIdent(invalid.name)))
+			d.add(s.name, statusFail, fmt.Sprintf("%s %s on %s(%s) is INVALID (a failed CREATE INDEX CONCURRENTLY?)", kind, rules.QuoteIdent(invalid.name), rules.QuoteIdent(table), s.cols),
+				fmt.Sprintf("REINDEX INDEX %s;", rules.QuoteIdent(invalid.name)))
 		default:
 			fix := s.fix
 			if named != nil {
-				fix = fmt.Sprintf("DROP INDEX %s;  -- it exists but does not index %s as needed\n%s", quoteIdent(named.name), s.cols, s.fix)
+				fix = fmt.Sprintf("DROP INDEX %s;  -- it exists but does not index %s as needed\n%s", rules.QuoteIdent(named.name), s.cols, s.fix)
 			}
 			fix += "\n(or: syncguard setup)"
-			d.add(s.name, statusFail, fmt.Sprintf("no valid %s on %s(%s)", kind, quoteIdent(table), s.cols), fix)
+			d.add(s.name, statusFail, fmt.Sprintf("no valid %s on %s(%s)", kind, rules.QuoteIdent(table), s.cols), fix)
 		}
 	}
 }
@@ -370,11 +370,11 @@ func (d *doctor) privileges(check, table string, oid int64, privs []string) bool
 		}
 	}
 	if len(missing) > 0 {
-		d.add(check+" privileges", statusFail, fmt.Sprintf("user %s lacks %s on %s", d.user, strings.Join(missing, ", "), quoteIdent(table)),
-			fmt.Sprintf("GRANT %s ON %s TO %s;", strings.Join(privs, ", "), quoteIdent(table), quoteIdent(d.user)))
+		d.add(check+" privileges", statusFail, fmt.Sprintf("user %s lacks %s on %s", d.user, strings.Join(missing, ", "), rules.QuoteIdent(table)),
+			fmt.Sprintf("GRANT %s ON %s TO %s;", strings.Join(privs, ", "), rules.QuoteIdent(table), rules.QuoteIdent(d.user)))
 		return false
 	}
-	d.add(check+" privileges", statusOK, fmt.Sprintf("%s on %s", strings.Join(privs, ", "), quoteIdent(table)), "")
+	d.add(check+" privileges", statusOK, fmt.Sprintf("%s on %s", strings.Join(privs, ", "), rules.QuoteIdent(table)), "")
 	return true
 }
 
@@ -382,7 +382,7 @@ func (d *doctor) fenceCounters(fences string) {
 	ctx, cancel := d.ctx()
 	defer cancel()
 	var n, maxFence int64
-	err := d.db.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*), coalesce(max("fence"), 0) FROM %s`, quoteIdent(fences))).Scan(&n, &maxFence)
+	err := d.db.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*), coalesce(max("fence"), 0) FROM %s`, rules.QuoteIdent(fences))).Scan(&n, &maxFence)
 	if err != nil {
 		d.fail("fence counters", ctx, err)
 		return
@@ -408,9 +408,8 @@ func (d *doctor) lockRows(locks string) {
 	ctx, cancel := d.ctx()
 	defer cancel()
 	var live, expired int64
-	err := d.db.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FILTER (WHERE l."expires_at_ms" > t.now_ms - %[1]d),
-       count(*) FILTER (WHERE l."expires_at_ms" <= t.now_ms - %[1]d)
-FROM (SELECT %[2]s AS now_ms) AS t, %[3]s AS l`, rules.ToleranceMs, nowMsSQL, quoteIdent(locks))).Scan(&live, &expired)
+	err := d.db.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FILTER (WHERE %[1]s), count(*) FILTER (WHERE NOT (%[1]s))
+FROM (SELECT %[2]s AS now_ms) AS t, %[3]s AS l`, rules.LiveSQL("l", "t.now_ms"), rules.NowMsSQL, rules.QuoteIdent(locks))).Scan(&live, &expired)
 	if err != nil {
 		d.fail("lock rows", ctx, err)
 		return
@@ -418,7 +417,7 @@ FROM (SELECT %[2]s AS now_ms) AS t, %[3]s AS l`, rules.ToleranceMs, nowMsSQL, qu
 	detail := fmt.Sprintf("%s, %s", plural(int(live), "active lock", "active locks"), plural(int(expired), "expired row", "expired rows"))
 	if expired >= expiredRowsWarn {
 		d.add("lock rows", statusWarn, detail+" (left by keys that are not acquired again)",
-			fmt.Sprintf(`DELETE FROM %s WHERE "expires_at_ms" < %s - 60000;  -- safe: fence counters are kept elsewhere`, quoteIdent(locks), nowMsSQL))
+			fmt.Sprintf(`DELETE FROM %s WHERE "expires_at_ms" < %s - 60000;  -- safe: fence counters are kept elsewhere`, rules.QuoteIdent(locks), rules.NowMsSQL))
 		return
 	}
 	d.add("lock rows", statusOK, detail, "")
@@ -435,7 +434,7 @@ func (d *doctor) durability() {
 	if syncCommit == "off" {
 		d.add("synchronous_commit", statusFail,
 			"off (as this session sees it): a server crash can lose acquires that were already reported, and hand out their fences again",
-			fmt.Sprintf("ALTER ROLE %s SET synchronous_commit = on;  (or set it in postgresql.conf, and keep it out of the applications' connection strings)", quoteIdent(d.user)))
+			fmt.Sprintf("ALTER ROLE %s SET synchronous_commit = on;  (or set it in postgresql.conf, and keep it out of the applications' connection strings)", rules.QuoteIdent(d.user)))
 	} else {
 		d.add("synchronous_commit", statusOK, syncCommit, "")
 	}
@@ -459,7 +458,7 @@ func (d *doctor) clock() {
 	for range 3 {
 		var ms int64
 		t0 := time.Now()
-		if err := d.db.QueryRowContext(ctx, `SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`).Scan(&ms); err != nil {
+		if err := d.db.QueryRowContext(ctx, `SELECT `+rules.NowMsSQL).Scan(&ms); err != nil {
 			d.fail("clock", ctx, err)
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -69,6 +70,6 @@ SELECT, INSERT, UPDATE on the fence table ('syncguard doctor' checks).`)
 	if a.json {
 		return writeJSON(a.stdout, map[string]any{"ok": true, "table": locks, "fenceTable": fences})
 	}
-	fmt.Fprintf(a.stdout, "schema ready: lock table %s, fence table %s\n", quoteIdent(locks), quoteIdent(fences))
+	fmt.Fprintf(a.stdout, "schema ready: lock table %s, fence table %s\n", rules.QuoteIdent(locks), rules.QuoteIdent(fences))
 	return nil
 }

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 	"unicode"
 
-	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -32,10 +30,6 @@ Times are relative to the server's clock, which decides expiry.`)
 		return usageErr("want exactly one KEY, got %d arguments", len(pos))
 	}
 	key := pos[0]
-	norm, err := rules.NormalizeKey(key)
-	if err != nil {
-		return err
-	}
 	db, b, err := a.backend()
 	if err != nil {
 		return err
@@ -48,19 +42,14 @@ Times are relative to the server's clock, which decides expiry.`)
 	if err != nil {
 		return err
 	}
-	nowMs, err := a.serverNow(ctx, db)
+	last, now, err := b.LastFence(ctx, key)
 	if err != nil {
 		return err
 	}
-	last, err := a.lastFence(ctx, db, key)
-	if err != nil {
-		return err
-	}
-	now := time.UnixMilli(nowMs)
 
 	if a.json {
 		out := map[string]any{
-			"key": key, "keyHash": syncguard.HashKey(norm), "held": info != nil,
+			"key": key, "keyHash": syncguard.HashKey(key), "held": info != nil,
 			"serverTime": jsonTime(now), "lastFence": nil,
 		}
 		if last != "" {
@@ -143,67 +132,35 @@ uses.`)
 	ctx, cancel := a.ctx()
 	defer cancel()
 
-	var lim any
-	if *limit > 0 {
-		lim = *limit + 1 // one more, to tell whether there are more
+	lim := *limit
+	if lim == 0 {
+		lim = -1 // all
 	}
-	q := fmt.Sprintf(`SELECT l."user_key", l."lock_id", l."fence", l."acquired_at_ms", l."expires_at_ms", t.now_ms
-FROM (SELECT %s AS now_ms) AS t
-JOIN %s AS l ON ($1::boolean OR l."expires_at_ms" > t.now_ms - %d)
-ORDER BY l."acquired_at_ms" DESC, l."key"
-LIMIT $2::bigint`, nowMsSQL, quoteIdent(b.TableName()), rules.ToleranceMs)
-	rows, err := db.QueryContext(ctx, q, *expired, lim)
+	list, err := b.List(ctx, &syncguard.ListOptions{Limit: lim, Expired: *expired, Raw: *raw})
 	if err != nil {
-		return a.wrap(ctx, "ls", err)
-	}
-	defer rows.Close()
-	type lockRow struct {
-		key, lockID, fence string
-		acquired, expires  int64
-		now                int64
-	}
-	var list []lockRow
-	for rows.Next() {
-		var r lockRow
-		if err := rows.Scan(&r.key, &r.lockID, &r.fence, &r.acquired, &r.expires, &r.now); err != nil {
-			return a.wrap(ctx, "ls", err)
-		}
-		list = append(list, r)
-	}
-	if err := rows.Err(); err != nil {
-		return a.wrap(ctx, "ls", err)
-	}
-	truncated := *limit > 0 && len(list) > *limit
-	if truncated {
-		list = list[:*limit]
-	}
-	var nowMs int64
-	if len(list) > 0 {
-		nowMs = list[0].now
-	} else if nowMs, err = a.serverNow(ctx, db); err != nil {
 		return err
 	}
-	now := time.UnixMilli(nowMs)
+	now, truncated := list.Now, list.More
 
 	if a.json {
 		locks := []map[string]any{}
-		for _, r := range list {
+		for _, r := range list.Locks {
 			m := map[string]any{
-				"keyHash": syncguard.HashKey(r.key), "lockIdHash": syncguard.HashKey(r.lockID),
-				"fence":      r.fence,
-				"acquiredAt": jsonTime(time.UnixMilli(r.acquired)), "expiresAt": jsonTime(time.UnixMilli(r.expires)),
-				"expiresInMs": r.expires - nowMs,
-				"live":        rules.IsLive(r.expires, nowMs),
+				"keyHash": r.KeyHash, "lockIdHash": r.LockIDHash,
+				"fence":      string(r.Fence),
+				"acquiredAt": jsonTime(r.AcquiredAt), "expiresAt": jsonTime(r.ExpiresAt),
+				"expiresInMs": r.ExpiresAt.Sub(now).Milliseconds(),
+				"live":        list.Live(r.LockInfo),
 			}
 			if *raw {
-				m["key"], m["lockId"] = r.key, r.lockID
+				m["key"], m["lockId"] = r.Key, r.LockID
 			}
 			locks = append(locks, m)
 		}
 		return writeJSON(a.stdout, map[string]any{"serverTime": jsonTime(now), "locks": locks, "truncated": truncated})
 	}
 
-	if len(list) == 0 {
+	if len(list.Locks) == 0 {
 		if *expired {
 			fmt.Fprintln(a.stdout, "no lock rows")
 		} else {
@@ -220,15 +177,15 @@ LIMIT $2::bigint`, nowMsSQL, quoteIdent(b.TableName()), rules.ToleranceMs)
 		cols = append(cols, "STATE")
 	}
 	fmt.Fprintln(w, strings.Join(cols, "\t"))
-	for _, r := range list {
-		key, holder := "key#"+syncguard.HashKey(r.key), "lock#"+syncguard.HashKey(r.lockID)
+	for _, r := range list.Locks {
+		key, holder := "key#"+r.KeyHash, "lock#"+r.LockIDHash
 		if *raw {
-			key, holder = displayKey(r.key), r.lockID
+			key, holder = displayKey(r.Key), r.LockID
 		}
-		cells := []string{key, r.fence, rel(time.UnixMilli(r.acquired), now), rel(time.UnixMilli(r.expires), now), holder}
+		cells := []string{key, string(r.Fence), rel(r.AcquiredAt, now), rel(r.ExpiresAt, now), holder}
 		if *expired {
 			state := "live"
-			if !rules.IsLive(r.expires, nowMs) {
+			if !list.Live(r.LockInfo) {
 				state = "expired"
 			}
 			cells = append(cells, state)

@@ -1,0 +1,159 @@
+package syncguard
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/syncguard/syncguard-go/internal/rules"
+)
+
+// This file holds the inspections for tools (the syncguard CLI, dashboards,
+// tests): reads of the lock tables that the spec's operations do not
+// cover. Each is one read-only statement that also returns the server's
+// clock, so callers judge expiry without comparing clocks.
+
+// ListOptions selects what Backend.List returns. The zero value lists the
+// live locks, at most 100, with hashed keys and lockIds.
+type ListOptions struct {
+	// Limit is the most locks returned, newest acquisition first.
+	// Default 100; negative means no limit.
+	Limit int
+	// Expired also returns the rows of expired locks. An expired row stays
+	// until its key is acquired again (or CleanupInIsLocked removes it);
+	// LockList.Live tells the two apart.
+	Expired bool
+	// Raw fills LockInfoDebug.Key and .LockID. Default false: only the
+	// HashKey forms. The raw values are sensitive (see LockInfoDebug).
+	Raw bool
+}
+
+// LockList is the answer of Backend.List: one consistent read of the lock
+// table.
+type LockList struct {
+	// Now is the server's clock at the read. Judge ExpiresAt against it,
+	// never against the local clock.
+	Now time.Time
+	// Locks are the rows, newest acquisition first (then by key). Key and
+	// LockID are empty unless ListOptions.Raw was set.
+	Locks []LockInfoDebug
+	// More is true when ListOptions.Limit left rows out.
+	More bool
+}
+
+// Live reports whether info's lock was live at l.Now, by the spec's
+// liveness rule (expires_at_ms > now_ms - 1000), as every operation
+// decides it.
+func (l *LockList) Live(info LockInfo) bool {
+	return rules.IsLive(info.ExpiresAt.UnixMilli(), l.Now.UnixMilli())
+}
+
+// defaultListLimit is the default of ListOptions.Limit.
+const defaultListLimit = 100
+
+// List reads the locks in the lock table, newest acquisition first, in one
+// statement. It is read-only and, like the lookups, a diagnostic: the
+// answer describes an instant that has passed when it arrives. opts may be
+// nil for the defaults.
+func (b *Backend) List(ctx context.Context, opts *ListOptions) (*LockList, error) {
+	const op = "list"
+	var o ListOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Limit == 0 {
+		o.Limit = defaultListLimit
+	}
+	var limit any // NULL: no limit
+	if o.Limit > 0 {
+		limit = int64(o.Limit) + 1 // one more, to tell whether there are more
+	}
+	if e := ctxErr(ctx, op); e != nil {
+		return nil, e
+	}
+	rows, err := b.query(ctx, b.shared.sql.list, o.Expired, limit)
+	if err != nil {
+		return nil, b.shared.cl.wrap(ctx, op, err)
+	}
+	defer rows.Close()
+	list := &LockList{Locks: []LockInfoDebug{}}
+	for rows.Next() {
+		var now int64
+		var key, id, fence sql.NullString
+		var acquired, expires sql.NullInt64
+		if err := rows.Scan(&now, &key, &id, &fence, &acquired, &expires); err != nil {
+			return nil, b.shared.cl.wrap(ctx, op, err)
+		}
+		list.Now = msToTime(now)
+		if !id.Valid {
+			continue // the one row of an empty answer
+		}
+		d := LockInfoDebug{LockInfo: LockInfo{
+			KeyHash: rules.HashKey(key.String), LockIDHash: rules.HashKey(id.String),
+			ExpiresAt: msToTime(expires.Int64), AcquiredAt: msToTime(acquired.Int64), Fence: Fence(fence.String),
+		}}
+		if o.Raw {
+			d.Key, d.LockID = key.String, id.String
+		}
+		list.Locks = append(list.Locks, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, b.shared.cl.wrap(ctx, op, err)
+	}
+	if o.Limit > 0 && len(list.Locks) > o.Limit {
+		list.Locks, list.More = list.Locks[:o.Limit], true
+	}
+	return list, nil
+}
+
+// LastFence returns the fence of key's latest successful acquire (its
+// fence counter): the next acquire of key gets a larger one. It returns ""
+// when key was never acquired, and the server's clock at the read. Fence
+// counters are never deleted, so the answer survives releases and expiry.
+// It is read-only and validates key first, as Acquire does.
+func (b *Backend) LastFence(ctx context.Context, key string) (Fence, time.Time, error) {
+	const op = "lastFence"
+	k, e := checkKey(op, key)
+	if e != nil {
+		return "", time.Time{}, e
+	}
+	if e := ctxErr(ctx, op); e != nil {
+		e.Key = key
+		return "", time.Time{}, e
+	}
+	var now int64
+	var n sql.NullInt64
+	rows, err := b.query(ctx, b.shared.sql.lastFence, k.Fence)
+	if err == nil {
+		defer rows.Close()
+		if rows.Next() {
+			err = rows.Scan(&now, &n)
+		}
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	if err != nil {
+		e := b.shared.cl.wrap(ctx, op, err)
+		e.Key = key
+		return "", time.Time{}, e
+	}
+	if !n.Valid {
+		return "", msToTime(now), nil
+	}
+	f, err := rules.FormatFence(n.Int64)
+	if err != nil {
+		return "", time.Time{}, &Error{Op: op, Code: CodeInternal, Key: key, Msg: "fence counter out of range: " + err.Error()}
+	}
+	return Fence(f), msToTime(now), nil
+}
+
+// query runs an inspection statement, unprepared (inspections are rare,
+// and a prepared statement would stay on every pooled connection), on the
+// transaction or the pool.
+func (b *Backend) query(ctx context.Context, text string, args ...any) (*sql.Rows, error) {
+	if b.tx != nil {
+		return b.tx.QueryContext(ctx, text, args...)
+	}
+	return b.shared.db.QueryContext(ctx, text, args...)
+}

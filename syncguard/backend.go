@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +32,10 @@ type shared struct {
 	cl       classifier
 	stmts    [numStmts]lazyStmt
 	lastSwep atomic.Int64 // unix nanos of the last background cleanup
+
+	prep        atomic.Int32 // prepUnknown, prepOn or prepOff (exec.go)
+	probeMu     sync.Mutex   // serializes the pooler probe
+	oneShotArgs []any        // the dialect's driver.OneShot arguments, or nil
 }
 
 const (
@@ -75,6 +80,12 @@ func New(db *sql.DB, cfg *Config) (*Backend, error) {
 		r.logger = slog.Default()
 	}
 	s := &shared{db: db, cfg: r, sql: renderStatements(r.table, r.fenceTable), cl: classifier{dialect: r.dialect, table: r.table, fenceTable: r.fenceTable}}
+	if os, ok := r.dialect.(driver.OneShot); ok {
+		s.oneShotArgs = os.OneShotArgs()
+	}
+	if r.noPrepare {
+		s.prep.Store(prepOff)
+	}
 	return &Backend{shared: s}, nil
 }
 
@@ -124,109 +135,9 @@ func (b *Backend) TableName() string { return b.shared.cfg.table }
 // FenceTableName reports the resolved fence counter table name.
 func (b *Backend) FenceTableName() string { return b.shared.cfg.fenceTable }
 
-// run runs statement i with args on the transaction or the pool and scans
-// its one row into dest.
-//
-// On the pool path a serialization failure (40001) or deadlock (40P01)
-// means the session's default isolation is not READ COMMITTED (a role,
-// database or DSN setting): the statement was aborted, nothing committed,
-// where READ COMMITTED would have re-checked the latest row version (or,
-// under SERIALIZABLE, never conflicted at all: predicate locks on shared
-// index pages make statements on unrelated keys conflict). run then runs
-// the statement once more in an explicit READ COMMITTED transaction, which
-// gives the answer the statement gives under PostgreSQL's default. The
-// common case stays one round trip; the retry costs three more (BEGIN, the
-// statement, COMMIT). See docs/design.md, "Isolation level".
-func (b *Backend) run(ctx context.Context, i int, args []any, dest ...any) error {
-	row, err := b.queryRow(ctx, i, args...)
-	if err == nil {
-		err = row.Scan(dest...)
-	}
-	if err == nil || b.tx != nil || ctx.Err() != nil || !b.shared.serializationFailure(err) {
-		return err
-	}
-	return b.shared.runReadCommitted(ctx, i, args, dest)
-}
-
-// serializationFailure reports whether err is a 40001 or 40P01 from the server.
-func (s *shared) serializationFailure(err error) bool {
-	if s.cfg.dialect == nil {
-		return false
-	}
-	st := s.cfg.dialect.Inspect(err).SQLState
-	return st == "40001" || st == "40P01"
-}
-
-// runReadCommitted runs statement i in its own READ COMMITTED transaction.
-func (s *shared) runReadCommitted(ctx context.Context, i int, args, dest []any) error {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return err
-	}
-	row, err := (&Backend{shared: s, tx: tx}).queryRow(ctx, i, args...)
-	if err == nil {
-		err = row.Scan(dest...)
-	}
-	if err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
-}
-
 // releaseTimeout is the default LockOptions.ReleaseTimeout of leases made
 // on b (Config.ReleaseTimeout).
 func (b *Backend) releaseTimeout() time.Duration { return b.shared.cfg.releaseTimeout }
-
-// queryRow runs statement i with args on the transaction or the pool.
-func (b *Backend) queryRow(ctx context.Context, i int, args ...any) (*sql.Row, error) {
-	s := b.shared
-	if s.cfg.noPrepare {
-		if b.tx != nil {
-			return b.tx.QueryRowContext(ctx, s.text(i), args...), nil
-		}
-		return s.db.QueryRowContext(ctx, s.text(i), args...), nil
-	}
-	if b.tx != nil {
-		if stmt := s.stmts[i].stmt.Load(); stmt != nil {
-			// Reuses the statement already prepared on the transaction's
-			// connection, or prepares it there once.
-			return b.tx.StmtContext(ctx, stmt).QueryRowContext(ctx, args...), nil
-		}
-		// Preparing on the pool would need a second connection while the
-		// transaction holds one (a deadlock with SetMaxOpenConns(1)). Run
-		// unprepared on the transaction's connection, and prepare on the
-		// pool in the background for next time.
-		s.prepareInBackground(i)
-		return b.tx.QueryRowContext(ctx, s.text(i), args...), nil
-	}
-	stmt, err := s.prepared(ctx, i)
-	if err != nil {
-		return nil, err
-	}
-	return stmt.QueryRowContext(ctx, args...), nil
-}
-
-// prepared returns the *sql.Stmt for statement i, preparing it on first use.
-// database/sql then prepares it again, once, on each pooled connection that
-// runs it. A failed prepare (a missing table, say) is not cached. No lock is
-// held while preparing: two first calls may both prepare, and the loser
-// closes its copy.
-func (s *shared) prepared(ctx context.Context, i int) (*sql.Stmt, error) {
-	l := &s.stmts[i]
-	if st := l.stmt.Load(); st != nil {
-		return st, nil
-	}
-	st, err := s.db.PrepareContext(ctx, s.text(i))
-	if err != nil {
-		return nil, err
-	}
-	if !l.stmt.CompareAndSwap(nil, st) {
-		st.Close()
-		return l.stmt.Load(), nil
-	}
-	return st, nil
-}
 
 // prepareInBackground prepares statement i on the pool without blocking
 // the caller; at most one such goroutine runs per statement.
@@ -494,7 +405,9 @@ func (s *shared) maybeCleanup(parent context.Context, storageKey string) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), s.cfg.releaseTimeout)
 		defer cancel()
-		if _, err := s.db.ExecContext(ctx, s.sql.cleanup, storageKey); err != nil {
+		// One-shot: a rare statement, not worth a prepared statement on
+		// every connection, and safe behind any pooler.
+		if err := (&Backend{shared: s}).oneShot(ctx, s.sql.cleanup, []any{storageKey}, nil); err != nil {
 			s.cfg.logger.Warn("syncguard: background cleanup failed", slog.String("keyHash", rules.HashKey(storageKey)),
 				slog.String("code", string(s.cl.wrap(ctx, "cleanup", err).Code)))
 		}

@@ -34,6 +34,10 @@ func (e *pgBouncerErr) Unwrap() error { return &e.pgErr }
 type fakeDialect struct{}
 
 func (fakeDialect) Name() string { return "fake" }
+
+// OneShotArgs: a one-shot statement is sent with its arguments as they are,
+// which is what go-sqlmock expects.
+func (fakeDialect) OneShotArgs() []any { return []any{} }
 func (fakeDialect) Inspect(err error) driver.ErrorInfo {
 	var pe *pgErr
 	if errors.As(err, &pe) {

@@ -54,13 +54,19 @@ type Config struct {
 	// adapter's.
 	Dialect driver.Dialect
 
-	// DisablePrepare runs every statement unprepared. Default false: each
-	// operation's statement is prepared once per connection and then costs
-	// one round trip. Set it behind a pooler in transaction mode that
-	// cannot route prepared statements (PgBouncer before 1.21, or 1.21+
-	// with max_prepared_statements = 0). With lib/pq an unprepared
-	// statement takes two round trips unless the DSN sets
-	// binary_parameters=yes; pgx sends it in one.
+	// DisablePrepare runs every statement unprepared from the start.
+	// Default false: each operation's statement is prepared once per
+	// connection and then costs one round trip. Unprepared statements are
+	// one round trip too, and safe behind a pooler in transaction mode:
+	// pgx sends each as one unnamed Parse/Bind/Execute batch (whatever the
+	// DSN's default_query_exec_mode), lib/pq by the simple query protocol
+	// with the arguments inlined as escaped literals. The server then
+	// parses and plans every statement. Setting it is rarely needed: before
+	// its first prepare a Backend checks, with one query, whether a pooler
+	// answers for the server (the backend pid announced at connection start
+	// differs from pg_backend_pid()), and a statement a pooler lost (26000,
+	// 42P05) is run again unprepared; either turns prepared statements off
+	// for the Backend's life, logged once. See docs/failure-model.md.
 	DisablePrepare bool
 
 	// ReleaseTimeout bounds every release this package runs on its own,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"fmt"
 	"strings"
 
 	"github.com/syncguard/syncguard-go/internal/rules"
@@ -117,7 +118,10 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 		return cl.wrap(ctx, op, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", int64(schemaLockID)); err != nil {
+	// No arguments: every statement goes out by the simple query protocol,
+	// which needs no prepared statement, so SetupSchema works behind a
+	// transaction-mode pooler whatever the driver's settings.
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", int64(schemaLockID))); err != nil {
 		return cl.wrap(ctx, op, err)
 	}
 	for _, stmt := range splitStatements(ddl) {

@@ -67,7 +67,7 @@ func (b *Backend) run(ctx context.Context, i int, args []any, dest ...any) error
 		return err
 	}
 	if prepared && s.preparedLost(err) {
-		s.switchOff(slog.LevelWarn, "a prepared statement was lost between server connections (" + s.sqlState(err) + "): a connection pooler in transaction mode?")
+		s.switchOff(slog.LevelWarn, "a prepared statement was lost between server connections ("+s.sqlState(err)+"): a connection pooler in transaction mode?")
 		if b.tx != nil {
 			return err // the caller's transaction is aborted; its retry runs one-shot
 		}

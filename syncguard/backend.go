@@ -33,6 +33,7 @@ type shared struct {
 	stmts    [numStmts]lazyStmt
 	lastSwep atomic.Int64 // unix nanos of the last background cleanup
 
+	orphans     orphanQueue  // background release (orphans.go)
 	prep        atomic.Int32 // prepUnknown, prepOn or prepOff (exec.go)
 	probeMu     sync.Mutex   // serializes the pooler probe
 	oneShotArgs []any        // the dialect's driver.OneShot arguments, or nil
@@ -194,17 +195,20 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		fence             sql.NullString
 		exhausted         bool
 	}
-	err := b.run(ctx, stmtAcquire, []any{k.Storage, lockID, k.Fence, k.Norm, ttlMs},
+	// sent records whether the statement may have gone out (see sentArg).
+	sent := &sentArg{v: lockID}
+	err := b.run(ctx, stmtAcquire, []any{k.Storage, sent, k.Fence, k.Norm, ttlMs},
 		&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted)
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
 		e.Key = key
-		if b.tx == nil && outcomeUnknown(ctx, e) {
+		if b.tx == nil && sent.sent.Load() && outcomeUnknown(ctx, e) {
 			// The statement may have committed on the server although we
 			// got no answer: cancelled or timed out after sending (pgx
 			// cancels asynchronously), or the connection broke. Release our
-			// own lockId in the background so no orphan stays until its TTL.
-			go b.shared.releaseOrphan(ctx, lockID)
+			// own lockId in the background so no orphan stays until its
+			// TTL (orphans.go).
+			b.shared.releaseInBackground(lockID, time.Duration(ttlMs)*time.Millisecond)
 		}
 		return AcquireResult{}, e
 	}
@@ -246,37 +250,6 @@ func outcomeUnknown(ctx context.Context, e *Error) bool {
 		return true // the connection or the server went away mid-statement
 	}
 	return false
-}
-
-// orphanAttempts bounds the background release after an acquire whose
-// outcome is unknown.
-const orphanAttempts = 4
-
-// releaseOrphan releases lockID after an acquire whose outcome is unknown,
-// with a context detached from the caller's cancellation and bounded by
-// ReleaseTimeout. The acquire may commit on the server after the client
-// gave up, so a "not found" is retried a few times (after 0, 100, 300 and
-// 700 ms), never more than orphanAttempts times.
-func (s *shared) releaseOrphan(parent context.Context, lockID string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), s.cfg.releaseTimeout)
-	defer cancel()
-	b := &Backend{shared: s}
-	delay := 100 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		res, err := b.Release(ctx, lockID)
-		if err == nil && (res.OK || res.Reason == ReasonExpired) {
-			return
-		}
-		if attempt == orphanAttempts {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(delay):
-		}
-		delay *= 2
-	}
 }
 
 // Release implements LockBackend. At most one Release of a lock succeeds.

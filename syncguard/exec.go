@@ -37,6 +37,9 @@ type sentArg struct {
 	sent atomic.Bool
 }
 
+// String is v, for drivers that format arguments.
+func (a *sentArg) String() string { return a.v }
+
 // Value implements driver.Valuer.
 func (a *sentArg) Value() (sqldriver.Value, error) {
 	a.sent.Store(true)

@@ -18,6 +18,7 @@ var sqlFiles embed.FS
 type statements struct {
 	acquire, release, extend, lookupKey, lookupID, cleanup string
 	list, lastFence                                        string // inspections (inspect.go)
+	releaseOrphans                                         string // background release (orphans.go)
 }
 
 // render expands a statement file: the rules' SQL fragments ({{now_ms}},
@@ -55,6 +56,8 @@ func renderStatements(table, fenceTable string) statements {
 		cleanup:   read("cleanup.sql"),
 		list:      read("list.sql"),
 		lastFence: read("last_fence.sql"),
+
+		releaseOrphans: read("release_orphans.sql"),
 	}
 }
 

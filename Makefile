@@ -47,7 +47,7 @@ demo:
 
 # Installs missing Debian packages (as root) or says what to install.
 deps:
-	@scripts/deps.sh test
+	@SYNCGUARD_EXTRA_PACKAGES="$(HA_PACKAGES)" scripts/deps.sh test
 
 # The core's tests with the oldest Go its go.mod claims (the toolchain comes
 # through the module proxy), outside the workspace, so the claim stays true.
@@ -76,3 +76,4 @@ tidy:
 
 -include bench/Makefile.inc
 -include internal/chaos/Makefile.inc
+-include internal/ha/Makefile.inc

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/advisory"
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -18,13 +19,13 @@ import (
 const advCancelBudget = 500 * time.Millisecond
 
 func init() {
-	register("Advisory/TxLockExcludesAcrossPools", func(e *env) {
+	registerAdvisory("Advisory/TxLockExcludesAcrossPools", func(e *sqlEnv) {
 		// The document's booking race: check-then-insert under
 		// pg_advisory_xact_lock, from many goroutines on several pools.
 		// Exactly one booking per tenant and date, and never two holders
 		// inside the critical section.
 		a := newAdvEnv(e)
-		table := quoteIdent("sgc_" + randHex(5) + "_bookings")
+		table := rules.QuoteIdent(suiteTable("bookings"))
 		e.exec(`CREATE TABLE ` + table + ` (tenant text NOT NULL, day text NOT NULL, by_worker int NOT NULL)`)
 		e.t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -71,7 +72,7 @@ func init() {
 		}
 	})
 
-	register("Advisory/TxLockReleasedOnCommitAndRollback", func(e *env) {
+	registerAdvisory("Advisory/TxLockReleasedOnCommitAndRollback", func(e *sqlEnv) {
 		a := newAdvEnv(e)
 		for _, end := range []string{"commit", "rollback"} {
 			key := a.advKey("end-" + end)
@@ -102,7 +103,7 @@ func init() {
 		}
 	})
 
-	register("Advisory/SessionLockExcludesAcrossPools", func(e *env) {
+	registerAdvisory("Advisory/SessionLockExcludesAcrossPools", func(e *sqlEnv) {
 		e.needSessionState("session-level advisory locks")
 		a := newAdvEnv(e)
 		key := a.advKey("session")
@@ -129,7 +130,7 @@ func init() {
 		e.must(l2.Close(), "Close")
 	})
 
-	register("Advisory/TryFormsNeverBlock", func(e *env) {
+	registerAdvisory("Advisory/TryFormsNeverBlock", func(e *sqlEnv) {
 		a := newAdvEnv(e)
 		key := a.advKey("try")
 		holder, _ := a.advHoldTx(key)
@@ -167,7 +168,7 @@ func init() {
 		}
 	})
 
-	register("Advisory/SessionLockNeverLeaksIntoPool", func(e *env) {
+	registerAdvisory("Advisory/SessionLockNeverLeaksIntoPool", func(e *sqlEnv) {
 		e.needSessionState("session-level advisory locks")
 		// A pool of one connection: whatever Close returns to the pool is
 		// what the next Conn gets, and it must hold nothing.
@@ -240,7 +241,7 @@ func init() {
 		release()
 	})
 
-	register("Advisory/SessionUnlockOfNothingIsReported", func(e *env) {
+	registerAdvisory("Advisory/SessionUnlockOfNothingIsReported", func(e *sqlEnv) {
 		e.needSessionState("session-level advisory locks")
 		a := newAdvEnv(e)
 		key := a.advKey("notheld")
@@ -277,7 +278,7 @@ func init() {
 		}
 	})
 
-	register("Advisory/CancelWhileWaitingTx", func(e *env) {
+	registerAdvisory("Advisory/CancelWhileWaitingTx", func(e *sqlEnv) {
 		a := newAdvEnv(e)
 		key := a.advKey("cancel-tx")
 		holder, _ := a.advHoldTx(key)
@@ -325,7 +326,7 @@ func init() {
 		}
 	})
 
-	register("Advisory/CancelRacingTheWaitTx", func(e *env) {
+	registerAdvisory("Advisory/CancelRacingTheWaitTx", func(e *sqlEnv) {
 		// The context ends around the start of the wait: during the try,
 		// while the blocking statement is on its way to the server, or as it
 		// begins to wait. The server-side cancel (which only ends an
@@ -361,7 +362,7 @@ func init() {
 		}
 	})
 
-	register("Advisory/CancelWhileWaitingSession", func(e *env) {
+	registerAdvisory("Advisory/CancelWhileWaitingSession", func(e *sqlEnv) {
 		e.needSessionState("session-level advisory locks")
 		a := newAdvEnv(e)
 		key := a.advKey("cancel-session")
@@ -392,7 +393,7 @@ func init() {
 		}
 	})
 
-	register("Advisory/MonitoringShowsHoldersAndWaiters", func(e *env) {
+	registerAdvisory("Advisory/MonitoringShowsHoldersAndWaiters", func(e *sqlEnv) {
 		// Transaction locks only, so that the case runs behind a pooler in
 		// transaction mode too; pg_locks shows session locks the same way.
 		a := newAdvEnv(e)
@@ -461,7 +462,7 @@ func init() {
 		}
 	})
 
-	register("Advisory/DeadlockIsRetryable", func(e *env) {
+	registerAdvisory("Advisory/DeadlockIsRetryable", func(e *sqlEnv) {
 		a := newAdvEnv(e)
 		ka, kb := a.advKey("dead-a"), a.advKey("dead-b")
 		tx1, tx2 := a.advBegin(e.db), a.advBegin(e.db2)
@@ -511,7 +512,7 @@ func init() {
 		}
 	})
 
-	register("Advisory/IdsMatchServerAndLegacyCallers", func(e *env) {
+	registerAdvisory("Advisory/IdsMatchServerAndLegacyCallers", func(e *sqlEnv) {
 		a := newAdvEnv(e)
 		// FromName's documented SQL gives the same id.
 		name := "booking.create\x00tenant-1\x002025-01-15"

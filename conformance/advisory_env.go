@@ -13,15 +13,15 @@ import (
 // case's pools, and a random namespace so that its advisory ids are its
 // own (advisory locks are server-wide, and cases run in parallel).
 type advEnv struct {
-	*env
+	*sqlEnv
 	ns    string
 	reg   *advisory.Registry
 	l, l2 *advisory.Locker
 }
 
-func newAdvEnv(e *env) *advEnv {
+func newAdvEnv(e *sqlEnv) *advEnv {
 	e.t.Helper()
-	a := &advEnv{env: e, ns: "conformance-" + randHex(8)}
+	a := &advEnv{sqlEnv: e, ns: "conformance-" + randHex(8)}
 	a.reg = advisory.MustNewRegistry(a.ns)
 	a.l = a.locker(e.db)
 	a.l2 = a.locker(e.db2)
@@ -87,7 +87,8 @@ func (a *advEnv) advPIDHolds(pid int) int {
 	return n
 }
 
-// advWaitFor polls cond every 10 ms until it holds or 10 s pass.
+// advWaitFor polls cond every 10 ms until it holds, 10 s pass or the case
+// deadline passes.
 func (a *advEnv) advWaitFor(what string, cond func() bool) {
 	a.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -95,7 +96,11 @@ func (a *advEnv) advWaitFor(what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			a.t.Fatalf("setup: timed out waiting for %s", what)
 		}
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-a.ctx.Done():
+			a.t.Fatalf("setup: the case deadline passed waiting for %s", what)
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ func init() {
 	register("Context/CancelledGivesAbortedForEveryOperation", func(e *env) {
 		k := e.key("cancelled")
 		r := e.mustAcquire(e.b, k, 30*time.Second)
+		before := e.snapshot(k)
 		ctx, cancel := context.WithCancel(e.ctx)
 		cancel()
 		for op, err := range allOps(ctx, e.b2, e.key("other"), r.LockID, time.Second) {
@@ -19,14 +20,15 @@ func init() {
 				e.t.Errorf("rule: every operation on a cancelled context fails with ErrAborted (wrapping context.Canceled); %s got %v", op, err)
 			}
 		}
-		if row, ok := e.rawLockRow(k); !ok || row.LockID != r.LockID || row.ExpiresAt != ms(r.ExpiresAt) {
-			e.t.Errorf("rule: a cancelled release or extend changes nothing; row %+v (present %v), acquired %+v", row, ok, r)
+		if after := e.snapshot(k); after != before {
+			e.t.Errorf("rule: a cancelled release or extend changes nothing; lock before %s after %s", before, after)
 		}
 	})
 
 	register("Context/DeadlineGivesNetworkTimeoutForEveryOperation", func(e *env) {
 		k := e.key("deadline")
 		r := e.mustAcquire(e.b, k, 30*time.Second)
+		before := e.snapshot(k)
 		ctx, cancel := context.WithDeadline(e.ctx, time.Now().Add(-time.Second))
 		defer cancel()
 		for op, err := range allOps(ctx, e.b2, e.key("other"), r.LockID, time.Second) {
@@ -34,15 +36,18 @@ func init() {
 				e.t.Errorf("rule: every operation past its context deadline fails with ErrNetworkTimeout (wrapping context.DeadlineExceeded); %s got %v", op, err)
 			}
 		}
+		if after := e.snapshot(k); after != before {
+			e.t.Errorf("rule: a release or extend past its deadline changes nothing; lock before %s after %s", before, after)
+		}
 	})
 
-	register("Context/CancelBlockedAcquireWithin500ms", func(e *env) {
+	registerSQL("Context/CancelBlockedAcquireWithin500ms", func(e *sqlEnv) {
 		e.blockedAcquire(func(ctx context.Context) (context.Context, func()) {
 			return context.WithCancel(ctx)
 		}, syncguard.ErrAborted, "ErrAborted", true)
 	})
 
-	register("Context/DeadlineOnBlockedAcquire", func(e *env) {
+	registerSQL("Context/DeadlineOnBlockedAcquire", func(e *sqlEnv) {
 		e.blockedAcquire(func(ctx context.Context) (context.Context, func()) {
 			return context.WithTimeout(ctx, 300*time.Millisecond)
 		}, syncguard.ErrNetworkTimeout, "ErrNetworkTimeout", false)
@@ -53,7 +58,7 @@ func init() {
 // another transaction, ends it through its context (cancel when explicit,
 // else the context's own deadline), and checks the error, the time to
 // return and that no lock is left behind once the blocker rolls back.
-func (e *env) blockedAcquire(mkCtx func(context.Context) (context.Context, func()), want error, wantName string, explicit bool) {
+func (e *sqlEnv) blockedAcquire(mkCtx func(context.Context) (context.Context, func()), want error, wantName string, explicit bool) {
 	e.t.Helper()
 	k := e.key("blocked")
 	unblock := e.holdFenceRow(k)
@@ -83,6 +88,8 @@ func (e *env) blockedAcquire(mkCtx func(context.Context) (context.Context, func(
 		select {
 		case got = <-ch:
 		case <-time.After(10 * time.Second):
+			unblock()
+			<-ch
 			e.t.Fatalf("rule: a cancelled acquire returns promptly; still blocked 10 s after the cancel")
 		}
 		if d := got.at.Sub(cancelAt); d > 500*time.Millisecond {
@@ -92,6 +99,8 @@ func (e *env) blockedAcquire(mkCtx func(context.Context) (context.Context, func(
 		select {
 		case got = <-ch:
 		case <-time.After(10 * time.Second):
+			unblock()
+			<-ch
 			e.t.Fatalf("rule: an acquire past its deadline returns promptly; still blocked 10 s later")
 		}
 	}
@@ -114,7 +123,11 @@ func (e *env) blockedAcquire(mkCtx func(context.Context) (context.Context, func(
 			}
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-e.ctx.Done():
+			e.t.Fatalf("setup: the case deadline passed watching key %q after the blocker rolled back", k)
+		}
 	}
 	if r := e.acquire(e.b2, k, time.Second); !r.OK {
 		e.t.Errorf("rule: the key is free after a cancelled acquire; got %+v", r)

@@ -15,12 +15,12 @@ import (
 // through a second driver. Both backends share the case's tables.
 
 func init() {
-	register("CrossDriver/InterleavedOpsIdenticalOutcomes", func(e *env) {
+	registerSQL("CrossDriver/InterleavedOpsIdenticalOutcomes", func(e *sqlEnv) {
 		bo := e.otherBackend()
 		// script runs the same interleaving with x and y in either role and
 		// returns a transcript of the outcomes (values that must match are
 		// checked inside).
-		script := func(x, y *syncguard.Backend) []string {
+		script := func(x, y syncguard.LockBackend) []string {
 			k := e.key("interleave")
 			var out []string
 			add := func(f string, a ...any) { out = append(out, fmt.Sprintf(f, a...)) }
@@ -66,12 +66,12 @@ func init() {
 		}
 	})
 
-	register("CrossDriver/ExpiryJudgedAlike", func(e *env) {
+	registerSQL("CrossDriver/ExpiryJudgedAlike", func(e *sqlEnv) {
 		bo := e.otherBackend()
 		k := e.key("crossexpiry")
 		r := e.mustAcquire(e.b, k, 150*time.Millisecond)
-		e.waitServerPast(ms(r.ExpiresAt) + tolMs)
-		for name, b := range map[string]*syncguard.Backend{"primary": e.b, "other": bo} {
+		e.waitPast(ms(r.ExpiresAt) + tolMs)
+		for name, b := range map[string]syncguard.LockBackend{"primary": e.b, "other": bo} {
 			byKey, _ := b.LookupKey(e.ctx, k)
 			byID, _ := b.LookupID(e.ctx, r.LockID)
 			ext := e.extend(b, r.LockID, time.Second)
@@ -89,7 +89,7 @@ func init() {
 		e.release(e.b, n.LockID)
 	})
 
-	register("CrossDriver/OneWinnerAndMonotonicFences", func(e *env) {
+	registerSQL("CrossDriver/OneWinnerAndMonotonicFences", func(e *sqlEnv) {
 		bo := e.otherBackend()
 		k := e.key("crossrace")
 		var last syncguard.Fence
@@ -104,7 +104,7 @@ func init() {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					b := e.b
+					var b syncguard.LockBackend = e.b
 					if g%2 == 1 {
 						b = bo
 					}
@@ -130,7 +130,7 @@ func init() {
 				e.t.Errorf("rule: fences strictly increase whichever driver wins; round %d got %s after %s", round, winners[0].Fence, last)
 			}
 			last = winners[0].Fence
-			releaser := bo
+			var releaser syncguard.LockBackend = bo
 			if round%2 == 1 {
 				releaser = e.b
 			}
@@ -140,7 +140,7 @@ func init() {
 		}
 	})
 
-	register("CrossDriver/ErrorsClassifiedAlike", func(e *env) {
+	registerSQL("CrossDriver/ErrorsClassifiedAlike", func(e *sqlEnv) {
 		bo := e.otherBackend()
 		k := e.key("crosserr")
 		r := e.mustAcquire(e.b, k, 30*time.Second)
@@ -148,9 +148,9 @@ func init() {
 		cancel()
 		expired, cancel2 := context.WithDeadline(e.ctx, time.Now().Add(-time.Second))
 		defer cancel2()
-		suffix := randHex(5)
-		missing := e.config("sgc_"+suffix+"_nolocks", "sgc_"+suffix+"_nofences")
-		for name, b := range map[string]*syncguard.Backend{"primary": e.b, "other": bo} {
+		base := strings.TrimSuffix(suiteTable("x"), "_x")
+		missing := e.config(base+"_nolocks", base+"_nofences")
+		for name, b := range map[string]syncguard.LockBackend{"primary": e.b, "other": bo} {
 			for what, c := range map[string]struct {
 				err  error
 				want syncguard.Code

@@ -10,8 +10,8 @@ import (
 )
 
 func init() {
-	register("Errors/ConnectionRefusedIsServiceUnavailable", func(e *env) {
-		e.skipUnless(e.h.OpenRefused != nil, "OpenRefused")
+	registerSQL("Errors/ConnectionRefusedIsServiceUnavailable", func(e *sqlEnv) {
+		e.skipUnlessHook(e.h.OpenRefused != nil, "OpenRefused")
 		b := e.newBackend(e.h.OpenRefused(e.t), nil)
 		ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
 		defer cancel()
@@ -22,8 +22,8 @@ func init() {
 		}
 	})
 
-	register("Errors/WrongPasswordIsAuthFailed", func(e *env) {
-		e.skipUnless(e.h.OpenWrongPassword != nil, "OpenWrongPassword")
+	registerSQL("Errors/WrongPasswordIsAuthFailed", func(e *sqlEnv) {
+		e.skipUnlessHook(e.h.OpenWrongPassword != nil, "OpenWrongPassword")
 		db := e.h.OpenWrongPassword(e.t) // may skip, with its own reason
 		ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
 		defer cancel()
@@ -42,12 +42,12 @@ func init() {
 		}
 	})
 
-	register("Errors/ServerStatementTimeoutIsNetworkTimeout", func(e *env) {
+	registerSQL("Errors/ServerStatementTimeoutIsNetworkTimeout", func(e *sqlEnv) {
 		k := e.key("stmttimeout")
 		e.holdFenceRow(k)
 		tx := e.begin(e.db)
 		e.txExec(tx, `SET LOCAL statement_timeout = '200ms'`)
-		r, err := e.b.WithTx(tx).Acquire(e.ctx, k, 30*time.Second)
+		r, err := e.pb.WithTx(tx).Acquire(e.ctx, k, 30*time.Second)
 		if r.OK || !errIs(err, syncguard.ErrNetworkTimeout) {
 			e.t.Errorf("rule: a statement cancelled by the server's statement_timeout fails with ErrNetworkTimeout; got %+v, %v", r, err)
 		}
@@ -57,7 +57,7 @@ func init() {
 		}
 	})
 
-	register("Errors/TerminatedBackendIsServiceUnavailableThenRecovers", func(e *env) {
+	registerSQL("Errors/TerminatedBackendIsServiceUnavailableThenRecovers", func(e *sqlEnv) {
 		k := e.key("terminate")
 		unblock := e.holdFenceRow(k)
 		db := e.h.Open(e.t)
@@ -127,9 +127,9 @@ func init() {
 		}
 	})
 
-	register("Errors/MissingTablesNameSetupSchema", func(e *env) {
-		suffix := randHex(5)
-		cfg := e.config("sgc_"+suffix+"_missing", "sgc_"+suffix+"_missingf")
+	registerSQL("Errors/MissingTablesNameSetupSchema", func(e *sqlEnv) {
+		base := strings.TrimSuffix(suiteTable("x"), "_x")
+		cfg := e.config(base+"_missing", base+"_missingf")
 		b, err := syncguard.New(e.db, cfg)
 		e.must(err, "New")
 		k := e.key("missing")
@@ -142,7 +142,7 @@ func init() {
 		}
 		e.t.Cleanup(func() {
 			for _, tbl := range []string{cfg.TableName, cfg.FenceTableName} {
-				_, _ = e.db.Exec(`DROP TABLE IF EXISTS ` + quoteIdent(tbl))
+				_, _ = e.db.Exec(`DROP TABLE IF EXISTS ` + rules.QuoteIdent(tbl))
 			}
 		})
 		e.must(syncguard.SetupSchema(e.ctx, e.db, cfg), "SetupSchema")

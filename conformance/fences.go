@@ -21,16 +21,14 @@ func init() {
 			e.t.Errorf("rule: the first fence of a key is 000000000000001 (15 digits, zero-padded); got %q", r.Fence)
 		}
 		e.release(e.b, r.LockID)
-		r = e.mustAcquire(e.b, k, 30*time.Second)
+		r = e.mustAcquire(e.b2, k, 30*time.Second)
 		if r.Fence != "000000000000002" {
 			e.t.Errorf("rule: fences are 15-digit zero-padded counters; second acquire got %q", r.Fence)
 		}
-		if n, ok := e.fenceCounter(k); !ok || n != 2 {
-			e.t.Errorf("rule: the fence counter row holds the last fence handed out; counter %d (present %v), last fence %s", n, ok, r.Fence)
-		}
+		e.release(e.b2, r.LockID)
 	})
 
-	register("Fences/IncreaseAcrossReleaseExpiryAndNewBackend", func(e *env) {
+	register("Fences/IncreaseAcrossReleaseAndExpiry", func(e *env) {
 		k := e.key("monotonic")
 		var seen []syncguard.Fence
 		check := func(how string, f syncguard.Fence) {
@@ -49,14 +47,10 @@ func init() {
 		e.release(e.b, r.LockID)
 		r = e.mustAcquire(e.b2, k, 150*time.Millisecond)
 		check("release and re-acquire", r.Fence)
-		e.waitServerPast(ms(r.ExpiresAt) + tolMs)
+		e.waitPast(ms(r.ExpiresAt) + tolMs)
 		r = e.mustAcquire(e.b, k, 30*time.Second)
 		check("expiry and takeover", r.Fence)
 		e.release(e.b, r.LockID)
-		nb := e.newBackend(e.h.Open(e.t), nil)
-		r = e.mustAcquire(nb, k, 30*time.Second)
-		check("a new Backend on a new pool", r.Fence)
-		e.release(nb, r.LockID)
 	})
 
 	register("Fences/IndependentPerKey", func(e *env) {
@@ -73,14 +67,57 @@ func init() {
 		if ra.Fence != "000000000000004" {
 			e.t.Errorf("rule: acquires of one key do not advance another's fences; key %q got %s on its 4th acquire", a, ra.Fence)
 		}
-		_, _, fa := e.derive(a)
-		_, _, fb := e.derive(b)
-		if fa == fb {
-			e.t.Errorf("rule: distinct keys have distinct fence keys; both %q", fa)
-		}
 	})
 
-	registerSerial("Fences/SurviveServerRestart", func(e *env) {
+	register("Fences/OverflowFailsWithInternal", func(e *env) {
+		e.skipUnless(e.tg.SetFence != nil, "SetFence")
+		k := e.key("overflow")
+		setCounter := func(n int64) { e.must(e.tg.SetFence(e.ctx, k, n), "Target.SetFence") }
+		setCounter(rules.FenceMax)
+		res, err := e.b.Acquire(e.ctx, k, 30*time.Second)
+		if !errIs(err, syncguard.ErrInternal) || res.OK {
+			e.t.Errorf("rule: an acquire whose fence would pass %d fails with ErrInternal; counter at %d got %+v, %v", int64(rules.FenceMax), int64(rules.FenceMax), res, err)
+		}
+		if e.isLocked(e.b2, k) {
+			e.t.Errorf("rule: a failed overflowing acquire takes no lock; key %q is locked", k)
+		}
+		setCounter(rules.FenceMax - 1)
+		r := e.mustAcquire(e.b, k, 30*time.Second)
+		if r.Fence != "900000000000000" {
+			e.t.Errorf("rule: the fence may reach exactly %d; counter at %d, acquire got fence %s", int64(rules.FenceMax), int64(rules.FenceMax-1), r.Fence)
+		}
+		e.release(e.b, r.LockID)
+		if _, err := e.b.Acquire(e.ctx, k, 30*time.Second); !errIs(err, syncguard.ErrInternal) {
+			e.t.Errorf("rule: once a key's fence reached %d, further acquires fail with ErrInternal; got %v", int64(rules.FenceMax), err)
+		}
+	})
+}
+
+func init() {
+	registerSQL("Fences/IncreaseWithANewBackendOnANewPool", func(e *sqlEnv) {
+		k := e.key("newbackend")
+		r := e.mustAcquire(e.b, k, 30*time.Second)
+		e.release(e.b, r.LockID)
+		nb := e.newBackend(e.h.Open(e.t), nil)
+		n := e.mustAcquire(nb, k, 30*time.Second)
+		if n.Fence <= r.Fence {
+			e.t.Errorf("rule: fences strictly increase per key, also for a new Backend on a new pool; got %s after %s", n.Fence, r.Fence)
+		}
+		e.release(nb, n.LockID)
+	})
+
+	registerSQL("Fences/CounterRowHoldsLastFence", func(e *sqlEnv) {
+		k := e.key("counter")
+		r := e.mustAcquire(e.b, k, 30*time.Second)
+		e.release(e.b, r.LockID)
+		r = e.mustAcquire(e.b, k, 30*time.Second)
+		if n, ok := e.fenceCounter(k); !ok || n != 2 {
+			e.t.Errorf("rule: the fence counter row holds the last fence handed out; counter %d (present %v), last fence %s", n, ok, r.Fence)
+		}
+		e.release(e.b, r.LockID)
+	})
+
+	registerSerial("Fences/SurviveServerRestart", func(e *sqlEnv) {
 		e.skipUnless(e.h.Restart != nil, "Restart")
 		k, heldKey := e.key("restart"), e.key("heldacrossrestart")
 		var last syncguard.Fence
@@ -122,7 +159,7 @@ func init() {
 		}
 	})
 
-	register("Fences/CountersNeverDeletedByCleanupInIsLocked", func(e *env) {
+	registerSQL("Fences/CountersNeverDeletedByCleanupInIsLocked", func(e *sqlEnv) {
 		cb := e.newBackend(e.db, func(c *syncguard.Config) {
 			c.CleanupInIsLocked = true
 			c.CleanupInterval = 50 * time.Millisecond
@@ -136,7 +173,7 @@ func init() {
 		liveRow, _ := e.rawLockRow(live)
 		// Cleanup may delete only rows expired more than 2 s ago (the spec's
 		// guard); wait past that on the server clock, then poll.
-		e.waitServerPast(ms(rExp.ExpiresAt) + 2000 + 50)
+		e.waitPast(ms(rExp.ExpiresAt) + 2000 + 50)
 		deadline := time.Now().Add(5 * time.Second)
 		deleted := false
 		for !deleted && time.Now().Before(deadline) {
@@ -169,7 +206,7 @@ func init() {
 		e.release(cb, rLive.LockID)
 	})
 
-	register("Fences/CountersNeverDeletedByAnyOperation", func(e *env) {
+	registerSQL("Fences/CountersNeverDeletedByAnyOperation", func(e *sqlEnv) {
 		keys := []string{e.key("ops1"), e.key("ops2"), e.key("ops3")}
 		prev := map[string]int64{}
 		checkpoint := func(step string) {
@@ -197,9 +234,9 @@ func init() {
 		checkpoint("release")
 		r, _ := e.b.LookupID(e.ctx, ids[0])
 		if r != nil {
-			e.waitServerPast(ms(r.ExpiresAt) + tolMs)
+			e.waitPast(ms(r.ExpiresAt) + tolMs)
 		} else {
-			e.waitServerPast(e.serverNowMs() + 150 + tolMs)
+			e.waitPast(e.serverNowMs() + 150 + tolMs)
 		}
 		for _, id := range ids {
 			_, _ = e.b.Release(e.ctx, id)
@@ -211,7 +248,7 @@ func init() {
 		}
 	})
 
-	register("Fences/OverflowFailsWithInternal", func(e *env) {
+	registerSQL("Fences/OverflowLeavesCounterUnchanged", func(e *sqlEnv) {
 		k := e.key("overflow")
 		_, _, fk := e.derive(k)
 		r := e.mustAcquire(e.b, k, 30*time.Second)
@@ -244,7 +281,7 @@ func init() {
 		}
 	})
 
-	register("Fences/WarnAboveThreshold", func(e *env) {
+	registerSQL("Fences/WarnAboveThreshold", func(e *sqlEnv) {
 		logs := &captureHandler{}
 		lb := e.newBackend(e.db, func(c *syncguard.Config) { c.Logger = slog.New(logs) })
 		k := e.key("warn")

@@ -33,10 +33,7 @@ func init() {
 			MaxRetries: 100000, RetryDelay: 5 * time.Millisecond, Backoff: "fixed",
 			Jitter: "full", Timeout: 20 * time.Second}}
 		for w := range workers {
-			b := e.b
-			if w%2 == 1 {
-				b = e.b2
-			}
+			b := e.pick(w)
 			wg.Go(func() {
 				for range each {
 					err := syncguard.WithLock(e.ctx, b, k, func(context.Context, *syncguard.Lease) error {
@@ -103,7 +100,7 @@ func init() {
 		}
 	})
 
-	register("Helper/FenceWarningLoggedOnce", func(e *env) {
+	registerSQL("Helper/FenceWarningLoggedOnce", func(e *sqlEnv) {
 		// The core logs a fence above FenceWarn in Acquire; the helper on top
 		// must not add a second record.
 		k := e.key("fencewarn")

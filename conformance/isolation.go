@@ -20,8 +20,8 @@ import (
 func init() {
 	for _, level := range []string{"read committed", "repeatable read", "serializable"} {
 		name := strings.ReplaceAll(strings.Title(level), " ", "") //nolint:staticcheck // ASCII level names
-		register("Isolation/"+name+"/OwnKeysNeverLocked", func(e *env) { isolationOwnKeys(e, level) })
-		register("Isolation/"+name+"/ConcurrentUpdateReChecked", func(e *env) { isolationConcurrentUpdate(e, level) })
+		registerSQL("Isolation/"+name+"/OwnKeysNeverLocked", func(e *sqlEnv) { isolationOwnKeys(e, level) })
+		registerSQL("Isolation/"+name+"/ConcurrentUpdateReChecked", func(e *sqlEnv) { isolationConcurrentUpdate(e, level) })
 	}
 }
 
@@ -29,7 +29,7 @@ func init() {
 // level, as a role, database or DSN setting would make them: it opens the n
 // connections, sets default_transaction_isolation on each and keeps them
 // (no more connections, none closed for age or idleness).
-func (e *env) isolationPool(level string, n int) (*sql.DB, *syncguard.Backend) {
+func (e *sqlEnv) isolationPool(level string, n int) (*sql.DB, *syncguard.Backend) {
 	e.t.Helper()
 	e.needSessionState("SET default_transaction_isolation, standing in for a role, database or DSN setting")
 	db := e.h.Open(e.t)
@@ -61,7 +61,7 @@ func (e *env) isolationPool(level string, n int) (*sql.DB, *syncguard.Backend) {
 // isolationOwnKeys: workers that each acquire and release only their own
 // key never meet contention, so every acquire succeeds and every release
 // finds its lock.
-func isolationOwnKeys(e *env, level string) {
+func isolationOwnKeys(e *sqlEnv, level string) {
 	const workers, rounds = 8, 25
 	_, b := e.isolationPool(level, workers)
 	var mu sync.Mutex
@@ -100,7 +100,7 @@ func isolationOwnKeys(e *env, level string) {
 // transaction updates and commits re-checks the latest version, as under
 // read committed: a still-expired row is taken over, a still-live lock is
 // extended and released.
-func isolationConcurrentUpdate(e *env, level string) {
+func isolationConcurrentUpdate(e *sqlEnv, level string) {
 	_, b := e.isolationPool(level, 2)
 	touch := func(k string) *sql.Tx {
 		_, storage, _ := e.derive(k)
@@ -128,7 +128,7 @@ func isolationConcurrentUpdate(e *env, level string) {
 
 	// Takeover of an expired row.
 	k := e.key("isoexpired")
-	old := e.mustAcquire(e.b, k, 30*time.Second)
+	old := e.mustAcquire(e.pb, k, 30*time.Second)
 	_, storage, _ := e.derive(k)
 	e.exec(`UPDATE `+e.locksTable()+` SET "expires_at_ms" = "expires_at_ms" - 3600000 WHERE "key" = $1`, storage)
 	var r syncguard.AcquireResult
@@ -143,7 +143,7 @@ func isolationConcurrentUpdate(e *env, level string) {
 
 	// Extend and release of a live lock.
 	k = e.key("isolive")
-	h := e.mustAcquire(e.b, k, 30*time.Second)
+	h := e.mustAcquire(e.pb, k, 30*time.Second)
 	var x syncguard.ExtendResult
 	err = run("extend", touch(k), func() (err error) {
 		x, err = b.Extend(e.ctx, h.LockID, time.Minute)

@@ -66,8 +66,8 @@ func init() {
 		if info != nil {
 			e.t.Errorf("rule: LookupID of an unknown lockId is nil; got %+v", info)
 		}
-		if n := e.lockRows(); n != 0 {
-			e.t.Errorf("rule: release and extend of an unknown lockId write nothing; lock table has %d rows", n)
+		if n, ok := e.count(); ok && n != 0 {
+			e.t.Errorf("rule: release and extend of an unknown lockId write nothing; %d lock records stored", n)
 		}
 	})
 
@@ -83,11 +83,7 @@ func init() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				b := e.b
-				if i%2 == 1 {
-					b = e.b2
-				}
-				r, err := b.Acquire(e.ctx, keys[i], 30*time.Second)
+				r, err := e.pick(i).Acquire(e.ctx, keys[i], 30*time.Second)
 				if err != nil || !r.OK {
 					e.t.Errorf("rule: acquiring distinct free keys in parallel always succeeds; key %q got %+v, %v", keys[i], r, err)
 				}
@@ -115,11 +111,7 @@ func init() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				b := e.b2
-				if i%2 == 1 {
-					b = e.b
-				}
-				if rel, err := b.Release(e.ctx, r.LockID); err != nil || !rel.OK {
+				if rel, err := e.pick(i+1).Release(e.ctx, r.LockID); err != nil || !rel.OK {
 					e.t.Errorf("rule: the holder's release succeeds from any pool; key %q got %+v, %v", keys[i], rel, err)
 				}
 			}()
@@ -130,15 +122,18 @@ func init() {
 				e.t.Errorf("rule: a released key is free; IsLocked(%q) = true", k)
 			}
 		}
-		if rows := e.lockRows(); rows != 0 {
-			e.t.Errorf("rule: release deletes the lock row; %d rows left after releasing all %d keys", rows, n)
+		if rows, ok := e.count(); ok && rows != 0 {
+			e.t.Errorf("rule: release deletes the lock record; %d left after releasing all %d keys", rows, n)
 		}
 	})
 
 	register("Lifecycle/Capabilities", func(e *env) {
 		c := e.b.Capabilities()
-		if c.Backend != "postgres" || !c.SupportsFencing || c.TimeAuthority != "server" {
-			e.t.Errorf(`rule: capabilities are {Backend:"postgres" SupportsFencing:true TimeAuthority:"server"}; got %+v`, c)
+		if want := e.tg.Capabilities; want != nil && c != *want {
+			e.t.Errorf("rule: capabilities are %+v; got %+v", *want, c)
+		}
+		if !c.SupportsFencing || c.Backend == "" || (c.TimeAuthority != "server" && c.TimeAuthority != "client") {
+			e.t.Errorf(`rule: a backend names itself, supports fencing and has TimeAuthority "server" or "client"; got %+v`, c)
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,13 +14,9 @@ import (
 
 func init() {
 	register("Races/OneWinnerPerRoundAcrossPools", func(e *env) {
-		const goroutines, rounds, pools = 50, 8, 4
-		backends := make([]*syncguard.Backend, pools)
-		for i := range backends {
-			db := e.h.Open(e.t)
-			db.SetMaxOpenConns(goroutines / pools)
-			backends[i] = e.newBackend(db, nil)
-		}
+		const goroutines, rounds = 50, 8
+		backends := e.backends()
+		pools := len(backends)
 		// race lets every goroutine try k at once and returns the one winner.
 		race := func(round int, k string) (syncguard.AcquireResult, bool) {
 			var (
@@ -30,7 +27,7 @@ func init() {
 			)
 			for g := 0; g < goroutines; g++ {
 				wg.Add(1)
-				go func(b *syncguard.Backend) {
+				go func(b syncguard.LockBackend) {
 					defer wg.Done()
 					<-start
 					r, err := b.Acquire(e.ctx, k, 30*time.Second)
@@ -93,10 +90,7 @@ func init() {
 		)
 		for w := 0; w < workers; w++ {
 			wg.Add(1)
-			b := e.b
-			if w%2 == 1 {
-				b = e.b2
-			}
+			b := e.pick(w)
 			go func() {
 				defer wg.Done()
 				for e.ctx.Err() == nil {
@@ -186,10 +180,7 @@ func init() {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						b := e.b
-						if (w+ki)%2 == 1 {
-							b = e.b2
-						}
+						b := e.pick(w + ki)
 						for !enough() {
 							r, err := b.Acquire(e.ctx, k, ttl)
 							if err != nil {
@@ -269,10 +260,7 @@ func init() {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					b := e.b2
-					if c == 1 {
-						b = e.b
-					}
+					b := e.pick(c + 1)
 					for !stop.Load() && time.Now().Before(deadline) {
 						r, err := b.Acquire(e.ctx, k, 30*time.Second)
 						if err != nil {
@@ -299,8 +287,8 @@ func init() {
 				e.t.Fatalf("rule: after a release exactly one of the spinning contenders takes the key; round %d had %d winners", round, len(winners))
 			}
 			w := winners[0]
-			if row, ok := e.rawLockRow(k); !ok || row.LockID != w.LockID {
-				e.t.Errorf("rule: a release racing an acquire never deletes the new holder's lock; round %d new holder's row %+v (present %v)", round, row, ok)
+			if snap := e.snapshot(k); !strings.Contains(snap, syncguard.HashKey(w.LockID)) {
+				e.t.Errorf("rule: a release racing an acquire never deletes the new holder's lock; round %d new holder lock#%s, lock now %s", round, syncguard.HashKey(w.LockID), snap)
 			}
 			if rel := e.release(e.b2, w.LockID); !rel.OK {
 				e.t.Errorf("rule: the new holder's release succeeds; round %d got %+v", round, rel)
@@ -356,21 +344,23 @@ func init() {
 				e.t.Errorf("rule: a key whose lock expired can be taken; key %q not taken within 5 s of its expiry + tolerance", keys[i])
 				continue
 			}
-			if row, ok := e.rawLockRow(keys[i]); !ok || row.LockID != news[i].LockID {
-				e.t.Errorf("rule: a release racing an acquire never deletes the new holder's lock; key %q old expiry %d, old holder's release %+v, new holder acquired at %d, row now %+v (present %v)",
-					keys[i], ms(olds[i].ExpiresAt), rels[i], ms(news[i].ExpiresAt)-30000, row, ok)
+			if snap := e.snapshot(keys[i]); !strings.Contains(snap, syncguard.HashKey(news[i].LockID)) {
+				e.t.Errorf("rule: a release racing an acquire never deletes the new holder's lock; key %q old expiry %d, old holder's release %+v, new holder lock#%s acquired at %d, lock now %s",
+					keys[i], ms(olds[i].ExpiresAt), rels[i], syncguard.HashKey(news[i].LockID), ms(news[i].ExpiresAt)-30000, snap)
 			}
 		}
+	})
 
-		// Part 3, deterministic: the takeover of an expired lock is held open
+	registerSQL("Races/ReleaseRacingTransactionalTakeoverNeverChangesIt", func(e *sqlEnv) {
+		// Deterministic: the takeover of an expired lock is held open
 		// in a transaction while the old holder releases and extends; then it
 		// commits. The old lockId must touch nothing of the new holding.
 		for _, op := range []string{"release", "extend"} {
 			k := e.key("takeovertx" + op)
 			old := e.mustAcquire(e.b, k, 100*time.Millisecond)
-			e.waitServerPast(ms(old.ExpiresAt) + tolMs)
+			e.waitPast(ms(old.ExpiresAt) + tolMs)
 			tx := e.begin(e.db)
-			nw, err := e.b.WithTx(tx).Acquire(e.ctx, k, 30*time.Second)
+			nw, err := e.pb.WithTx(tx).Acquire(e.ctx, k, 30*time.Second)
 			if err != nil || !nw.OK {
 				e.t.Fatalf("rule: an expired lock can be taken over (inside a transaction too); got %+v, %v", nw, err)
 			}

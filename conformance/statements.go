@@ -17,7 +17,7 @@ import (
 // and go on with statements that need nothing prepared, without failing an
 // operation on the way.
 func init() {
-	register("Statements/EveryOperationOnManyConnections", func(e *env) {
+	registerSQL("Statements/EveryOperationOnManyConnections", func(e *sqlEnv) {
 		const workers, rounds = 8, 15
 		var mu sync.Mutex
 		var failures []string
@@ -30,9 +30,9 @@ func init() {
 		}
 		var wg sync.WaitGroup
 		for w := range workers {
-			b := e.b
+			b := e.pb
 			if w%2 == 1 {
-				b = e.b2
+				b = e.pb2
 			}
 			k := e.key(fmt.Sprintf("stmts%d", w))
 			wg.Go(func() {
@@ -70,7 +70,7 @@ func init() {
 		for i := range 3 {
 			tx := e.begin(e.db)
 			k := e.key(fmt.Sprintf("stmtstx%d", i))
-			r, err := e.b.WithTx(tx).Acquire(e.ctx, k, 30*time.Second)
+			r, err := e.pb.WithTx(tx).Acquire(e.ctx, k, 30*time.Second)
 			if err != nil || !r.OK {
 				e.t.Errorf("rule: acquire inside a transaction works on every connection; got %+v, %v", r, err)
 				continue
@@ -78,7 +78,7 @@ func init() {
 			if err := tx.Commit(); err != nil {
 				e.t.Fatalf("setup: commit: %v", err)
 			}
-			if rel := e.release(e.b2, r.LockID); !rel.OK {
+			if rel := e.release(e.pb2, r.LockID); !rel.OK {
 				e.t.Errorf("rule: a committed transactional lock is released from any pool; got %+v", rel)
 			}
 		}
@@ -89,7 +89,7 @@ func init() {
 	// Unprepared statements (Config.DisablePrepare, or after a pooler was
 	// detected) carry the same values as prepared ones: some drivers send
 	// them as literals, which must survive any character a key may hold.
-	register("Statements/UnpreparedKeepsEveryCharacter", func(e *env) {
+	registerSQL("Statements/UnpreparedKeepsEveryCharacter", func(e *sqlEnv) {
 		for _, prepare := range []bool{true, false} {
 			b := e.newBackend(e.db, func(c *syncguard.Config) { c.DisablePrepare = c.DisablePrepare || !prepare })
 			for _, raw := range []string{`it's`, `back\slash`, `\'`, `''`, `E'x'`, `$1`, `$$x$$`, `a;--b`, "tab\tnew\nline", `"quoted"`, "ünïcödé ✓ 🔒"} {

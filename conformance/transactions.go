@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"database/sql"
 	"errors"
 	"strings"
 	"time"
@@ -11,10 +10,10 @@ import (
 )
 
 func init() {
-	register("Transactions/InvisibleUntilCommit", func(e *env) {
+	registerSQL("Transactions/InvisibleUntilCommit", func(e *sqlEnv) {
 		k := e.key("txcommit")
 		tx := e.begin(e.db)
-		bt := e.b.WithTx(tx)
+		bt := e.pb.WithTx(tx)
 		r, err := bt.Acquire(e.ctx, k, 30*time.Second)
 		if err != nil || !r.OK {
 			e.t.Fatalf("rule: acquire inside a transaction works like outside; got %+v, %v", r, err)
@@ -47,13 +46,13 @@ func init() {
 		}
 	})
 
-	register("Transactions/GoneAfterRollback", func(e *env) {
+	registerSQL("Transactions/GoneAfterRollback", func(e *sqlEnv) {
 		k := e.key("txrollback")
 		first := e.mustAcquire(e.b, k, 30*time.Second)
 		e.release(e.b, first.LockID)
 		counterBefore, _ := e.fenceCounter(k)
 		tx := e.begin(e.db)
-		r, err := e.b.WithTx(tx).Acquire(e.ctx, k, 30*time.Second)
+		r, err := e.pb.WithTx(tx).Acquire(e.ctx, k, 30*time.Second)
 		if err != nil || !r.OK {
 			e.t.Fatalf("rule: acquire inside a transaction works like outside; got %+v, %v", r, err)
 		}
@@ -82,8 +81,8 @@ func init() {
 		e.release(e.b2, n.LockID)
 	})
 
-	register("Transactions/AtomicWithCallerWrites", func(e *env) {
-		scratch := quoteIdent(strings.TrimSuffix(e.cfg.TableName, "_locks") + "_scratch")
+	registerSQL("Transactions/AtomicWithCallerWrites", func(e *sqlEnv) {
+		scratch := rules.QuoteIdent(strings.TrimSuffix(e.cfg.TableName, "_locks") + "_scratch")
 		e.exec(`CREATE TABLE ` + scratch + ` (id int PRIMARY KEY, note text NOT NULL)`)
 		e.t.Cleanup(func() { _, _ = e.db.Exec(`DROP TABLE IF EXISTS ` + scratch) })
 		hasRow := func(id int) bool {
@@ -98,7 +97,7 @@ func init() {
 		k1 := e.key("txwrite1")
 		tx := e.begin(e.db)
 		e.txExec(tx, `INSERT INTO `+scratch+` VALUES (1, 'committed')`)
-		r1, err := e.b.WithTx(tx).Acquire(e.ctx, k1, 30*time.Second)
+		r1, err := e.pb.WithTx(tx).Acquire(e.ctx, k1, 30*time.Second)
 		if err != nil || !r1.OK {
 			e.t.Fatalf("rule: acquire inside a transaction works like outside; got %+v, %v", r1, err)
 		}
@@ -116,7 +115,7 @@ func init() {
 		k2 := e.key("txwrite2")
 		tx = e.begin(e.db2)
 		e.txExec(tx, `INSERT INTO `+scratch+` VALUES (2, 'rolled back')`)
-		if r, err := e.b2.WithTx(tx).Acquire(e.ctx, k2, 30*time.Second); err != nil || !r.OK {
+		if r, err := e.pb2.WithTx(tx).Acquire(e.ctx, k2, 30*time.Second); err != nil || !r.OK {
 			e.t.Fatalf("rule: acquire inside a transaction works like outside; got %+v, %v", r, err)
 		}
 		_ = tx.Rollback()
@@ -128,7 +127,7 @@ func init() {
 		// before it goes with it.
 		k3 := e.key("txwrite3")
 		tx = e.begin(e.db)
-		bt := e.b.WithTx(tx)
+		bt := e.pb.WithTx(tx)
 		if r, err := bt.Acquire(e.ctx, k3, 30*time.Second); err != nil || !r.OK {
 			e.t.Fatalf("rule: acquire inside a transaction works like outside; got %+v, %v", r, err)
 		}
@@ -145,13 +144,13 @@ func init() {
 		e.release(e.b, r1.LockID)
 	})
 
-	register("Transactions/ReleaseAndExtendRollBack", func(e *env) {
+	registerSQL("Transactions/ReleaseAndExtendRollBack", func(e *sqlEnv) {
 		k := e.key("txrelease")
 		r := e.mustAcquire(e.b, k, 30*time.Second)
 		before, _ := e.rawLockRow(k)
 
 		tx := e.begin(e.db)
-		bt := e.b.WithTx(tx)
+		bt := e.pb.WithTx(tx)
 		if rel, err := bt.Release(e.ctx, r.LockID); err != nil || !rel.OK {
 			e.t.Fatalf("rule: the holder's release inside a transaction succeeds; got %+v, %v", rel, err)
 		}
@@ -167,7 +166,7 @@ func init() {
 		}
 
 		tx = e.begin(e.db)
-		if x, err := e.b.WithTx(tx).Extend(e.ctx, r.LockID, time.Hour); err != nil || !x.OK {
+		if x, err := e.pb.WithTx(tx).Extend(e.ctx, r.LockID, time.Hour); err != nil || !x.OK {
 			e.t.Fatalf("rule: the holder's extend inside a transaction succeeds; got %+v, %v", x, err)
 		}
 		_ = tx.Rollback()
@@ -176,7 +175,7 @@ func init() {
 		}
 
 		tx = e.begin(e.db)
-		if rel, err := e.b.WithTx(tx).Release(e.ctx, r.LockID); err != nil || !rel.OK {
+		if rel, err := e.pb.WithTx(tx).Release(e.ctx, r.LockID); err != nil || !rel.OK {
 			e.t.Fatalf("rule: the holder's release inside a transaction succeeds; got %+v, %v", rel, err)
 		}
 		if err := tx.Commit(); err != nil {
@@ -187,10 +186,10 @@ func init() {
 		}
 	})
 
-	register("Transactions/UncommittedAcquireExcludesOthers", func(e *env) {
+	registerSQL("Transactions/UncommittedAcquireExcludesOthers", func(e *sqlEnv) {
 		k := e.key("txexclusive")
 		tx := e.begin(e.db)
-		r, err := e.b.WithTx(tx).Acquire(e.ctx, k, 30*time.Second)
+		r, err := e.pb.WithTx(tx).Acquire(e.ctx, k, 30*time.Second)
 		if err != nil || !r.OK {
 			e.t.Fatalf("rule: acquire inside a transaction works like outside; got %+v, %v", r, err)
 		}
@@ -228,22 +227,4 @@ func init() {
 		}
 		e.release(e.b2, r.LockID)
 	})
-}
-
-// begin starts a transaction on db, rolled back at cleanup if still open.
-func (e *env) begin(db *sql.DB) *sql.Tx {
-	e.t.Helper()
-	tx, err := db.BeginTx(e.ctx, nil)
-	if err != nil {
-		e.t.Fatalf("setup: begin: %v", err)
-	}
-	e.t.Cleanup(func() { _ = tx.Rollback() })
-	return tx
-}
-
-func (e *env) txExec(tx *sql.Tx, query string, args ...any) {
-	e.t.Helper()
-	if _, err := tx.ExecContext(e.ctx, query, args...); err != nil {
-		e.t.Fatalf("setup: %s: %v", strings.Join(strings.Fields(query), " "), err)
-	}
 }

@@ -9,7 +9,7 @@ func init() {
 	// A pool of one connection held by the caller's transaction: the first
 	// WithTx operations must not wait for a second connection to prepare
 	// their statements on the pool (a deadlock until the context ends).
-	register("Transactions/SingleConnectionPoolNeverDeadlocks", func(e *env) {
+	registerSQL("Transactions/SingleConnectionPoolNeverDeadlocks", func(e *sqlEnv) {
 		db := e.h.Open(e.t)
 		db.SetMaxOpenConns(1)
 		b := e.newBackend(db, nil) // nothing prepared yet

@@ -1,8 +1,6 @@
 package conformance
 
 import (
-	"context"
-	"database/sql"
 	"strings"
 	"time"
 
@@ -10,13 +8,17 @@ import (
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
-// Validation happens before any I/O: these cases run on a Backend whose
-// *sql.DB is already closed, where any statement would fail with a
-// non-InvalidArgument error.
+// Validation happens before any I/O: these cases run on Target.Unreachable
+// (for PostgreSQL a Backend whose *sql.DB is already closed), where any I/O
+// would fail with a non-InvalidArgument error.
+
+// maxKeyBytes is the spec's key limit, in UTF-8 bytes after NFC.
+const maxKeyBytes = 512
 
 func init() {
 	register("Validation/InvalidInputRejectedBeforeIO", func(e *env) {
-		b := e.closedBackend()
+		e.skipUnless(e.tg.Unreachable != nil, "Unreachable")
+		b := e.tg.Unreachable
 		goodKey, goodID := e.key("valid"), rules.GenerateLockID()
 		badKeys := map[string]string{
 			"empty key":                    "",
@@ -64,12 +66,13 @@ func init() {
 		}
 		// Control: valid input on this Backend does reach the closed pool.
 		if _, err := b.Acquire(e.ctx, goodKey, time.Second); err == nil || errIs(err, syncguard.ErrInvalidArgument) {
-			e.t.Errorf("setup: valid input on a closed *sql.DB must fail with a non-InvalidArgument error (else this case proves nothing); got %v", err)
+			e.t.Errorf("setup: valid input on Target.Unreachable must fail with a non-InvalidArgument error (else this case proves nothing); got %v", err)
 		}
 	})
 
 	register("Validation/ErrorsNeverLeakKeyOrLockID", func(e *env) {
-		b := e.closedBackend()
+		e.skipUnless(e.tg.Unreachable != nil, "Unreachable")
+		b := e.tg.Unreachable
 		k, id := e.key("secretkeyvalue"), rules.GenerateLockID()
 		for op, err := range map[string]error{
 			"Acquire": second(b.Acquire(e.ctx, k, 0)),
@@ -81,7 +84,7 @@ func init() {
 			}(),
 		} {
 			if err == nil {
-				e.t.Errorf("setup: %s on a closed pool must fail", op)
+				e.t.Errorf("setup: %s on Target.Unreachable must fail", op)
 				continue
 			}
 			if msg := err.Error(); strings.Contains(msg, k) || strings.Contains(msg, id) {
@@ -98,13 +101,13 @@ func init() {
 			"a key with every script kind": "ключ-鍵-🔑-" + randHex(6),
 		}
 		for name, k := range keys {
-			norm, _, _ := e.derive(k)
-			if len(norm) > rules.MaxKeyBytes {
+			norm := nfc(k)
+			if len(norm) > maxKeyBytes {
 				e.t.Fatalf("setup: test key %s is %d bytes after NFC", name, len(norm))
 			}
 			r, err := e.b.Acquire(e.ctx, k, 30*time.Second)
 			if err != nil || !r.OK {
-				e.t.Errorf("rule: a key of at most %d bytes after NFC is valid; %s (%d bytes, %d after NFC) got %+v, %v", rules.MaxKeyBytes, name, len(k), len(norm), r, err)
+				e.t.Errorf("rule: a key of at most %d bytes after NFC is valid; %s (%d bytes, %d after NFC) got %+v, %v", maxKeyBytes, name, len(k), len(norm), r, err)
 				continue
 			}
 			info, err := e.b2.LookupKey(e.ctx, k)
@@ -138,7 +141,7 @@ func init() {
 		}
 	})
 
-	register("Validation/ConfigRejectedAtNew", func(e *env) {
+	registerSQL("Validation/ConfigRejectedAtNew", func(e *sqlEnv) {
 		db := e.closedDB()
 		cases := map[string]*syncguard.Config{
 			"table name with a dash":         {TableName: "bad-name"},
@@ -163,50 +166,3 @@ func init() {
 		}
 	})
 }
-
-// closedDB opens a pool from the harness and closes it.
-func (e *env) closedDB() *sql.DB {
-	e.t.Helper()
-	db := e.h.Open(e.t)
-	if err := db.Close(); err != nil {
-		e.t.Fatalf("setup: closing a pool: %v", err)
-	}
-	return db
-}
-
-// closedBackend is a Backend on the case's tables over a closed pool.
-func (e *env) closedBackend() *syncguard.Backend {
-	e.t.Helper()
-	return e.newBackend(e.closedDB(), nil)
-}
-
-// keyOps runs every key operation once and returns its error by name.
-func keyOps(ctx context.Context, b *syncguard.Backend, key string, ttl time.Duration) map[string]error {
-	return map[string]error{
-		"Acquire":        second(b.Acquire(ctx, key, ttl)),
-		"IsLocked":       second(b.IsLocked(ctx, key)),
-		"LookupKey":      second(b.LookupKey(ctx, key)),
-		"LookupKeyDebug": second(b.LookupKeyDebug(ctx, key)),
-	}
-}
-
-// idOps runs every lockId operation once and returns its error by name.
-func idOps(ctx context.Context, b *syncguard.Backend, id string, ttl time.Duration) map[string]error {
-	return map[string]error{
-		"Release":       second(b.Release(ctx, id)),
-		"Extend":        second(b.Extend(ctx, id, ttl)),
-		"LookupID":      second(b.LookupID(ctx, id)),
-		"LookupIDDebug": second(b.LookupIDDebug(ctx, id)),
-	}
-}
-
-// allOps is keyOps and idOps together.
-func allOps(ctx context.Context, b *syncguard.Backend, key, id string, ttl time.Duration) map[string]error {
-	m := keyOps(ctx, b, key, ttl)
-	for k, v := range idOps(ctx, b, id, ttl) {
-		m[k] = v
-	}
-	return m
-}
-
-func second[T any](_ T, err error) error { return err }

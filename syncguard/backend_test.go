@@ -269,6 +269,10 @@ func TestErrorClassification(t *testing.T) {
 			t.Errorf("%v: cause not reachable", c.err)
 		}
 	}
+	readOnly := cl.wrap(context.Background(), "acquire", &pgErr{code: "25006"})
+	if !readOnly.Retryable() || !strings.Contains(readOnly.Error(), "standby") || !strings.Contains(readOnly.Error(), "retryable") {
+		t.Errorf("25006 must be retryable with a message that says the server is a standby and that it is retryable: %v", readOnly)
+	}
 	missing := cl.wrap(context.Background(), "acquire", &pgErr{code: "42P01"})
 	if !strings.Contains(missing.Error(), "SetupSchema") {
 		t.Errorf("missing table error must name SetupSchema: %v", missing)

@@ -33,7 +33,7 @@ type AllocResult struct {
 // BareAcquireSQL is the comparison for syncguard's acquire: one prepared
 // statement taking acquire's five arguments and returning a row of acquire's
 // five result types, scanned into the same destination types.
-const BareAcquireSQL = `SELECT $2::text, $5::bigint + 1, $5::bigint, lpad('1', 15, '0'), ($1::text = $4::text AND $3::text <> '')`
+var BareAcquireSQL = `SELECT $2::text, $5::bigint + 1, $5::bigint, ` + rules.FenceTextSQL("1") + `, ($1::text = $4::text AND $3::text <> '')`
 
 // BareReleaseSQL is the comparison for release: one argument, three columns.
 const BareReleaseSQL = `SELECT $1::text, 1::bigint, 2::bigint`

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -65,7 +66,7 @@ func Anatomy(ctx context.Context, driver, sqlName, dsn string, n int) (*AnatomyR
 	if err := syncguard.SetupSchema(ctx, db, &syncguard.Config{TableName: bareLocks, FenceTableName: bareFences}); err != nil {
 		return nil, err
 	}
-	bl, bf := quoteIdent(bareLocks), quoteIdent(bareFences)
+	bl, bf := rules.QuoteIdent(bareLocks), rules.QuoteIdent(bareFences)
 	prep := func(q string) (*sql.Stmt, error) { return db.PrepareContext(ctx, q) }
 	insLock, err := prep(`INSERT INTO ` + bl + ` (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key) VALUES ($1, $2, 1, 1, '000000000000001', $1)`)
 	if err != nil {
@@ -76,7 +77,7 @@ func Anatomy(ctx context.Context, driver, sqlName, dsn string, n int) (*AnatomyR
   INSERT INTO ` + bf + ` AS c (fence_key, fence, key_debug) VALUES ($3, 1, $1)
   ON CONFLICT (fence_key) DO UPDATE SET fence = c.fence + 1 RETURNING c.fence)
 INSERT INTO ` + bl + ` (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key)
-SELECT $1, $2, 1, 1, lpad(f.fence::text, 15, '0'), $1 FROM f`)
+SELECT $1, $2, 1, 1, ` + rules.FenceTextSQL("f.fence") + `, $1 FROM f`)
 	if err != nil {
 		return nil, err
 	}

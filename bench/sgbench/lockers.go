@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/syncguard/syncguard-go/internal/rules"
@@ -42,7 +41,7 @@ var AllTables = []string{SGTable, SGFenceTable, RefTable, RefFenceTable, FloorTa
 // DropTables drops the given tables if they exist.
 func DropTables(ctx context.Context, db *sql.DB, tables ...string) error {
 	for _, t := range tables {
-		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+quoteIdent(t)); err != nil {
+		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+rules.QuoteIdent(t)); err != nil {
 			return fmt.Errorf("drop %s: %w", t, err)
 		}
 	}
@@ -64,11 +63,9 @@ func SetupTables(ctx context.Context, db *sql.DB) error {
 			return err
 		}
 	}
-	_, err := db.ExecContext(ctx, `CREATE TABLE `+quoteIdent(FloorTable)+` (k text PRIMARY KEY, v text NOT NULL)`)
+	_, err := db.ExecContext(ctx, `CREATE TABLE `+rules.QuoteIdent(FloorTable)+` (k text PRIMARY KEY, v text NOT NULL)`)
 	return err
 }
-
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 // ---------------------------------------------------------------- syncguard
 
@@ -156,13 +153,13 @@ type Reference struct {
 
 // NewReference prepares the reference design's statements on its tables.
 func NewReference(ctx context.Context, db *sql.DB) (*Reference, error) {
-	l, f := quoteIdent(RefTable), quoteIdent(RefFenceTable)
+	l, f := rules.QuoteIdent(RefTable), rules.QuoteIdent(RefFenceTable)
 	r := &Reference{db: db}
 	for _, p := range []struct {
 		dst **sql.Stmt
 		sql string
 	}{
-		{&r.now, `SELECT floor(extract(epoch FROM now()) * 1000)::bigint`},
+		{&r.now, `SELECT ` + rules.NowMsSQL}, // the transaction's first statement: now() of the reference
 		{&r.adv, `SELECT pg_advisory_xact_lock(hashtext($1))`},
 		{&r.sel, `SELECT lock_id, expires_at_ms FROM ` + l + ` WHERE key = $1 FOR UPDATE`},
 		{&r.fenceIns, `INSERT INTO ` + f + ` (fence_key, fence, key_debug) VALUES ($1, 0, $2) ON CONFLICT (fence_key) DO NOTHING`},
@@ -174,7 +171,7 @@ ON CONFLICT (key) DO UPDATE SET lock_id = EXCLUDED.lock_id, expires_at_ms = EXCL
 		{&r.selByID, `SELECT key, lock_id, expires_at_ms FROM ` + l + ` WHERE lock_id = $1 FOR UPDATE`},
 		{&r.del, `DELETE FROM ` + l + ` WHERE key = $1`},
 		{&r.extUpd, `UPDATE ` + l + ` SET expires_at_ms = $2 WHERE key = $1`},
-		{&r.read, `SELECT lock_id, expires_at_ms, acquired_at_ms, fence, user_key, floor(extract(epoch FROM now()) * 1000)::bigint
+		{&r.read, `SELECT lock_id, expires_at_ms, acquired_at_ms, fence, user_key, ` + rules.NowMsSQL + `
 FROM ` + l + ` WHERE key = $1`},
 	} {
 		st, err := db.PrepareContext(ctx, p.sql)
@@ -348,7 +345,7 @@ type Floor struct {
 
 // NewFloor prepares the floor's statements.
 func NewFloor(ctx context.Context, db *sql.DB) (*Floor, error) {
-	t := quoteIdent(FloorTable)
+	t := rules.QuoteIdent(FloorTable)
 	f := &Floor{}
 	for _, p := range []struct {
 		dst **sql.Stmt

@@ -10,13 +10,16 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/syncguard/syncguard-go/internal/pgtest/tcpproxy"
 )
 
-// ProxyDSN returns dsn with its host and port replaced by addr and TLS
+// ProxyDSN returns dsn with its host and port replaced by 127.0.0.1:port
+// (a tcpproxy.Proxy's) and TLS
 // disabled (the proxy reads the protocol in the clear). It accepts libpq's
 // URL and keyword/value forms.
-func ProxyDSN(dsn string, addr *net.TCPAddr) (string, error) {
-	host, port := addr.IP.String(), strconv.Itoa(addr.Port)
+func ProxyDSN(dsn string, proxyPort int) (string, error) {
+	host, port := "127.0.0.1", strconv.Itoa(proxyPort)
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		u, err := url.Parse(dsn)
 		if err != nil {
@@ -65,7 +68,7 @@ var msgNames = map[byte]string{
 // counting proxy. db must be a one-connection pool opened on the proxy's
 // DSN, so that every statement is prepared on the one connection during the
 // warm-up pass and the measured pass sees steady state only.
-func RoundTrips(ctx context.Context, driverName string, db *sql.DB, p *Proxy, n int) (*RTResult, error) {
+func RoundTrips(ctx context.Context, driverName string, db *sql.DB, p *tcpproxy.Proxy, n int) (*RTResult, error) {
 	sg, err := NewSG(db)
 	if err != nil {
 		return nil, err

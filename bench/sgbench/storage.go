@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -112,22 +113,22 @@ func Storage(ctx context.Context, driverName string, db *sql.DB, n, workers int)
 	res := &StorageResult{Bench: "syncguard", Driver: driverName, Workload: "storage", Locks: n,
 		KeyBytes: len(fmt.Sprintf(StorageKeyFormat, 0, 0)), IndexBytes: map[string]int64{}, LoadSeconds: time.Since(start).Seconds()}
 	var count int64
-	if err := db.QueryRowContext(ctx, `SELECT count(*), avg(pg_column_size(l.*)) FROM `+quoteIdent(StoreTable)+` l`).Scan(&count, &res.AvgRowBytes); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT count(*), avg(pg_column_size(l.*)) FROM `+rules.QuoteIdent(StoreTable)+` l`).Scan(&count, &res.AvgRowBytes); err != nil {
 		return nil, err
 	}
 	if count != int64(n) {
 		return nil, fmt.Errorf("storage: %d rows, want %d", count, n)
 	}
 	q := `SELECT pg_relation_size($1::regclass), pg_table_size($1::regclass), pg_total_relation_size($1::regclass)`
-	if err := db.QueryRowContext(ctx, q, quoteIdent(StoreTable)).Scan(&res.HeapBytes, &res.TableBytes, &res.TotalBytes); err != nil {
+	if err := db.QueryRowContext(ctx, q, rules.QuoteIdent(StoreTable)).Scan(&res.HeapBytes, &res.TableBytes, &res.TotalBytes); err != nil {
 		return nil, err
 	}
 	var fheap, ftable int64
-	if err := db.QueryRowContext(ctx, q, quoteIdent(StoreFenceTable)).Scan(&fheap, &ftable, &res.FenceTotalBytes); err != nil {
+	if err := db.QueryRowContext(ctx, q, rules.QuoteIdent(StoreFenceTable)).Scan(&fheap, &ftable, &res.FenceTotalBytes); err != nil {
 		return nil, err
 	}
 	res.FenceIndexBytes = res.FenceTotalBytes - ftable
-	rows, err := db.QueryContext(ctx, `SELECT indexrelid::regclass::text, pg_relation_size(indexrelid) FROM pg_index WHERE indrelid = $1::regclass ORDER BY 1`, quoteIdent(StoreTable))
+	rows, err := db.QueryContext(ctx, `SELECT indexrelid::regclass::text, pg_relation_size(indexrelid) FROM pg_index WHERE indrelid = $1::regclass ORDER BY 1`, rules.QuoteIdent(StoreTable))
 	if err != nil {
 		return nil, err
 	}

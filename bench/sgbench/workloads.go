@@ -162,7 +162,7 @@ func (e *Env) nextXid(ctx context.Context) (int64, error) {
 
 func (e *Env) fenceValue(ctx context.Context, table, key string) (int64, error) {
 	var n sql.NullInt64
-	err := e.Admin.QueryRowContext(ctx, `SELECT max(fence) FROM `+quoteIdent(table)+` WHERE fence_key = $1`, key).Scan(&n)
+	err := e.Admin.QueryRowContext(ctx, `SELECT max(fence) FROM `+rules.QuoteIdent(table)+` WHERE fence_key = $1`, key).Scan(&n)
 	return n.Int64, err
 }
 

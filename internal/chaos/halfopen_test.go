@@ -13,6 +13,7 @@ import (
 	"github.com/lib/pq"
 
 	"github.com/syncguard/syncguard-go/internal/pgtest"
+	"github.com/syncguard/syncguard-go/internal/pgtest/tcpproxy"
 	sgpq "github.com/syncguard/syncguard-go/pq"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
@@ -91,7 +92,7 @@ func TestHalfOpen(t *testing.T) {
 	)
 	run := func(c config, phase string) {
 		defer wg.Done()
-		p, err := NewProxy(net.JoinHostPort(srv.Host, fmt.Sprint(srv.Port)))
+		p, err := tcpproxy.New(net.JoinHostPort(srv.Host, fmt.Sprint(srv.Port)))
 		if err != nil {
 			t.Error(err)
 			return

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/internal/pgtest"
+	"github.com/syncguard/syncguard-go/internal/pgtest/tcpproxy"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -59,7 +60,7 @@ func TestPgBouncerDriverSettings(t *testing.T) {
 		if s.viaBouncer {
 			target = fmt.Sprintf("%s:%d", bouncer.Host, bouncer.Port)
 		}
-		p, err := NewProxy(target)
+		p, err := tcpproxy.New(target)
 		if err != nil {
 			t.Fatal(err)
 		}

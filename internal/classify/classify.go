@@ -144,7 +144,11 @@ func classifySQLState(s string) (string, string, bool) {
 	case "40001", "40P01":
 		return ServiceUnavailable, "transaction conflict (serialization failure or deadlock)", true
 	case "25006":
-		return ServiceUnavailable, "read-only transaction (connected to a standby?)", true
+		// A node that is, or is becoming, a standby: after a failover, or
+		// while the failover manager holds a node read-only during a
+		// switchover. The next connection to the new primary succeeds.
+		return ServiceUnavailable, "read-only transaction: the server is a standby or read-only during a failover; " +
+			"retryable once connected to the new primary (use target_session_attrs=read-write in the DSN)", true
 	case "25P02":
 		return Internal, "the caller's transaction is aborted; roll it back", true
 	case "42P01":

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
 // Options configures the throwaway server (local and docker kinds). They do
@@ -193,7 +195,7 @@ func (s *Server) CreateDatabase(ctx context.Context, name string) (string, error
 	if name == "" {
 		return "", errors.New("pgtest: CreateDatabase: empty name")
 	}
-	sql := "CREATE DATABASE " + quoteIdent(name)
+	sql := "CREATE DATABASE " + rules.QuoteIdent(name)
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		_, err = runPsql(ctx, s.DSN, sql)
@@ -218,10 +220,6 @@ func isAlreadyExists(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "already exists") ||
 		strings.Contains(msg, "pg_database_datname_index") // lost a race with a concurrent CREATE
-}
-
-func quoteIdent(s string) string {
-	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
 }
 
 // freePort returns a TCP port of 127.0.0.1 that was free a moment ago.

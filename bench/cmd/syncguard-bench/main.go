@@ -35,6 +35,7 @@ import (
 
 	"github.com/syncguard/syncguard-go/bench/sgbench"
 	"github.com/syncguard/syncguard-go/internal/pgtest"
+	"github.com/syncguard/syncguard-go/internal/pgtest/tcpproxy"
 	_ "github.com/syncguard/syncguard-go/pgxstd"
 	_ "github.com/syncguard/syncguard-go/pq"
 )
@@ -425,12 +426,12 @@ func runDriver(ctx context.Context, o options, want map[string]bool, d, name, ds
 	}
 	if want["rt"] {
 		progress("[%s] round trips", d)
-		p, err := sgbench.NewProxy(net.JoinHostPort(host, strconv.Itoa(port)))
+		p, err := tcpproxy.New(net.JoinHostPort(host, strconv.Itoa(port)))
 		if err != nil {
 			return err
 		}
 		defer p.Close()
-		pdsn, err := sgbench.ProxyDSN(dsn, p.Addr())
+		pdsn, err := sgbench.ProxyDSN(dsn, p.Port())
 		if err != nil {
 			return err
 		}

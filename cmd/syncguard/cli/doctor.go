@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncguard/syncguard-go/internal/replication"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
@@ -46,7 +47,11 @@ Checks that syncguard can work correctly against this database and says
 what to fix: the connection; the lock and fence tables, their columns,
 primary keys and indexes; the privileges of the current role; the server's
 clock against this machine's; durability settings (synchronous_commit,
-fsync) that fences depend on across crashes; whether a connection pooler
+fsync) that fences depend on across crashes; replication: which standbys
+stream from this primary and whether the commit that acknowledges an
+acquire waits for them (synchronous_standby_names, sync_state,
+synchronous_commit), since a failover to a standby that lacks an
+acknowledged commit hands its fence out again; whether a connection pooler
 in transaction mode sits between here and PostgreSQL, and whether
 prepared statements survive it; fence counters near their maximum; the
 number of expired lock rows.
@@ -107,6 +112,7 @@ func (a *app) cmdDoctor(args []string) error {
 			d.lockRows(locks)
 		}
 		d.durability()
+		d.replication()
 		d.clock()
 		d.pooler()
 	}
@@ -444,6 +450,25 @@ func (d *doctor) durability() {
 			"set fsync = on in postgresql.conf and reload")
 	} else {
 		d.add("fsync", statusOK, fsync, "")
+	}
+}
+
+// replication checks whether a failover can lose acknowledged locks: which
+// standbys stream from this primary and whether commits wait for them
+// (internal/replication; docs/ha.md). Being on a primary at all is the
+// connection check's.
+func (d *doctor) replication() {
+	ctx, cancel := d.ctx()
+	defer cancel()
+	st, err := replication.Read(ctx, d.db)
+	if err != nil {
+		d.fail(replication.CheckStandbys, ctx, err)
+		return
+	}
+	for _, f := range st.Findings() {
+		if f.Check != replication.CheckPrimary {
+			d.add(f.Check, string(f.Severity), f.Detail, f.Fix)
+		}
 	}
 }
 

@@ -27,7 +27,7 @@ type Driver struct {
 	PgBouncerParams string
 }
 
-// Run runs the whole suite on the server that pgtest.Main started, with the
+// Run runs the whole suite (both tiers, and the advisory cases) on the server that pgtest.Main started, with the
 // refused-connection, wrong-password and (for a local cluster) restart hooks.
 func Run(t *testing.T, d Driver) {
 	srv := pgtest.Require(t)
@@ -41,6 +41,7 @@ func Run(t *testing.T, d Driver) {
 		h.Restart = func(ctx context.Context) error { return srv.Restart(ctx) }
 	}
 	conformance.Run(t, h)
+	conformance.RunAdvisory(t, h)
 }
 
 // RunThroughPgBouncer runs the whole suite through a PgBouncer in
@@ -70,6 +71,7 @@ func RunThroughPgBouncer(t *testing.T, d Driver) {
 		NoSessionState:    true,
 	}
 	conformance.Run(t, h)
+	conformance.RunAdvisory(t, h)
 	if t.Failed() {
 		t.Logf("--- pgbouncer log (tail) ---\n%s", bouncer.LogTail(40))
 	}

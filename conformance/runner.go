@@ -1,0 +1,152 @@
+package conformance
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A case is one property: a function of its environment, registered from
+// an init function under "Group/Rule". A serial case (a server restart, say)
+// never runs alongside the others of its run.
+type kase[E any] struct {
+	name   string
+	serial bool
+	fn     func(e E)
+}
+
+// registry holds the cases of one tier, in registration order.
+type registry[E any] struct{ cases []kase[E] }
+
+func (r *registry[E]) add(name string, serial bool, fn func(E)) {
+	if !strings.Contains(name, "/") {
+		panic("conformance: case name " + name + " is not Group/Rule")
+	}
+	r.cases = append(r.cases, kase[E]{name: name, serial: serial, fn: fn})
+}
+
+// The three tiers. The backend tier holds the properties of any
+// syncguard.LockBackend; the SQL tier those of the PostgreSQL backend on
+// real tables (transactions, drivers, poolers, restarts, the reference
+// layout); the advisory tier those of package advisory.
+var (
+	backendCases  registry[*env]
+	sqlCases      registry[*sqlEnv]
+	advisoryCases registry[*sqlEnv]
+)
+
+func register(name string, fn func(e *env))          { backendCases.add(name, false, fn) }
+func registerSQL(name string, fn func(e *sqlEnv))    { sqlCases.add(name, false, fn) }
+func registerSerial(name string, fn func(e *sqlEnv)) { sqlCases.add(name, true, fn) }
+func registerAdvisory(name string, fn func(e *sqlEnv)) {
+	advisoryCases.add(name, false, fn)
+}
+
+// runOptions are the knobs every entry point shares.
+type runOptions struct {
+	timeout time.Duration
+	serial  bool
+	groups  []string
+}
+
+// groups returns the group names of r in order, and the cases by group.
+func (r *registry[E]) groups() ([]string, map[string][]kase[E]) {
+	by := map[string][]kase[E]{}
+	var order []string
+	for _, c := range r.cases {
+		g, _, _ := strings.Cut(c.name, "/")
+		if _, ok := by[g]; !ok {
+			order = append(order, g)
+		}
+		by[g] = append(by[g], c)
+	}
+	return order, by
+}
+
+// checkGroups fails t for every name in want that is no group of any of
+// the registries' groups.
+func checkGroups(t *testing.T, want []string, have ...[]string) {
+	t.Helper()
+	var all []string
+	for _, h := range have {
+		all = append(all, h...)
+	}
+	for _, g := range want {
+		if !slices.Contains(all, g) {
+			t.Errorf("conformance: Groups names %q, which is no case group (groups: %s)", g, strings.Join(all, ", "))
+		}
+	}
+}
+
+// runCases runs the cases of r as subtests Group/Rule of t. newEnv builds a
+// case's environment on the case's own test goroutine, with the case's
+// context.
+func runCases[E any](t *testing.T, r *registry[E], o runOptions, newEnv func(t *testing.T, ctx context.Context) E) {
+	t.Helper()
+	order, by := r.groups()
+	for _, g := range order {
+		if len(o.groups) > 0 && !slices.Contains(o.groups, g) {
+			continue
+		}
+		t.Run(g, func(t *testing.T) {
+			for _, c := range by[g] {
+				_, rule, _ := strings.Cut(c.name, "/")
+				t.Run(rule, func(t *testing.T) {
+					if !o.serial && !c.serial {
+						t.Parallel()
+					}
+					runCase(t, c.name, o.timeout, func(ctx context.Context) { c.fn(newEnv(t, ctx)) })
+				})
+			}
+		})
+	}
+}
+
+// hangGrace is how long a case may run past its deadline before the
+// watchdog reports it while it still runs.
+func hangGrace(timeout time.Duration) time.Duration { return min(5*time.Second, timeout/2) }
+
+// runCase runs fn on the test goroutine, with a context that ends at the
+// case's deadline. Every wait in a case and every lock operation honours
+// that context, so a case that would hang instead fails, by its name, when
+// its deadline passes. A case stuck in something that ignores its context
+// is reported while it still runs (t.Errorf from the watchdog, with the
+// goroutine stacks), so the report does not depend on it ever returning;
+// the watchdog stops before runCase returns, so it can never report on a
+// finished test (which would crash the test binary).
+func runCase(t *testing.T, name string, timeout time.Duration, fn func(ctx context.Context)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	done := make(chan struct{})
+	watchdog := make(chan struct{})
+	go func() {
+		defer close(watchdog)
+		<-ctx.Done()
+		grace := time.NewTimer(hangGrace(timeout))
+		defer grace.Stop()
+		select {
+		case <-done:
+		case <-grace.C:
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			t.Errorf("rule: every case ends by its deadline (Harness.CaseTimeout %v); %s is still running %v after it, stuck in something that ignores its context. Goroutines:\n%s",
+				timeout, name, hangGrace(timeout), buf)
+		}
+	}()
+	start := time.Now()
+	defer func() {
+		// Also after t.FailNow (runtime.Goexit) inside fn.
+		if ctx.Err() == context.DeadlineExceeded {
+			t.Errorf("rule: every case ends by its deadline (Harness.CaseTimeout %v); %s ran %v and its context expired (a hang in a lock operation or a wait?)",
+				timeout, name, time.Since(start).Round(time.Millisecond))
+		}
+		close(done)
+		cancel()
+		<-watchdog
+	}()
+	fn(ctx)
+}

@@ -1,0 +1,118 @@
+package conformance_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncguard/syncguard-go/conformance"
+	"github.com/syncguard/syncguard-go/syncguardtest"
+)
+
+// helperEnv selects a helper test when the test binary runs itself.
+const helperEnv = "SYNCGUARD_CONFORMANCE_HELPER"
+
+// runSelf runs this test binary's tests matching pattern with helper set,
+// and returns the output and whether it exited non-zero.
+func runSelf(t *testing.T, pattern, helper string, env ...string) (string, bool) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run="+pattern, "-test.v", "-test.count=1")
+	cmd.Env = append(append(os.Environ(), helperEnv+"="+helper), env...)
+	out, err := cmd.CombinedOutput()
+	if _, ok := err.(*exec.ExitError); err != nil && !ok {
+		t.Fatalf("running the test binary: %v", err)
+	}
+	return string(out), err != nil
+}
+
+// TestHangingCaseFailsByNameWithoutCrashing runs the Lifecycle group against
+// a backend whose operations outlive their context by a second (a hang),
+// with a short case timeout. Each case must fail by its name and the rule,
+// on its own, and the binary must go on to run the next test.
+func TestHangingCaseFailsByNameWithoutCrashing(t *testing.T) {
+	if os.Getenv(helperEnv) != "" {
+		t.Skip("helper run")
+	}
+	out, failed := runSelf(t, "^(TestHelperHang|TestHelperAfterHang)$", "hang")
+	for _, want := range []string{
+		"--- FAIL: TestHelperHang/Lifecycle/AcquireIsLockedLookupRelease",
+		"rule: every case ends by its deadline (Harness.CaseTimeout 400ms); Lifecycle/AcquireIsLockedLookupRelease is still running",
+		"rule: every case ends by its deadline (Harness.CaseTimeout 400ms); Lifecycle/AcquireIsLockedLookupRelease ran",
+		"--- PASS: TestHelperAfterHang",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the run's output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, bad := range []string{"panic:", "has completed"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("the run crashed (%q in its output):\n%s", bad, out)
+		}
+	}
+	if !failed {
+		t.Errorf("the run with hanging cases exited 0:\n%s", out)
+	}
+}
+
+func TestHelperHang(t *testing.T) {
+	if os.Getenv(helperEnv) != "hang" {
+		t.Skip("helper: run by TestHangingCaseFailsByNameWithoutCrashing")
+	}
+	conformance.RunBackend(t, conformance.BackendHarness{
+		CaseTimeout: 400 * time.Millisecond,
+		Groups:      []string{"Lifecycle"},
+		New: func(t *testing.T) conformance.Target {
+			b := syncguardtest.New()
+			b.SetHook(func(ctx context.Context, _ syncguardtest.Call) error {
+				<-ctx.Done()
+				time.Sleep(time.Second) // ignores its context for a while
+				return syncguardtest.Err(syncguardtest.OpAcquire, "NetworkTimeout")
+			})
+			return conformance.Target{Backend: b}
+		},
+	})
+}
+
+func TestHelperAfterHang(t *testing.T) {
+	if os.Getenv(helperEnv) != "hang" {
+		t.Skip("helper: run by TestHangingCaseFailsByNameWithoutCrashing")
+	}
+}
+
+// TestMissingDSNUnderCIFails: with CI=true and no DSN, Run fails with one
+// line; without CI it skips; Required fails too.
+func TestMissingDSNUnderCIFails(t *testing.T) {
+	if os.Getenv(helperEnv) != "" {
+		t.Skip("helper run")
+	}
+	out, failed := runSelf(t, "^TestHelperNoDSN$", "nodsn", "CI=true")
+	if !failed || !strings.Contains(out, "conformance: no database to test (Harness.DSN is empty and Harness.Open is nil) and CI=true") {
+		t.Errorf("CI=true without a DSN must fail with one clear line; exit non-zero %v, output:\n%s", failed, out)
+	}
+	out, failed = runSelf(t, "^TestHelperNoDSN$", "nodsn", "CI=")
+	if failed || !strings.Contains(out, "--- SKIP: TestHelperNoDSN") {
+		t.Errorf("without CI and without a DSN the run skips; exit non-zero %v, output:\n%s", failed, out)
+	}
+	out, failed = runSelf(t, "^TestHelperNoDSNRequired$", "nodsn", "CI=")
+	if !failed || !strings.Contains(out, "Harness.Required is set") {
+		t.Errorf("Harness.Required without a DSN must fail; exit non-zero %v, output:\n%s", failed, out)
+	}
+}
+
+func TestHelperNoDSN(t *testing.T) {
+	if os.Getenv(helperEnv) != "nodsn" {
+		t.Skip("helper: run by TestMissingDSNUnderCIFails")
+	}
+	conformance.Run(t, conformance.Harness{DriverName: "pgx", DSN: os.Getenv("SYNCGUARD_CONFORMANCE_DSN_THAT_IS_NOT_SET")})
+	conformance.RunAdvisory(t, conformance.Harness{DriverName: "pgx"})
+}
+
+func TestHelperNoDSNRequired(t *testing.T) {
+	if os.Getenv(helperEnv) != "nodsn" {
+		t.Skip("helper: run by TestMissingDSNUnderCIFails")
+	}
+	conformance.Run(t, conformance.Harness{DriverName: "pgx", Required: true})
+}

@@ -1,0 +1,113 @@
+package itest_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncguard/syncguard-go/conformance"
+	"github.com/syncguard/syncguard-go/internal/pgtest"
+	_ "github.com/syncguard/syncguard-go/pgxstd"
+)
+
+const helperEnv = "SYNCGUARD_ITEST_HELPER"
+
+// TestConformancePreflightNamesTheGrant runs the suite as a role without
+// CREATE on the schema (PostgreSQL 15's default for non-owners): the run
+// must fail once, before any case, with the GRANT that fixes it, and not
+// report every case as an authentication failure.
+func TestConformancePreflightNamesTheGrant(t *testing.T) {
+	if os.Getenv(helperEnv) != "" {
+		t.Skip("helper run")
+	}
+	srv := pgtest.Require(t)
+	if srv.Kind == pgtest.KindEnv {
+		t.Skip("creates a role: local or docker server only")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := open(t, srv.DSN)
+	const role, pw = "sgc_nocreate", "sgc-nocreate-pw"
+	mustExec(ctx, t, db, fmt.Sprintf(`DO $$ BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '%[1]s') THEN CREATE ROLE %[1]s LOGIN; END IF;
+END $$`, role))
+	mustExec(ctx, t, db, fmt.Sprintf(`SET password_encryption = 'scram-sha-256'; ALTER ROLE %s LOGIN PASSWORD '%s'`, role, pw))
+	mustExec(ctx, t, db, `REVOKE CREATE ON SCHEMA public FROM PUBLIC`)
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperRestrictedRole$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), helperEnv+"=restricted", pgtest.EnvDSN+"="+srv.DSN,
+		"SYNCGUARD_ITEST_ROLE_DSN="+srv.DSNFor(role, pw, ""))
+	out, err := cmd.CombinedOutput()
+	s := string(out)
+	want := `may not create tables in schema "public"`
+	grant := `GRANT CREATE ON SCHEMA "public" TO "sgc_nocreate";`
+	if err == nil || !strings.Contains(s, want) || !strings.Contains(s, grant) {
+		t.Fatalf("the preflight must fail the run with the missing GRANT (%q); exit %v, output:\n%s", grant, err, s)
+	}
+	t.Logf("restricted run:\n%s", s)
+	if n := strings.Count(s, "--- FAIL"); n != 1 || strings.Contains(s, "AuthFailed") || strings.Contains(s, "/Backend/") {
+		t.Errorf("the preflight fails once, before any case, and says nothing of AuthFailed; %d failures, output:\n%s", n, s)
+	}
+}
+
+func TestHelperRestrictedRole(t *testing.T) {
+	if os.Getenv(helperEnv) != "restricted" {
+		t.Skip("helper: run by TestConformancePreflightNamesTheGrant")
+	}
+	conformance.Run(t, conformance.Harness{DriverName: "pgx", DSN: os.Getenv("SYNCGUARD_ITEST_ROLE_DSN")})
+}
+
+// TestConformanceDropsLeftoverTables: tables of the suite older than an
+// hour (a crashed run's) are dropped before the cases run; recent ones (a
+// run going on right now) are kept.
+func TestConformanceDropsLeftoverTables(t *testing.T) {
+	if os.Getenv(helperEnv) != "" {
+		t.Skip("helper run")
+	}
+	srv := pgtest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := open(t, srv.DSN)
+	old := fmt.Sprintf("sgc_%08x_0badc0_locks", time.Now().Add(-2*time.Hour).Unix())
+	recent := fmt.Sprintf("sgc_%08x_0badc0_locks", time.Now().Add(-10*time.Minute).Unix())
+	for _, name := range []string{old, recent} {
+		mustExec(ctx, t, db, `CREATE TABLE IF NOT EXISTS "`+name+`" (x int)`)
+	}
+	t.Cleanup(func() { _, _ = db.Exec(`DROP TABLE IF EXISTS "` + recent + `"`) })
+	conformance.Run(t, conformance.Harness{DriverName: "pgx", DSN: srv.DSN, Groups: []string{"Lifecycle"}})
+	exists := func(name string) bool {
+		var ok bool
+		if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, `"`+name+`"`).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if exists(old) {
+		t.Errorf("a suite table created two hours ago (%s) survives the preflight", old)
+	}
+	if !exists(recent) {
+		t.Errorf("a suite table created ten minutes ago (%s) was dropped; it may belong to a run going on now", recent)
+	}
+}
+
+func open(t *testing.T, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func mustExec(ctx context.Context, t *testing.T, db *sql.DB, q string) {
+	t.Helper()
+	if _, err := db.ExecContext(ctx, q); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}

@@ -1,0 +1,545 @@
+// Package syncguardtest provides an in-memory syncguard.LockBackend for the
+// unit tests of code that uses syncguard: no database, no network, no
+// sleeping through TTLs.
+//
+//	locks := syncguardtest.New()
+//	err := syncguard.WithLock(ctx, locks, "invoice:42", handle, nil)
+//
+// The backend behaves like the PostgreSQL one as far as a caller can tell:
+// it applies the same validation before doing anything (it asks a real
+// syncguard Backend, so the errors are the same values, byte for byte),
+// hands out real fences (15 digits, strictly increasing per key, never
+// reset, failing with ErrInternal past 900000000000000), judges expiry
+// with the spec's liveness rule on its own clock, and honours contexts like
+// a driver: a context that ends while an operation is "on the wire" returns
+// Aborted or NetworkTimeout, and the operation may still have taken effect.
+// It passes the backend tier of package conformance (RunBackend), under
+// -race too.
+//
+// What a test steers:
+//
+//   - the clock: Now is time.Now plus an offset that Advance moves forward
+//     (inside a testing/synctest bubble time.Now is the bubble's fake clock),
+//     and Expire ends one lock at once;
+//   - the store: Delete removes a lock as an operator's DELETE would,
+//     SetFence sets a key's fence counter;
+//   - failures: Fail makes calls return an error of any syncguard.Code,
+//     before or after they take effect (FailAfter), SetHook runs a function
+//     at the start of every call, SetLatency delays every call;
+//   - contention: Contend makes acquires of a key lose as if other
+//     processes kept winning it.
+//
+// Inspection: Calls counts the calls that reached the store, Len the
+// stored lock records.
+package syncguardtest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+// Op names a LockBackend operation, as in syncguard.Error.Op.
+type Op string
+
+// The operations. LookupKey, LookupID and their debug variants are all
+// OpLookup.
+const (
+	OpAcquire  Op = "acquire"
+	OpRelease  Op = "release"
+	OpExtend   Op = "extend"
+	OpIsLocked Op = "isLocked"
+	OpLookup   Op = "lookup"
+)
+
+// Call describes one operation, for SetHook.
+type Call struct {
+	Op     Op
+	Key    string // the key as passed, for key operations
+	LockID string // the lockId, for lockId operations
+}
+
+// Backend is an in-memory syncguard.LockBackend. Make one with New; it is
+// safe for concurrent use. Several goroutines (or "processes") sharing one
+// Backend see the same locks, as several pools on one database do.
+type Backend struct {
+	check *validator
+
+	mu      sync.Mutex
+	offset  time.Duration
+	latency time.Duration
+	hook    func(ctx context.Context, c Call) error
+	fails   map[Op]*failure
+	contend map[string]int     // by normalized key
+	locks   map[string]*record // by normalized key
+	byID    map[string]string  // lockId -> normalized key
+	fences  map[string]int64   // by normalized key
+	calls   map[Op]int
+}
+
+type record struct {
+	key, lockID         string // normalized key
+	expiresMs, acquired int64
+	fence               syncguard.Fence
+}
+
+type failure struct {
+	code  syncguard.Code
+	n     int // remaining; < 0: every call
+	after bool
+}
+
+var _ syncguard.LockBackend = (*Backend)(nil)
+
+// New returns an empty Backend whose clock is time.Now.
+func New() *Backend {
+	return &Backend{
+		check:   newValidator(),
+		fails:   map[Op]*failure{},
+		contend: map[string]int{},
+		locks:   map[string]*record{},
+		byID:    map[string]string{},
+		fences:  map[string]int64{},
+		calls:   map[Op]int{},
+	}
+}
+
+// --- the clock
+
+// Now returns the backend's clock: time.Now plus everything Advance added.
+// Expiry is judged on it, and ExpiresAt values are on it.
+func (b *Backend) Now() time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.now()
+}
+
+func (b *Backend) now() time.Time { return time.Now().Add(b.offset) }
+
+func (b *Backend) nowMs() int64 { return b.now().UnixMilli() }
+
+// Advance moves the backend's clock forward by d (a negative d is
+// ignored: the clock that decides expiry never goes back). A lock is free
+// once the clock passes its ExpiresAt plus the spec's 1000 ms tolerance.
+// Leases and WithLock keep using the real time.Now for their own schedule:
+// advancing past a held lock's expiry is what a long pause of its holder
+// looks like.
+func (b *Backend) Advance(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.offset += d
+}
+
+// Expire ends the lock of lockID now: its expiry moves an hour into the
+// past, so it is free for acquirers, and Release and Extend of it report
+// syncguard.ReasonExpired. It reports whether lockID had a record.
+func (b *Backend) Expire(lockID string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.record(lockID)
+	if r == nil {
+		return false
+	}
+	r.expiresMs -= time.Hour.Milliseconds()
+	return true
+}
+
+// --- the store
+
+// Delete removes the lock record of lockID, as an operator's
+// DELETE FROM syncguard_locks WHERE lock_id = ... would. Fence counters
+// stay. It reports whether there was a record.
+func (b *Backend) Delete(lockID string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.record(lockID)
+	if r == nil {
+		return false
+	}
+	delete(b.locks, r.key)
+	delete(b.byID, lockID)
+	return true
+}
+
+// SetFence sets the fence counter of key to n, so that its next acquire
+// gets fence n+1. It fails with the validation error Acquire would give for
+// an invalid key, and with InvalidArgument for a negative n.
+func (b *Backend) SetFence(key string, n int64) error {
+	norm, err := b.check.key(context.Background(), OpAcquire, key)
+	if err != nil {
+		return err
+	}
+	if n < 0 {
+		return &syncguard.Error{Op: "setFence", Code: syncguard.CodeInvalidArgument, Key: key, Msg: "fence counter must not be negative"}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.fences[norm] = n
+	return nil
+}
+
+// Len returns the number of stored lock records, live or expired. Release
+// deletes a record; an expired one stays until its key is acquired again.
+func (b *Backend) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.locks)
+}
+
+// Calls returns how many calls of op reached the store: valid input, a
+// live context, no injected failure before it.
+func (b *Backend) Calls(op Op) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.calls[op]
+}
+
+// --- failures and contention
+
+// Fail makes the next n calls of op fail with a *syncguard.Error of code
+// before they take effect (n < 0: every call, until Fail(op, code, 0)).
+// Validation still comes first, as in the real backend. For CodeAborted
+// and CodeNetworkTimeout the error wraps context.Canceled and
+// context.DeadlineExceeded, as the real ones do.
+func (b *Backend) Fail(op Op, code syncguard.Code, n int) { b.setFail(op, code, n, false) }
+
+// FailAfter is Fail, except that each failing call takes effect first: an
+// acquire takes the lock (and its fence), a release releases it, and the
+// caller still gets the error, as when a connection breaks after the server
+// committed. Code must handle such an unknown outcome (a retried acquire
+// meets its own lock; it expires by its TTL).
+func (b *Backend) FailAfter(op Op, code syncguard.Code, n int) { b.setFail(op, code, n, true) }
+
+func (b *Backend) setFail(op Op, code syncguard.Code, n int, after bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n == 0 {
+		delete(b.fails, op)
+		return
+	}
+	b.fails[op] = &failure{code: code, n: n, after: after}
+}
+
+// SetHook makes h run at the start of every call, after validation and
+// before the call takes effect; a non-nil error is returned to the caller
+// as is (build one with Err to get the real shape). h may block, for
+// example until a test lets the call proceed. nil removes the hook.
+func (b *Backend) SetHook(h func(ctx context.Context, c Call) error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.hook = h
+}
+
+// SetLatency delays every call by d on the way to the store and d on the
+// way back, like a network round trip. A context that ends on the way
+// there cancels the call; on the way back the call has taken effect and
+// the caller gets the context's error anyway.
+func (b *Backend) SetLatency(d time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.latency = d
+}
+
+// Contend makes the next n acquires of key report contention (OK false,
+// syncguard.ReasonLocked) whatever the key's state, as if other processes
+// kept taking it just before. It fails with Acquire's validation error for
+// an invalid key.
+func (b *Backend) Contend(key string, n int) error {
+	norm, err := b.check.key(context.Background(), OpAcquire, key)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.contend[norm] = n
+	return nil
+}
+
+// Err returns the error a failing call of op would return for code: a
+// *syncguard.Error whose errors.Is matches the code's sentinel.
+func Err(op Op, code syncguard.Code) *syncguard.Error {
+	e := &syncguard.Error{Op: string(op), Code: code, Msg: "injected by syncguardtest"}
+	switch code {
+	case syncguard.CodeAborted:
+		e.Err = context.Canceled
+	case syncguard.CodeNetworkTimeout:
+		e.Err = context.DeadlineExceeded
+	}
+	return e
+}
+
+// --- the operations
+
+// Acquire implements syncguard.LockBackend.
+func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {
+	norm, err := b.check.acquire(ctx, key, ttl)
+	if err != nil {
+		return syncguard.AcquireResult{}, err
+	}
+	ttlMs := ttl.Milliseconds()
+	var res syncguard.AcquireResult
+	err = b.do(ctx, Call{Op: OpAcquire, Key: key}, func(now int64) error {
+		if n := b.contend[norm]; n > 0 {
+			b.contend[norm] = n - 1
+			res = syncguard.AcquireResult{Reason: syncguard.ReasonLocked}
+			return nil
+		}
+		if r := b.locks[norm]; r != nil && rules.IsLive(r.expiresMs, now) {
+			res = syncguard.AcquireResult{Reason: syncguard.ReasonLocked}
+			return nil
+		}
+		next := b.fences[norm] + 1
+		if next > rules.FenceMax {
+			return &syncguard.Error{Op: string(OpAcquire), Code: syncguard.CodeInternal, Key: key,
+				Msg: fmt.Sprintf("fence counter for this key reached its maximum (%d); nothing was committed", int64(rules.FenceMax))}
+		}
+		text, ferr := rules.FormatFence(next)
+		if ferr != nil {
+			return ferr
+		}
+		fence := syncguard.Fence(text)
+		b.fences[norm] = next
+		if old := b.locks[norm]; old != nil {
+			delete(b.byID, old.lockID)
+		}
+		r := &record{key: norm, lockID: rules.GenerateLockID(), expiresMs: now + ttlMs, acquired: now, fence: fence}
+		b.locks[norm] = r
+		b.byID[r.lockID] = norm
+		res = syncguard.AcquireResult{OK: true, LockID: r.lockID, Fence: fence, ExpiresAt: time.UnixMilli(r.expiresMs)}
+		return nil
+	})
+	if err != nil {
+		return syncguard.AcquireResult{}, err
+	}
+	return res, nil
+}
+
+// Release implements syncguard.LockBackend.
+func (b *Backend) Release(ctx context.Context, lockID string) (syncguard.ReleaseResult, error) {
+	if err := b.check.release(ctx, lockID); err != nil {
+		return syncguard.ReleaseResult{}, err
+	}
+	var res syncguard.ReleaseResult
+	err := b.do(ctx, Call{Op: OpRelease, LockID: lockID}, func(now int64) error {
+		r := b.record(lockID)
+		if reason := failReason(r, now); reason != "" {
+			res.Reason = reason
+			return nil
+		}
+		delete(b.locks, r.key)
+		delete(b.byID, lockID)
+		res.OK = true
+		return nil
+	})
+	if err != nil {
+		return syncguard.ReleaseResult{}, err
+	}
+	return res, nil
+}
+
+// Extend implements syncguard.LockBackend.
+func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) (syncguard.ExtendResult, error) {
+	if err := b.check.extend(ctx, lockID, ttl); err != nil {
+		return syncguard.ExtendResult{}, err
+	}
+	ttlMs := ttl.Milliseconds()
+	var res syncguard.ExtendResult
+	err := b.do(ctx, Call{Op: OpExtend, LockID: lockID}, func(now int64) error {
+		r := b.record(lockID)
+		if reason := failReason(r, now); reason != "" {
+			res.Reason = reason
+			return nil
+		}
+		r.expiresMs = now + ttlMs
+		res = syncguard.ExtendResult{OK: true, ExpiresAt: time.UnixMilli(r.expiresMs)}
+		return nil
+	})
+	if err != nil {
+		return syncguard.ExtendResult{}, err
+	}
+	return res, nil
+}
+
+// IsLocked implements syncguard.LockBackend.
+func (b *Backend) IsLocked(ctx context.Context, key string) (bool, error) {
+	norm, err := b.check.isLocked(ctx, key)
+	if err != nil {
+		return false, err
+	}
+	var locked bool
+	err = b.do(ctx, Call{Op: OpIsLocked, Key: key}, func(now int64) error {
+		locked = b.live(b.locks[norm], now) != nil
+		return nil
+	})
+	return locked && err == nil, err
+}
+
+// LookupKey implements syncguard.LockBackend.
+func (b *Backend) LookupKey(ctx context.Context, key string) (*syncguard.LockInfo, error) {
+	d, err := b.LookupKeyDebug(ctx, key)
+	if d == nil || err != nil {
+		return nil, err
+	}
+	return &d.LockInfo, nil
+}
+
+// LookupID implements syncguard.LockBackend.
+func (b *Backend) LookupID(ctx context.Context, lockID string) (*syncguard.LockInfo, error) {
+	d, err := b.LookupIDDebug(ctx, lockID)
+	if d == nil || err != nil {
+		return nil, err
+	}
+	return &d.LockInfo, nil
+}
+
+// LookupKeyDebug is LookupKey with the raw key and lockId, as the
+// PostgreSQL backend's.
+func (b *Backend) LookupKeyDebug(ctx context.Context, key string) (*syncguard.LockInfoDebug, error) {
+	norm, err := b.check.lookupKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	var d *syncguard.LockInfoDebug
+	err = b.do(ctx, Call{Op: OpLookup, Key: key}, func(now int64) error {
+		d = info(b.live(b.locks[norm], now))
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// LookupIDDebug is LookupID with the raw key and lockId.
+func (b *Backend) LookupIDDebug(ctx context.Context, lockID string) (*syncguard.LockInfoDebug, error) {
+	if err := b.check.lookupID(ctx, lockID); err != nil {
+		return nil, err
+	}
+	var d *syncguard.LockInfoDebug
+	err := b.do(ctx, Call{Op: OpLookup, LockID: lockID}, func(now int64) error {
+		d = info(b.live(b.record(lockID), now))
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Capabilities implements syncguard.LockBackend: fencing, and expiry
+// decided by the backend's own clock (Now).
+func (b *Backend) Capabilities() syncguard.Capabilities {
+	return syncguard.Capabilities{Backend: "syncguardtest", SupportsFencing: true, TimeAuthority: "server"}
+}
+
+// --- internals
+
+// do runs exec against the store as one round trip: the hook and injected
+// failures first, the latency there and back, the context's end on the
+// way back reported although exec took effect.
+func (b *Backend) do(ctx context.Context, c Call, exec func(nowMs int64) error) error {
+	b.mu.Lock()
+	hook, latency := b.hook, b.latency
+	b.mu.Unlock()
+	if hook != nil {
+		if err := hook(ctx, c); err != nil {
+			return err
+		}
+	}
+	if err := b.wait(ctx, c, latency); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	var injected *syncguard.Error
+	if f := b.fails[c.Op]; f != nil {
+		injected = Err(c.Op, f.code)
+		injected.Key, injected.LockID = c.Key, c.LockID
+		if f.n > 0 {
+			if f.n--; f.n == 0 {
+				delete(b.fails, c.Op)
+			}
+		}
+		if !f.after {
+			b.mu.Unlock()
+			return injected
+		}
+	}
+	b.calls[c.Op]++
+	err := exec(b.nowMs())
+	b.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if injected != nil {
+		return injected
+	}
+	return b.wait(ctx, c, latency)
+}
+
+// wait sleeps d, or returns the real backend's error for ctx if it ends
+// first.
+func (b *Backend) wait(ctx context.Context, c Call, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return b.check.ctxErr(ctx, c)
+	}
+}
+
+// record returns the record of lockID, or nil. Caller holds mu.
+func (b *Backend) record(lockID string) *record {
+	if k, ok := b.byID[lockID]; ok {
+		return b.locks[k]
+	}
+	return nil
+}
+
+// live returns r if it is live at now, else nil.
+func (b *Backend) live(r *record, now int64) *record {
+	if r == nil || !rules.IsLive(r.expiresMs, now) {
+		return nil
+	}
+	return r
+}
+
+// failReason is why a release or extend of r does nothing at now: ""
+// when r is live.
+func failReason(r *record, now int64) string {
+	switch {
+	case r == nil:
+		return syncguard.ReasonNotFound
+	case !rules.IsLive(r.expiresMs, now):
+		return syncguard.ReasonExpired
+	}
+	return ""
+}
+
+func info(r *record) *syncguard.LockInfoDebug {
+	if r == nil {
+		return nil
+	}
+	return &syncguard.LockInfoDebug{
+		LockInfo: syncguard.LockInfo{
+			KeyHash:    syncguard.HashKey(r.key),
+			LockIDHash: syncguard.HashKey(r.lockID),
+			ExpiresAt:  time.UnixMilli(r.expiresMs),
+			AcquiredAt: time.UnixMilli(r.acquired),
+			Fence:      r.fence,
+		},
+		Key:    r.key,
+		LockID: r.lockID,
+	}
+}

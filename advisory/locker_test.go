@@ -294,7 +294,7 @@ func TestLockTxNoBackendStartFallsBackToDriver(t *testing.T) {
 	// the machine's load.
 	synctest.Test(t, func(t *testing.T) {
 		l, tx, mock := mockWait(t, &Config{CancelGrace: time.Minute}, nil, time.Minute)
-		defer l.db.Close() // the pool's goroutines must end inside the bubble
+		defer l.db.Close()  // the pool's goroutines must end inside the bubble
 		defer tx.Rollback() //nolint:errcheck // ends the transaction's goroutine
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(50*time.Millisecond, cancel)
@@ -317,7 +317,7 @@ func TestLockTxCancelRetriesUntilWaiting(t *testing.T) {
 	// the machine's load.
 	synctest.Test(t, func(t *testing.T) {
 		l, tx, mock := mockWait(t, &Config{CancelGrace: 100 * time.Millisecond}, backendStart, time.Minute)
-		defer l.db.Close() // the pool's goroutines must end inside the bubble
+		defer l.db.Close()  // the pool's goroutines must end inside the bubble
 		defer tx.Rollback() //nolint:errcheck // ends the transaction's goroutine
 		mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(noWaiter())
 		mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(noWaiter())
@@ -343,7 +343,7 @@ func TestLockTxGrantedDuringCancel(t *testing.T) {
 	// the machine's load.
 	synctest.Test(t, func(t *testing.T) {
 		l, tx, mock := mockWait(t, &Config{CancelGrace: time.Minute}, backendStart, 150*time.Millisecond)
-		defer l.db.Close() // the pool's goroutines must end inside the bubble
+		defer l.db.Close()  // the pool's goroutines must end inside the bubble
 		defer tx.Rollback() //nolint:errcheck // ends the transaction's goroutine
 		for range 30 {
 			mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(noWaiter())
@@ -364,7 +364,7 @@ func TestLockTxCancelFindsNoWaitFallsBackToDriver(t *testing.T) {
 	// the machine's load.
 	synctest.Test(t, func(t *testing.T) {
 		l, tx, mock := mockWait(t, &Config{CancelGrace: time.Minute}, backendStart, time.Minute)
-		defer l.db.Close() // the pool's goroutines must end inside the bubble
+		defer l.db.Close()  // the pool's goroutines must end inside the bubble
 		defer tx.Rollback() //nolint:errcheck // ends the transaction's goroutine
 		for range 100 {
 			mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(noWaiter())

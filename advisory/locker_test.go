@@ -430,7 +430,7 @@ func TestSessionUnlockNotHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mock.ExpectQuery(queries[formInt64].trySession).WithArgs(int64(9)).WillReturnRows(sqlmock.NewRows([]string{"g"}).AddRow(true))
+	mock.ExpectQuery(queries[formInt64].trySessionPID).WithArgs(int64(9)).WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "g"}).AddRow(int64(77), backendStart, true))
 	lock, ok, err := l.TryLockConn(context.Background(), conn, ID(9))
 	if err != nil || !ok {
 		t.Fatal(ok, err)
@@ -462,7 +462,7 @@ func TestSessionUnlockNotHeld(t *testing.T) {
 func TestSessionUnlockFailureDiscardsConn(t *testing.T) {
 	l, db, mock := newMock(t, nil)
 	conn, _ := db.Conn(context.Background())
-	mock.ExpectQuery(queries[formInt64].trySession).WithArgs(int64(9)).WillReturnRows(sqlmock.NewRows([]string{"g"}).AddRow(true))
+	mock.ExpectQuery(queries[formInt64].trySessionPID).WithArgs(int64(9)).WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "g"}).AddRow(int64(77), backendStart, true))
 	lock, _, err := l.TryLockConn(context.Background(), conn, ID(9))
 	if err != nil {
 		t.Fatal(err)
@@ -483,7 +483,7 @@ func TestSessionUnlockFailureDiscardsConn(t *testing.T) {
 func TestSessionUnlockWithDoneContextStillUnlocks(t *testing.T) {
 	l, db, mock := newMock(t, nil)
 	conn, _ := db.Conn(context.Background())
-	mock.ExpectQuery(queries[formInt64].trySession).WithArgs(int64(9)).WillReturnRows(sqlmock.NewRows([]string{"g"}).AddRow(true))
+	mock.ExpectQuery(queries[formInt64].trySessionPID).WithArgs(int64(9)).WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "g"}).AddRow(int64(77), backendStart, true))
 	lock, _, _ := l.TryLockConn(context.Background(), conn, ID(9))
 	mock.ExpectQuery(queries[formInt64].unlock).WithArgs(int64(9)).WillReturnRows(sqlmock.NewRows([]string{"u"}).AddRow(true))
 	ctx, cancel := context.WithCancel(context.Background())

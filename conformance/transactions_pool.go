@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"database/sql"
 	"time"
 )
 
@@ -39,6 +40,50 @@ func init() {
 		// After the transaction, the pool path works too.
 		if r, err := b.Acquire(ctx, k, time.Second); err != nil || !r.OK {
 			e.t.Errorf("rule: the pool path works after a WithTx transaction; Acquire: %+v, %v", r, err)
+		}
+	})
+}
+
+// queriesOnly is a transaction of another kind than *sql.Tx, as an ORM
+// hands out (GORM's tx.Statement.ConnPool): only the two query methods.
+type queriesOnly struct{ tx *sql.Tx }
+
+func (q queriesOnly) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return q.tx.QueryRowContext(ctx, query, args...)
+}
+
+func (q queriesOnly) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return q.tx.QueryContext(ctx, query, args...)
+}
+
+func init() {
+	registerSQL("Transactions/WithTxOnAnyTx", func(e *sqlEnv) {
+		// The pool path first, so that the statements are prepared: the
+		// view must not use them through a transaction that cannot.
+		warm := e.key("warm")
+		e.release(e.b, e.mustAcquire(e.b, warm, time.Second).LockID)
+		for _, end := range []string{"rollback", "commit"} {
+			k := e.key("anytx" + end)
+			tx := e.begin(e.db)
+			bt := e.pb.WithTx(queriesOnly{tx})
+			r, err := bt.Acquire(e.ctx, k, 30*time.Second)
+			if err != nil || !r.OK {
+				e.t.Fatalf("rule: WithTx works on any Tx (here one with only QueryRowContext and QueryContext); Acquire: %+v, %v", r, err)
+			}
+			if locked, err := bt.IsLocked(e.ctx, k); err != nil || !locked {
+				e.t.Errorf("rule: the transaction sees its own lock; IsLocked in tx = %v, %v", locked, err)
+			}
+			if e.isLocked(e.b2, k) {
+				e.t.Errorf("rule: a lock taken in a transaction is invisible to others until commit")
+			}
+			if end == "commit" {
+				e.must(tx.Commit(), "Commit")
+			} else {
+				e.must(tx.Rollback(), "Rollback")
+			}
+			if got, want := e.isLocked(e.b2, k), end == "commit"; got != want {
+				e.t.Errorf("rule: a lock taken through any Tx commits and rolls back with it; after %s IsLocked = %v", end, got)
+			}
 		}
 	})
 }

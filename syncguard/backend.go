@@ -22,7 +22,27 @@ import (
 // on the connection, one round trip.
 type Backend struct {
 	shared *shared
-	tx     *sql.Tx // non-nil for the WithTx view
+	tx     Tx     // non-nil for the WithTx view
+	stmtTx stmtTx // tx, when it can reuse prepared statements (*sql.Tx)
+}
+
+// Tx is what Backend.WithTx needs of the caller's transaction: the query
+// methods of *sql.Tx, which *sql.Tx and *sqlx.Tx have, and so has GORM's
+// tx.Statement.ConnPool. For bun pass bunTx.Tx (the *sql.Tx inside a
+// bun.Tx); for ent, the *sql.Tx its driver runs on. docs/orm.md shows each.
+//
+// Statements run on tx exactly as written, with PostgreSQL's $n
+// placeholders: tx must not rewrite queries (bun.Tx's own methods expand ?
+// placeholders, hence bunTx.Tx).
+type Tx interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// stmtTx is a Tx that can run a statement prepared on the pool on its own
+// connection (*sql.Tx, and types embedding it such as *sqlx.Tx).
+type stmtTx interface {
+	StmtContext(ctx context.Context, stmt *sql.Stmt) *sql.Stmt
 }
 
 type shared struct {
@@ -121,8 +141,19 @@ func lookupDialect(db *sql.DB) (driver.Dialect, bool) {
 // under a lockId the caller never learned. Serialization failures (40001)
 // inside tx are the caller's to retry, with a new transaction. A Lease
 // (Lock, WithLock) made on the view must end before tx does.
-func (b *Backend) WithTx(tx *sql.Tx) *Backend {
-	return &Backend{shared: b.shared, tx: tx}
+//
+// tx is usually a *sql.Tx; any Tx works (see Tx for the ORMs). A nil tx
+// gives b's pool behaviour.
+func (b *Backend) WithTx(tx Tx) *Backend {
+	if tx == nil {
+		return &Backend{shared: b.shared}
+	}
+	if t, ok := tx.(*sql.Tx); ok && t == nil {
+		return &Backend{shared: b.shared}
+	}
+	v := &Backend{shared: b.shared, tx: tx}
+	v.stmtTx, _ = tx.(stmtTx)
+	return v
 }
 
 // Capabilities reports Backend "postgres", fencing, and server time.

@@ -89,18 +89,21 @@ func (b *Backend) run(ctx context.Context, i int, args []any, dest ...any) error
 func (b *Backend) attempt(ctx context.Context, i int, args, dest []any) (prepared bool, err error) {
 	s := b.shared
 	if s.prep.Load() != prepOff {
-		if b.tx != nil {
+		switch {
+		case b.tx != nil && b.stmtTx == nil:
+			// A transaction of another kind (an ORM's): one-shot.
+		case b.tx != nil:
 			if stmt := s.stmts[i].stmt.Load(); stmt != nil {
 				// Reuses the statement already prepared on the transaction's
 				// connection, or prepares it there once.
-				return true, b.tx.StmtContext(ctx, stmt).QueryRowContext(ctx, args...).Scan(dest...)
+				return true, b.stmtTx.StmtContext(ctx, stmt).QueryRowContext(ctx, args...).Scan(dest...)
 			}
 			// Preparing on the pool would need a second connection while
 			// the transaction holds one (a deadlock with
 			// SetMaxOpenConns(1)). Run one-shot on the transaction's
 			// connection, and prepare on the pool in the background.
 			s.prepareInBackground(i)
-		} else {
+		default:
 			stmt, err := s.prepared(ctx, i)
 			if err != nil {
 				return true, err // a failed prepare: 42P05 is a pooler's doing
@@ -119,7 +122,7 @@ func (b *Backend) attempt(ctx context.Context, i int, args, dest []any) (prepare
 // query protocol). dest nil means no row is read (an Exec).
 func (b *Backend) oneShot(ctx context.Context, query string, args, dest []any) error {
 	s := b.shared
-	var on querier = s.db
+	var on rowQuerier = s.db
 	if b.tx != nil {
 		on = b.tx
 	}
@@ -145,17 +148,22 @@ func (b *Backend) oneShot(ctx context.Context, query string, args, dest []any) e
 	return queryOn(ctx, on, q, nil, dest)
 }
 
-// querier is a *sql.DB, *sql.Tx or *sql.Conn.
-type querier interface {
+// rowQuerier is a *sql.DB, *sql.Conn or a Tx.
+type rowQuerier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
 // queryOn runs query on q and scans its row into dest; dest nil runs it
-// as an Exec.
-func queryOn(ctx context.Context, q querier, query string, args, dest []any) error {
+// as an Exec, on the pool or a connection (a *sql.DB or *sql.Conn).
+func queryOn(ctx context.Context, q rowQuerier, query string, args, dest []any) error {
 	if dest == nil {
-		_, err := q.ExecContext(ctx, query, args...)
+		e, ok := q.(interface {
+			ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+		})
+		if !ok {
+			return fmt.Errorf("syncguard: internal: exec on %T", q)
+		}
+		_, err := e.ExecContext(ctx, query, args...)
 		return err
 	}
 	return q.QueryRowContext(ctx, query, args...).Scan(dest...)
@@ -222,6 +230,10 @@ func writeLiteral(b *strings.Builder, v any) error {
 		b.WriteByte('\'')
 	case int64:
 		b.WriteString(strconv.FormatInt(x, 10))
+	case bool:
+		b.WriteString(strconv.FormatBool(x))
+	case nil:
+		b.WriteString("NULL")
 	case int:
 		b.WriteString(strconv.Itoa(x))
 	default:
@@ -282,7 +294,7 @@ func (s *shared) runReadCommitted(ctx context.Context, i int, args, dest []any) 
 	if err != nil {
 		return err
 	}
-	if _, err := (&Backend{shared: s, tx: tx}).attempt(ctx, i, args, dest); err != nil {
+	if _, err := (&Backend{shared: s, tx: tx, stmtTx: tx}).attempt(ctx, i, args, dest); err != nil {
 		_ = tx.Rollback()
 		return err
 	}

@@ -24,6 +24,7 @@ func TestInlineArgs(t *testing.T) {
 		{`SELECT "$1", '$1', $1`, []any{"x"}, `SELECT "$1", '$1', E'x'`},
 		{`SELECT $10, $1`, []any{"1", "2", "3", "4", "5", "6", "7", "8", "9", "ten"}, `SELECT E'ten', E'1'`},
 		{`SELECT $1`, []any{&sentArg{v: "ü€"}}, `SELECT E'ü€'`},
+		{`SELECT $1::boolean, $2::bigint`, []any{true, nil}, `SELECT true::boolean, NULL::bigint`},
 	} {
 		got, err := inlineArgs(c.query, c.args)
 		if err != nil || got != c.want {

@@ -25,16 +25,31 @@ type statements struct {
 // {{live(alias)}}, {{fence_text(expr)}}, ...; see internal/rules) and the
 // quoted table and index names of one configuration.
 func render(name, table, fenceTable string) string {
-	out, err := rules.Render(mustRead(name), map[string]string{
-		"locks":         rules.QuoteIdent(table),
-		"fences":        rules.QuoteIdent(fenceTable),
-		"lock_id_index": rules.QuoteIdent("idx_" + table + "_lock_id"),
-		"expires_index": rules.QuoteIdent("idx_" + table + "_expires"),
-	})
+	out, err := renderText(mustRead(name), table, fenceTable)
 	if err != nil {
 		panic("syncguard: sql/" + name + ": " + err.Error()) // embedded at build time; TestStatementsRender renders every file
 	}
 	return out
+}
+
+// renderText is render for any text of the statement files.
+func renderText(text, table, fenceTable string) (string, error) {
+	names := schemaNames(table, fenceTable)
+	for k, v := range names {
+		names[k] = rules.QuoteIdent(v)
+	}
+	return rules.Render(text, names)
+}
+
+// schemaNames are the table and index names of one configuration, by
+// their placeholder in the statement files, unquoted.
+func schemaNames(table, fenceTable string) map[string]string {
+	return map[string]string{
+		"locks":         table,
+		"fences":        fenceTable,
+		"lock_id_index": "idx_" + table + "_lock_id",
+		"expires_index": "idx_" + table + "_expires",
+	}
 }
 
 func mustRead(name string) string {

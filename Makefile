@@ -14,7 +14,7 @@ TEST_FLAGS ?= -race -count=1 -timeout 10m
 # package:target pairs
 FUZZ_TARGETS := ./internal/rules:FuzzNormalizeAndStorageKeys ./internal/rules:FuzzMakeStorageKey \
 	./internal/rules:FuzzHashKey ./internal/rules:FuzzValidateLockID ./internal/rules:FuzzFormatFence \
-	./syncguard:FuzzCheckKey ./syncguard:FuzzClassify
+	./syncguard:FuzzCheckKey ./internal/classify:FuzzClassify
 FUZZTIME ?= 3s
 
 .PHONY: test vet demo bench schema tidy fuzz deps release release-check test-min-go test-loaded

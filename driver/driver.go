@@ -4,9 +4,10 @@
 // The core speaks only database/sql. What differs between drivers is how their
 // errors look: lib/pq reports a cancelled statement as SQLSTATE 57014 and a
 // FATAL server error as driver.ErrBadConn, pgx wraps refused connections in
-// *pgconn.ConnectError, and so on. A Dialect turns those shapes into the small
-// vocabulary below, and the core maps that vocabulary, together with the
-// SQLSTATE, onto syncguard error codes.
+// *pgconn.ConnectError, and so on. A Dialect reads those shapes into an
+// ErrorInfo (SQLSTATE, severity, server message, broken connection,
+// timeout) and decides nothing: the core maps every ErrorInfo onto
+// syncguard error codes in one place.
 //
 // Adapter packages (github.com/syncguard/syncguard-go/pq and .../pgxstd)
 // register their Dialect in an init function, keyed by the type of the
@@ -24,51 +25,31 @@ import (
 	"sync"
 )
 
-// Kind is what a dialect can tell about a driver error without looking at the
-// SQLSTATE. The core decides the final syncguard code.
-type Kind int
-
-const (
-	// KindUnknown: the dialect has no opinion; the core falls back to the
-	// SQLSTATE and to generic network error shapes.
-	KindUnknown Kind = iota
-	// KindUnavailable: the server could not be reached or the connection
-	// broke (refused, reset, closed, FATAL from the server).
-	KindUnavailable
-	// KindTimeout: a connect, read or write deadline passed.
-	KindTimeout
-	// KindAuth: authentication was rejected.
-	KindAuth
-	// KindCanceled: the driver reports a cancelled operation.
-	KindCanceled
-	// KindPoolExhausted: a pool or connection limit was hit.
-	KindPoolExhausted
-)
-
-func (k Kind) String() string {
-	switch k {
-	case KindUnavailable:
-		return "unavailable"
-	case KindTimeout:
-		return "timeout"
-	case KindAuth:
-		return "auth"
-	case KindCanceled:
-		return "canceled"
-	case KindPoolExhausted:
-		return "pool-exhausted"
-	default:
-		return "unknown"
-	}
-}
-
-// ErrorInfo is a dialect's reading of one error.
+// ErrorInfo is a dialect's reading of one error: what it looks like, never
+// what it means. The core (its classifier, see docs/errors.md) decides the
+// syncguard code from these facts, so every adapter classifies alike.
+//
+// Authentication failures need no field of their own: PostgreSQL reports
+// them as SQLSTATE class 28 (and PgBouncer as 08P01 with its message), in
+// every driver.
 type ErrorInfo struct {
-	// SQLState is the five-character SQLSTATE the server sent, or "" when the
-	// error did not come from the server.
+	// SQLState is the five-character SQLSTATE the server sent, or "" when
+	// the error did not come from the server.
 	SQLState string
-	// Kind is the dialect's classification of non-SQLSTATE shapes.
-	Kind Kind
+	// Severity is the server's severity, not localized: "ERROR", "FATAL"
+	// or "PANIC" ("" when the error did not come from the server). FATAL
+	// and PANIC end the session.
+	Severity string
+	// Message is the server's primary message ("" when the error did not
+	// come from the server).
+	Message string
+	// ConnBroken is true when the driver says the connection failed or can
+	// no longer be used, without a server error: refused, unreachable,
+	// reset, closed, or driver.ErrBadConn.
+	ConnBroken bool
+	// Timeout is true when one of the driver's own deadlines (connect, read,
+	// write) passed.
+	Timeout bool
 }
 
 // Dialect describes one database/sql driver for PostgreSQL.
@@ -76,7 +57,8 @@ type Dialect interface {
 	// Name is a short name for logs and messages, such as "lib/pq".
 	Name() string
 	// Inspect reads a driver error. It must not panic on any input and must
-	// return the zero ErrorInfo for errors it does not recognise.
+	// return the zero ErrorInfo for errors it does not recognise. It
+	// reports facts only; it never maps an error onto a code.
 	Inspect(err error) ErrorInfo
 }
 

@@ -12,7 +12,6 @@
 package pgxstd
 
 import (
-	"context"
 	sqldriver "database/sql/driver"
 	"errors"
 	"net"
@@ -51,35 +50,29 @@ func (dialect) BackendPID(driverConn any) (int, bool) {
 	return int(c.Conn().PgConn().PID()), true
 }
 
-// Inspect reads pgx's error shapes: *pgconn.PgError (SQLSTATE),
-// *pgconn.ConnectError (dial or startup failed; it may wrap a PgError such
-// as 28P01), pgconn.Timeout (a deadline or cancelled context ended the
-// read), and pgconn.ErrConnClosed / SafeToRetry errors of a broken
-// connection.
+// Inspect reads pgx's error shapes: *pgconn.PgError (SQLSTATE, severity,
+// message), *pgconn.ConnectError (dial or startup failed; it may wrap a
+// PgError such as 28P01, read first), pgconn.Timeout (a deadline or
+// cancelled context ended the read), and pgconn.ErrConnClosed /
+// SafeToRetry errors of a broken connection.
 func (dialect) Inspect(err error) driver.ErrorInfo {
-	var info driver.ErrorInfo
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		info.SQLState = pe.Code
-		if pe.Severity == "FATAL" || pe.Severity == "PANIC" {
-			switch pe.Code {
-			case "28000", "28P01":
-				info.Kind = driver.KindAuth
-			case "53300":
-			default:
-				info.Kind = driver.KindUnavailable
-			}
+		sev := pe.SeverityUnlocalized // empty before PostgreSQL 9.6
+		if sev == "" {
+			sev = pe.Severity
 		}
-		return info
+		return driver.ErrorInfo{SQLState: pe.Code, Severity: sev, Message: pe.Message}
 	}
+	var info driver.ErrorInfo
 	var ce *pgconn.ConnectError
 	var ne net.Error
 	switch {
-	case pgconn.Timeout(err), errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		info.Kind = driver.KindTimeout
+	case pgconn.Timeout(err), errors.As(err, &ne) && ne.Timeout():
+		info.Timeout = true
 	case errors.As(err, &ce), errors.Is(err, pgconn.ErrConnClosed), pgconn.SafeToRetry(err),
 		errors.Is(err, sqldriver.ErrBadConn), errors.As(err, &ne):
-		info.Kind = driver.KindUnavailable
+		info.ConnBroken = true
 	}
 	return info
 }

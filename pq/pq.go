@@ -11,7 +11,6 @@
 package pq
 
 import (
-	"context"
 	sqldriver "database/sql/driver"
 	"errors"
 	"net"
@@ -52,31 +51,27 @@ func (dialect) BackendPID(driverConn any) (pid int, ok bool) {
 }
 
 // Inspect reads lib/pq's error shapes:
-//   - *pq.Error carries the SQLSTATE. Our own context cancellation also
-//     arrives as 57014; syncguard checks the context before the SQLSTATE.
+//   - *pq.Error carries the SQLSTATE, severity and message (lib/pq keeps
+//     only the localized severity; with lc_messages other than English a
+//     FATAL reads differently, and the core then falls back to the
+//     SQLSTATE and the broken connection that follows). Our own context
+//     cancellation also arrives as 57014; syncguard checks the context
+//     before the SQLSTATE.
 //   - after a FATAL error or a broken socket, lib/pq marks the connection bad
 //     and later calls return driver.ErrBadConn.
 //   - dial failures are *net.OpError (refused, unreachable) or timeouts.
 func (dialect) Inspect(err error) driver.ErrorInfo {
-	var info driver.ErrorInfo
 	var pe *pq.Error
 	if errors.As(err, &pe) {
-		info.SQLState = string(pe.Code)
-		if pe.Severity == "FATAL" || pe.Severity == "PANIC" {
-			if info.SQLState == "28000" || info.SQLState == "28P01" {
-				info.Kind = driver.KindAuth
-			} else if info.SQLState != "53300" {
-				info.Kind = driver.KindUnavailable
-			}
-		}
-		return info
+		return driver.ErrorInfo{SQLState: string(pe.Code), Severity: pe.Severity, Message: pe.Message}
 	}
+	var info driver.ErrorInfo
 	var ne net.Error
 	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		info.Kind = driver.KindTimeout
+	case errors.As(err, &ne) && ne.Timeout():
+		info.Timeout = true
 	case errors.Is(err, sqldriver.ErrBadConn), errors.As(err, &ne):
-		info.Kind = driver.KindUnavailable
+		info.ConnBroken = true
 	}
 	return info
 }

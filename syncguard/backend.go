@@ -243,6 +243,18 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		}
 		return AcquireResult{}, e
 	}
+	if b.tx == nil && ctx.Err() != nil {
+		// A row, but the context ended while the statement ran: the
+		// commit may be on the primary only (see unconfirmed). Not
+		// reported as acquired; our lockId, if it won, is released in the
+		// background.
+		e := unconfirmed(ctx, op)
+		e.Key = key
+		if d.gotID.Valid && d.gotID.String == lockID {
+			b.shared.releaseInBackground(lockID, time.Duration(ttlMs)*time.Millisecond)
+		}
+		return AcquireResult{}, e
+	}
 	if d.exhausted {
 		return AcquireResult{}, &Error{Op: op, Code: CodeInternal, Key: key,
 			Msg: fmt.Sprintf("fence counter for this key reached its maximum (%d); nothing was committed", int64(rules.FenceMax))}
@@ -281,6 +293,20 @@ func outcomeUnknown(ctx context.Context, e *Error) bool {
 		return true // the connection or the server went away mid-statement
 	}
 	return false
+}
+
+// unconfirmed is the error for an acquire or extend on the pool that
+// returned its row although its context had ended meanwhile. lib/pq answers
+// a context's end with a cancel request, and when the cancel reaches a
+// commit that waits for a synchronous standby, PostgreSQL stops waiting and
+// returns success (with only a WARNING, "canceling wait for synchronous
+// replication") for a commit that only the primary has: a failover would
+// lose it, and with it the lock or the extension and the fence. So the
+// result is not reported; the outcome is unknown, as for any cut statement.
+func unconfirmed(ctx context.Context, op string) *Error {
+	e := fromContext(ctx, op, nil)
+	e.Msg += "; the statement returned after it, so it may have committed on the primary without reaching a synchronous standby: outcome unknown, not reported as done"
+	return e
 }
 
 // Release implements LockBackend. At most one Release of a lock succeeds.
@@ -345,6 +371,12 @@ func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) 
 	err := b.run(ctx, stmtExtend, []any{lockID, ttlMs}, &d.updated, &d.newExpires, &d.seenExpires, &d.now)
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
+		e.LockID = lockID
+		return ExtendResult{}, e
+	}
+	if b.tx == nil && ctx.Err() != nil && d.updated.Valid {
+		// As in Acquire: an extension that may exist on the primary only.
+		e := unconfirmed(ctx, op)
 		e.LockID = lockID
 		return ExtendResult{}, e
 	}

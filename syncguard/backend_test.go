@@ -38,14 +38,22 @@ func (fakeDialect) Name() string { return "fake" }
 // OneShotArgs: a one-shot statement is sent with its arguments as they are,
 // which is what go-sqlmock expects.
 func (fakeDialect) OneShotArgs() []any { return []any{} }
+
+// Inspect reports the shapes a real dialect reports for a server error:
+// SQLSTATE, severity and the server's message.
 func (fakeDialect) Inspect(err error) driver.ErrorInfo {
 	var pe *pgErr
 	if errors.As(err, &pe) {
-		info := driver.ErrorInfo{SQLState: pe.code}
-		if pe.severity == "FATAL" {
-			info.Kind = driver.KindUnavailable
+		msg := pe.Error()
+		var pb *pgBouncerErr
+		if errors.As(err, &pb) {
+			msg = pb.Error()
 		}
-		return info
+		var me *msgErr
+		if errors.As(err, &me) {
+			msg = me.msg
+		}
+		return driver.ErrorInfo{SQLState: pe.code, Severity: pe.severity, Message: msg}
 	}
 	return driver.ErrorInfo{}
 }

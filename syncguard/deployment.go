@@ -474,7 +474,7 @@ func (d *deployment) clock() {
 	for range 3 {
 		var ms int64
 		t0 := time.Now()
-		if err := d.db.QueryRowContext(d.ctx, `SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`).Scan(&ms); err != nil {
+		if err := d.db.QueryRowContext(d.ctx, `SELECT `+rules.NowMsSQL).Scan(&ms); err != nil {
 			d.couldNot("clock", err)
 			return
 		}

@@ -1,12 +1,9 @@
 package syncguard
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
-
-	"github.com/syncguard/syncguard-go/driver"
 )
 
 func wantInvalid(t *testing.T, err error, what string) {
@@ -38,31 +35,3 @@ func FuzzCheckKey(f *testing.F) {
 		}
 	})
 }
-
-// FuzzClassify: any SQLSTATE-shaped string and kind classifies to a known
-// code without panicking, and a cancelled context always wins.
-func FuzzClassify(f *testing.F) {
-	for _, s := range []string{"28P01", "57014", "08006", "53300", "40P01", "XX000", "", "2", "ZZZZZ"} {
-		f.Add(s, 0, false)
-	}
-	f.Fuzz(func(t *testing.T, state string, kind int, cancelled bool) {
-		d := constDialect{info: driver.ErrorInfo{SQLState: state, Kind: driver.Kind(kind)}}
-		ctx, cancel := context.WithCancel(context.Background())
-		if cancelled {
-			cancel()
-		}
-		defer cancel()
-		e := classifier{dialect: d}.wrap(ctx, "op", errors.New("driver error"))
-		if cancelled && e.Code != CodeAborted {
-			t.Fatalf("cancelled context must classify as Aborted, got %s", e.Code)
-		}
-		if e.Code.sentinel() == nil || e.Error() == "" {
-			t.Fatal("unclassified error")
-		}
-	})
-}
-
-type constDialect struct{ info driver.ErrorInfo }
-
-func (constDialect) Name() string                     { return "const" }
-func (d constDialect) Inspect(error) driver.ErrorInfo { return d.info }

@@ -37,12 +37,12 @@ type Report struct {
 
 // Sample is one measurement of a soak run.
 type Sample struct {
-	At             time.Duration
-	HeapAlloc      uint64 // bytes live after a GC
+	At        time.Duration
+	HeapAlloc uint64 // bytes live after a GC
 	// Heap splits the live heap between the library (syncguard, adapters,
 	// drivers, database/sql) and the harness (workers, the checker's
 	// history), from the heap profile (memattr.go).
-	Heap HeapSplit
+	Heap           HeapSplit
 	Goroutines     int
 	Open           map[string]int // adapter -> db.Stats().OpenConnections
 	ServerSessions int            // pg_stat_activity sessions of the pools

@@ -79,32 +79,36 @@ func Error(ctx context.Context, d driver.Dialect, err error) Result {
 	return Result{Code: code, SQLState: info.SQLState, Msg: msg, Err: err}
 }
 
-// classify maps a driver error onto a code. See docs/errors.md.
+// classify maps a driver error onto a code. The order is the policy (see
+// docs/errors.md): what the server said (its SQLSTATE, then its severity),
+// then what the dialect saw on the client side, then the generic shapes of
+// the standard library.
 func classify(err error, info driver.ErrorInfo) (string, string) {
-	// PgBouncer reports its own authentication failures as 08P01
-	// (protocol_violation, its code for every pooler error).
-	if info.SQLState == "08P01" && strings.Contains(err.Error(), "authentication failed") {
-		return AuthFailed, "the pooler rejected the credentials"
-	}
-	if info.SQLState == "42501" {
-		return AuthFailed, privilegeMsg(err)
-	}
-	if s := info.SQLState; len(s) >= 2 {
+	if s := info.SQLState; s != "" {
+		// PgBouncer reports its own authentication failures as 08P01
+		// (protocol_violation, its code for every pooler error); only the
+		// message tells them apart. There is no typed check for it.
+		if s == "08P01" && strings.Contains(info.Message, "authentication failed") {
+			return AuthFailed, "the pooler rejected the credentials"
+		}
+		if s == "42501" {
+			return AuthFailed, privilegeMsg(info.Message, err)
+		}
 		if code, msg, ok := classifySQLState(s); ok {
 			return code, msg
 		}
 	}
-	switch info.Kind {
-	case driver.KindUnavailable:
-		return ServiceUnavailable, "connection to PostgreSQL failed"
-	case driver.KindTimeout:
+	switch info.Severity {
+	case "FATAL", "PANIC":
+		// The server ended the session for a reason not mapped above
+		// (a database that does not exist, say).
+		return ServiceUnavailable, "the server ended the session"
+	}
+	switch {
+	case info.Timeout:
 		return NetworkTimeout, "timed out talking to PostgreSQL"
-	case driver.KindAuth:
-		return AuthFailed, "authentication failed"
-	case driver.KindCanceled:
-		return Aborted, "operation cancelled"
-	case driver.KindPoolExhausted:
-		return RateLimited, "connection limit reached"
+	case info.ConnBroken:
+		return ServiceUnavailable, "connection to PostgreSQL failed"
 	}
 	var ne net.Error
 	switch {
@@ -128,6 +132,9 @@ func classify(err error, info driver.ErrorInfo) (string, string) {
 }
 
 func classifySQLState(s string) (string, string, bool) {
+	if len(s) != 5 {
+		return Internal, "", false // not a SQLSTATE
+	}
 	switch s {
 	case "28000", "28P01":
 		return AuthFailed, "PostgreSQL rejected the credentials", true
@@ -178,8 +185,11 @@ var deniedRE = regexp.MustCompile(`(permission denied for|must be owner of) (tab
 
 // privilegeMsg says which object the role lacks a privilege on (42501),
 // from the server's message; the caller adds what its operation needs.
-func privilegeMsg(err error) string {
-	m := deniedRE.FindStringSubmatch(err.Error())
+func privilegeMsg(serverMsg string, err error) string {
+	if serverMsg == "" {
+		serverMsg = err.Error()
+	}
+	m := deniedRE.FindStringSubmatch(serverMsg)
 	if m == nil {
 		return "insufficient privilege"
 	}

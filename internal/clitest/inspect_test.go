@@ -75,7 +75,9 @@ func TestStatusJSON(t *testing.T) {
 	b := backend(t, openDB(t, d), nil)
 	k := key(t, "k")
 
-	free := decode(t, sg(t, d, "status", "--json", k))
+	r0 := sg(t, d, "status", "--json", k)
+	wantCode(t, r0, 1) // free
+	free := decode(t, r0)
 	shape(t, "status (never acquired)", free, map[string]string{
 		"key": "string", "keyHash": "string", "held": "bool", "serverTime": "string", "lastFence": "null"})
 
@@ -83,7 +85,9 @@ func TestStatusJSON(t *testing.T) {
 	if err != nil || !res.OK {
 		t.Fatalf("acquire: %+v %v", res, err)
 	}
-	held := decode(t, sg(t, d, "status", k, "--json", "--raw"))
+	rh := sg(t, d, "status", k, "--json", "--raw")
+	wantCode(t, rh, 0) // held
+	held := decode(t, rh)
 	shape(t, "status --raw (held)", held, map[string]string{
 		"key": "string", "keyHash": "string", "held": "bool", "serverTime": "string", "lastFence": "string",
 		"fence": "string", "acquiredAt": "string", "expiresAt": "string", "expiresInMs": "number",
@@ -413,7 +417,7 @@ func TestAdvisoryLs(t *testing.T) {
 		t.Fatalf("--waiting: want 1 waiter: %s", r)
 	}
 	w := locks[0].(map[string]any)
-	shape(t, "advisory lock", w, map[string]string{"lock": "string", "id": "number", "name": "string", "granted": "bool",
+	shape(t, "advisory lock", w, map[string]string{"lock": "string", "id": "string", "scope": "string", "name": "string", "granted": "bool",
 		"mode": "string", "pid": "number", "blockedBy": "array", "applicationName": "string", "state": "string",
 		"waitStart": "string|null", "xactStart": "string|null", "queryStart": "string|null"})
 	if w["granted"] != false || w["lock"] != "42424242" || len(w["blockedBy"].([]any)) != 1 ||
@@ -440,14 +444,18 @@ func TestVersion(t *testing.T) {
 	wantCode(t, sg(t, "", "--version"), 0)
 }
 
-// startPgBouncer starts a PgBouncer in front of srv, or skips the test when
-// none is installed (even with CI=true: .ci/run does not install it).
+// startPgBouncer starts a PgBouncer in front of srv. Without one
+// installed, the test is skipped, or fails under CI=true (.ci/run installs
+// it).
 func startPgBouncer(t *testing.T, srv *pgtest.Server, opts pgtest.PgBouncerOptions) *pgtest.PgBouncer {
 	t.Helper()
 	if srv.Kind == pgtest.KindEnv {
 		t.Skip("PgBouncer needs a throwaway server")
 	}
 	if _, err := pgtest.PgBouncerBinary(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
 		t.Skip(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -460,35 +468,110 @@ func startPgBouncer(t *testing.T, srv *pgtest.Server, opts pgtest.PgBouncerOptio
 	return b
 }
 
+// Item 3: behind PgBouncer in transaction mode, run (with many extends),
+// status (called repeatedly), ls and advisory ls work with the defaults;
+// doctor passes with warnings, and its advice works when followed
+// literally.
 func TestThroughPgBouncer(t *testing.T) {
 	t.Parallel()
 	srv := pgtest.Require(t)
-	dsn(t) // the database syncguard_cli, with the schema
+	direct := dsn(t) // the database syncguard_cli, with the schema
 
 	t.Run("transaction mode", func(t *testing.T) {
 		t.Parallel()
-		b := startPgBouncer(t, srv, pgtest.PgBouncerOptions{PoolMode: "transaction"})
+		b := startPgBouncer(t, srv, pgtest.PgBouncerOptions{PoolMode: "transaction", DefaultPoolSize: 2})
 		d := b.DSNFor("", "", "syncguard_cli")
-		_, fs := doctorFindings(t, d)
+
+		// run with a short TTL (an extend every 1.3 s, each with 1.4 s to
+		// spare), until the test has seen four extends on the server.
+		k := key(t, "k")
+		dir := t.TempDir()
+		p := start(t, env(d), "run", "--key", k, "--ttl", "4", "--", "sh", "-c",
+			fmt.Sprintf(`echo "$SYNCGUARD_FENCE" > %[1]s/fence; while [ ! -e %[1]s/go ]; do sleep 0.05; done`, dir))
+		waitFile(t, filepath.Join(dir, "fence"), time.Minute)
+		db := openDB(t, direct)
+		seen := map[int64]bool{}
+		deadline := time.Now().Add(2 * time.Minute)
+		for len(seen) < 5 {
+			var exp int64
+			if err := db.QueryRowContext(ctxT(t), `SELECT expires_at_ms FROM syncguard_locks WHERE user_key = $1`, k).Scan(&exp); err != nil {
+				t.Fatalf("the lock row: %v (stderr: %s)", err, p.stderr.String())
+			}
+			seen[exp] = true
+			if time.Now().After(deadline) {
+				t.Fatalf("only %d extends within 2m through PgBouncer; stderr: %s", len(seen)-1, p.stderr.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		for range 3 { // status used to fail from its second call
+			r := sg(t, d, "status", k)
+			wantCode(t, r, 0)
+		}
+		r := sg(t, d, "ls", "--json")
+		wantCode(t, r, 0)
+		if locks := decode(t, r)["locks"].([]any); len(locks) == 0 {
+			t.Errorf("ls through PgBouncer lists nothing: %s", r)
+		}
+		wantCode(t, sg(t, d, "advisory", "ls"), 0)
+		if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r = p.wait(t, time.Minute)
+		wantCode(t, r, 0)
+		if r.stderr != "" {
+			t.Errorf("run through PgBouncer printed on stderr: %s", r)
+		}
+		for range 3 {
+			r := sg(t, d, "status", "--json", k)
+			wantCode(t, r, 1) // free
+			if m := decode(t, r); m["held"] != false || len(m["lastFence"].(string)) != 15 {
+				t.Errorf("status through PgBouncer: %v", m)
+			}
+		}
+
+		// doctor with the defaults: exit 0, with a warning for the pooler;
+		// the CLI does not prepare.
+		code, fs := doctorFindings(t, d)
+		if code != 0 {
+			t.Errorf("doctor through PgBouncer with the defaults: exit %d: %v", code, fs)
+		}
 		wantFinding(t, fs, "pooler", "warn", "session-scoped advisory locks do not")
 		wantFinding(t, fs, "lock table", "ok", "")
-		if f := fs["prepared statements"]; b.Version < "1.21" && f["status"] != "fail" {
-			t.Errorf("PgBouncer %s in transaction mode: prepared statements should fail: %v", b.Version, f)
-		}
-		code, fs := doctorFindings(t, d, "--no-prepare")
 		wantFinding(t, fs, "prepared statements", "ok", "")
-		if code != 0 {
-			t.Errorf("doctor --no-prepare through PgBouncer: exit %d: %v", code, fs)
+		if !strings.Contains(fs["prepared statements"]["detail"].(string), "--no-prepare, the default") {
+			t.Errorf("prepared statements: %v", fs["prepared statements"])
 		}
-		// run works through it with --no-prepare.
-		k := key(t, "k")
-		r := sg(t, d, "run", "--no-prepare", "--key", k, "--", "sh", "-c", `echo "$SYNCGUARD_FENCE"`)
-		wantCode(t, r, 0)
-		r = sg(t, d, "status", "--no-prepare", "--json", k)
-		wantCode(t, r, 0)
-		if m := decode(t, r); m["held"] != false || len(m["lastFence"].(string)) != 15 {
-			t.Errorf("status through PgBouncer: %v", m)
+
+		// Preparing on purpose fails behind PgBouncer before 1.21; doctor
+		// says so, and following its advice literally fixes it.
+		if b.Version >= "1.21" {
+			return
 		}
+		r = start(t, env(d, "SYNCGUARD_NO_PREPARE=false"), "doctor", "--json").wait(t, time.Minute)
+		wantCode(t, r, 1)
+		fix := ""
+		for _, c := range decode(t, r)["checks"].([]any) {
+			if f := c.(map[string]any); f["check"] == "prepared statements" && f["status"] == "fail" {
+				fix = f["fix"].(string)
+			}
+		}
+		if !strings.Contains(fix, "drop --no-prepare=false (or SYNCGUARD_NO_PREPARE=false)") {
+			t.Fatalf("doctor with SYNCGUARD_NO_PREPARE=false: want a failed prepared-statements check with advice, got %q: %s", fix, r)
+		}
+		// Followed: the variable dropped.
+		if code, fs := doctorFindings(t, d); code != 0 {
+			t.Errorf("doctor after following its advice: exit %d: %v", code, fs)
+		}
+		// The advice for programs, followed by the CLI's own connection
+		// string: default_query_exec_mode=exec turns preparing off.
+		withExec := d + "&default_query_exec_mode=exec"
+		if !strings.Contains(d, "?") {
+			withExec = d + "?default_query_exec_mode=exec"
+		}
+		r = start(t, env(withExec, "SYNCGUARD_NO_PREPARE=false"), "doctor", "--json").wait(t, time.Minute)
+		wantCode(t, r, 0)
+		r = start(t, env(withExec, "SYNCGUARD_NO_PREPARE=false"), "run", "--key", k, "--", "true").wait(t, time.Minute)
+		wantCode(t, r, 0)
 	})
 	t.Run("session mode", func(t *testing.T) {
 		t.Parallel()

@@ -601,6 +601,44 @@ func (f *Formation) Switchover(ctx context.Context) (time.Time, error) {
 	return at, err
 }
 
+// StallStandby stops (SIGSTOP) the WAL receiver of standby n: it stays
+// connected but acknowledges nothing, so commits waiting for it wait. The
+// returned function resumes it.
+func (f *Formation) StallStandby(n *Node) (resume func(), err error) {
+	pm, err := n.PostmasterPID()
+	if err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(cmdline), "walreceiver") {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(fields) < 2 || fields[1] != strconv.Itoa(pm) {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			return nil, err
+		}
+		return func() { _ = syscall.Kill(pid, syscall.SIGCONT) }, nil
+	}
+	return nil, fmt.Errorf("ha: no walreceiver under %s's postmaster %d", n.Name, pm)
+}
+
 // SetReplicationQuorum sets n's replication-quorum (pg_autoctl set node
 // replication-quorum): false makes it an asynchronous standby, and with
 // two nodes the primary's synchronous_standby_names becomes empty.

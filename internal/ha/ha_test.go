@@ -122,6 +122,7 @@ func TestFailover(t *testing.T) {
 	}
 	standby := f.Other(primary)
 	t.Run("ReadOnlyStandby", func(t *testing.T) { testReadOnlyStandby(t, ctx, f, standby) })
+	t.Run("StalledStandby", func(t *testing.T) { testStalledStandby(t, ctx, f, standby) })
 	t.Run("ReplicationChecks", func(t *testing.T) { testReplicationChecks(t, ctx, f, standby) })
 }
 
@@ -155,6 +156,64 @@ func testReadOnlyStandby(t *testing.T, ctx context.Context, f *Formation, standb
 			t.Errorf("%s: the 25006 message must say the server is a standby and that the error is retryable: %q", drv.adapter, se.Msg)
 		default:
 			t.Logf("%s: %v", drv.adapter, err)
+		}
+	}
+}
+
+// testStalledStandby: while the synchronous standby acknowledges nothing,
+// an acquire or extend whose context ends is never reported as done, on
+// either adapter. lib/pq answers the context's end with a cancel request,
+// and PostgreSQL answers a cancelled wait for synchronous replication with
+// success for a commit only the primary has; the library must not pass that
+// success on (a failover would lose the lock and its fence).
+func testStalledStandby(t *testing.T, ctx context.Context, f *Formation, standby *Node) {
+	type pool struct {
+		name string
+		b    *syncguard.Backend
+	}
+	var pools []pool
+	for _, name := range []string{"pq", "pgx"} {
+		db, err := f.OpenPool(name, "ha-stalled-"+name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		b, err := syncguard.New(db, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pools = append(pools, pool{name, b})
+	}
+	// Locks to extend, taken while replication runs.
+	held := map[string]string{}
+	for _, p := range pools {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		res, err := p.b.Acquire(cctx, "ha-stalled-extend-"+p.name, time.Minute)
+		cancel()
+		if err != nil || !res.OK {
+			t.Fatalf("%s: acquire before the stall: %+v, %v", p.name, res, err)
+		}
+		held[p.name] = res.LockID
+	}
+	resume, err := f.StallStandby(standby)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resume()
+	for _, p := range pools {
+		cctx, cancel := context.WithTimeout(ctx, 700*time.Millisecond)
+		res, err := p.b.Acquire(cctx, "ha-stalled-"+p.name, time.Minute)
+		cancel()
+		if err == nil || res.OK {
+			t.Errorf("%s: acquire while the synchronous standby is stalled reported %+v, %v: a commit the standby does not have", p.name, res, err)
+		} else if c := syncguard.CodeOf(err); c != syncguard.CodeNetworkTimeout {
+			t.Errorf("%s: acquire while the standby is stalled: %v, want NetworkTimeout", p.name, err)
+		}
+		cctx, cancel = context.WithTimeout(ctx, 700*time.Millisecond)
+		x, err := p.b.Extend(cctx, held[p.name], 2*time.Minute)
+		cancel()
+		if err == nil || x.OK {
+			t.Errorf("%s: extend while the synchronous standby is stalled reported %+v, %v", p.name, x, err)
 		}
 	}
 }

@@ -74,6 +74,7 @@ func (ws *workspace) check() error {
 	if err := writeModule(consumer, "example.com/consumer", map[string]string{
 		"main.go":             "consumer/main.go.txt",
 		"conformance_test.go": "consumer/conformance_test.go.txt",
+		"handler_test.go":     "consumer/handler_test.go.txt",
 	}, env); err != nil {
 		return err
 	}
@@ -123,8 +124,8 @@ func (ws *workspace) check() error {
 		return err
 	}
 	fmt.Printf("  syncguard version: %s", out)
-	if !strings.Contains(out, version) {
-		return fmt.Errorf("installed syncguard version printed %q, want it to name %s", strings.TrimSpace(out), version)
+	if !strings.Contains(out, version) || !strings.Contains(out, "go1.") {
+		return fmt.Errorf("installed syncguard version printed %q, want it to name %s and the Go version it was built with", strings.TrimSpace(out), version)
 	}
 
 	fmt.Printf("release-check: consumer go.sum %d lines, %d modules (a plain pgx consumer: %d lines)\n", consumerLines, len(mods), plainLines)

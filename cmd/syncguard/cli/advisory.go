@@ -19,7 +19,9 @@ awaited, from pg_locks and pg_stat_activity (package advisory's Locks and
 Waiting): the lock id, its name when a registry file names it, whether the
 session holds or waits for it, the session's pid, application and state,
 how long it has waited (waiters) or how old its transaction is (holders),
-and the pids blocking a waiter.
+the pids blocking a waiter, and whether it is a session or a transaction
+lock (SCOPE: the kind the registry declares; else "session" for a holder
+outside any transaction; else "unknown", as pg_locks does not say).
 
 --registry names lock ids from a Markdown document with a table whose
 header has a "Lock ID" column: the document advisory.Registry.Markdown
@@ -89,8 +91,11 @@ func (a *app) cmdAdvisory(args []string) error {
 				"blockedBy": append([]int{}, li.BlockedBy...), "applicationName": li.ApplicationName, "state": li.State,
 				"waitStart": optTime(li.WaitStart), "xactStart": optTime(li.XactStart), "queryStart": optTime(li.QueryStart),
 			}
+			m["scope"] = lockScope(li)
 			if id, ok := li.Key.Int64(); ok {
-				m["id"] = id
+				// A string: JSON numbers lose 64-bit precision in many
+				// decoders (jq, JavaScript).
+				m["id"] = strconv.FormatInt(id, 10)
 			} else if k1, k2, ok := li.Key.Pair(); ok {
 				m["pair"] = []int32{k1, k2}
 			}
@@ -107,7 +112,7 @@ func (a *app) cmdAdvisory(args []string) error {
 		return nil
 	}
 	w := table(a.stdout)
-	fmt.Fprintln(w, "LOCK\tNAME\tSTATE\tPID\tSINCE\tBLOCKED BY\tAPPLICATION\tSESSION")
+	fmt.Fprintln(w, "LOCK\tNAME\tSTATE\tSCOPE\tPID\tSINCE\tBLOCKED BY\tAPPLICATION\tSESSION")
 	for _, li := range locks {
 		state, since := "held", "-"
 		if !li.Granted {
@@ -129,10 +134,31 @@ func (a *app) cmdAdvisory(args []string) error {
 			}
 			blocked = strings.Join(s, ",")
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", lockText(li.Key), orDash(li.Name), state, li.PID, since, blocked,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", lockText(li.Key), orDash(li.Name), state, lockScope(li), li.PID, since, blocked,
 			orDash(li.ApplicationName), orDash(li.State))
 	}
 	return w.Flush()
+}
+
+// lockScope tells session locks (pg_advisory_lock, held until unlocked or
+// the session ends) from transaction locks (pg_advisory_xact_lock, released
+// at commit or rollback). pg_locks does not say which, so: the kind the
+// registry declares for the id; else "session" for a holder outside any
+// transaction (only a session lock outlives its transaction); else
+// "unknown".
+func lockScope(li advisory.LockInfo) string {
+	if d := li.Key.Declared(); d != nil {
+		switch d.Kind() {
+		case advisory.Session:
+			return "session"
+		case advisory.Transaction:
+			return "transaction"
+		}
+	}
+	if li.Granted && li.PID != 0 && li.XactStart.IsZero() && li.State != "" {
+		return "session"
+	}
+	return "unknown"
 }
 
 func lockText(k advisory.Key) string {

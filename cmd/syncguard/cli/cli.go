@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 const (
 	ExitOK          = 0
 	ExitFindings    = 1  // doctor found a problem
+	ExitFree        = 1  // status: the key is free (held is 0)
 	ExitUsage       = 64 // EX_USAGE: bad flags or arguments, invalid key or table name
 	ExitUnavailable = 69 // EX_UNAVAILABLE: PostgreSQL unreachable, timed out, or refused the credentials
 	ExitInternal    = 70 // EX_SOFTWARE: missing schema, unexpected server error, bug
@@ -45,6 +45,15 @@ func Main(args []string) int {
 	return a.main(args)
 }
 
+// defaultTimeout is --timeout's default.
+const defaultTimeout = 15 * time.Second
+
+// defaults sets the global flags' defaults.
+func (a *app) defaults() {
+	a.timeout = defaultTimeout
+	a.noPrepare = true
+}
+
 // app is one invocation: its streams, environment and global flags.
 type app struct {
 	stdin          *os.File
@@ -56,7 +65,8 @@ type app struct {
 	dsn, table, fenceTable string
 	json                   bool
 	timeout                time.Duration
-	noPrepare              bool
+	noPrepare              bool // true unless --no-prepare=false: see db.go
+	dsnNoPrepare           bool // the connection string's default_query_exec_mode prepares nothing
 
 	cmd string // the command being run, for messages ("run", "advisory ls")
 }
@@ -93,6 +103,7 @@ func lookupCommand(name string) *command {
 
 func (a *app) main(args []string) int {
 	a.cmd = ""
+	a.defaults()
 	fs := a.flagSet("")
 	var version bool
 	fs.BoolVar(&version, "version", false, "print the version and exit")
@@ -152,10 +163,14 @@ func (a *app) usage(w io.Writer) {
 	fmt.Fprintf(w, "\nGlobal flags (before or after the command):\n")
 	fs := a.flagSet("")
 	printFlags(w, fs)
-	fmt.Fprintf(w, "\nConnection: --dsn, else $DATABASE_URL, else the standard PG* variables\n"+
+	fmt.Fprintf(w, "\nEvery flag but --key can also be set in the environment: --no-prepare is\n"+
+		"$SYNCGUARD_NO_PREPARE, --wait $SYNCGUARD_WAIT (the command line wins).\n"+
+		"Durations are seconds (10, 2.5) or Go durations (500ms, 1m30s).\n"+
+		"Connection: --dsn, else $DATABASE_URL, else the standard PG* variables\n"+
 		"(PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE, PGSERVICE, ...).\n"+
 		"Exit statuses: 0 ok, 64 usage, 69 database unavailable, 70 internal, 75 lock busy,\n"+
-		"76 lock lost; run: the command's own status, 128+N if it died of signal N.\n"+
+		"76 lock lost; run: the command's own status, 128+N if it died of signal N;\n"+
+		"status: 0 held, 1 free.\n"+
 		"Run 'syncguard help COMMAND' for a command's flags. Full reference: docs/cli.md.\n")
 }
 
@@ -169,15 +184,13 @@ func (a *app) flagSet(cmd string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	if a.timeout == 0 {
-		a.timeout = 15 * time.Second
-	}
 	fs.StringVar(&a.dsn, "dsn", a.dsn, "PostgreSQL connection string (`DSN`), URL or key=value form (default $DATABASE_URL, else PG* variables)")
 	fs.StringVar(&a.table, "table", a.table, "lock table `NAME` (default "+rules.DefaultTable+")")
 	fs.StringVar(&a.fenceTable, "fence-table", a.fenceTable, "fence counter table `NAME` (default "+rules.DefaultFenceTable+")")
-	fs.BoolVar(&a.json, "json", a.json, "print results as JSON on stdout, for scripts (not for run)")
-	fs.DurationVar(&a.timeout, "timeout", a.timeout, "bound on connecting and on each database operation")
-	fs.BoolVar(&a.noPrepare, "no-prepare", a.noPrepare, "do not prepare statements (behind a pooler in transaction mode without prepared-statement support)")
+	fs.BoolVar(&a.json, "json", a.json, "print results as JSON on stdout, for scripts (not for run: its stdout is COMMAND's)")
+	durationVar(fs, &a.timeout, "timeout", a.timeout, time.Millisecond, time.Hour, false,
+		"bound on connecting and on each database operation (`DURATION`: seconds or 500ms, 1m, ...)")
+	fs.BoolVar(&a.noPrepare, "no-prepare", a.noPrepare, "never use named prepared statements, so that run, status and ls work behind PgBouncer in transaction mode; --no-prepare=false prepares (direct connections, PgBouncer 1.21+ with max_prepared_statements)")
 	return fs
 }
 
@@ -211,6 +224,9 @@ func printFlagsFilter(w io.Writer, fs *flag.FlagSet, keep func(string) bool) {
 		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
 			def = fmt.Sprintf(" (default %s)", f.DefValue)
 		}
+		if !notFromEnv[f.Name] {
+			def += fmt.Sprintf(" [$%s]", envName(f.Name))
+		}
 		fmt.Fprintf(w, "        %s%s\n", usage, def)
 	}
 }
@@ -233,7 +249,15 @@ var errHelp = errors.New("help shown")
 // parse parses args with fs. With interspersed, flags may follow positional
 // arguments (status KEY --json); "--" ends the flags. Without it, parsing
 // stops at the first positional argument (run's COMMAND, the command name).
+//
+// Flags not given on the command line take their value from their
+// environment variable (see applyEnv): the global flags when fs is the one
+// before the command name, the command's own flags otherwise.
 func (a *app) parse(fs *flag.FlagSet, args []string, interspersed bool) ([]string, error) {
+	global := a.cmd == ""
+	if err := a.applyEnv(fs, func(name string) bool { return globalFlags[name] == global }); err != nil {
+		return nil, err
+	}
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -298,7 +322,7 @@ func describe(err error) (status int, code, msg string) {
 		if se.SQLState != "" {
 			m += " (SQLSTATE " + se.SQLState + ")"
 		}
-		if se.Err != nil {
+		if se.Err != nil && se.Err.Error() != se.Msg {
 			if m != "" {
 				m += ": "
 			}
@@ -336,7 +360,7 @@ func (a *app) exit(err error) int {
 		}
 	}
 	a.errorf(code, "%s", msg)
-	if a.json {
+	if a.json && a.cmd != "run" { // run's stdout is its command's
 		writeJSON(a.stdout, map[string]any{"error": map[string]any{
 			"command": a.cmd, "code": code, "message": oneLine(msg), "exitStatus": status}})
 	}
@@ -361,23 +385,4 @@ func (a *app) notef(format string, args ...any) { a.errorf("", format, args...) 
 // ctx returns a context bounded by --timeout.
 func (a *app) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), a.timeout)
-}
-
-func (a *app) cmdVersion(args []string) error {
-	fs := a.flagSet("version")
-	if _, err := a.parse(fs, args, true); err != nil {
-		if errors.Is(err, errHelp) {
-			a.cmdHelp(fs, "Prints the version of syncguard and of Go it was built with.")
-		}
-		return err
-	}
-	v := "(devel)"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		v = bi.Main.Version
-	}
-	if a.json {
-		return writeJSON(a.stdout, map[string]string{"version": v})
-	}
-	fmt.Fprintf(a.stdout, "syncguard %s\n", v)
-	return nil
 }

@@ -2,8 +2,12 @@ package cli
 
 import (
 	"bytes"
+	"flag"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,5 +82,92 @@ func TestLoadRegistry(t *testing.T) {
 	}
 	if !bytes.Contains(stderr.Bytes(), []byte(`"not-an-id"`)) {
 		t.Errorf("a bad id should be reported: %q", stderr.String())
+	}
+}
+
+// A binary installed with `go install .../cmd/syncguard@v1.2.3` records
+// that version as its main module's; an embedding program records it as a
+// dependency.
+func TestReadBuildInfo(t *testing.T) {
+	installed := &debug.BuildInfo{GoVersion: "go1.25.4", Main: debug.Module{Path: modulePath, Version: "v1.2.3"},
+		Deps: []*debug.Module{{Path: corePath, Version: "v1.2.3"}, {Path: "github.com/jackc/pgx/v5", Version: "v5.12.0"}}}
+	b := readBuildInfo(installed, true)
+	want := "syncguard v1.2.3 (library v1.2.3, go1.25.4 " + runtime.GOOS + "/" + runtime.GOARCH + ")"
+	if got := b.text(); got != want {
+		t.Errorf("go-installed:\n got %q\nwant %q", got, want)
+	}
+	checkout := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: modulePath, Version: "v0.1.1-0.20260105120000-abcdef012345+dirty"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abcdef0123456789"}, {Key: "vcs.modified", Value: "true"}}}
+	if got := readBuildInfo(checkout, true).text(); !strings.Contains(got, "v0.1.1-0.20260105120000-abcdef012345+dirty") || !strings.Contains(got, "commit abcdef012345+dirty") {
+		t.Errorf("checkout build: %q", got)
+	}
+	embedded := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "example.com/ops", Version: "(devel)"},
+		Deps: []*debug.Module{{Path: modulePath, Version: "v1.0.0"}, {Path: corePath, Version: "v1.0.1"}}}
+	if got := readBuildInfo(embedded, true).text(); !strings.HasPrefix(got, "syncguard v1.0.0 (library v1.0.1, go1.26.0") {
+		t.Errorf("embedded: %q", got)
+	}
+	if got := readBuildInfo(nil, false).text(); !strings.Contains(got, runtime.Version()) {
+		t.Errorf("no build info: %q", got)
+	}
+}
+
+// Every flag of every command but --key and the short forms is read from
+// its SYNCGUARD_* variable, and `help` says so.
+func TestEveryFlagHasAnEnvironmentVariable(t *testing.T) {
+	for _, c := range commands {
+		var out bytes.Buffer
+		looked := map[string]bool{}
+		a := &app{stdout: &out, stderr: &bytes.Buffer{}, getenv: func(k string) string { looked[k] = true; return "" },
+			environ: func() []string { return nil }}
+		args := []string{c.name, "-h"}
+		if c.name == "advisory" {
+			args = []string{"advisory", "ls", "-h"}
+		}
+		if code := a.main(args); code != 0 {
+			t.Fatalf("%s -h: exit %d", c.name, code)
+		}
+		var fs *flag.FlagSet
+		a.cmd = c.name
+		fs = a.flagSet(c.name) // the global flags
+		names := []string{}
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		for _, line := range strings.Split(out.String(), "\n") {
+			if strings.HasPrefix(line, "  --") {
+				names = append(names, strings.Fields(strings.TrimPrefix(line, "  --"))[0])
+			}
+		}
+		for _, n := range names {
+			if notFromEnv[n] {
+				continue
+			}
+			if !looked[envName(n)] {
+				t.Errorf("%s: --%s is not read from $%s", c.name, n, envName(n))
+			}
+			if !strings.Contains(out.String(), "[$"+envName(n)+"]") && !globalFlags[n] {
+				t.Errorf("%s -h does not name $%s", c.name, envName(n))
+			}
+		}
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"10": 10 * time.Second, "2.5": 2500 * time.Millisecond, "0": 0, "500ms": 500 * time.Millisecond, "1m30s": 90 * time.Second,
+	} {
+		if got, err := parseDuration(in); err != nil || got != want {
+			t.Errorf("parseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "x", "1e3", "-", "10 s", "99999999999999999999"} {
+		if _, err := parseDuration(in); err == nil {
+			t.Errorf("parseDuration(%q): no error", in)
+		}
+	}
+	var d time.Duration
+	f := &durationFlag{d: &d, min: time.Second, max: time.Hour}
+	for _, in := range []string{"0", "-1s", "2h", "forever"} {
+		if err := f.Set(in); err == nil {
+			t.Errorf("Set(%q) in [1s, 1h]: no error", in)
+		}
 	}
 }

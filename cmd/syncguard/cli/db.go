@@ -33,11 +33,16 @@ func (a *app) connSource() (dsn, source string) {
 // open returns a *sql.DB on pgx. It does no I/O. An unparsable DSN is a
 // usage error.
 //
-// With --no-prepare (or unnamed), pgx sends every statement unprepared
-// (QueryExecModeExec: Parse, Bind and Execute of the unnamed statement in
-// one round trip) instead of caching named prepared statements per
-// connection, which a pooler in transaction mode can route to another
-// server session.
+// By default (--no-prepare, true unless set to false), pgx sends every
+// statement unprepared (QueryExecModeExec: Parse, Bind and Execute of the
+// unnamed statement in one round trip, so no extra round trip) instead of
+// caching named prepared statements per connection, which a pooler in
+// transaction mode routes to server sessions that never saw them
+// (SQLSTATE 26000, 42P05). The CLI runs a few statements per command, or
+// one extend every ttl/3: preparing saves nothing worth that risk. A
+// connection string that sets default_query_exec_mode to a mode without
+// named statements (exec, simple_protocol, describe_exec) turns preparing
+// off too.
 func (a *app) open() (*sql.DB, error) { return a.openMode(a.noPrepare) }
 
 func (a *app) openMode(unnamed bool) (*sql.DB, error) {
@@ -52,8 +57,12 @@ func (a *app) openMode(unnamed bool) (*sql.DB, error) {
 	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
 		cfg.RuntimeParams["application_name"] = applicationName
 	}
-	if unnamed && (cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement || cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheDescribe) {
+	named := cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement || cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheDescribe
+	switch {
+	case unnamed && named:
 		cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	case !named:
+		a.dsnNoPrepare = true
 	}
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(4)
@@ -61,11 +70,16 @@ func (a *app) openMode(unnamed bool) (*sql.DB, error) {
 	return db, nil
 }
 
+// prepares reports whether the command uses named prepared statements:
+// only with --no-prepare=false and a connection string that leaves pgx's
+// statement cache on.
+func (a *app) prepares() bool { return !a.noPrepare && !a.dsnNoPrepare }
+
 // config is the syncguard configuration from the global flags.
 func (a *app) config() *syncguard.Config {
 	return &syncguard.Config{
 		TableName: a.table, FenceTableName: a.fenceTable,
-		DisablePrepare: a.noPrepare,
+		DisablePrepare: !a.prepares(),
 		Dialect:        pgxstd.Dialect,
 		Logger:         a.logger(),
 	}

@@ -79,6 +79,18 @@ func (a *app) cmdDoctor(args []string) error {
 			_, source := a.connSource()
 			f.Fix = fmt.Sprintf("check the connection settings (from %s), that the server is up and accepts connections from here, and the credentials", source)
 		}
+		if f.Check == "prepared statements" {
+			// Advice for this command's user, which works when followed
+			// literally: the CLI prepares only when told to.
+			switch {
+			case f.Status == statusOK && !a.prepares():
+				f.Detail = "not used (--no-prepare, the default; or default_query_exec_mode in the connection string)"
+			case f.Status == statusFail:
+				f.Fix = "drop --no-prepare=false (or SYNCGUARD_NO_PREPARE=false): syncguard's commands do not prepare by default\n" +
+					"or enable prepared statements in the pooler (PgBouncer 1.21+: max_prepared_statements = 100)\n" +
+					"programs that use the library through this path: set syncguard.Config.DisablePrepare = true and, with pgx, add default_query_exec_mode=exec to their connection string"
+			}
+		}
 		d.findings = append(d.findings, finding{Check: f.Check, Status: f.Status, Detail: oneLine(f.Detail), Fix: f.Fix})
 	}
 

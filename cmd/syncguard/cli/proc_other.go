@@ -3,12 +3,18 @@
 package cli
 
 import (
+	"io"
 	"os"
+	"os/exec"
 	"syscall"
+	"time"
 )
 
-// Without Unix signals and process groups (Windows): only an interrupt is
-// forwarded, and stopping the command kills it.
+// Without Unix signals, process groups and a subreaper (Windows): COMMAND
+// is started directly, only an interrupt is handled, stopping the command
+// kills it, and only COMMAND itself is covered by the lock.
+
+const treeTracking = false
 
 func notifySignals(bool) []os.Signal { return []os.Signal{os.Interrupt} }
 
@@ -18,17 +24,15 @@ func forwardable(os.Signal, bool) bool { return false }
 
 func isSuspend(os.Signal) bool { return false }
 
-func sysProcAttr(bool) *syscall.SysProcAttr { return nil }
+// The Unix numbers, for messages; never delivered.
+const (
+	sigTSTP = syscall.Signal(20)
+	sigCONT = syscall.Signal(18)
+	sigTTIN = syscall.Signal(21)
+	sigTTOU = syscall.Signal(22)
+)
 
-func (c *child) send(s os.Signal) { _ = c.cmd.Process.Signal(s) }
-
-func (c *child) terminate() { _ = c.cmd.Process.Kill() }
-
-func (c *child) kill() { _ = c.cmd.Process.Kill() }
-
-func (c *child) groupAlive() bool { return false }
-
-func (c *child) suspend(func()) {}
+func stopSelf() {}
 
 func exitStatus(ps *os.ProcessState) int {
 	if ps == nil {
@@ -40,3 +44,50 @@ func exitStatus(ps *os.ProcessState) int {
 func signalNumber(os.Signal) int { return 2 }
 
 func signalName(s os.Signal) string { return s.String() }
+
+func becomeSubreaper() error { return nil }
+
+type procInfo struct {
+	pid, ppid, pgrp, tty, tpgid int
+	state                       byte
+}
+
+func descendants(int) []procInfo { return nil }
+
+func hasControllingTTY() bool { return false }
+
+func encodeDeadline(t time.Time) int64 { return int64(time.Until(t)) }
+
+func reapOrphans() {}
+
+// supervisor runs COMMAND directly.
+type supervisor struct {
+	cmd    *exec.Cmd
+	events chan treeEvent
+	pid    int
+}
+
+func startTree(spec supervisorSpec, stdin *os.File, stdout, stderr io.Writer) (*supervisor, error) {
+	cmd := exec.Command(spec.Path)
+	cmd.Args, cmd.Env = spec.Argv, spec.Env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s := &supervisor{cmd: cmd, events: make(chan treeEvent, 4), pid: cmd.Process.Pid}
+	go func() {
+		_ = cmd.Wait()
+		s.events <- treeEvent{kind: "exit", status: exitStatus(cmd.ProcessState)}
+		s.events <- treeEvent{kind: "done"}
+		close(s.events)
+	}()
+	return s, nil
+}
+
+func (s *supervisor) signal(syscall.Signal) {}
+
+func (s *supervisor) terminate() { _ = s.cmd.Process.Kill() }
+
+func (s *supervisor) kill() { _ = s.cmd.Process.Kill() }
+
+func (s *supervisor) setDeadline(time.Time) {}

@@ -5,23 +5,34 @@ package cli
 import (
 	"errors"
 	"os"
+	"os/signal"
 	"syscall"
 )
 
-// forwarded are the signals passed on to the command.
+// forwarded are the signals passed on to the command's process tree.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
 
+// notifySignals lists the signals run handles. A signal that syncguard was
+// started with ignored (nohup ignores SIGHUP; a non-interactive shell's
+// background job ignores SIGINT and SIGQUIT) is left ignored, so that the
+// command's tree inherits that.
 func notifySignals(foreground bool) []os.Signal {
-	s := append([]os.Signal(nil), forwarded...)
-	if !foreground {
+	var s []os.Signal
+	for _, sig := range forwarded {
+		if !signal.Ignored(sig) {
+			s = append(s, sig)
+		}
+	}
+	if !foreground && !signal.Ignored(syscall.SIGTSTP) {
 		// ^Z stops syncguard's process group, not the command's own one:
-		// stop the command with us (see child.suspend).
+		// stop the command with us (see holding.signal).
 		s = append(s, syscall.SIGTSTP)
 	}
 	return s
 }
 
-// abortsWait reports whether s ends a wait for the lock.
+// abortsWait reports whether s ends a wait for the lock or for its
+// release.
 func abortsWait(s os.Signal) bool {
 	return s == syscall.SIGINT || s == syscall.SIGTERM || s == syscall.SIGHUP || s == syscall.SIGQUIT
 }
@@ -43,48 +54,15 @@ func forwardable(s os.Signal, foreground bool) bool {
 
 func isSuspend(s os.Signal) bool { return s == syscall.SIGTSTP }
 
-func sysProcAttr(foreground bool) *syscall.SysProcAttr {
-	a := &syscall.SysProcAttr{Setpgid: !foreground}
-	setPdeathsig(a)
-	return a
-}
+const (
+	sigTSTP = syscall.SIGTSTP
+	sigCONT = syscall.SIGCONT
+	sigTTIN = syscall.SIGTTIN
+	sigTTOU = syscall.SIGTTOU
+)
 
-// send delivers s to the command's process group, or in foreground mode to
-// the command itself.
-func (c *child) send(s os.Signal) {
-	sig, ok := s.(syscall.Signal)
-	if !ok {
-		return
-	}
-	if c.group {
-		_ = syscall.Kill(-c.cmd.Process.Pid, sig)
-		return
-	}
-	_ = c.cmd.Process.Signal(sig)
-}
-
-// terminate sends SIGTERM, and SIGCONT so that a stopped command handles it.
-func (c *child) terminate() {
-	c.send(syscall.SIGTERM)
-	c.send(syscall.SIGCONT)
-}
-
-func (c *child) kill() { c.send(syscall.SIGKILL) }
-
-// groupAlive reports whether any process of the command's group is left.
-func (c *child) groupAlive() bool {
-	err := syscall.Kill(-c.cmd.Process.Pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
-}
-
-// suspend handles ^Z: stop the command's group, stop ourselves, and when
-// continued (fg, bg, SIGCONT) run check, then continue the command.
-func (c *child) suspend(check func()) {
-	c.send(syscall.SIGTSTP)
-	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-	check()
-	c.send(syscall.SIGCONT)
-}
+// stopSelf stops syncguard (SIGSTOP) until it is continued.
+func stopSelf() { _ = syscall.Kill(os.Getpid(), syscall.SIGSTOP) }
 
 // exitStatus is the command's exit code, or 128+N when signal N killed it,
 // as shells report it.
@@ -108,6 +86,7 @@ func signalNumber(s os.Signal) int {
 var signalNames = map[syscall.Signal]string{
 	syscall.SIGINT: "SIGINT", syscall.SIGTERM: "SIGTERM", syscall.SIGHUP: "SIGHUP", syscall.SIGQUIT: "SIGQUIT",
 	syscall.SIGUSR1: "SIGUSR1", syscall.SIGUSR2: "SIGUSR2", syscall.SIGTSTP: "SIGTSTP", syscall.SIGKILL: "SIGKILL",
+	syscall.SIGSTOP: "SIGSTOP", syscall.SIGTTIN: "SIGTTIN", syscall.SIGTTOU: "SIGTTOU", syscall.SIGCONT: "SIGCONT",
 }
 
 func signalName(s os.Signal) string {
@@ -117,4 +96,23 @@ func signalName(s os.Signal) string {
 		}
 	}
 	return s.String()
+}
+
+// reapOrphans, after the supervisor died, kills and waits for the
+// processes of the tree that became syncguard's children (it is a child
+// subreaper on Linux).
+func reapOrphans() {
+	for {
+		for _, p := range descendants(os.Getpid()) {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+		var ws syscall.WaitStatus
+		_, err := syscall.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return // ECHILD: none left
+		}
+	}
 }

@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"os/signal"
-	"runtime"
+	"regexp"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/syncguard/syncguard-go/internal/rules"
@@ -20,57 +21,88 @@ import (
 const (
 	defaultFenceEnv = "SYNCGUARD_FENCE"
 	keyEnv          = "SYNCGUARD_KEY"
-	// pollDelay is the base delay between attempts on a busy lock (fixed,
-	// with equal jitter: 125 to 250 ms). A contended attempt reads one
-	// index entry and writes nothing, so polling is cheap, and a short
-	// delay keeps hand-offs quick.
+	// numSuffix names the variable with the fence as a plain decimal
+	// number: $SYNCGUARD_FENCE_NUM.
+	numSuffix = "_NUM"
+	// pollDelay is the base delay between attempts on a busy lock (with
+	// equal jitter: 125 to 250 ms). A contended attempt reads one index
+	// entry and writes nothing, so polling is cheap, and a short delay
+	// keeps hand-offs quick. Polling (rather than a notification) works
+	// through every pooler.
 	pollDelay = 250 * time.Millisecond
-	minTTL    = time.Second
+
+	defaultTTL   = 30 * time.Second
+	defaultWait  = 5 * time.Second
+	defaultGrace = 10 * time.Second
+	minTTL       = time.Second
+	maxTTL       = 24 * time.Hour
+	maxWait      = 365 * 24 * time.Hour
+	maxGrace     = 24 * time.Hour
 )
 
 type runOpts struct {
 	key, fenceEnv    string
 	ttl, wait, grace time.Duration
+	busyExit         int
 	foreground       bool
 	verbose, quiet   bool
 	command          []string
-	normKey          string
+	path             string // COMMAND resolved in $PATH
 }
 
 const runHelp = `
-Acquires the lock on KEY (retrying for up to --wait when it is busy), runs
-COMMAND with the fence in $SYNCGUARD_FENCE (see --fence-env) and the key in
-$SYNCGUARD_KEY, extends the lease while COMMAND runs, releases the lock when
-COMMAND exits, and exits with COMMAND's status (128+N if a signal N killed
-it).
+Acquires the lock on KEY (retrying for up to --wait while it is busy), runs
+COMMAND with the fence in $SYNCGUARD_FENCE (15 digits, zero-padded) and
+$SYNCGUARD_FENCE_NUM (plain decimal; see --fence-env) and the key in
+$SYNCGUARD_KEY, extends the lease while COMMAND runs, releases the lock
+when COMMAND and every process it started have exited, and exits with
+COMMAND's status (128+N if signal N killed it).
 
-SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to
-COMMAND's process group. If the lock is lost while COMMAND runs (an extend
-finds it gone, or the database stays unreachable until the lease's
-guaranteed lifetime runs out), COMMAND's process group gets SIGTERM, then
-SIGKILL after --grace, and syncguard exits 76. If the lock stays busy for
-all of --wait, syncguard exits 75 with a one-line reason and COMMAND does
-not run. The lock is released on every path.
+The lock covers COMMAND's whole process tree: on Linux, background and
+orphaned descendants too (run waits for all of them), and a kill -9 of
+syncguard takes the tree down with it. SIGINT, SIGTERM, SIGHUP, SIGQUIT,
+SIGUSR1 and SIGUSR2 are forwarded to the tree; a signal syncguard was
+started with ignored (nohup) stays ignored for the tree.
 
-Exit statuses: COMMAND's own; 75 lock busy; 76 lock lost; 64 usage;
-69 database unavailable; 70 internal; 126 COMMAND not executable;
-127 COMMAND not found; 128+N syncguard got signal N while waiting.
+If the lock is lost while COMMAND runs, the tree gets SIGTERM, then SIGKILL
+after --grace, or earlier: always before the lock's last confirmed expiry
+(run says when it shortens --grace); syncguard then exits 76. If the lock
+stays busy for all of --wait, COMMAND does not run and syncguard exits 75
+(or --busy-exit). While the release of the lock waits for the database, a
+SIGINT or SIGTERM ends syncguard at once (the lock then expires by its TTL).
+
+Durations are seconds (10, 2.5) or Go durations (500ms, 1m30s). Every flag
+but --key can be set in the environment ($SYNCGUARD_WAIT, ...).
+
+Exit statuses: COMMAND's own; 75 lock busy (--busy-exit); 76 lock lost;
+64 usage; 69 database unavailable; 70 internal; 126 COMMAND not
+executable; 127 COMMAND not found; 128+N syncguard got signal N while
+waiting or releasing, or COMMAND stopped on signal N (SIGTTIN: it read the
+terminal; use --foreground).
 
 Example (crontab): never two reports at once across the fleet
-  */5 * * * * syncguard run --key jobs:report --wait 0 --quiet -- /opt/report.sh`
+  */5 * * * * syncguard run --key jobs:report -n -q -- /opt/report.sh`
 
 func (a *app) cmdRun(args []string) error {
 	fs := a.flagSet("run")
-	var o runOpts
-	fs.StringVar(&o.key, "key", "", "the lock's `KEY` (required)")
-	fs.DurationVar(&o.ttl, "ttl", 30*time.Second, "lease time to live, at least 1s; extended every ttl/3 while COMMAND runs, so it bounds how long the lock outlives a killed syncguard")
-	fs.DurationVar(&o.wait, "wait", 5*time.Second, "how long to keep trying while the lock is busy; 0 tries once")
-	fs.StringVar(&o.fenceEnv, "fence-env", defaultFenceEnv, "environment variable `NAME` that gives COMMAND the fence")
-	fs.DurationVar(&o.grace, "grace", 10*time.Second, "after the lock is lost: time between SIGTERM and SIGKILL")
-	fs.BoolVar(&o.foreground, "foreground", false, "run COMMAND in syncguard's process group, so it can read the terminal and gets ^C/^Z directly; only COMMAND's own process is signalled then")
-	fs.BoolVar(&o.verbose, "verbose", false, "report waiting, acquiring and releasing on stderr")
+	o := runOpts{busyExit: ExitBusy}
+	fs.StringVar(&o.key, "key", "", "the lock's `KEY` (required; no environment variable: $SYNCGUARD_KEY is what COMMAND gets)")
+	durationVar(fs, &o.ttl, "ttl", defaultTTL, minTTL, maxTTL, false,
+		"lease time to live (`DURATION`, 1s to 24h); extended every ttl/3 while COMMAND runs, it bounds how long the lock outlives a killed syncguard")
+	wait := &durationFlag{d: &o.wait, min: 0, max: maxWait, forever: true}
+	o.wait = defaultWait
+	fs.Var(wait, "wait", "how long to keep trying while the lock is busy (`DURATION`); 0 tries once; forever waits without limit")
+	fs.Var(wait, "w", "short for --wait (`SECONDS`)")
+	fs.Var(zeroDurationFlag{&o.wait}, "n", "do not wait: short for --wait 0")
+	fs.Var(exitCodeFlag{&o.busyExit}, "busy-exit", "exit status when the lock stays busy (`N`, 0 to 255), to tell it from COMMAND's own statuses")
+	fs.Var(exitCodeFlag{&o.busyExit}, "E", "short for --busy-exit (`N`)")
+	fs.StringVar(&o.fenceEnv, "fence-env", defaultFenceEnv, "environment variable `NAME` that gives COMMAND the fence; NAME_NUM gets it as a plain decimal number")
+	durationVar(fs, &o.grace, "grace", defaultGrace, 0, maxGrace, false,
+		"after the lock is lost: time between SIGTERM and SIGKILL (`DURATION`), shortened to end before the lock's last confirmed expiry")
+	fs.BoolVar(&o.foreground, "foreground", false, "run COMMAND in syncguard's process group, so it can read the terminal and gets ^C/^Z directly")
+	fs.BoolVar(&o.verbose, "verbose", false, "report waiting, acquiring, forwarding and releasing on stderr")
 	fs.BoolVar(&o.verbose, "v", false, "short for --verbose")
-	fs.BoolVar(&o.quiet, "quiet", false, "print nothing when the lock is busy (the exit status 75 still says so)")
+	fs.BoolVar(&o.quiet, "quiet", false, "print nothing unless the lock is lost or syncguard fails: no busy message (the exit status says it), no warnings about transient database errors")
 	fs.BoolVar(&o.quiet, "q", false, "short for --quiet")
 	command, err := a.parse(fs, args, false)
 	if errors.Is(err, errHelp) {
@@ -83,6 +115,10 @@ func (a *app) cmdRun(args []string) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
+	// Before anything is held: a command that cannot run needs no lock.
+	if o.path, err = exec.LookPath(o.command[0]); err != nil {
+		return startError(o.command[0], err)
+	}
 	db, b, err := a.backend()
 	if err != nil {
 		return err
@@ -93,7 +129,7 @@ func (a *app) cmdRun(args []string) error {
 	signal.Notify(sigs, notifySignals(o.foreground)...)
 	defer signal.Stop(sigs)
 
-	lease, stop, sig, err := a.lock(b, &o, sigs)
+	lease, sent, sig, err := a.lock(b, &o, sigs)
 	if err != nil {
 		return err
 	}
@@ -101,41 +137,35 @@ func (a *app) cmdRun(args []string) error {
 		return &cliError{status: 128 + signalNumber(sig), code: string(syncguard.CodeAborted),
 			msg: fmt.Sprintf("got %s while waiting for the lock on %s; nothing is held and %s did not run", signalName(sig), displayKey(o.key), o.command[0])}
 	}
-	defer stop()
-	return a.runHolding(&o, lease, sigs)
+	return a.runHolding(&o, lease, sent, sigs)
 }
+
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func (o *runOpts) validate() error {
 	if o.key == "" {
 		return usageErr("--key is required")
 	}
-	norm, err := rules.NormalizeKey(o.key)
-	if err != nil {
+	if _, err := rules.NormalizeKey(o.key); err != nil {
 		return err
 	}
-	o.normKey = norm
 	if len(o.command) == 0 {
 		return usageErr("no command given: syncguard run --key KEY [flags] -- COMMAND [ARG...]")
 	}
-	if o.ttl < minTTL {
-		return usageErr("--ttl must be at least %v, got %v", minTTL, o.ttl)
-	}
-	if o.wait < 0 || o.grace < 0 {
-		return usageErr("--wait and --grace must not be negative")
-	}
-	if o.fenceEnv == "" || strings.ContainsAny(o.fenceEnv, "=\x00") || o.fenceEnv == keyEnv {
-		return usageErr("--fence-env %q is not a usable variable name (non-empty, no '=', not %s)", o.fenceEnv, keyEnv)
+	if !envNameRE.MatchString(o.fenceEnv) || o.fenceEnv == keyEnv || o.fenceEnv+numSuffix == keyEnv {
+		return usageErr("--fence-env %q is not a usable variable name (letters, digits and _, not starting with a digit; not %s)", o.fenceEnv, keyEnv)
 	}
 	return nil
 }
 
-func (a *app) lockOptions(o *runOpts, timeout time.Duration, retries int) *syncguard.LockOptions {
+func (a *app) lockOptions(o *runOpts) *syncguard.LockOptions {
 	return &syncguard.LockOptions{
-		TTL:        o.ttl,
-		AutoExtend: true,
+		TTL: o.ttl,
+		// runHolding extends the lease itself, to know the lock's
+		// confirmed expiry on this machine's clock (see keeper).
+		AutoExtend: false,
 		Acquisition: syncguard.AcquisitionOptions{
-			MaxRetries: retries, RetryDelay: pollDelay, Backoff: "fixed",
-			Jitter: "equal", Timeout: timeout,
+			MaxRetries: -1, // one attempt: acquire polls itself Timeout: a.timeout,
 		},
 		ReleaseTimeout: a.timeout,
 		// runHolding releases explicitly and reports the error itself.
@@ -145,33 +175,24 @@ func (a *app) lockOptions(o *runOpts, timeout time.Duration, retries int) *syncg
 }
 
 // lock acquires the lease while watching for signals. It returns the
-// signal that ended the wait, if any (nothing is held then), and stop,
-// which ends the context the lease's auto-extension runs under: call it
-// after the release.
-func (a *app) lock(b *syncguard.Backend, o *runOpts, sigs <-chan os.Signal) (*syncguard.Lease, func(), os.Signal, error) {
+// local time the successful request was sent (the lock is held at least
+// until sent + ttl), or the signal that ended the wait (nothing is held
+// then).
+func (a *app) lock(b *syncguard.Backend, o *runOpts, sigs <-chan os.Signal) (*syncguard.Lease, time.Time, os.Signal, error) {
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	type result struct {
 		lease *syncguard.Lease
+		sent  time.Time
 		err   error
 	}
 	resc := make(chan result, 1)
 	go func() {
-		l, err := a.acquire(ctx, b, o)
-		resc <- result{l, err}
+		l, sent, err := a.acquire(ctx, b, o)
+		resc <- result{l, sent, err}
 	}()
-	// The lease's auto-extension runs under ctx, so ctx cannot carry a
-	// deadline; bound a database that stops answering here instead.
-	limit := time.NewTimer(o.wait + a.timeout)
-	defer limit.Stop()
 	for {
 		select {
-		case <-limit.C:
-			cancel()
-			if r := <-resc; r.lease != nil {
-				r.lease.Close()
-			}
-			return nil, nil, nil, &cliError{status: ExitUnavailable, code: string(syncguard.CodeNetworkTimeout),
-				msg: fmt.Sprintf("no answer from PostgreSQL within --wait %v + --timeout %v; nothing is held", o.wait, a.timeout)}
 		case s := <-sigs:
 			if !abortsWait(s) {
 				continue
@@ -180,63 +201,115 @@ func (a *app) lock(b *syncguard.Backend, o *runOpts, sigs <-chan os.Signal) (*sy
 			if r := <-resc; r.lease != nil {
 				r.lease.Close()
 			}
-			return nil, nil, s, nil
+			return nil, time.Time{}, s, nil
 		case r := <-resc:
-			if r.err != nil {
-				cancel()
-				return nil, nil, nil, r.err
-			}
-			return r.lease, cancel, nil, nil
+			return r.lease, r.sent, nil, r.err
 		}
 	}
 }
 
-// acquire makes one attempt, then retries until --wait runs out. Contention
-// is retried by the library's helper; transient database errors
-// (ServiceUnavailable, NetworkTimeout, RateLimited) are retried here while
-// time remains.
-func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts) (*syncguard.Lease, error) {
+// acquire tries once, then every 125 to 250 ms until --wait runs out.
+// Each attempt is bounded by --timeout. A transient database error is
+// retried within --wait too, with one warning per outage.
+func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts) (*syncguard.Lease, time.Time, error) {
 	start := time.Now()
-	deadline := start.Add(o.wait)
-	lease, err := syncguard.Lock(ctx, b, o.key, a.lockOptions(o, time.Hour, -1))
-	announced, reported := false, false
-	for err != nil {
-		remaining := time.Until(deadline)
-		var se *syncguard.Error
-		switch {
-		case ctx.Err() != nil:
-			return nil, err
-		case syncguard.CodeOf(err) == syncguard.CodeAcquisitionTimeout:
-			if remaining <= 0 {
-				return nil, a.busy(b, o, time.Since(start))
+	var deadline time.Time
+	if o.wait != Forever {
+		deadline = start.Add(o.wait)
+	}
+	announced, warned := false, false
+	var outage error // the last transient error, nil after a real answer
+	var outageStart time.Time
+	for {
+		sent := time.Now()
+		lease, err := syncguard.Lock(ctx, b, o.key, a.lockOptions(o))
+		if err == nil {
+			if outage != nil && warned && !o.quiet {
+				a.notef("PostgreSQL answers again after %v; acquired %s", short(time.Since(outageStart)), displayKey(o.key))
 			}
-			if o.verbose && !announced {
-				announced = true
-				a.notef("%s is busy (%s); waiting up to %v", displayKey(o.key), a.holder(b, o), remaining.Round(time.Millisecond))
+			if o.verbose {
+				a.notef("acquired %s with fence %s (ttl %v, after %v)", displayKey(o.key), lease.Fence(), fmtDuration(o.ttl), time.Since(start).Round(time.Millisecond))
 			}
-		case errors.As(err, &se) && se.Retryable() && remaining > 0:
-			if !reported {
-				reported = true
-				_, _, msg := describe(se)
-				a.errorf(string(se.Code), "acquire failed, retrying for up to %v: %s", remaining.Round(time.Millisecond), msg)
-			}
-			t := time.NewTimer(min(pollDelay, remaining))
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return nil, err
-			}
-			remaining = time.Until(deadline)
-		default:
-			return nil, err
+			return lease, sent, nil
 		}
-		lease, err = syncguard.Lock(ctx, b, o.key, a.lockOptions(o, max(remaining, time.Millisecond), math.MaxInt32))
+		if ctx.Err() != nil {
+			return nil, time.Time{}, err
+		}
+		var se *syncguard.Error
+		isErr := errors.As(err, &se)
+		switch {
+		case isErr && se.Code == syncguard.CodeAcquisitionTimeout && se.Err == nil: // busy
+			if outage != nil && warned && !o.quiet {
+				a.notef("PostgreSQL answers again after %v", short(time.Since(outageStart)))
+			}
+			outage, warned = nil, false
+		case isErr && (se.Retryable() || se.Code == syncguard.CodeAcquisitionTimeout): // no answer, or transient
+			if outage == nil {
+				outageStart = time.Now()
+			}
+			outage = err
+		default:
+			return nil, time.Time{}, err
+		}
+		remaining := time.Until(deadline)
+		if o.wait == Forever {
+			remaining = Forever
+		}
+		if remaining <= 0 {
+			if outage != nil {
+				return nil, time.Time{}, a.unavailable(o, outage)
+			}
+			return nil, time.Time{}, a.busy(b, o, time.Since(start))
+		}
+		switch {
+		case outage != nil && !warned && !o.quiet:
+			warned = true
+			_, code, msg := describe(outage)
+			a.errorf("warning", "cannot acquire %s yet (%s: %s); retrying %s", displayKey(o.key), code, trim(msg, 160), retryingFor(remaining))
+		case outage == nil && o.verbose && !announced:
+			announced = true
+			a.notef("%s is busy (%s); waiting %s", displayKey(o.key), a.holder(b, o), retryingFor(remaining))
+		}
+		d := pollDelay/2 + rand.N(pollDelay/2+1)
+		t := time.NewTimer(min(d, remaining))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, time.Time{}, ctx.Err()
+		}
 	}
-	if o.verbose {
-		a.notef("acquired %s with fence %s (ttl %v, after %v)", displayKey(o.key), lease.Fence(), o.ttl, time.Since(start).Round(time.Millisecond))
+}
+
+func retryingFor(d time.Duration) string {
+	if d == Forever {
+		return "without limit (--wait forever)"
 	}
-	return lease, nil
+	return "for up to " + short(d)
+}
+
+// trim shortens s to at most n bytes, on a word boundary, with "...".
+func trim(s string, n int) string {
+	s = oneLine(s)
+	if len(s) <= n {
+		return s
+	}
+	cut := strings.LastIndexByte(s[:n], ' ')
+	if cut < n/2 {
+		cut = n
+	}
+	return s[:cut] + " ..."
+}
+
+// unavailable is the error when --wait ran out while PostgreSQL did not
+// answer or failed transiently.
+func (a *app) unavailable(o *runOpts, err error) error {
+	var se *syncguard.Error
+	if errors.As(err, &se) && se.Code == syncguard.CodeAcquisitionTimeout {
+		return &cliError{status: ExitUnavailable, code: string(syncguard.CodeNetworkTimeout),
+			msg: fmt.Sprintf("no answer from PostgreSQL within --timeout %v (--wait %v); nothing is held", fmtDuration(a.timeout), fmtDuration(o.wait))}
+	}
+	return err
 }
 
 // holder describes the current holder of o.key for messages.
@@ -252,145 +325,49 @@ func (a *app) holder(b *syncguard.Backend, o *runOpts) string {
 }
 
 func (a *app) busy(b *syncguard.Backend, o *runOpts, waited time.Duration) error {
-	e := &cliError{status: ExitBusy, code: string(syncguard.CodeAcquisitionTimeout), silent: o.quiet}
+	e := &cliError{status: o.busyExit, code: string(syncguard.CodeAcquisitionTimeout), silent: o.quiet}
 	if o.quiet {
 		return e
 	}
 	tail := "not waiting (--wait 0)"
 	if o.wait > 0 {
-		tail = fmt.Sprintf("gave up after %v (--wait %v)", waited.Round(time.Millisecond), o.wait)
+		tail = fmt.Sprintf("gave up after %v (--wait %v)", waited.Round(time.Millisecond), fmtDuration(o.wait))
 	}
 	e.msg = fmt.Sprintf("lock busy: %s is %s; %s", displayKey(o.key), a.holder(b, o), tail)
 	return e
 }
 
-// child is the running COMMAND.
-type child struct {
-	cmd   *exec.Cmd
-	group bool // COMMAND leads its own process group, which is signalled as a whole
-}
-
-// runHolding runs the command while lease is held, then releases it.
-func (a *app) runHolding(o *runOpts, lease *syncguard.Lease, sigs <-chan os.Signal) error {
-	released := false
-	release := func() {
-		if released {
-			return
-		}
-		released = true
-		ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
-		defer cancel()
-		res, err := lease.Release(ctx)
-		switch {
-		case err != nil:
-			_, code, msg := describe(err)
-			a.errorf(code, "could not release the lock on %s; it expires by itself within %v: %s", displayKey(o.key), o.ttl, msg)
-		case o.verbose && res.OK:
-			a.notef("released %s (fence %s)", displayKey(o.key), lease.Fence())
-		}
+// childEnv is COMMAND's environment: syncguard's, with the fence and the
+// key (replacing those of an enclosing syncguard run).
+func childEnv(environ []string, o *runOpts, fence syncguard.Fence) []string {
+	num := strings.TrimLeft(string(fence), "0")
+	if num == "" {
+		num = "0"
 	}
-	defer release()
-
-	cmd := exec.Command(o.command[0], o.command[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = a.stdin, a.stdout, a.stderr
-	cmd.Env = append(a.environ(), o.fenceEnv+"="+string(lease.Fence()), keyEnv+"="+o.key)
-	cmd.SysProcAttr = sysProcAttr(o.foreground)
-	c := &child{cmd: cmd, group: !o.foreground}
-
-	startErr := make(chan error, 1)
-	done := make(chan struct{})
-	go func() {
-		// Pdeathsig (Linux) is tied to the thread that started the child:
-		// keep this goroutine on its thread for the child's whole life.
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			startErr <- err
-			return
-		}
-		startErr <- nil
-		_ = cmd.Wait() // the status is in cmd.ProcessState
-		close(done)
-	}()
-	if err := <-startErr; err != nil {
-		return startError(o.command[0], err)
-	}
-	running := time.Now()
-	if o.verbose {
-		a.notef("running %s (pid %d)", o.command[0], cmd.Process.Pid)
-	}
-
-	var (
-		lost     error
-		killC    <-chan time.Time
-		graceEnd time.Time
-	)
-	leaseDone := lease.Done()
-loop:
-	for {
-		select {
-		case s := <-sigs:
-			switch {
-			case isSuspend(s):
-				c.suspend(func() {
-					// Back from a stop: make sure the lock is still ours
-					// before the command continues.
-					ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
-					defer cancel()
-					_, _ = lease.Extend(ctx, o.ttl)
-				})
-			case forwardable(s, o.foreground):
-				if o.verbose {
-					a.notef("forwarding %s to %s", signalName(s), o.command[0])
-				}
-				c.send(s)
-			}
-		case <-leaseDone:
-			leaseDone = nil
-			if err := lease.Err(); errors.Is(err, syncguard.ErrLockLost) {
-				lost = err
-				a.errorf("LockLost", "lost the lock on %s (%s); stopping %s: SIGTERM now, SIGKILL after %v",
-					displayKey(o.key), strings.TrimPrefix(err.Error(), "syncguard: "), o.command[0], o.grace)
-				c.terminate()
-				graceEnd = time.Now().Add(o.grace)
-				killC = time.After(o.grace)
-			}
-		case <-killC:
-			killC = nil
-			a.errorf("LockLost", "%s still running %v after SIGTERM: sending SIGKILL", o.command[0], o.grace)
-			c.kill()
-		case <-done:
-			break loop
-		}
-	}
-	if lost != nil && c.group {
-		// The work may go on in other members of COMMAND's process group:
-		// give them what is left of the grace period, then kill them.
-		for c.groupAlive() && time.Now().Before(graceEnd) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		c.kill()
-	}
-	status := exitStatus(cmd.ProcessState)
-	release()
-	if lost != nil {
-		return &cliError{status: ExitLost, code: "LockLost", silent: true}
-	}
-	if o.verbose {
-		a.notef("%s exited with status %d after %v", o.command[0], status, time.Since(running).Round(time.Millisecond))
-	}
-	if status != 0 {
-		return &cliError{status: status, silent: true}
-	}
-	return nil
+	env := withoutEnv(environ, o.fenceEnv, o.fenceEnv+numSuffix, keyEnv)
+	return append(env, o.fenceEnv+"="+string(fence), o.fenceEnv+numSuffix+"="+num, keyEnv+"="+o.key)
 }
 
 func startError(name string, err error) error {
+	var errno syscall.Errno
 	switch {
-	case errors.Is(err, exec.ErrNotFound):
-		return &cliError{status: ExitNotFound, code: "CommandNotFound", msg: fmt.Sprintf("%s: %v", name, err)}
-	case errors.Is(err, fs.ErrPermission):
-		return &cliError{status: ExitCannotExec, code: "CommandNotExecutable", msg: fmt.Sprintf("%s: %v", name, err)}
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist), errors.As(err, &errno) && errno == syscall.ENOENT:
+		return &cliError{status: ExitNotFound, code: "CommandNotFound", msg: fmt.Sprintf("%s: %v", name, unwrapPathErr(err))}
 	default:
-		return &cliError{status: ExitCannotExec, code: "CommandNotExecutable", msg: fmt.Sprintf("%s: %v", name, err)}
+		return &cliError{status: ExitCannotExec, code: "CommandNotExecutable", msg: fmt.Sprintf("%s: %v", name, unwrapPathErr(err))}
 	}
+}
+
+// unwrapPathErr drops the *os.PathError's "exec PATH:" prefix, which
+// repeats the command's name.
+func unwrapPathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		return ee.Err
+	}
+	return err
 }

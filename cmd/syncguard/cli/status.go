@@ -21,7 +21,10 @@ func (a *app) cmdStatus(args []string) error {
 Shows whether KEY is held, and if so its fence, expiry, acquisition time
 and the holder's lockId hash (HashKey, safe to log). When KEY is free it
 shows the last fence handed out for it: the next holder gets a larger one.
-Times are relative to the server's clock, which decides expiry.`)
+Times are relative to the server's clock, which decides expiry.
+
+Exit status: 0 when KEY is held, 1 when it is free (like systemctl
+is-active), 64/69/70 on errors.`)
 	}
 	if err != nil {
 		return err
@@ -65,7 +68,10 @@ Times are relative to the server's clock, which decides expiry.`)
 				out["lockId"] = info.LockID
 			}
 		}
-		return writeJSON(a.stdout, out)
+		if err := writeJSON(a.stdout, out); err != nil {
+			return err
+		}
+		return freeStatus(info == nil)
 	}
 
 	w := table(a.stdout)
@@ -77,7 +83,10 @@ Times are relative to the server's clock, which decides expiry.`)
 		} else {
 			fmt.Fprintf(w, "last fence\tnone (never acquired)\n")
 		}
-		return w.Flush()
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		return freeStatus(true)
 	}
 	fmt.Fprintf(w, "state\theld\n")
 	fmt.Fprintf(w, "fence\t%s\n", info.Fence)
@@ -88,6 +97,14 @@ Times are relative to the server's clock, which decides expiry.`)
 		fmt.Fprintf(w, "lockId\t%s (%s)\n", info.LockID, sensitiveNote)
 	}
 	return w.Flush()
+}
+
+// freeStatus is status's result: exit 1 (ExitFree) when the key is free.
+func freeStatus(free bool) error {
+	if free {
+		return &cliError{status: ExitFree, silent: true}
+	}
+	return nil
 }
 
 // displayKey shows a key as is when it is plain, quoted otherwise (spaces,

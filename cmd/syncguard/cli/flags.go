@@ -1,0 +1,181 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Forever is the value of a duration flag set to "forever" (only --wait
+// accepts it).
+const Forever time.Duration = math.MaxInt64
+
+// durationFlag is a duration flag with the same rules for every flag: a
+// bare number is seconds ("10", "2.5"), anything else a Go duration
+// ("500ms", "1m30s"); "forever" where allowed; a range checked when the
+// value is set, so that the command line and the environment are checked
+// alike and nonsense never reaches the code (exit 64).
+type durationFlag struct {
+	d        *time.Duration
+	min, max time.Duration
+	forever  bool // accepts "forever" (and "infinity", "inf")
+}
+
+var bareSeconds = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
+
+// parseDuration parses a duration flag's value: seconds or a Go duration.
+func parseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if bareSeconds.MatchString(s) {
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil || f*float64(time.Second) >= math.MaxInt64/2 {
+			return 0, fmt.Errorf("%q is too long", s)
+		}
+		return time.Duration(math.Round(f * float64(time.Second))), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		if strings.Contains(err.Error(), "invalid duration") || strings.Contains(err.Error(), "missing unit") || strings.Contains(err.Error(), "unknown unit") {
+			return 0, fmt.Errorf("%q is not a duration: want seconds (10, 2.5) or a Go duration (500ms, 1m30s)", s)
+		}
+		return 0, fmt.Errorf("%q: %v", s, strings.TrimPrefix(err.Error(), "time: "))
+	}
+	return d, nil
+}
+
+func (f *durationFlag) Set(s string) error {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "forever", "infinity", "inf":
+		if !f.forever {
+			return fmt.Errorf("%q is not allowed here (only --wait can be forever)", s)
+		}
+		*f.d = Forever
+		return nil
+	}
+	d, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	if d < f.min || d > f.max {
+		return fmt.Errorf("%s is out of range: want %s", fmtDuration(d), f.rangeText())
+	}
+	*f.d = d
+	return nil
+}
+
+func (f *durationFlag) rangeText() string {
+	t := fmt.Sprintf("%s to %s", fmtDuration(f.min), fmtDuration(f.max))
+	if f.forever {
+		t += ", or forever"
+	}
+	return t
+}
+
+func (f *durationFlag) String() string {
+	if f == nil || f.d == nil {
+		return ""
+	}
+	return fmtDuration(*f.d)
+}
+
+// fmtDuration prints a duration compactly: 30s, 1m30s, 500ms, forever.
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d == Forever:
+		return "forever"
+	case d == 0:
+		return "0s"
+	}
+	s := d.String()
+	s = strings.Replace(s, "m0s", "m", 1)
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// durationVar registers a duration flag on fs.
+func durationVar(fs *flag.FlagSet, p *time.Duration, name string, def time.Duration, min, max time.Duration, forever bool, usage string) {
+	*p = def
+	fs.Var(&durationFlag{d: p, min: min, max: max, forever: forever}, name, usage)
+}
+
+// exitCodeFlag is an exit status 0 to 255.
+type exitCodeFlag struct{ p *int }
+
+func (f exitCodeFlag) Set(s string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n < 0 || n > 255 {
+		return fmt.Errorf("%q is not an exit status: want 0 to 255", s)
+	}
+	*f.p = n
+	return nil
+}
+
+func (f exitCodeFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return strconv.Itoa(*f.p)
+}
+
+// zeroDurationFlag is a boolean flag that sets a duration to zero when
+// given (-n: --wait 0).
+type zeroDurationFlag struct{ d *time.Duration }
+
+func (f zeroDurationFlag) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	if b {
+		*f.d = 0
+	}
+	return nil
+}
+
+func (f zeroDurationFlag) String() string   { return "false" }
+func (f zeroDurationFlag) IsBoolFlag() bool { return true }
+
+// EnvPrefix starts the environment variable of every flag: --no-prepare is
+// SYNCGUARD_NO_PREPARE, --wait SYNCGUARD_WAIT.
+const EnvPrefix = "SYNCGUARD_"
+
+// notFromEnv are the flags that have no environment variable: --key,
+// because run gives its COMMAND the key in $SYNCGUARD_KEY, and a nested
+// syncguard run must not take its parent's key; the short forms, which set
+// the same values as their long forms; and the flags that are actions.
+var notFromEnv = map[string]bool{
+	"key": true, "version": true, "help": true, "h": true,
+	"v": true, "q": true, "n": true, "w": true, "E": true,
+}
+
+// envName is the environment variable of flag name.
+func envName(name string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// applyEnv sets the flags of fs accepted by keep from their environment
+// variables, before the command line is parsed (so the command line wins).
+// An empty variable counts as unset. A bad value is a usage error naming
+// the variable.
+func (a *app) applyEnv(fs *flag.FlagSet, keep func(name string) bool) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || notFromEnv[f.Name] || !keep(f.Name) {
+			return
+		}
+		v := a.getenv(envName(f.Name))
+		if v == "" {
+			return
+		}
+		if e := fs.Set(f.Name, v); e != nil {
+			err = usageErr("$%s=%s: %v", envName(f.Name), v, e)
+		}
+	})
+	return err
+}

@@ -1,7 +1,0 @@
-//go:build unix && !linux
-
-package cli
-
-import "syscall"
-
-func setPdeathsig(*syscall.SysProcAttr) {}

@@ -25,8 +25,8 @@ import (
 //     taken in turn like any caller's, so a storm of cancelled acquires
 //     costs a few statements, not a goroutine and a transaction each;
 //   - retried while the lockId is not found, since the statement may commit
-//     after the client gave up: after 100, 200, 400, 800 ms, 1.6 and 3.2 s
-//     (orphanRetries), never past the lock's own expiry;
+//     after the client gave up: after 50, 100, 200, 400, 800 ms, 1.6 and
+//     3.2 s (orphanRetries), never past the lock's own expiry;
 //   - bounded: at most maxOrphans lockIds wait; beyond that the newest are
 //     dropped (they expire with their TTL) and a warning says so, once.
 //
@@ -39,8 +39,8 @@ const maxOrphans = 4096
 const orphanBatch = 100
 
 // orphanRetries are the waits before each retry of a lockId not found.
-var orphanRetries = [...]time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond,
-	800 * time.Millisecond, 1600 * time.Millisecond, 3200 * time.Millisecond}
+var orphanRetries = [...]time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond,
+	400 * time.Millisecond, 800 * time.Millisecond, 1600 * time.Millisecond, 3200 * time.Millisecond}
 
 // orphanErrorDelay is the wait after a batch that failed (pool timeout,
 // server down); a failure costs no retry, the lock's expiry bounds it.

@@ -29,7 +29,6 @@ import (
 // docs/failure-model.md has the numbers of a long run.
 func TestCancelledAcquireOrphans(t *testing.T) {
 	srv := pgtest.Require(t)
-	t.Parallel()
 	d := envDuration(t, "SYNCGUARD_ORPHAN_DURATION")
 	if d <= 0 {
 		d = 5 * time.Second

@@ -54,7 +54,7 @@
 //
 // FromName derives a 64-bit id from a namespaced name with SHA-256; ID and
 // Pair accept existing ids in PostgreSQL's two key forms; LegacyFNV1a32
-// reproduces the 32-bit FNV-1a of the hand-written registry document, for
+// reproduces the 32-bit FNV-1a string hash of the hand-written pattern, for
 // migrations. A Registry declares named locks in code, rejects duplicates
 // and id collisions, and renders the registry table (Registry.Markdown).
 //

@@ -8,9 +8,9 @@ import (
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
-// The registry of the advisory-locks document, declared in code. The
-// table that the document kept by hand is rendered from the declarations,
-// so a test can compare it with the checked-in file and it cannot go stale.
+// A team's registry of advisory locks, declared in code. The Markdown table
+// that teams otherwise keep by hand is rendered from the declarations, so a
+// test can compare it with a checked-in file and it cannot go stale.
 func ExampleRegistry_Markdown() {
 	locks := advisory.MustNewRegistry("mais")
 

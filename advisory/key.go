@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"unicode/utf16"
 	"unicode/utf8"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -100,8 +100,10 @@ func nameID(namespace, name string) int64 {
 	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
 
-// LegacyFNV1a32 is the 32-bit FNV-1a hash of the advisory-locks registry
-// document (hashString), reproduced exactly: offset basis 2166136261, prime
+// LegacyFNV1a32 is the 32-bit FNV-1a string hash of the hand-written
+// advisory-lock pattern that package advisory replaces (a hashString helper
+// in TypeScript services; see "Migrating from the hand-written pattern" in
+// docs/advisory.md), reproduced exactly: offset basis 2166136261, prime
 // 16777619, over the UTF-16 code units of input (JavaScript's charCodeAt, so
 // a character outside the Basic Multilingual Plane counts as its two
 // surrogates), returned as a signed 32-bit integer (hash | 0). For ASCII
@@ -114,18 +116,9 @@ func nameID(namespace, name string) int64 {
 // still compute these ids; new locks use FromName or a Registry.
 func LegacyFNV1a32(input string) int32 {
 	h := uint32(2166136261)
-	add := func(u uint16) {
+	for u := range rules.UTF16Units(input) {
 		h ^= uint32(u)
 		h *= 16777619
-	}
-	for _, r := range input {
-		if r >= 0x10000 {
-			a, b := utf16.EncodeRune(r)
-			add(uint16(a))
-			add(uint16(b))
-		} else {
-			add(uint16(r))
-		}
 	}
 	return int32(h)
 }

@@ -105,7 +105,7 @@ func TestInvalidArgumentBeforeIO(t *testing.T) {
 		"LockConn nil conn":      func() error { _, err := l.LockConn(ctx, nil, ID(1)); return err },
 		"LockSession tx lock":    func() error { _, err := l.LockSession(ctx, txLock); return err },
 		"TryLockSession zero":    func() error { _, _, err := l.TryLockSession(ctx, Key{}); return err },
-		"UnlockConn nil conn":    func() error { _, err := l.UnlockConn(ctx, nil, ID(1)); return err },
+		"UnlockConn nil conn":    func() error { return l.UnlockConn(ctx, nil, ID(1)) },
 		"strict raw id":          func() error { return strict.LockTx(ctx, tx, ID(1)) },
 		"strict foreign":         func() error { return strict.LockTx(ctx, tx, foreign) },
 		"strict legacy":          func() error { _, err := strict.TryLockTx(ctx, tx, FromLegacyFNV1a32("x")); return err },
@@ -451,8 +451,8 @@ func TestSessionUnlockNotHeld(t *testing.T) {
 		t.Fatalf("the connection is fine after a not-held unlock: %v", err)
 	}
 	mock.ExpectQuery(queries[formInt64].unlock).WithArgs(int64(9)).WillReturnRows(sqlmock.NewRows([]string{"u"}).AddRow(false))
-	if ok, err := l.UnlockConn(context.Background(), conn, ID(9)); ok || err != nil {
-		t.Fatalf("UnlockConn of a lock not held = %v, %v; want false, nil", ok, err)
+	if err := l.UnlockConn(context.Background(), conn, ID(9)); !errors.Is(err, ErrNotHeld) || syncguard.CodeOf(err) != syncguard.CodeInternal {
+		t.Fatalf("UnlockConn of a lock not held = %v; want ErrNotHeld (Internal), as SessionLock.Unlock", err)
 	}
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Fatal(err)

@@ -6,11 +6,12 @@ import (
 	"strings"
 )
 
-// Markdown renders the registry as the advisory-locks document's registry
-// section: one table of global locks with their fixed ids, one of
+// Markdown renders the registry as a Markdown document for your
+// repository: one table of global locks with their fixed ids, one of
 // per-resource locks with their hash inputs. Rows are sorted by name and
 // the output depends only on the declarations, so a test can compare it
-// with the checked-in document and fail when they differ:
+// with a checked-in file (here your docs/advisory-locks.md) and fail when
+// they differ:
 //
 //	got := locks.Markdown()
 //	want, _ := os.ReadFile("docs/advisory-locks.md")

@@ -35,8 +35,9 @@ func (k Kind) String() string {
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
 
-// Decl declares one named lock: what the hand-kept registry table of the
-// advisory-locks document says about it, in code.
+// Decl declares one named lock, in code: what a team otherwise keeps by
+// hand in a registry table of its advisory locks (name, kind, id or hash
+// inputs, purpose; see "The registry" in docs/advisory.md).
 type Decl struct {
 	// Name is unique in the registry, such as "booking.create". Required:
 	// printable UTF-8, at most 200 bytes.

@@ -106,25 +106,37 @@ func (l *Locker) TryLockConn(ctx context.Context, conn *sql.Conn, key Key) (lock
 }
 
 // UnlockConn releases one hold of the session-scoped lock key on conn
-// (pg_advisory_unlock). false, with a nil error, means conn held no such
-// lock (see ErrNotHeld for why that happens); PostgreSQL's warning is not
-// an error. Prefer SessionLock.Unlock, which also protects the pool.
-func (l *Locker) UnlockConn(ctx context.Context, conn *sql.Conn, key Key) (bool, error) {
+// (pg_advisory_unlock). When conn held no such lock it returns an error
+// wrapping ErrNotHeld (code Internal), as SessionLock.Unlock does for the
+// same event; the connection is fine then. Prefer SessionLock.Unlock, which
+// also protects the pool.
+func (l *Locker) UnlockConn(ctx context.Context, conn *sql.Conn, key Key) error {
 	const op = "advisory.unlockConn"
 	if err := l.check(op, conn == nil, "conn", key, Session); err != nil {
-		return false, err
+		return err
 	}
 	if ctx.Err() != nil {
-		return false, l.wrap(ctx, op, key, ctx.Err())
+		return l.wrap(ctx, op, key, ctx.Err())
 	}
 	var ok bool
 	err := l.run(ctx, nil, func(c context.Context) error {
 		return conn.QueryRowContext(c, queries[key.form].unlock, key.args()...).Scan(&ok)
 	})
 	if err != nil {
-		return false, l.wrap(ctx, op, key, err)
+		return l.wrap(ctx, op, key, err)
 	}
-	return ok, nil
+	if !ok {
+		return notHeld(op, key)
+	}
+	return nil
+}
+
+// notHeld is the error of an unlock that pg_advisory_unlock answered with
+// false.
+func notHeld(op string, key Key) error {
+	return &syncguard.Error{Op: op, Code: syncguard.CodeInternal, Key: key.String(), Err: ErrNotHeld,
+		Msg: "pg_advisory_unlock found no such lock held by this session: it was unlocked elsewhere on the " +
+			"connection, or statements do not reach the same server session (a pooler in transaction mode?)"}
 }
 
 // LockSession is LockConn on a connection of its own from the Locker's
@@ -153,8 +165,8 @@ func (l *Locker) LockSession(ctx context.Context, key Key) (*SessionLock, error)
 
 // TryLockSession is TryLockConn on a connection of its own from the
 // Locker's pool, like LockSession. When ok is false the connection is
-// already back in the pool. The scheduler pattern of the advisory-locks
-// document:
+// already back in the pool. The scheduler pattern (one instance of a
+// periodic job runs, the others skip it):
 //
 //	lock, ok, err := locker.TryLockSession(ctx, cleanupLock)
 //	if err != nil || !ok { return err } // another instance runs it
@@ -329,9 +341,7 @@ func (s *SessionLock) Unlock(ctx context.Context) error {
 		s.conn.Close()
 	}
 	if !ok {
-		return &syncguard.Error{Op: op, Code: syncguard.CodeInternal, Key: s.key.String(), Err: ErrNotHeld,
-			Msg: "pg_advisory_unlock found no such lock held by this session: it was unlocked elsewhere on the " +
-				"connection, or statements do not reach the same server session (a pooler in transaction mode?)"}
+		return notHeld(op, s.key)
 	}
 	return nil
 }

@@ -71,7 +71,7 @@ func init() {
 			return nil
 		}, &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: 400 * time.Millisecond}})
 		var se *syncguard.Error
-		if !errors.Is(err, syncguard.ErrAcquisitionTimeout) || !errors.As(err, &se) || !strings.Contains(se.Msg, "attempts") {
+		if !errors.Is(err, syncguard.ErrAcquisitionTimeout) || !errors.As(err, &se) || !strings.Contains(se.Msg, "attempt") {
 			e.t.Fatalf("rule: a key held past the acquisition timeout gives AcquisitionTimeout naming the attempts; got %v", err)
 		}
 		if el := time.Since(start); el < 400*time.Millisecond || el > 5*time.Second {

@@ -6,73 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
-
-// Backend is the PostgreSQL lock backend. It is safe for concurrent use and
-// cheap to keep for the life of the program: it holds the *sql.DB, the
-// rendered SQL and lazily prepared statements.
-//
-// Each operation is one SQL statement and, once its statement is prepared
-// on the connection, one round trip.
-type Backend struct {
-	shared *shared
-	tx     Tx     // non-nil for the WithTx view
-	stmtTx stmtTx // tx, when it can reuse prepared statements (*sql.Tx)
-}
-
-// Tx is what Backend.WithTx needs of the caller's transaction: the query
-// methods of *sql.Tx, which *sql.Tx and *sqlx.Tx have, and so has GORM's
-// tx.Statement.ConnPool. For bun pass bunTx.Tx (the *sql.Tx inside a
-// bun.Tx); for ent, the *sql.Tx its driver runs on. docs/orm.md shows each.
-//
-// Statements run on tx exactly as written, with PostgreSQL's $n
-// placeholders: tx must not rewrite queries (bun.Tx's own methods expand ?
-// placeholders, hence bunTx.Tx).
-type Tx interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-// stmtTx is a Tx that can run a statement prepared on the pool on its own
-// connection (*sql.Tx, and types embedding it such as *sqlx.Tx).
-type stmtTx interface {
-	StmtContext(ctx context.Context, stmt *sql.Stmt) *sql.Stmt
-}
-
-type shared struct {
-	db       *sql.DB
-	cfg      resolved
-	sql      statements
-	cl       classifier
-	stmts    [numStmts]lazyStmt
-	lastSwep atomic.Int64 // unix nanos of the last background cleanup
-
-	orphans     orphanQueue  // background release (orphans.go)
-	prep        atomic.Int32 // prepUnknown, prepOn or prepOff (exec.go)
-	probeMu     sync.Mutex   // serializes the pooler probe
-	oneShotArgs []any        // the dialect's driver.OneShot arguments, or nil
-}
-
-const (
-	stmtAcquire = iota
-	stmtRelease
-	stmtExtend
-	stmtLookupKey
-	stmtLookupID
-	numStmts
-)
-
-// lazyStmt is one operation's statement, prepared on first use on the pool.
-type lazyStmt struct {
-	stmt      atomic.Pointer[sql.Stmt]
-	preparing atomic.Bool // a background prepare (for the WithTx path) is running
-}
 
 var _ LockBackend = (*Backend)(nil)
 
@@ -107,6 +45,7 @@ func New(db *sql.DB, cfg *Config) (*Backend, error) {
 	if r.noPrepare {
 		s.prep.Store(prepOff)
 	}
+	s.hub = newHub(db, r, s.cl)
 	return &Backend{shared: s}, nil
 }
 
@@ -171,39 +110,15 @@ func (b *Backend) FenceTableName() string { return b.shared.cfg.fenceTable }
 // on b (Config.ReleaseTimeout).
 func (b *Backend) releaseTimeout() time.Duration { return b.shared.cfg.releaseTimeout }
 
-// prepareInBackground prepares statement i on the pool without blocking
-// the caller; at most one such goroutine runs per statement.
-func (s *shared) prepareInBackground(i int) {
-	l := &s.stmts[i]
-	if !l.preparing.CompareAndSwap(false, true) {
-		return
-	}
-	go func() {
-		defer l.preparing.Store(false)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = s.prepared(ctx, i) // errors surface on the next foreground use
-	}()
-}
-
-func (s *shared) text(i int) string {
-	switch i {
-	case stmtAcquire:
-		return s.sql.acquire
-	case stmtRelease:
-		return s.sql.release
-	case stmtExtend:
-		return s.sql.extend
-	case stmtLookupKey:
-		return s.sql.lookupKey
-	default:
-		return s.sql.lookupID
-	}
-}
-
 // Acquire implements LockBackend. It is a single attempt: OK == false
 // means the key is held; use the lock helper for retries.
 func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
+	return b.acquire(ctx, key, ttl, "")
+}
+
+// acquire is Acquire; note, when not empty, is the prefix of the
+// notification a successful attempt sends (see wake.go).
+func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, note string) (AcquireResult, error) {
 	const op = "acquire"
 	k, e := checkKey(op, key)
 	if e != nil {
@@ -225,11 +140,12 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		expires, acquired sql.NullInt64
 		fence             sql.NullString
 		exhausted         bool
+		now               int64
 	}
 	// sent records whether the statement may have gone out (see sentArg).
 	sent := &sentArg{v: lockID}
-	err := b.run(ctx, stmtAcquire, []any{k.Storage, sent, k.Fence, k.Norm, ttlMs},
-		&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted)
+	err := b.run(ctx, stmtAcquire, []any{k.Storage, sent, k.Fence, k.Norm, ttlMs, note},
+		&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted, &d.now)
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
 		e.Key = key
@@ -260,7 +176,13 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 			Msg: fmt.Sprintf("fence counter for this key reached its maximum (%d); nothing was committed", int64(rules.FenceMax))}
 	}
 	if !d.gotID.Valid || d.gotID.String != lockID {
-		return AcquireResult{OK: false, Reason: ReasonLocked}, nil
+		res := AcquireResult{OK: false, Reason: ReasonLocked}
+		b.shared.hub.sawServerTime(d.now, time.Now())
+		if d.expires.Valid {
+			// The holder's lock can be taken once it is no longer live.
+			res.retryIn = time.Duration(d.expires.Int64+rules.ToleranceMs+1-d.now) * time.Millisecond
+		}
+		return res, nil
 	}
 	fence, ferr := rules.ParseFence(d.fence.String)
 	if !d.expires.Valid || !d.fence.Valid || ferr != nil {
@@ -323,8 +245,13 @@ func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, er
 		deleted     sql.NullString
 		seenExpires sql.NullInt64
 		now         int64
+		keyHash     sql.NullString
 	}
-	err := b.run(ctx, stmtRelease, []any{lockID}, &d.deleted, &d.seenExpires, &d.now)
+	token := "" // inside a transaction the notification wakes this process too
+	if b.tx == nil {
+		token = b.shared.hub.token
+	}
+	err := b.run(ctx, stmtRelease, []any{lockID, token}, &d.deleted, &d.seenExpires, &d.now, &d.keyHash)
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
 		e.LockID = lockID
@@ -332,6 +259,12 @@ func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, er
 	}
 	// Explicit ownership verification (ADR-003): the deleted row must be ours.
 	if d.deleted.Valid && d.deleted.String == lockID {
+		if b.tx == nil && d.keyHash.Valid {
+			// Wake this process's waiters at once; other processes get the
+			// statement's notification. (Inside a transaction they wait
+			// for the notification, delivered at commit.)
+			b.shared.hub.released(d.keyHash.String)
+		}
 		return ReleaseResult{OK: true}, nil
 	}
 	return ReleaseResult{OK: false, Reason: failReason(d.seenExpires, d.now)}, nil

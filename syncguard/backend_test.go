@@ -224,7 +224,7 @@ func TestOwnCancellationBeats57014(t *testing.T) {
 func TestCancelInFlight(t *testing.T) {
 	b, mock := newMock(t, &Config{ReleaseTimeout: 50 * time.Millisecond})
 	mock.ExpectQuery("INSERT INTO").WillDelayFor(time.Minute).
-		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e"}).AddRow(nil, nil, nil, nil, false))
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f"}).AddRow(nil, nil, nil, nil, false, int64(1000)))
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(20*time.Millisecond, cancel)
 	start := time.Now()
@@ -290,23 +290,28 @@ func TestErrorClassification(t *testing.T) {
 }
 
 func TestAcquireOutcomesFromRow(t *testing.T) {
-	cols := []string{"lock_id", "expires_at_ms", "acquired_at_ms", "fence", "fence_exhausted"}
+	cols := []string{"lock_id", "expires_at_ms", "acquired_at_ms", "fence", "fence_exhausted", "now_ms"}
 	// Another holder's row: contention, not an error, and nothing of the
-	// other holder leaks into the result.
+	// other holder leaks into the result. The holder's expiry (server
+	// time) tells the lock helper when to try again: when the lock is no
+	// longer live, expires + tolerance, 1 ms after.
 	b, mock := newMock(t, nil)
-	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow("BBBBBBBBBBBBBBBBBBBBBB", int64(2000), int64(1000), "000000000000007", false))
+	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow("BBBBBBBBBBBBBBBBBBBBBB", int64(2000), int64(1000), "000000000000007", false, int64(1500)))
 	r, err := b.Acquire(context.Background(), "k", time.Second)
 	if err != nil || r.OK || r.Reason != ReasonLocked || r.Fence != "" || r.LockID != "" {
 		t.Fatalf("contention: got %+v, %v", r, err)
 	}
-	// Nobody and no fence: contention (a lost race).
-	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, false))
+	if want := (2000 + rules.ToleranceMs + 1 - 1500) * time.Millisecond; r.retryIn != want {
+		t.Errorf("contention: retry in %v, want %v (holder expires 2000, server now 1500)", r.retryIn, want)
+	}
+	// Nobody and no fence: contention (a lost race), expiry unknown.
+	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, false, int64(1500)))
 	r, err = b.Acquire(context.Background(), "k", time.Second)
-	if err != nil || r.OK || r.Reason != ReasonLocked {
+	if err != nil || r.OK || r.Reason != ReasonLocked || r.retryIn != 0 {
 		t.Fatalf("lost race: got %+v, %v", r, err)
 	}
 	// Fence counter at its maximum: Internal, and the statement committed nothing.
-	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, true))
+	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, true, int64(1500)))
 	_, err = b.Acquire(context.Background(), "k", time.Second)
 	wantCode(t, err, CodeInternal)
 	if err := mock.ExpectationsWereMet(); err != nil {
@@ -318,8 +323,8 @@ func TestAcquireArgumentsAndTTLRounding(t *testing.T) {
 	b, mock := newMock(t, nil)
 	k, _ := rules.DeriveKey("café")
 	mock.ExpectQuery("INSERT INTO").
-		WithArgs(k.Storage, sqlmock.AnyArg(), k.Fence, "café", int64(1)).
-		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e"}).AddRow(nil, nil, nil, nil, false))
+		WithArgs(k.Storage, sqlmock.AnyArg(), k.Fence, "café", int64(1), "").
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f"}).AddRow(nil, nil, nil, nil, false, int64(1000)))
 	// Decomposed input is normalized; 1.9 ms counts as 1 ms.
 	if _, err := b.Acquire(context.Background(), "cafe\u0301", 1900*time.Microsecond); err != nil {
 		t.Fatal(err)
@@ -331,10 +336,10 @@ func TestAcquireArgumentsAndTTLRounding(t *testing.T) {
 
 func TestReleaseAndExtendReasons(t *testing.T) {
 	b, mock := newMock(t, nil)
-	rc := []string{"lock_id", "seen", "now"}
-	mock.ExpectQuery("DELETE FROM").WillReturnRows(sqlmock.NewRows(rc).AddRow(goodID, int64(5000), int64(1000)))
-	mock.ExpectQuery("DELETE FROM").WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, int64(500), int64(2000)))
-	mock.ExpectQuery("DELETE FROM").WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000)))
+	rc := []string{"lock_id", "seen", "now", "kh"}
+	mock.ExpectQuery("DELETE FROM").WillReturnRows(sqlmock.NewRows(rc).AddRow(goodID, int64(5000), int64(1000), "0123456789abcdef"))
+	mock.ExpectQuery("DELETE FROM").WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, int64(500), int64(2000), nil))
+	mock.ExpectQuery("DELETE FROM").WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000), nil))
 	want := []ReleaseResult{{OK: true}, {Reason: ReasonExpired}, {Reason: ReasonNotFound}}
 	for i, w := range want {
 		got, err := b.Release(context.Background(), goodID)
@@ -428,8 +433,8 @@ func TestPoolSerializationFailureRerunsInReadCommitted(t *testing.T) {
 		b, mock := newMock(t, &Config{DisablePrepare: true})
 		mock.ExpectQuery("INSERT INTO").WillReturnError(&pgErr{code: st})
 		mock.ExpectBegin()
-		mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows([]string{"lock_id", "e", "a", "f", "x"}).
-			AddRow(nil, nil, nil, nil, false))
+		mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows([]string{"lock_id", "e", "a", "f", "x", "now"}).
+			AddRow(nil, nil, nil, nil, false, int64(1000)))
 		mock.ExpectCommit()
 		r, err := b.Acquire(context.Background(), "k", time.Second)
 		if err != nil || r.OK || r.Reason != ReasonLocked {

@@ -137,6 +137,13 @@ var deploymentChecks = []func(d *deployment){
 	(*deployment).replication,
 	(*deployment).clock,
 	(*deployment).pooler,
+	(*deployment).notifications,
+}
+
+// notifications: whether waiting is woken on release (deployment_wait.go).
+func (d *deployment) notifications() {
+	status, detail, fix := checkNotifications(d.ctx, d.db, d.cfg, d.cl)
+	d.add("notifications", status, detail, fix)
 }
 
 // deployment is the state of one CheckDeployment run.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/syncguardtest"
 )
 
 // Diagnostics for dashboards and debugging: the spec's getByKey, getById
@@ -13,7 +14,7 @@ import (
 // snapshots: never check ownership before a write; rely on Release/Extend
 // results and fences instead.
 func ExampleLockBackend_lookups() {
-	locks := newLocks() // a *syncguard.Backend in a program
+	locks := syncguardtest.New() // in a program: locks, err := syncguard.New(db, nil)
 	ctx := context.Background()
 	lease, _ := syncguard.Lock(ctx, locks, "export:weekly", &syncguard.LockOptions{TTL: time.Minute})
 

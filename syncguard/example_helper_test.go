@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/syncguardtest"
 )
 
 // Run a function while holding a lock. WithLock retries on contention,
 // releases the lock afterwards (even if fn fails or panics) and returns
 // fn's error.
 func ExampleWithLock() {
-	locks := newLocks() // a *syncguard.Backend in a program
+	locks := syncguardtest.New() // in a program: locks, err := syncguard.New(db, nil)
 	ctx := context.Background()
 
 	err := syncguard.WithLock(ctx, locks, "invoice:42", func(ctx context.Context, lease *syncguard.Lease) error {
@@ -39,11 +40,11 @@ func ExampleWithLock() {
 // is cancelled, with ErrLockLost as its cause, as soon as ownership can no
 // longer be guaranteed: here because an operator deleted the lock row.
 func ExampleWithLock_autoExtend() {
-	locks := newLocks()
+	locks := syncguardtest.New() // in a program: syncguard.New(db, nil)
 	ctx := context.Background()
 
 	err := syncguard.WithLock(ctx, locks, "reindex", func(ctx context.Context, lease *syncguard.Lease) error {
-		deleteLockRow(locks, lease.LockID()) // simulate losing the lock
+		locks.Delete(lease.LockID()) // as an operator's DELETE of the lock row: the lock is lost
 
 		select {
 		case <-ctx.Done(): // long work should watch ctx

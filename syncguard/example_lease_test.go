@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/syncguardtest"
 )
 
 // A lease is a lock held across code that WithLock cannot wrap. Close
 // releases it once, however often it is called; a failed release goes to
 // OnReleaseError.
 func ExampleLock() {
-	locks := newLocks()
+	locks := syncguardtest.New() // in a program: syncguard.New(db, nil)
 	ctx := context.Background()
 
 	lease, err := syncguard.Lock(ctx, locks, "tenant:7:migrate", &syncguard.LockOptions{

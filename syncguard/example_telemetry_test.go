@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/syncguardtest"
 )
 
 // Every operation through the wrapper becomes a LockEvent, here logged
@@ -22,13 +23,13 @@ func ExampleWithTelemetry() {
 			return a
 		},
 	}))
-	locks := newLocks()
-	holdElsewhere(locks, "report:daily")
+	ctx := context.Background()
+	locks := syncguardtest.New()                    // in a program: syncguard.New(db, nil)
+	locks.Acquire(ctx, "report:daily", time.Minute) // another process holds the report
 
 	observed := syncguard.WithTelemetry(locks, syncguard.TelemetryOptions{
 		OnEvent: syncguard.SlogSink(logger, slog.LevelInfo),
 	})
-	ctx := context.Background()
 	_, _ = observed.Acquire(ctx, "report:daily", time.Minute)
 	_, _ = observed.IsLocked(ctx, "report:daily")
 

@@ -95,3 +95,24 @@ func ExampleBackend_WithTx() {
 		log.Fatal(err)
 	}
 }
+
+// Listing the live locks for an admin page: hashes only unless Raw, with
+// the server's clock to judge expiry against.
+func ExampleBackend_List() {
+	var db *sql.DB // opened with a registered driver; see the package doc
+	ctx := context.Background()
+	locks, err := syncguard.New(db, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	list, err := locks.List(ctx, &syncguard.ListOptions{Limit: 20})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, l := range list.Locks {
+		fmt.Printf("key#%s fence %s expires in %v\n", l.KeyHash, l.Fence, l.ExpiresAt.Sub(list.Now))
+	}
+	if list.More {
+		fmt.Println("... and more")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
 )
@@ -377,4 +378,19 @@ func (s *shared) probe(ctx context.Context) error {
 	}
 	s.prep.CompareAndSwap(prepUnknown, prepOn)
 	return nil
+}
+
+// prepareInBackground prepares statement i on the pool without blocking
+// the caller; at most one such goroutine runs per statement.
+func (s *shared) prepareInBackground(i int) {
+	l := &s.stmts[i]
+	if !l.preparing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer l.preparing.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = s.prepared(ctx, i) // errors surface on the next foreground use
+	}()
 }

@@ -66,14 +66,16 @@ func TestLostPreparedStatementSwitchesToOneShot(t *testing.T) {
 			t.Fatal(err)
 		}
 		id := rules.GenerateLockID()
-		row := func() *sqlmock.Rows { return sqlmock.NewRows([]string{"d", "s", "n"}).AddRow(id, nil, int64(1)) }
+		row := func() *sqlmock.Rows {
+			return sqlmock.NewRows([]string{"d", "s", "n", "k"}).AddRow(id, nil, int64(1), "0123456789abcdef")
+		}
 		if st == "42P05" {
 			mock.ExpectPrepare("DELETE FROM").WillReturnError(&pgErr{code: st})
 		} else {
 			mock.ExpectPrepare("DELETE FROM").ExpectQuery().WillReturnError(&pgErr{code: st})
 		}
-		mock.ExpectQuery("DELETE FROM").WithArgs(id).WillReturnRows(row()) // one-shot
-		mock.ExpectQuery("DELETE FROM").WithArgs(id).WillReturnRows(row()) // and from now on
+		mock.ExpectQuery("DELETE FROM").WithArgs(id, sqlmock.AnyArg()).WillReturnRows(row()) // one-shot
+		mock.ExpectQuery("DELETE FROM").WithArgs(id, sqlmock.AnyArg()).WillReturnRows(row()) // and from now on
 		for range 2 {
 			if r, err := b.Release(context.Background(), id); err != nil || !r.OK {
 				t.Fatalf("%s: release after a lost prepared statement: %+v, %v", st, r, err)

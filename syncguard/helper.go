@@ -30,13 +30,22 @@ const (
 	jitterNone         = "none"
 )
 
-// AcquisitionOptions configures how Lock and WithLock wait for a contended
-// key. The zero value means the defaults documented on each field, which
-// are the reference implementation's.
+// AcquisitionOptions are the limits of waiting for a contended key in Lock
+// and WithLock. The zero value means the defaults documented on each
+// field, which are the reference implementation's.
+//
+// On a *Backend (or a TelemetryBackend around one) a waiting caller also
+// attempts when the key is released, by any process, or its holder's lock
+// expires, and waiters take the key in arrival order: see "Waiting" in
+// docs/design.md. Those attempts are not retries: the retries below are
+// the schedule, as in the reference implementation, and its end is the end
+// of waiting.
 type AcquisitionOptions struct {
-	// MaxRetries is the number of attempts after the first one, so at most
-	// MaxRetries+1 attempts are made. Default 10; any negative value makes
-	// a single attempt.
+	// MaxRetries is the number of scheduled retries after the first
+	// attempt. A retry may be skipped while the holder is known to
+	// announce its release, but the last one is always attempted before
+	// the acquisition gives up. Default 10; any negative value makes a
+	// single attempt, and no wait.
 	MaxRetries int
 	// RetryDelay is the base delay between attempts. Default 100 ms.
 	RetryDelay time.Duration
@@ -91,37 +100,6 @@ type LockOptions struct {
 	// Logger receives the default OnReleaseError records and warnings about
 	// failed auto-extensions. Default slog.Default().
 	Logger *slog.Logger
-}
-
-// Sources of a release error, for ReleaseErrorInfo.Source.
-const (
-	releaseSourceWithLock = "withLock"
-	releaseSourceClose    = "close"
-)
-
-// ReleaseErrorInfo tells OnReleaseError which lock a failed release was for.
-type ReleaseErrorInfo struct {
-	// Key and LockID are raw values. The lockId lets its bearer release the
-	// lock and keys may hold personal data: log HashKey of them instead.
-	Key    string
-	LockID string
-	// Source is "withLock" for the release after fn in WithLock, "close"
-	// for Lease.Close.
-	Source string
-}
-
-// lockConfig is LockOptions with defaults applied.
-type lockConfig struct {
-	ttl            time.Duration
-	maxRetries     int
-	retryDelay     time.Duration
-	backoff        string
-	jitter         string
-	timeout        time.Duration
-	autoExtend     bool
-	releaseTimeout time.Duration
-	onReleaseError func(error, ReleaseErrorInfo)
-	logger         *slog.Logger
 }
 
 func (o *LockOptions) resolve() (lockConfig, error) {
@@ -195,9 +173,10 @@ func logReleaseError(logger *slog.Logger) func(error, ReleaseErrorInfo) {
 // afterwards. It is the helper most programs should use; the backend's
 // methods are single attempts (ADR-009).
 //
-// Acquisition retries on contention as configured by opts.Acquisition
-// (total attempts = MaxRetries + 1) and fails with ErrAcquisitionTimeout
-// when time or retries run out; the error says how many attempts were made.
+// Acquisition waits on contention within the limits of opts.Acquisition
+// (MaxRetries scheduled retries, Timeout), woken when the key is released
+// (see AcquisitionOptions), and fails with ErrAcquisitionTimeout when time
+// or retries run out; the error says how many attempts were made.
 // A backend error is returned at once, not retried. Cancelling ctx while
 // waiting returns ErrAborted at once. Nothing is acquired in any of these
 // cases and fn does not run.
@@ -267,18 +246,62 @@ func Lock(ctx context.Context, backend Locker, key string, opts *LockOptions) (*
 	return newLease(ctx, backend, key, res, sent, cfg), nil
 }
 
+// waitable is a backend whose waiting can be woken on release: *Backend,
+// and the wrappers of this package around it.
+type waitable interface {
+	waitHub() *hub // nil: none (a wrapper around another backend)
+	// acquireNoted is Acquire that, when it takes the key, also sends the
+	// notification note + expiry (see wake.go); note "" sends none.
+	acquireNoted(ctx context.Context, key string, ttl time.Duration, note string) (AcquireResult, error)
+}
+
 // acquire is the retry loop. It returns the successful result and the
 // local time its request was sent (see Lease for why that time matters).
-func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (AcquireResult, time.Time, error) {
+//
+// Attempts happen (see "Waiting" in docs/design.md):
+//   - at once, unless this process already has waiters for the key (then
+//     the caller queues behind them);
+//   - when the caller is the first of this process's waiters for the key
+//     and the hub gives it a turn: the key was released (by this process,
+//     or as notified), its holder's lock expired, or an extend shortened it;
+//   - when the caller's retry delay (AcquisitionOptions) runs out: the
+//     first waiter then attempts, on behalf of the caller unless the caller
+//     is the first, or this is its last retry;
+//   - for a backend without a hub: when the retry delay runs out, or when
+//     the holder's lock, as the last attempt saw it, expires.
+//
+// Only the attempts made when a retry delay ran out count as retries, so
+// MaxRetries and Timeout bound the wait exactly as they bound polling.
+func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res AcquireResult, sent time.Time, err error) {
 	start := time.Now()
 	deadline := start.Add(c.timeout)
-	for attempts := 1; ; attempts++ {
+	var h *hub
+	var kh, note string
+	wb, ok := b.(waitable)
+	if ok {
+		if h = wb.waitHub(); h != nil {
+			if k, kerr := checkKey("lock", key); kerr == nil {
+				kh = wakeKeyHash(k.Storage)
+			} else {
+				h = nil // the attempt reports the error
+			}
+		}
+	}
+	attempts := 0
+	try := func() (AcquireResult, time.Time, error) {
+		attempts++
 		sent := time.Now()
 		// The attempt too ends at the deadline: on a half-open connection
 		// it would otherwise wait as long as ctx allows (forever without a
 		// deadline), and ctx must outlive Lock for AutoExtend.
 		actx, cancel := context.WithDeadline(ctx, deadline)
-		res, err := b.Acquire(actx, key, c.ttl)
+		var res AcquireResult
+		var err error
+		if note != "" {
+			res, err = wb.acquireNoted(actx, key, c.ttl, note)
+		} else {
+			res, err = b.Acquire(actx, key, c.ttl)
+		}
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil && !time.Now().Before(deadline) {
@@ -287,28 +310,121 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (AcquireR
 			}
 			return AcquireResult{}, time.Time{}, err
 		}
-		if res.OK {
-			return res, sent, nil
+		return res, sent, nil
+	}
+	timeout := func(cause error) (AcquireResult, time.Time, error) {
+		return AcquireResult{}, time.Time{}, acquisitionTimeout(key, attempts, time.Since(start), cause)
+	}
+
+	var since uint64
+	if h != nil {
+		since = h.seqNow()
+	}
+	if h == nil || c.maxRetries == 0 || !h.busy(kh) {
+		res, sent, err = try()
+		if err != nil || res.OK {
+			return res, sent, err
 		}
-		remaining := time.Until(deadline)
-		if attempts > c.maxRetries || remaining <= 0 {
-			return AcquireResult{}, time.Time{}, acquisitionTimeout(key, attempts, time.Since(start), nil)
+		if c.maxRetries == 0 || !time.Now().Before(deadline) {
+			return timeout(nil)
 		}
-		wait := time.NewTimer(min(c.delay(attempts), remaining))
+	}
+
+	// Wait.
+	var w *waiter
+	var turn, nudge <-chan struct{}
+	if h != nil {
+		w = h.join(kh, since, res.retryIn)
+		turn, nudge = w.turn, w.nudge
+		defer func() { h.leave(w, err == nil && res.OK) }()
+	}
+	expiry := stoppedTimer()
+	defer expiry.Stop()
+	if h == nil && res.retryIn > 0 {
+		expiry.Reset(res.retryIn)
+	}
+	poll := time.NewTimer(c.delay(1))
+	defer poll.Stop()
+	end := time.NewTimer(time.Until(deadline))
+	defer end.Stop()
+	retries, skipped := 0, 0
+	for {
+		if w != nil {
+			note = h.prepare(ctx, w, time.Until(deadline))
+		}
+		polled, final := false, false
 		select {
-		case <-wait.C:
+		case <-nudge:
+			continue
+		case <-turn:
+		case <-expiry.C:
+		case <-poll.C:
+			retries++
+			polled, final = true, retries >= c.maxRetries
+			if !final && w != nil && skipped < maxSkippedRetries && h.holderAnnounced(w) {
+				// The holder's release or expiry will wake us.
+				skipped++
+				poll.Reset(c.delay(retries + 1))
+				continue
+			}
+			if !final && w != nil && !h.isHead(w) {
+				// Without notifications, the first waiter attempts on our
+				// behalf, in arrival order (as often as our own retries
+				// would). With them, its own retries are enough.
+				h.pollFor(w)
+				poll.Reset(c.delay(retries + 1))
+				continue
+			}
+		case <-end.C:
+			return timeout(nil)
 		case <-ctx.Done():
-			wait.Stop()
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return AcquireResult{}, time.Time{}, acquisitionTimeout(key, attempts, time.Since(start), context.Cause(ctx))
+				return timeout(context.Cause(ctx))
 			}
 			return AcquireResult{}, time.Time{}, &Error{Op: "lock", Code: CodeAborted, Key: key,
 				Msg: fmt.Sprintf("context cancelled while waiting for the lock after %d attempts", attempts), Err: context.Cause(ctx)}
 		}
 		if !time.Now().Before(deadline) {
-			return AcquireResult{}, time.Time{}, acquisitionTimeout(key, attempts, time.Since(start), nil)
+			return timeout(nil)
+		}
+		var seq uint64
+		if w != nil {
+			seq = h.attemptSeq(w)
+		}
+		skipped = 0
+		res, sent, err = try()
+		if err != nil {
+			return AcquireResult{}, time.Time{}, err
+		}
+		if res.OK {
+			if w != nil {
+				h.acquired(w, c.ttl+rules.ToleranceMs*time.Millisecond)
+			}
+			return res, sent, nil
+		}
+		if final {
+			return timeout(nil)
+		}
+		if w != nil {
+			h.failed(w, seq, res.retryIn)
+		} else if res.retryIn > 0 {
+			expiry.Reset(res.retryIn)
+		}
+		if polled {
+			poll.Reset(c.delay(retries + 1))
 		}
 	}
+}
+
+// maxSkippedRetries bounds the retries skipped in a row because the holder
+// announced itself: a safety net should the announcement mislead (a
+// notification lost with a LISTEN connection that broke silently).
+const maxSkippedRetries = 3
+
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
 }
 
 func acquisitionTimeout(key string, attempts int, elapsed time.Duration, cause error) *Error {

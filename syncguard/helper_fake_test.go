@@ -8,12 +8,13 @@ import (
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
-// FakeBackend is an in-memory LockBackend for tests and examples. Its
-// "server clock" is time.Now, so inside a testing/synctest bubble every
+// FakeBackend is an in-memory LockBackend for the tests of this package.
+// Its "server clock" is time.Now, so inside a testing/synctest bubble every
 // timing is exact. It applies the core's validation and liveness rule.
 //
-// It is exported (from a _test.go file, so only test binaries see it) for
-// the examples in package syncguard_test.
+// Programs and the examples use package syncguardtest instead, which
+// cannot serve here: it imports syncguard, and a test of package syncguard
+// itself cannot import it back.
 type FakeBackend struct {
 	// Latency is the simulated one-way network delay: an operation runs
 	// Latency after the call and its answer arrives Latency after that.

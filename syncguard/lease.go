@@ -458,3 +458,34 @@ func (l *Lease) dispose(source string) {
 		l.cfg.onReleaseError(err, ReleaseErrorInfo{Key: l.key, LockID: l.lockID, Source: source})
 	}
 }
+
+// Sources of a release error, for ReleaseErrorInfo.Source.
+const (
+	releaseSourceWithLock = "withLock"
+	releaseSourceClose    = "close"
+)
+
+// ReleaseErrorInfo tells OnReleaseError which lock a failed release was for.
+type ReleaseErrorInfo struct {
+	// Key and LockID are raw values. The lockId lets its bearer release the
+	// lock and keys may hold personal data: log HashKey of them instead.
+	Key    string
+	LockID string
+	// Source is "withLock" for the release after fn in WithLock, "close"
+	// for Lease.Close.
+	Source string
+}
+
+// lockConfig is LockOptions with defaults applied.
+type lockConfig struct {
+	ttl            time.Duration
+	maxRetries     int
+	retryDelay     time.Duration
+	backoff        string
+	jitter         string
+	timeout        time.Duration
+	autoExtend     bool
+	releaseTimeout time.Duration
+	onReleaseError func(error, ReleaseErrorInfo)
+	logger         *slog.Logger
+}

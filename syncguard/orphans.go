@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/syncguard/syncguard-go/internal/rules"
@@ -45,21 +44,6 @@ var orphanRetries = [...]time.Duration{50 * time.Millisecond, 100 * time.Millise
 // orphanErrorDelay is the wait after a batch that failed (pool timeout,
 // server down); a failure costs no retry, the lock's expiry bounds it.
 const orphanErrorDelay = 500 * time.Millisecond
-
-type orphan struct {
-	lockID  string
-	due     time.Time // next attempt
-	until   time.Time // the lock has expired by then: give up
-	retries int       // not-found answers so far
-}
-
-type orphanQueue struct {
-	mu      sync.Mutex
-	pending []orphan
-	running bool // the worker goroutine is running
-	warned  bool // the queue-full warning was logged
-	wake    chan struct{}
-}
 
 // releaseInBackground hands lockID, of an acquire with the given ttl whose
 // outcome is unknown, to the Backend's background release.

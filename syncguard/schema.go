@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
@@ -38,7 +39,8 @@ func renderText(text, table, fenceTable string) (string, error) {
 	for k, v := range names {
 		names[k] = rules.QuoteIdent(v)
 	}
-	return rules.Render(text, names)
+	names["channel"] = wakeChannelSQL(table) // a string literal (wake.go)
+	return rules.Render(renderWake(text), names)
 }
 
 // schemaNames are the table and index names of one configuration, by
@@ -129,7 +131,7 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	r, _ := cfg.resolve()
 	cl := classifier{dialect: r.dialect, table: r.table, fenceTable: r.fenceTable}
 	if cl.dialect == nil {
-		cl.dialect, _ = lookupDialect(db)
+		cl.dialect, _ = driver.Lookup(db.Driver())
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -144,7 +146,15 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	}
 	for _, stmt := range splitStatements(ddl) {
 		if _, err := tx.ExecContext(ctx, stmt); err != nil {
-			return cl.wrap(ctx, op, err)
+			e := cl.wrap(ctx, op, err)
+			if e.SQLState == "42501" {
+				// The schema, not the lock tables, is what the role lacks a
+				// privilege on (PostgreSQL 15 lets only its owner create in
+				// public).
+				e.Msg = "insufficient privilege to create the lock tables: the role needs CREATE on the schema " +
+					"(GRANT CREATE ON SCHEMA ... TO ...), or let the schema's owner run SetupSchema (or apply SchemaSQL in a migration)"
+			}
+			return e
 		}
 	}
 	if err := tx.Commit(); err != nil {

@@ -127,6 +127,26 @@ func WithTelemetry(backend LockBackend, opts TelemetryOptions) *TelemetryBackend
 	return t
 }
 
+// waitHub implements waitable: Lock and WithLock on the wrapper wait as on
+// the wrapped Backend.
+func (t *TelemetryBackend) waitHub() *hub {
+	if w, ok := t.inner.(waitable); ok {
+		return w.waitHub()
+	}
+	return nil
+}
+
+// acquireNoted implements waitable, emitting the acquire's event.
+func (t *TelemetryBackend) acquireNoted(ctx context.Context, key string, ttl time.Duration, note string) (AcquireResult, error) {
+	w, ok := t.inner.(waitable)
+	if !ok {
+		return t.Acquire(ctx, key, ttl)
+	}
+	r, err := w.acquireNoted(ctx, key, ttl, note)
+	t.emitAcquire(key, r, err)
+	return r, err
+}
+
 // Unwrap returns the wrapped backend.
 func (t *TelemetryBackend) Unwrap() LockBackend { return t.inner }
 
@@ -232,12 +252,16 @@ func (t *TelemetryBackend) releaseTimeout() time.Duration { return releaseTimeou
 // Acquire implements LockBackend.
 func (t *TelemetryBackend) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
 	r, err := t.inner.Acquire(ctx, key, ttl)
+	t.emitAcquire(key, r, err)
+	return r, err
+}
+
+func (t *TelemetryBackend) emitAcquire(key string, r AcquireResult, err error) {
 	e := rawEvent{typ: eventAcquire, ok: err == nil && r.OK, reason: r.Reason, key: key, err: err}
 	if r.OK {
 		e.lockID = r.LockID
 	}
 	t.emit(e)
-	return r, err
 }
 
 // Release implements LockBackend.

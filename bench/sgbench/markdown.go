@@ -16,6 +16,8 @@ func Markdown(w io.Writer, results []any) {
 			mdWorkload(w, r)
 		case *RTResult:
 			mdRoundTrips(w, r)
+		case *WaitResult:
+			mdWait(w, r)
 		case *AllocResult:
 			fmt.Fprintf(w, "\n#### [%s] client allocations per operation\n\n| operation | allocs/op | B/op |\n|---|--:|--:|\n", r.Driver)
 			for _, x := range r.Rows {

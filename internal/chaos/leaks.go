@@ -26,6 +26,15 @@ func (r *runner) checkLeaks(ctx context.Context, baseGoroutines int, closeAll fu
 		return n, err
 	}
 	var parts []string
+	// A Backend whose callers waited holds one connection of its own, not
+	// from its pool (the LISTEN connection that wakes waiters); Close ends
+	// it, so that the pool's connections are all that is left.
+	for _, a := range r.adapt {
+		a.b.Close()
+	}
+	if r.adminB != nil {
+		r.adminB.Close()
+	}
 	for _, a := range r.adapt {
 		deadline := time.Now().Add(15 * time.Second)
 		var st sql.DBStats

@@ -131,51 +131,50 @@ func classify(err error, info driver.ErrorInfo) (string, string) {
 	return Internal, "unexpected error"
 }
 
-func classifySQLState(s string) (string, string, bool) {
+// mapping is a code and the words for it.
+type mapping struct{ code, msg string }
+
+// bySQLState maps a SQLSTATE (five characters) or a class of them (its
+// first two) onto a code; an exact SQLSTATE wins over its class.
+// docs/errors.md says why each is what a caller acts on.
+var bySQLState = map[string]mapping{
+	"28000": {AuthFailed, "PostgreSQL rejected the credentials"},
+	"28P01": {AuthFailed, "PostgreSQL rejected the credentials"},
+	"42501": {AuthFailed, "insufficient privilege"}, // classify names the object (privilegeMsg)
+	"53300": {RateLimited, "too many connections"},
+	"57014": {NetworkTimeout, "statement cancelled by the server (statement_timeout)"},
+	"55P03": {NetworkTimeout, "lock wait timed out (lock_timeout)"},
+	"57P01": {ServiceUnavailable, "server shutting down, restarting or terminated the connection"},
+	"57P02": {ServiceUnavailable, "server shutting down, restarting or terminated the connection"},
+	"57P03": {ServiceUnavailable, "server shutting down, restarting or terminated the connection"},
+	"40001": {ServiceUnavailable, "transaction conflict (serialization failure or deadlock)"},
+	"40P01": {ServiceUnavailable, "transaction conflict (serialization failure or deadlock)"},
+	// A node that is, or is becoming, a standby: after a failover, or
+	// while the failover manager holds a node read-only during a
+	// switchover. The next connection to the new primary succeeds.
+	"25006": {ServiceUnavailable, "read-only transaction: the server is a standby or read-only during a failover; " +
+		"retryable once connected to the new primary (use target_session_attrs=read-write in the DSN)"},
+	"25P02": {Internal, "the caller's transaction is aborted; roll it back"},
+	"42P01": {Internal, "lock table missing: run syncguard.SetupSchema (or apply syncguard.SchemaSQL) first"},
+	"42703": {Internal, "lock table has the wrong columns: it was not created by syncguard.SetupSchema"},
+	"08":    {ServiceUnavailable, "connection exception"},
+	"53":    {ServiceUnavailable, "server out of resources"},
+	"22":    {InvalidArgument, "data exception"},
+	"23":    {InvalidArgument, "integrity constraint violation"},
+	"28":    {AuthFailed, "invalid authorization"},
+}
+
+// classifySQLState looks s up, then its class; ok is false for a SQLSTATE
+// the table does not map (or a string that is not one).
+func classifySQLState(s string) (code, msg string, ok bool) {
 	if len(s) != 5 {
-		return Internal, "", false // not a SQLSTATE
+		return Internal, "", false
 	}
-	switch s {
-	case "28000", "28P01":
-		return AuthFailed, "PostgreSQL rejected the credentials", true
-	case "42501":
-		return AuthFailed, "insufficient privilege", true
-	case "53300":
-		return RateLimited, "too many connections", true
-	case "57014":
-		return NetworkTimeout, "statement cancelled by the server (statement_timeout)", true
-	case "55P03":
-		return NetworkTimeout, "lock wait timed out (lock_timeout)", true
-	case "57P01", "57P02", "57P03":
-		return ServiceUnavailable, "server shutting down, restarting or terminated the connection", true
-	case "40001", "40P01":
-		return ServiceUnavailable, "transaction conflict (serialization failure or deadlock)", true
-	case "25006":
-		// A node that is, or is becoming, a standby: after a failover, or
-		// while the failover manager holds a node read-only during a
-		// switchover. The next connection to the new primary succeeds.
-		return ServiceUnavailable, "read-only transaction: the server is a standby or read-only during a failover; " +
-			"retryable once connected to the new primary (use target_session_attrs=read-write in the DSN)", true
-	case "25P02":
-		return Internal, "the caller's transaction is aborted; roll it back", true
-	case "42P01":
-		return Internal, "lock table missing: run syncguard.SetupSchema (or apply syncguard.SchemaSQL) first; if it exists, the role lacks USAGE on its schema (search_path skips such schemas) or search_path does not include it", true
-	case "42703":
-		return Internal, "lock table has the wrong columns: it was not created by syncguard.SetupSchema", true
+	m, ok := bySQLState[s]
+	if !ok {
+		m, ok = bySQLState[s[:2]]
 	}
-	switch s[:2] {
-	case "08":
-		return ServiceUnavailable, "connection exception", true
-	case "53":
-		return ServiceUnavailable, "server out of resources", true
-	case "22":
-		return InvalidArgument, "data exception", true
-	case "23":
-		return InvalidArgument, "integrity constraint violation", true
-	case "28":
-		return AuthFailed, "invalid authorization", true
-	}
-	return Internal, "", false
+	return m.code, m.msg, ok
 }
 
 // deniedRE finds the object in PostgreSQL's privilege errors: "permission

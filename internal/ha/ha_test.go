@@ -218,9 +218,9 @@ func testStalledStandby(t *testing.T, ctx context.Context, f *Formation, standby
 	}
 }
 
-// testReplicationChecks: replication.Read/Findings and `syncguard doctor`
-// on the synchronous formation, on its standby, and after the standby is
-// made asynchronous.
+// testReplicationChecks: replication.Read/Findings, `syncguard doctor`
+// and syncguard.CheckDeployment on the synchronous formation, on its
+// standby, and after the standby is made asynchronous.
 func testReplicationChecks(t *testing.T, ctx context.Context, f *Formation, standby *Node) {
 	db, err := sql.Open("pgx", f.DSN("ha-checks"))
 	if err != nil {
@@ -275,6 +275,18 @@ func testReplicationChecks(t *testing.T, ctx context.Context, f *Formation, stan
 	}
 	expect("asynchronous standby", async, replication.CheckStandbys, replication.Warn, "synchronous_standby_names")
 	expectDoctor(t, "doctor with an asynchronous standby", runDoctor(t, f.DSN("ha-doctor")), replication.CheckStandbys, "warn", "synchronous_standby_names")
+	// The library's own check, as a smoke test after a deployment runs it.
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	rep, err := syncguard.CheckDeployment(cctx, db, nil)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lib []doctorCheck
+	for _, f := range rep.Findings {
+		lib = append(lib, doctorCheck{f.Check, f.Status, f.Detail, f.Fix})
+	}
+	expectDoctor(t, "CheckDeployment with an asynchronous standby", lib, replication.CheckStandbys, "warn", "synchronous_standby_names")
 }
 
 type doctorCheck struct{ Check, Status, Detail, Fix string }

@@ -116,14 +116,14 @@ func (hi *history) check() ([]Violation, checkStats) {
 		for i := 1; i < len(hs); i++ {
 			prev, cur := hs[i-1], hs[i]
 			if cur.fence == prev.fence {
-				vs = append(vs, Violation{Rule: RuleFenceTwice, Key: k,
+				vs = append(vs, Violation{Rule: RuleFenceTwice, Key: k, At: later(prev.acked, cur.acked),
 					Detail: fmt.Sprintf("fence %d acknowledged to #%d %s (lock %s, acked %s) and to #%d %s (lock %s, acked %s)",
 						cur.fence, prev.seq, prev.worker, syncguard.HashKey(prev.lockID)[:8], clock(prev.acked),
 						cur.seq, cur.worker, syncguard.HashKey(cur.lockID)[:8], clock(cur.acked))})
 				continue
 			}
 			if cur.startMs < prev.startMs {
-				vs = append(vs, Violation{Rule: RuleFenceOrder, Key: k,
+				vs = append(vs, Violation{Rule: RuleFenceOrder, Key: k, At: cur.acked,
 					Detail: fmt.Sprintf("fence %d (#%d %s) started at %s, before fence %d (#%d %s) at %s",
 						cur.fence, cur.seq, cur.worker, clockMs(cur.startMs), prev.fence, prev.seq, prev.worker, clockMs(prev.startMs))})
 			}
@@ -133,7 +133,7 @@ func (hi *history) check() ([]Violation, checkStats) {
 			}
 			st.pairs++
 			if cur.startMs < allowed {
-				vs = append(vs, Violation{Rule: RuleOverlap, Key: k,
+				vs = append(vs, Violation{Rule: RuleOverlap, Key: k, At: cur.acked,
 					Detail: fmt.Sprintf("fence %d (#%d %s) started at %s, %d ms before fence %d (#%d %s) was released or expired "+
 						"(last acknowledged expiry %s + %d ms tolerance; release sent %s)",
 						cur.fence, cur.seq, cur.worker, clockMs(cur.startMs), allowed-cur.startMs, prev.fence, prev.seq, prev.worker,
@@ -150,12 +150,19 @@ func (hi *history) checkFencesAfter(t time.Time, maxAcked map[string]int64) []Vi
 	var vs []Violation
 	for _, h := range hi.snapshot() {
 		if h.sent.After(t) && h.fence <= maxAcked[h.key] {
-			vs = append(vs, Violation{Rule: RuleFenceAfter, Key: h.key,
+			vs = append(vs, Violation{Rule: RuleFenceAfter, Key: h.key, At: h.acked,
 				Detail: fmt.Sprintf("fence %d (#%d %s, sent %s) after the failover at %s; fence %d was acknowledged before it",
 					h.fence, h.seq, h.worker, clock(h.sent), clock(t), maxAcked[h.key])})
 		}
 	}
 	return vs
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func clock(t time.Time) string {

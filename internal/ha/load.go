@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	libpq "github.com/lib/pq"
@@ -100,6 +99,7 @@ type adapter struct {
 
 	mu        sync.Mutex
 	successes []time.Time // send times of successful acquires, in order
+	acks      []time.Time // when they were acknowledged, in order
 }
 
 type runner struct {
@@ -221,7 +221,7 @@ func (r *runner) schedule(ctx context.Context) error {
 			return fmt.Errorf("before fault %d (%s): %w", i+1, kind, err)
 		}
 		standby := f.Other(primary)
-		fr := FaultResult{Kind: kind, Node: primary.Name, FirstAcquire: map[string]time.Duration{}}
+		fr := FaultResult{Kind: kind, Node: primary.Name, FirstAcquire: map[string]time.Duration{}, MaxGap: map[string]time.Duration{}}
 		maxFences := r.hist.maxFences()
 		switch kind {
 		case KillPostmaster:
@@ -289,6 +289,7 @@ func (r *runner) schedule(ctx context.Context) error {
 		sleepCtx(ctx, r.o.Settle)
 		for _, a := range r.ad {
 			fr.FirstAcquire[a.name] = a.firstSuccessAfter(fr.At)
+			fr.MaxGap[a.name] = a.maxGap(fr.At, fr.At.Add(fr.Stable))
 		}
 		// Every sentinel acknowledged so far, including those the old
 		// primary acknowledged after the fault, must be on the new one.
@@ -301,20 +302,47 @@ func (r *runner) schedule(ctx context.Context) error {
 		fr.SentinelsChecked = n
 		r.rep.SentinelChecks += n
 		r.rep.fenceChecks = append(r.rep.fenceChecks, fenceCheck{at: fr.At, max: maxFences})
-		r.o.Logf("fault %d: formation stable after %v, first acquire pq %s pgx %s; %d sentinel locks verified",
-			i+1, fr.Stable.Round(time.Millisecond),
-			ms(fr.FirstAcquire["pq"]), ms(fr.FirstAcquire["pgx"]), n)
+		r.o.Logf("fault %d: formation stable after %v, first acquire pq %s pgx %s, longest gap pq %s pgx %s; %d sentinel locks verified",
+			i+1, fr.Stable.Round(time.Millisecond), ms(fr.FirstAcquire["pq"]), ms(fr.FirstAcquire["pgx"]),
+			ms(fr.MaxGap["pq"]), ms(fr.MaxGap["pgx"]), n)
 		r.rep.Faults = append(r.rep.Faults, fr)
 	}
 	return nil
 }
 
-func processAlive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+func p50max(ds []time.Duration) (p50, maxd time.Duration) {
+	if len(ds) == 0 {
+		return 0, 0
+	}
+	slices.Sort(ds)
+	return ds[(len(ds)-1)/2], ds[len(ds)-1]
+}
 
 func (a *adapter) succeeded(sent time.Time) {
 	a.mu.Lock()
 	a.successes = append(a.successes, sent)
+	a.acks = append(a.acks, time.Now())
 	a.mu.Unlock()
+}
+
+// maxGap is the longest time between at and end without an acknowledged
+// acquire: the unavailability a fault caused, including a second outage
+// when a restarted old primary served for a while before the failover.
+func (a *adapter) maxGap(at, end time.Time) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	prev, gap := at, time.Duration(0)
+	for _, t := range a.acks {
+		if !t.After(at) {
+			continue
+		}
+		if t.After(end) {
+			break
+		}
+		gap = max(gap, t.Sub(prev))
+		prev = t
+	}
+	return max(gap, end.Sub(prev))
 }
 
 // firstSuccessAfter returns how long after t the first acquire that was
@@ -351,7 +379,7 @@ func (r *runner) note(a *adapter, op string, outcome string, err error) {
 	var se *syncguard.Error
 	if !errors.As(err, &se) {
 		r.rep.Errors[fmt.Sprintf("%s %s untyped: %v", a.name, op, err)]++
-		r.rep.Violations = append(r.rep.Violations, Violation{Rule: RuleErrors,
+		r.rep.Violations = append(r.rep.Violations, Violation{Rule: RuleErrors, At: time.Now(),
 			Detail: fmt.Sprintf("%s %s returned an error that is no *syncguard.Error: %v", a.name, op, err)})
 		return
 	}
@@ -371,7 +399,7 @@ func (r *runner) note(a *adapter, op string, outcome string, err error) {
 	key += ": " + cause.Msg
 	r.rep.Errors[key]++
 	if !cause.Code.Retryable() {
-		r.rep.Violations = append(r.rep.Violations, Violation{Rule: RuleErrors,
+		r.rep.Violations = append(r.rep.Violations, Violation{Rule: RuleErrors, At: time.Now(),
 			Detail: fmt.Sprintf("%s %s: %v", a.name, op, err)})
 	}
 }
@@ -616,6 +644,9 @@ func (r *runner) renewSentinel(a *adapter, s *sentinel, gen *int) bool {
 }
 
 func (r *runner) addViolation(v Violation) {
+	if v.At.IsZero() {
+		v.At = time.Now()
+	}
 	r.repMu.Lock()
 	r.rep.Violations = append(r.rep.Violations, v)
 	r.repMu.Unlock()
@@ -673,17 +704,15 @@ func (r *runner) finish() {
 		r.rep.Violations = append(r.rep.Violations, r.hist.checkFencesAfter(fc.at, fc.max)...)
 	}
 	r.rep.Holdings, r.rep.Pairs = st.holdings, st.pairs
-	var firsts []time.Duration
+	var firsts, gaps []time.Duration
 	for _, fr := range r.rep.Faults {
 		for _, a := range []string{"pq", "pgx"} {
 			if d := fr.FirstAcquire[a]; d >= 0 {
 				firsts = append(firsts, d)
 			}
+			gaps = append(gaps, fr.MaxGap[a])
 		}
 	}
-	slices.Sort(firsts)
-	if len(firsts) > 0 {
-		r.rep.RecoveryP50 = firsts[(len(firsts)-1)/2]
-		r.rep.RecoveryMax = firsts[len(firsts)-1]
-	}
+	r.rep.RecoveryP50, r.rep.RecoveryMax = p50max(firsts)
+	r.rep.GapP50, r.rep.GapMax = p50max(gaps)
 }

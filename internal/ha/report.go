@@ -22,6 +22,9 @@ type Violation struct {
 	Rule   string
 	Key    string
 	Detail string
+	// At is when the broken guarantee showed: the acknowledgement of the
+	// offending holding, or when a check found a lock missing.
+	At time.Time
 }
 
 func (v Violation) String() string {
@@ -47,6 +50,9 @@ type FaultResult struct {
 	// FirstAcquire is, per adapter, the time from the fault to the first
 	// successful acquire sent after it (-1: none).
 	FirstAcquire map[string]time.Duration
+	// MaxGap is, per adapter, the longest time from the fault to the
+	// formation being stable again without an acknowledged acquire.
+	MaxGap map[string]time.Duration
 	// Stable is the time until the formation had a primary and a
 	// secondary again (the old primary rewound and following).
 	Stable           time.Duration
@@ -68,14 +74,28 @@ type Report struct {
 	// RecoveryP50 and RecoveryMax are over all faults and both adapters of
 	// FirstAcquire.
 	RecoveryP50, RecoveryMax time.Duration
-	Ops                      map[string]int64 // "adapter op outcome" -> count
-	Errors                   map[string]int64 // "adapter op code SQLSTATE: message" -> count
-	LeaseLosses              map[string]int64 // how AutoExtend leases ended early
-	Holdings, Pairs          int              // hot-key holdings; consecutive pairs checked
-	SentinelChecks           int              // sentinel lookups after failovers
-	Violations               []Violation
+	// GapP50 and GapMax are over all faults and both adapters of MaxGap.
+	GapP50, GapMax  time.Duration
+	Ops             map[string]int64 // "adapter op outcome" -> count
+	Errors          map[string]int64 // "adapter op code SQLSTATE: message" -> count
+	LeaseLosses     map[string]int64 // how AutoExtend leases ended early
+	Holdings, Pairs int              // hot-key holdings; consecutive pairs checked
+	SentinelChecks  int              // sentinel lookups after failovers
+	Violations      []Violation
 
 	fenceChecks []fenceCheck
+}
+
+// faultBefore returns the index of the last fault at or before t (-1:
+// none).
+func (r *Report) faultBefore(t time.Time) int {
+	i := -1
+	for j, f := range r.Faults {
+		if !f.At.After(t) {
+			i = j
+		}
+	}
+	return i
 }
 
 // ViolationsByRule counts the violations per rule.
@@ -114,12 +134,14 @@ func (r *Report) Summary() string {
 		if f.InPlace {
 			promoted = "restarted in place, no failover"
 		}
-		fmt.Fprintf(&b, "  %d. %-20s on %s: %s, first acquire pq %6s pgx %6s, stable %6v, sentinels verified %d\n",
-			i+1, kind, f.Node, promoted, ms(f.FirstAcquire["pq"]),
-			ms(f.FirstAcquire["pgx"]), f.Stable.Round(time.Millisecond), f.SentinelsChecked)
+		fmt.Fprintf(&b, "  %d. %-20s on %s: %s; first acquire pq %s pgx %s; longest gap pq %s pgx %s; stable %v; sentinels verified %d\n",
+			i+1, kind, f.Node, promoted, ms(f.FirstAcquire["pq"]), ms(f.FirstAcquire["pgx"]),
+			ms(f.MaxGap["pq"]), ms(f.MaxGap["pgx"]), f.Stable.Round(time.Millisecond), f.SentinelsChecked)
 	}
 	fmt.Fprintf(&b, "time from the primary's death to the first successful acquire: p50 %v, max %v (%d samples)\n",
 		r.RecoveryP50.Round(time.Millisecond), r.RecoveryMax.Round(time.Millisecond), 2*len(r.Faults))
+	fmt.Fprintf(&b, "longest time without a successful acquire per fault and adapter: p50 %v, max %v\n",
+		r.GapP50.Round(time.Millisecond), r.GapMax.Round(time.Millisecond))
 	fmt.Fprintf(&b, "acquires: pq %d, pgx %d; hot-key holdings %d, hand-offs checked %d; sentinel lookups %d\n",
 		r.Acquires("pq"), r.Acquires("pgx"), r.Holdings, r.Pairs, r.SentinelChecks)
 	b.WriteString("operations:\n")
@@ -142,6 +164,25 @@ func (r *Report) Summary() string {
 		sort.Strings(rules)
 		for _, k := range rules {
 			fmt.Fprintf(&b, "  %4d x %s\n", byRule[k], k)
+		}
+		b.WriteString("violations by the last fault before them:\n")
+		byFault := map[int]int{}
+		for _, v := range r.Violations {
+			byFault[r.faultBefore(v.At)]++
+		}
+		for i := -1; i < len(r.Faults); i++ {
+			if n := byFault[i]; n > 0 {
+				what := "before the first fault"
+				if i >= 0 {
+					what = fmt.Sprintf("after fault %d (%s", i+1, r.Faults[i].Kind)
+					if r.Faults[i].InPlace {
+						what += ", restarted in place)"
+					} else {
+						what += ", failover)"
+					}
+				}
+				fmt.Fprintf(&b, "  %4d %s\n", n, what)
+			}
 		}
 	}
 	return b.String()

@@ -18,7 +18,11 @@ func TestMain(m *testing.M) { pgtest.Main(m, pgtest.Options{}) }
 // Parse/Describe/Sync, waits, then Bind/Execute/Sync, and PgBouncer may run
 // the second half on another server connection (26000 "unnamed prepared
 // statement does not exist", or another client's statement).
-var pqDriver = suite.Driver{Name: "postgres", Dialect: sgpq.Dialect, PgBouncerParams: "&binary_parameters=yes"}
+//
+// pq.ListenDialect gives lib/pq the DSN for its LISTEN connection, so that
+// waiting is woken on release (directly; PgBouncer in transaction mode does
+// not forward notifications, and waiting falls back to polling there).
+var pqDriver = suite.Driver{Name: "postgres", Dialect: sgpq.Dialect, DialectFor: sgpq.ListenDialect, PgBouncerParams: "&binary_parameters=yes"}
 
 // pgx behind PgBouncer 1.18 in transaction mode needs
 // default_query_exec_mode=exec (or simple_protocol, or cache_describe):

@@ -3,6 +3,7 @@ package itest_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"github.com/syncguard/syncguard-go/conformance"
 	"github.com/syncguard/syncguard-go/internal/pgtest"
 	_ "github.com/syncguard/syncguard-go/pgxstd"
+	"github.com/syncguard/syncguard-go/syncguard"
 )
 
 const helperEnv = "SYNCGUARD_ITEST_HELPER"
@@ -109,5 +111,31 @@ func mustExec(ctx context.Context, t *testing.T, db *sql.DB, q string) {
 	t.Helper()
 	if _, err := db.ExecContext(ctx, q); err != nil {
 		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+// TestSetupSchemaWithoutCreatePrivilege: SetupSchema as a role that may not
+// create in the schema says that CREATE on the schema is missing, not that
+// something is wrong with the lock tables.
+func TestSetupSchemaWithoutCreatePrivilege(t *testing.T) {
+	if os.Getenv(helperEnv) != "" {
+		t.Skip("helper run")
+	}
+	srv := pgtest.Require(t)
+	if srv.Kind == pgtest.KindEnv {
+		t.Skip("creates a role: local or docker server only")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := open(t, srv.DSN)
+	const role, pw = "sgc_nocreate", "sgc-nocreate-pw"
+	mustExec(ctx, t, admin, fmt.Sprintf(`DO $$ BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '%[1]s') THEN CREATE ROLE %[1]s LOGIN; END IF;
+END $$`, role))
+	mustExec(ctx, t, admin, fmt.Sprintf(`SET password_encryption = 'scram-sha-256'; ALTER ROLE %s LOGIN PASSWORD '%s'`, role, pw))
+	mustExec(ctx, t, admin, `REVOKE CREATE ON SCHEMA public FROM PUBLIC`)
+	err := syncguard.SetupSchema(ctx, open(t, srv.DSNFor(role, pw, "")), &syncguard.Config{TableName: "nocreate_locks", FenceTableName: "nocreate_fences"})
+	if !errors.Is(err, syncguard.ErrAuthFailed) || !strings.Contains(err.Error(), "CREATE on the schema") {
+		t.Errorf("SetupSchema without CREATE on the schema: %v", err)
 	}
 }

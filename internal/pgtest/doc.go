@@ -2,10 +2,10 @@
 //
 // It is a separate Go module so that its test-only dependency
 // (github.com/ory/dockertest/v3 and what it pulls in) is never built into the
-// library's packages. Test code of the main module uses it through
-//
-//	require github.com/syncguard/syncguard-go/internal/pgtest v0.0.0
-//	replace github.com/syncguard/syncguard-go/internal/pgtest => ./internal/pgtest
+// library's packages: no published module requires it. The test-only
+// modules (internal/itest, internal/chaos, internal/clitest, bench) require
+// it like any sibling, and the repository's go.work builds it from this
+// checkout (see docs/release.md).
 //
 // # Lookup order
 //

@@ -20,6 +20,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"iter"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -213,19 +214,11 @@ func HashKey(s string) string {
 		s = norm.NFC.String(s)
 	}
 	var h1, h2, h3 uint32
-	add := func(c uint32) {
+	for u := range UTF16Units(s) {
+		c := uint32(u)
 		h1 = h1*31 + c
 		h2 = h2*127 + 3*c
 		h3 = h3*2047 + 7*c
-	}
-	for _, r := range s {
-		if r >= 0x10000 {
-			a, b := utf16.EncodeRune(r)
-			add(uint32(a))
-			add(uint32(b))
-		} else {
-			add(uint32(r))
-		}
 	}
 	const hexdigits = "0123456789abcdef"
 	var out [24]byte
@@ -236,6 +229,25 @@ func HashKey(s string) string {
 		}
 	}
 	return string(out[:])
+}
+
+// UTF16Units yields the UTF-16 code units of s in order, as a JavaScript
+// string holds s (charCodeAt): a character outside the Basic Multilingual
+// Plane as its two surrogates, invalid UTF-8 as U+FFFD. The reference
+// implementation's string hashes run over these units.
+func UTF16Units(s string) iter.Seq[uint16] {
+	return func(yield func(uint16) bool) {
+		for _, r := range s {
+			if r >= 0x10000 {
+				a, b := utf16.EncodeRune(r)
+				if !yield(uint16(a)) || !yield(uint16(b)) {
+					return
+				}
+			} else if !yield(uint16(r)) {
+				return
+			}
+		}
+	}
 }
 
 func isASCII(s string) bool {

@@ -1,5 +1,7 @@
 -- acquire: one statement, one round trip.
--- $1 storage key, $2 lockId, $3 fence key, $4 normalized user key, $5 ttl in ms.
+-- $1 storage key, $2 lockId, $3 fence key, $4 normalized user key, $5 ttl in ms,
+-- $6 '' or, for a waiter of Lock/WithLock, the prefix of its "acquired"
+-- notification ("a <key hash> <waiter id> ", see wake.go).
 --
 -- cur:  the live row for the key in this statement's snapshot, if any.
 -- free: one row (carrying now_ms) when the snapshot shows no live lock and
@@ -23,9 +25,12 @@
 -- ins:  writes the lock row. On conflict it overwrites only a row that is
 --       still expired in its latest committed version, under that row's lock
 --       (never a lock whose extend just committed).
+-- n:    a waiter that got the lock says so, with the new expiry, to the other
+--       waiters (in every process listening on the table's channel).
 -- The final SELECT always returns one row. A row of our own lockId in cur
 -- means this statement already ran (database/sql re-ran it after
--- driver.ErrBadConn): report that success again.
+-- driver.ErrBadConn): report that success again. now_ms lets a failed
+-- attempt compute when the holder's lock expires, in server time.
 WITH
 t AS (
   SELECT {{now_ms}} AS now_ms
@@ -62,6 +67,9 @@ ins AS (
     "user_key" = EXCLUDED."user_key"
   WHERE NOT ({{live(l, EXCLUDED."acquired_at_ms")}})
   RETURNING l."lock_id", l."expires_at_ms", l."acquired_at_ms", l."fence"
+),
+n AS (
+  SELECT pg_notify({{channel}}, $6::text || ins."expires_at_ms") AS v FROM ins WHERE $6::text <> ''
 )
 SELECT
   COALESCE(ins."lock_id", cur."lock_id") AS lock_id,
@@ -69,7 +77,9 @@ SELECT
   COALESCE(ins."acquired_at_ms", cur."acquired_at_ms") AS acquired_at_ms,
   COALESCE(ins."fence", cur."fence") AS fence,
   (EXISTS (SELECT 1 FROM free) AND NOT EXISTS (SELECT 1 FROM f)
-   AND COALESCE((SELECT snapf."fence" FROM snapf), 0) >= {{fence_max}}) AS fence_exhausted
+   AND COALESCE((SELECT snapf."fence" FROM snapf), 0) >= {{fence_max}}) AS fence_exhausted,
+  t.now_ms
 FROM t
 LEFT JOIN ins ON true
 LEFT JOIN cur ON true
+LEFT JOIN n ON true

@@ -1,6 +1,11 @@
 -- opportunistic cleanup (CleanupInIsLocked): deletes the lock row of one key
 -- when it expired more than {{cleanup_grace}} ms ago. Never touches the fence
 -- table. The re-check under the row lock spares a row taken over meanwhile.
-DELETE FROM {{locks}}
-WHERE "key" = $1::text
-  AND "expires_at_ms" < {{now_ms}} - {{cleanup_grace}}
+-- The delete wakes the key's waiters as a release does.
+WITH d AS (
+  DELETE FROM {{locks}} AS l
+  WHERE l."key" = $1::text
+    AND l."expires_at_ms" < {{now_ms}} - {{cleanup_grace}}
+  RETURNING {{wake_hash(l."key")}} AS kh
+)
+SELECT pg_notify({{channel}}, 'r ' || d.kh) FROM d

@@ -1,6 +1,9 @@
 -- extend: one statement. $1 lockId, $2 ttl in ms.
 -- Sets expiry to server now + ttl, only for a live row of this lockId, under
 -- the row lock; never revives an expired lock. Returns the new expiry.
+-- n: an extend that shortens the lock (the new expiry is earlier than the
+-- one in the statement's snapshot) tells the waiters ("x <key hash>
+-- <expires_at_ms>"), so they try again right after the new expiry.
 WITH
 t AS (
   SELECT {{now_ms}} AS now_ms
@@ -9,7 +12,11 @@ u AS (
   UPDATE {{locks}} AS l SET "expires_at_ms" = t.now_ms + $2::bigint
   FROM t
   WHERE l."lock_id" = $1::text AND {{live(l)}}
-  RETURNING l."lock_id", l."expires_at_ms"
+  RETURNING l."lock_id", l."expires_at_ms", l."key"
+),
+n AS (
+  SELECT pg_notify({{channel}}, 'x ' || {{wake_hash(u."key")}} || ' ' || u."expires_at_ms") AS v FROM u
+  WHERE u."expires_at_ms" < (SELECT s."expires_at_ms" FROM {{locks}} AS s WHERE s."lock_id" = $1::text)
 )
 SELECT u."lock_id", u."expires_at_ms",
   CASE WHEN u."lock_id" IS NULL THEN
@@ -17,3 +24,4 @@ SELECT u."lock_id", u."expires_at_ms",
   t.now_ms
 FROM t
 LEFT JOIN u ON true
+LEFT JOIN n ON true

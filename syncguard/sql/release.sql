@@ -1,8 +1,13 @@
--- release: one statement. $1 lockId.
+-- release: one statement. $1 lockId, $2 '' or the releasing Backend's
+-- wake token (see wake.go).
 -- Deletes the row only if it belongs to $1 and is live, under the row lock
 -- (a concurrent takeover changes lock_id, and the re-check then fails).
 -- When nothing was deleted, the same row is read from the statement's
 -- snapshot to tell "expired" from "not-found" without another round trip.
+-- n: a deleted lock wakes its waiters, in every process listening on the
+-- table's channel, when this transaction commits ("r <key hash> [token]";
+-- see wake.go). The hash is also returned: the releasing Backend wakes its
+-- own waiters at once, and knows its notification by the token.
 WITH
 t AS (
   SELECT {{now_ms}} AS now_ms
@@ -10,11 +15,15 @@ t AS (
 d AS (
   DELETE FROM {{locks}} AS l USING t
   WHERE l."lock_id" = $1::text AND {{live(l)}}
-  RETURNING l."lock_id"
+  RETURNING l."lock_id", {{wake_hash(l."key")}} AS kh
+),
+n AS (
+  SELECT pg_notify({{channel}}, 'r ' || d.kh || CASE WHEN $2::text <> '' THEN ' ' || $2::text ELSE '' END) AS v FROM d
 )
 SELECT d."lock_id",
   CASE WHEN d."lock_id" IS NULL THEN
     (SELECT s."expires_at_ms" FROM {{locks}} AS s WHERE s."lock_id" = $1::text) END,
-  t.now_ms
+  t.now_ms, d.kh
 FROM t
 LEFT JOIN d ON true
+LEFT JOIN n ON true

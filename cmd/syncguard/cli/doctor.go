@@ -39,7 +39,9 @@ acquire waits for them (synchronous_standby_names, sync_state,
 synchronous_commit), since a failover to a standby that lacks an
 acknowledged commit hands its fence out again; whether a connection pooler
 in transaction mode sits between here and PostgreSQL, and whether
-prepared statements survive it; fence counters near their maximum; the
+prepared statements survive it; whether notifications reach a LISTEN
+connection, so that waiting for a contended lock is woken on release
+(or falls back to polling); fence counters near their maximum; the
 number of expired lock rows.
 
 Exit status: 0 when nothing failed (warnings allowed), 1 when a check

@@ -247,22 +247,23 @@ func (a *app) runHolding(o *runOpts, lease *syncguard.Lease, sent time.Time, sig
 // failing, one line when they work again (none with --quiet).
 func (h *holding) extended(r extendResult) {
 	a, o := h.a, h.o
+	if h.lost {
+		return // the tree is being stopped on the deadline already set
+	}
 	if r.ok {
 		h.confirmed = r.confirmed
 		h.lostAt = r.confirmed.Add(-lossMargin(o.ttl))
 		h.sup.setDeadline(h.confirmed)
-		if !h.lost {
-			h.lossTimer.Reset(time.Until(h.lostAt))
-		}
+		h.lossTimer.Reset(time.Until(h.lostAt))
 		if !h.outage.IsZero() {
-			if !o.quiet && !h.lost {
+			if !o.quiet {
 				a.notef("extended the lock on %s again after %v of failed attempts; still held", displayKey(o.key), short(time.Since(h.outage)))
 			}
 			h.outage = time.Time{}
 		}
 		return
 	}
-	if r.err == nil || h.lost || errors.Is(r.err, syncguard.ErrLockLost) || h.lease.Err() != nil {
+	if r.err == nil || errors.Is(r.err, syncguard.ErrLockLost) || h.lease.Err() != nil {
 		return // the lease has ended: lease.Done reports it
 	}
 	if h.outage.IsZero() {

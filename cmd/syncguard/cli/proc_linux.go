@@ -61,6 +61,13 @@ func readProc(pid int) (procInfo, bool) {
 	return p, true
 }
 
+// procAvailable reports whether /proc can be read (it may be missing in
+// a container); without it the tree is COMMAND's process group.
+func procAvailable() bool {
+	_, err := os.Stat("/proc/self/stat")
+	return err == nil
+}
+
 // descendants returns the live (not zombie) descendants of root, found by
 // their parent links in /proc.
 func descendants(root int) []procInfo {

@@ -27,6 +27,8 @@ type procInfo struct {
 
 func descendants(int) []procInfo { return nil }
 
+func procAvailable() bool { return false }
+
 func hasControllingTTY() bool { return false }
 
 // Deadlines travel as durations from now: the supervisor reads them at

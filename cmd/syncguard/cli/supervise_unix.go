@@ -458,7 +458,7 @@ func (sh *shim) signalTree(sig syscall.Signal) {
 		// The group id stays COMMAND's pid while a member lives, or while
 		// COMMAND is not reaped; after that, only signal a group that a
 		// descendant is seen in, so that a reused id is never signalled.
-		group = !sh.reaped || !treeTracking
+		group = !sh.reaped || !treeTracking || !procAvailable()
 		for _, p := range procs {
 			group = group || p.pgrp == sh.pgid
 		}

@@ -19,6 +19,10 @@ type Driver struct {
 	// Name is the database/sql driver name: "postgres" (lib/pq), "pgx".
 	Name    string
 	Dialect driver.Dialect
+	// DialectFor, when set, returns the dialect for a pool opened with dsn,
+	// instead of Dialect: lib/pq's pq.ListenDialect needs the DSN to open
+	// its LISTEN connection.
+	DialectFor func(dsn string) driver.Dialect
 	// PgBouncerParams are the DSN parameters the driver needs behind
 	// PgBouncer 1.18 in transaction mode (see docs/failure-model.md):
 	// "&binary_parameters=yes" for lib/pq, "&default_query_exec_mode=exec"
@@ -33,7 +37,7 @@ func Run(t *testing.T, d Driver) {
 	srv := pgtest.Require(t)
 	h := conformance.Harness{
 		Open:              conformance.Opener(d.Name, srv.DSN),
-		Dialect:           d.Dialect,
+		Dialect:           d.dialect(srv.DSN),
 		OpenRefused:       conformance.Opener(d.Name, srv.RefusedDSN()),
 		OpenWrongPassword: wrongPassword(srv, conformance.Opener(d.Name, srv.DSNFor(srv.PasswordRole, "wrong-password", "postgres"))),
 	}
@@ -64,7 +68,7 @@ func RunThroughPgBouncer(t *testing.T, d Driver) {
 	params := d.PgBouncerParams + "&connect_timeout=5"
 	h := conformance.Harness{
 		Open:              conformance.Opener(d.Name, bouncer.DSN+params),
-		Dialect:           d.Dialect,
+		Dialect:           d.dialect(bouncer.DSN + params),
 		OpenRefused:       conformance.Opener(d.Name, srv.RefusedDSN()),
 		OpenWrongPassword: conformance.Opener(d.Name, bouncer.DSNFor(srv.PasswordRole, "wrong-password", "postgres")+params),
 		Config:            func(c *syncguard.Config) { c.DisablePrepare = true },
@@ -96,12 +100,13 @@ func RunThroughPgBouncerPrepared(t *testing.T, d Driver) {
 	params := d.PgBouncerParams + "&connect_timeout=5"
 	h := conformance.Harness{
 		Open:              conformance.Opener(d.Name, bouncer.DSN+params),
-		Dialect:           d.Dialect,
+		Dialect:           d.dialect(bouncer.DSN + params),
 		OpenRefused:       conformance.Opener(d.Name, srv.RefusedDSN()),
 		OpenWrongPassword: conformance.Opener(d.Name, bouncer.DSNFor(srv.PasswordRole, "wrong-password", "postgres")+params),
 		NoSessionState:    true,
 	}
 	conformance.Run(t, h)
+	conformance.RunAdvisory(t, h)
 	if t.Failed() {
 		t.Logf("--- pgbouncer log (tail) ---\n%s", bouncer.LogTail(40))
 	}
@@ -118,4 +123,9 @@ func wrongPassword(srv *pgtest.Server, open func(testing.TB) *sql.DB) func(testi
 		}
 		return open(t)
 	}
+func (d Driver) dialect(dsn string) driver.Dialect {
+	if d.DialectFor != nil {
+		return d.DialectFor(dsn)
+	}
+	return d.Dialect
 }

@@ -1,0 +1,243 @@
+package conformance
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+// Cases of waiting for a contended key (syncguard.Lock, WithLock): woken on
+// release, across pools and processes, when notifications reach the
+// Backend; after the holder's expiry, always; never losing a wake-up;
+// falling back to polling where notifications cannot work. See the waiting
+// section of docs/design.md.
+//
+// Every wait here is given options under which only the property checked
+// can end it before its timeout (a retry delay of an hour, a holder's TTL
+// longer than the timeout), and the timeout is far longer than the
+// property needs: a broken rule shows as an acquisition timeout, a slow
+// machine does not.
+
+// waitTimeout bounds every wait of these cases.
+const waitTimeout = 15 * time.Second
+
+// wakeOnly returns options under which a wait ends before its timeout only
+// by a wake-up (a release or the holder's expiry): its one retry is due in
+// an hour.
+func wakeOnly() *syncguard.LockOptions {
+	return &syncguard.LockOptions{TTL: 30 * time.Second, Acquisition: syncguard.AcquisitionOptions{
+		MaxRetries: 1, RetryDelay: time.Hour, Backoff: "fixed",
+		Jitter: "none", Timeout: waitTimeout}}
+}
+
+// polling returns options that retry every 100 ms up to the timeout.
+func polling() *syncguard.LockOptions {
+	return &syncguard.LockOptions{TTL: 30 * time.Second, Acquisition: syncguard.AcquisitionOptions{
+		MaxRetries: 1 << 20, RetryDelay: 100 * time.Millisecond, Backoff: "fixed",
+		Jitter: "none", Timeout: waitTimeout}}
+}
+
+// noListen hides a dialect's optional capabilities (driver.Listener).
+type noListen struct{ driver.Dialect }
+
+// dialect returns the dialect the case's backends use.
+func (e *sqlEnv) dialect() driver.Dialect {
+	if e.h.Dialect != nil {
+		return e.h.Dialect
+	}
+	d, ok := driver.Lookup(e.db.Driver())
+	if !ok {
+		e.t.Fatalf("setup: no dialect registered for %T", e.db.Driver())
+	}
+	return d
+}
+
+// notifications settles b's LISTEN connection and checks its status against
+// what the harness allows: a dialect with driver.Listener on a connection
+// that keeps session state must be woken by notifications.
+func (e *sqlEnv) notifications(b *syncguard.Backend) syncguard.NotificationStatus {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	e.t.Cleanup(func() { b.Close() }) // its LISTEN connection would linger 30 s
+	st := b.NotificationStatus(ctx, true)
+	_, can := e.dialect().(driver.Listener)
+	switch {
+	case st.Active:
+	case can && !e.h.NoSessionState:
+		e.t.Fatalf("rule: a Backend whose dialect implements driver.Listener, on connections that keep session state, is woken by notifications; it falls back to polling: %s", st.Reason)
+	case st.Reason == "":
+		e.t.Errorf("rule: a Backend whose waiting falls back to polling says why; NotificationStatus.Reason is empty")
+	default:
+		e.t.Logf("notifications unavailable here (%s): checking the polling fallback", st.Reason)
+	}
+	return st
+}
+
+type lockOutcome struct {
+	lease *syncguard.Lease
+	err   error
+}
+
+// lockAsync starts Lock on b in a goroutine.
+func (e *env) lockAsync(b syncguard.LockBackend, key string, opts *syncguard.LockOptions) <-chan lockOutcome {
+	ch := make(chan lockOutcome, 1)
+	go func() {
+		l, err := syncguard.Lock(e.ctx, b, key, opts)
+		ch <- lockOutcome{l, err}
+	}()
+	return ch
+}
+
+// mustGet waits for a Lock started by lockAsync; it must succeed with a
+// fence above after's.
+func (e *env) mustGet(ch <-chan lockOutcome, after syncguard.Fence, rule string) *syncguard.Lease {
+	e.t.Helper()
+	var o lockOutcome
+	select {
+	case o = <-ch:
+	case <-e.ctx.Done():
+		e.t.Fatalf("rule: %s; the waiter had not returned when the case timed out", rule)
+	}
+	if o.err != nil {
+		e.t.Fatalf("rule: %s; the waiter got %v", rule, o.err)
+	}
+	if o.lease.Fence() <= after {
+		e.t.Errorf("rule: the next holder gets a greater fence; %s after %s", o.lease.Fence(), after)
+	}
+	return o.lease
+}
+
+// pause lets a waiter started just before reach its wait. It is pacing,
+// not an assertion: the cases hold whatever the interleaving.
+func (e *env) pause(d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-e.ctx.Done():
+	}
+}
+
+func init() {
+	registerSQL("Waiting/WakeOnReleaseAcrossPools", func(e *sqlEnv) {
+		// A holder on one pool releases; a waiter on another pool (another
+		// process, as far as the library can tell) whose only retry is an
+		// hour away gets the key, so it was woken by the release.
+		st := e.notifications(e.pb2)
+		k := e.key("wake")
+		held := e.mustAcquire(e.pb, k, 60*time.Second)
+		opts, rule := wakeOnly(), "a release on one pool wakes a waiter on another pool (its only retry was an hour away, the holder's TTL a minute)"
+		if !st.Active {
+			opts, rule = polling(), "without notifications, a release on another pool is found by the waiter's next retry"
+		}
+		ch := e.lockAsync(e.pb2, k, opts)
+		e.pause(200 * time.Millisecond)
+		if r := e.release(e.pb, held.LockID); !r.OK {
+			e.t.Fatalf("rule: the holder's release succeeds; got %+v", r)
+		}
+		e.mustGet(ch, held.Fence, rule).Close()
+	})
+
+	registerSQL("Waiting/WakeAfterCrashedHolderExpiry", func(e *sqlEnv) {
+		// The holder never releases (it crashed). The waiter learned the
+		// holder's expiry from its failed attempt and tries again once the
+		// lock is no longer live: never before, and without waiting for its
+		// retry, due in an hour.
+		e.notifications(e.pb2)
+		k := e.key("crashed")
+		held := e.mustAcquire(e.pb, k, 1500*time.Millisecond)
+		lease := e.mustGet(e.lockAsync(e.pb2, k, wakeOnly()), held.Fence,
+			"a waiter gets the key of a crashed holder once that lock expired (the holder's TTL was 1.5 s, the waiter's only retry an hour away)")
+		defer lease.Close()
+		info, err := e.pb.LookupKey(e.ctx, k)
+		e.must(err, "LookupKey")
+		if info == nil {
+			e.t.Fatalf("rule: the waiter holds the key; LookupKey found no live lock")
+		}
+		if !info.AcquiredAt.After(held.ExpiresAt.Add(tolMs * time.Millisecond)) {
+			e.t.Errorf("rule: a waiter takes over only once the holder's lock is no longer live (expires_at_ms + %d ms); acquired at %d, holder expired at %d",
+				tolMs, ms(info.AcquiredAt), ms(held.ExpiresAt))
+		}
+	})
+
+	registerSQL("Waiting/FallbackWhenNotificationsUnavailable", func(e *sqlEnv) {
+		// A dialect without driver.Listener: waiting polls, wakes the
+		// waiters of its own Backend on release at once, and says so once.
+		logs := &captureHandler{}
+		bf := e.newBackend(e.db2, func(c *syncguard.Config) {
+			c.Dialect = noListen{e.dialect()}
+			c.Logger = slog.New(logs)
+		})
+		if st := bf.NotificationStatus(e.ctx, true); st.Active || !strings.Contains(st.Reason, "driver.Listener") {
+			e.t.Errorf("rule: a Backend whose dialect lacks driver.Listener reports that waiting polls, and why; got %+v", st)
+		}
+
+		// A release by the same Backend wakes its waiter without a retry.
+		k := e.key("fallback-local")
+		holder, err := syncguard.Lock(e.ctx, bf, k, &syncguard.LockOptions{TTL: 60 * time.Second})
+		e.must(err, "Lock of a free key")
+		ch := e.lockAsync(bf, k, wakeOnly())
+		e.pause(200 * time.Millisecond)
+		if _, err := holder.Release(e.ctx); err != nil {
+			e.t.Fatalf("rule: the holder's release succeeds; got %v", err)
+		}
+		e.mustGet(ch, holder.Fence(), "without notifications, a release by the same Backend still wakes its waiter (its only retry was an hour away)").Close()
+
+		// A release on another pool is found by the next retry.
+		k2 := e.key("fallback-remote")
+		held := e.mustAcquire(e.pb, k2, 60*time.Second)
+		ch = e.lockAsync(bf, k2, polling())
+		e.pause(200 * time.Millisecond)
+		e.release(e.pb, held.LockID)
+		e.mustGet(ch, held.Fence, "without notifications, a release on another pool is found by the waiter's next retry").Close()
+
+		n := 0
+		for _, w := range logs.warnings() {
+			if strings.Contains(w, "falls back to polling") {
+				n++
+			}
+		}
+		if n != 1 {
+			e.t.Errorf("rule: the fallback to polling is logged once per Backend; %d records after two waits: %q", n, logs.warnings())
+		}
+	})
+
+	registerSQL("Waiting/NoLostWakeupWhenReleaseRacesWaiter", func(e *sqlEnv) {
+		// The release lands anywhere from before the waiter's first attempt
+		// to after it started waiting. Whatever the interleaving, the waiter
+		// (whose only retry is an hour away, the holder's TTL a minute) gets
+		// the key: a release between its failed attempt and its wait is not
+		// lost. Holder and waiter share a Backend (woken in-process), and,
+		// with notifications, are on two pools (woken by notification).
+		type pair struct {
+			name             string
+			holder, waiter   *syncguard.Backend
+			needNotification bool
+		}
+		pairs := []pair{{"one Backend", e.pb, e.pb, false}, {"two pools", e.pb, e.pb2, true}}
+		active := e.notifications(e.pb2).Active
+		const rounds = 24
+		for _, p := range pairs {
+			if p.needNotification && !active {
+				continue
+			}
+			k := e.key("race")
+			for i := range rounds {
+				held := e.mustAcquire(p.holder, k, 60*time.Second)
+				ch := e.lockAsync(p.waiter, k, wakeOnly())
+				// 0 to ~2.3 ms: before, during and after the first attempt.
+				time.Sleep(time.Duration(i) * 100 * time.Microsecond)
+				if r := e.release(p.holder, held.LockID); !r.OK {
+					e.t.Fatalf("rule: the holder's release succeeds; got %+v", r)
+				}
+				lease := e.mustGet(ch, held.Fence, "a release racing a waiter that is starting to wait still wakes it ("+p.name+")")
+				if _, err := lease.Release(e.ctx); err != nil {
+					e.t.Fatalf("rule: the waiter's release succeeds; got %v", err)
+				}
+			}
+		}
+	})
+}

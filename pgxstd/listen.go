@@ -1,0 +1,100 @@
+package pgxstd
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/syncguard/syncguard-go/driver"
+)
+
+var _ driver.Listener = dialect{}
+
+// Listen implements driver.Listener. It borrows one of db's connections for
+// a moment to copy its configuration (host, credentials, TLS, runtime
+// parameters), then opens a separate pgx connection with it, outside db's
+// pool, and runs LISTEN there.
+func (dialect) Listen(ctx context.Context, db *sql.DB, channel string) (driver.NotifyConn, error) {
+	cfg, err := connConfig(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	// A cancelled Wait must leave the connection usable: interrupt the read
+	// with a deadline, never with a cancel request (which could hit a later
+	// statement) and never by closing.
+	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
+	}
+	// The copy carries the pooled connection's notification handler (pgx
+	// sets it to that connection's buffer); ours must buffer for itself.
+	cfg.OnNotification = nil
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.PgConn().Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()).ReadAll(); err != nil {
+		closeQuietly(c)
+		return nil, err
+	}
+	return &notifyConn{c: c, channel: channel}, nil
+}
+
+// connConfig returns a copy of the configuration of one of db's
+// connections.
+func connConfig(ctx context.Context, db *sql.DB) (*pgx.ConnConfig, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	var cfg *pgx.ConnConfig
+	err = conn.Raw(func(dc any) error {
+		sc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("pgxstd: the pool's connections are %T, not *stdlib.Conn", dc)
+		}
+		cfg = sc.Conn().Config()
+		return nil
+	})
+	return cfg, err
+}
+
+func closeQuietly(c *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = c.Close(ctx)
+}
+
+type notifyConn struct {
+	c       *pgx.Conn
+	channel string
+}
+
+func (n *notifyConn) Wait(ctx context.Context) (string, error) {
+	for {
+		nt, err := n.c.WaitForNotification(ctx)
+		if err != nil {
+			return "", err
+		}
+		if nt == nil {
+			return "", errors.New("pgxstd: no notification buffered after WaitForNotification")
+		}
+		if nt.Channel == n.channel {
+			return nt.Payload, nil
+		}
+	}
+}
+
+func (n *notifyConn) Ping(ctx context.Context) error { return n.c.Ping(ctx) }
+
+func (n *notifyConn) Close() error {
+	closeQuietly(n.c)
+	return nil
+}

@@ -123,6 +123,8 @@ func wrongPassword(srv *pgtest.Server, open func(testing.TB) *sql.DB) func(testi
 		}
 		return open(t)
 	}
+}
+
 func (d Driver) dialect(dsn string) driver.Dialect {
 	if d.DialectFor != nil {
 		return d.DialectFor(dsn)

@@ -155,7 +155,7 @@ var bySQLState = map[string]mapping{
 	"25006": {ServiceUnavailable, "read-only transaction: the server is a standby or read-only during a failover; " +
 		"retryable once connected to the new primary (use target_session_attrs=read-write in the DSN)"},
 	"25P02": {Internal, "the caller's transaction is aborted; roll it back"},
-	"42P01": {Internal, "lock table missing: run syncguard.SetupSchema (or apply syncguard.SchemaSQL) first"},
+	"42P01": {Internal, "lock table missing: run syncguard.SetupSchema (or apply syncguard.SchemaSQL) first; if it exists, the role lacks USAGE on its schema (search_path skips such schemas) or search_path does not include it"},
 	"42703": {Internal, "lock table has the wrong columns: it was not created by syncguard.SetupSchema"},
 	"08":    {ServiceUnavailable, "connection exception"},
 	"53":    {ServiceUnavailable, "server out of resources"},

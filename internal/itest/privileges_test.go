@@ -83,7 +83,7 @@ func TestPrivilegeErrorsNameTheObject(t *testing.T) {
 			exec(`GRANT USAGE ON SCHEMA sg_priv_empty TO sg_priv_user`)
 			db, _ := open("sg_priv_empty")
 			check("SetupSchema without CREATE on the schema", syncguard.SetupSchema(ctx, db, &syncguard.Config{Dialect: d.Dialect}),
-				syncguard.CodeAuthFailed, "privilege on schema sg_priv_empty", "setupSchema needs CREATE on the schema")
+				syncguard.CodeAuthFailed, "needs CREATE on the schema", "schema sg_priv_empty")
 
 			// No USAGE on the schema holding the tables: search_path skips it.
 			exec(`REVOKE ALL ON SCHEMA sg_priv FROM sg_priv_user`)

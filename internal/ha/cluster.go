@@ -669,7 +669,7 @@ func (f *Formation) Events(ctx context.Context, n int) ([]string, error) {
 }
 
 // Stop stops every node (SIGTERM to each process group, SIGKILL after
-// 20 s) and removes the directory.
+// 20 s) and removes the directory. It may be called again.
 func (f *Formation) Stop() error {
 	if f.mon != nil {
 		f.mon.Close()
@@ -688,6 +688,11 @@ func (f *Formation) Stop() error {
 		n.mu.Unlock()
 		if cmd == nil {
 			continue
+		}
+		select {
+		case <-done:
+			continue // already stopped (or killed): nothing of ours to signal
+		default:
 		}
 		wg.Add(1)
 		go func() {

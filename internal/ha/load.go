@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	libpq "github.com/lib/pq"
@@ -110,9 +109,8 @@ type runner struct {
 	rep  *Report
 	ad   []*adapter
 
-	ctx     context.Context // the load's; cancelled at the end
-	repMu   sync.Mutex
-	running atomic.Bool
+	ctx   context.Context // the load's; cancelled at the end
+	repMu sync.Mutex
 }
 
 // DSN is the multi-host connection string clients use: both nodes, in a
@@ -176,7 +174,6 @@ func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, ni
 func (r *runner) run(ctx context.Context) (*Report, error) {
 	lctx, stopLoad := context.WithCancel(ctx)
 	r.ctx = lctx
-	r.running.Store(true)
 	var wg sync.WaitGroup
 	seed := r.o.Seed
 	for _, a := range r.ad {
@@ -192,7 +189,6 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	}
 	t0 := time.Now()
 	err := r.schedule(ctx)
-	r.running.Store(false)
 	stopLoad()
 	wg.Wait()
 	r.rep.Duration = time.Since(t0)

@@ -24,11 +24,15 @@ func init() {
 
 	registerSQL("Errors/WrongPasswordIsAuthFailed", func(e *sqlEnv) {
 		e.skipUnlessHook(e.h.OpenWrongPassword != nil, "OpenWrongPassword")
-		db := e.h.OpenWrongPassword(e.t)
+		db := e.h.OpenWrongPassword(e.t) // may skip, with its own reason
 		ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
 		defer cancel()
-		if db.PingContext(ctx) == nil {
-			e.t.Fatalf("setup: OpenWrongPassword's pool connected: the server accepted its credentials (pg_hba.conf \"trust\" for that user and host?); the case needs a DSN the server rejects")
+		if err := db.PingContext(ctx); err == nil {
+			// The server let the "wrong" password in (trust authentication,
+			// or a role without a password, as on a server given by
+			// SYNCGUARD_TEST_DSN): the harness cannot produce a rejected
+			// login, so there is nothing to check.
+			e.t.Skip("Harness.OpenWrongPassword's pool logged in: the server did not reject its credentials (trust authentication?), so this harness cannot produce a rejected login")
 		}
 		b := e.newBackend(db, nil)
 		for op, err := range allOps(ctx, b, e.key("auth"), rules.GenerateLockID(), time.Second) {

@@ -81,7 +81,9 @@ func (r *runner) note(a *adapter, worker, key, op string, start time.Time, dur t
 	if dur > r.maxLat[a.name+" "+op] {
 		r.maxLat[a.name+" "+op] = dur
 	}
-	if err == nil {
+	if err == nil && len(r.opts.Schedule) > 0 {
+		// Only the recovery after a fault needs them; a fault-free soak
+		// would grow this list with every operation.
 		r.successes[a.name] = append(r.successes[a.name], [2]time.Time{start, start.Add(dur)})
 	}
 	r.mu.Unlock()

@@ -41,12 +41,17 @@ type Report struct {
 
 // Sample is one measurement of a soak run.
 type Sample struct {
-	At             time.Duration
-	HeapAlloc      uint64 // bytes live after a GC
+	At        time.Duration
+	HeapAlloc uint64 // bytes live after a GC
+	// Heap splits the live heap between the library (syncguard, adapters,
+	// drivers, database/sql) and the harness (workers, the checker's
+	// history), from the heap profile (memattr.go).
+	Heap           HeapSplit
 	Goroutines     int
 	Open           map[string]int // adapter -> db.Stats().OpenConnections
 	ServerSessions int            // pg_stat_activity sessions of the pools
 	Holdings       int            // holdings so far
+	Retained       int            // holdings the checker keeps in memory (see Options.CompactHistory)
 }
 
 // Summary formats the report for a test log.
@@ -92,14 +97,14 @@ func (r *runner) sample(ctx context.Context, start time.Time) Sample {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	smp := Sample{At: time.Since(start), HeapAlloc: ms.HeapAlloc, Goroutines: runtime.NumGoroutine(), Open: map[string]int{}}
+	smp := Sample{At: time.Since(start), HeapAlloc: ms.HeapAlloc, Heap: heapSplit(), Goroutines: runtime.NumGoroutine(), Open: map[string]int{}}
 	for _, a := range r.adapt {
 		smp.Open[a.name] = a.db.Stats().OpenConnections
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_ = r.admin.QueryRowContext(cctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = ANY($1)`, r.appNames()).Scan(&smp.ServerSessions)
-	smp.Holdings = r.hist.Len()
+	smp.Holdings, smp.Retained = r.hist.Begun(), r.hist.Retained()
 	return smp
 }
 

@@ -54,7 +54,7 @@ type Holding struct {
 	ReleaseOK   bool
 	// End says how the holding ended, in the recorder's words (for
 	// example "released", "release:<reason>", "lost:<why>"), or "" while
-	// it runs or when nobody said.
+	// it runs or when nobody said. Compact forgets only ended holdings.
 	End string
 }
 
@@ -77,6 +77,12 @@ type History struct {
 	t0       time.Time
 	holdings []*Holding
 	events   map[string][]Event
+	seq      int // holdings begun
+
+	// What Compact checked and dropped; Check adds it to its results.
+	compacted  CheckStats
+	compactVs  []Violation
+	compactMax map[string]int64 // per key, the largest fence dropped
 }
 
 const maxEventsPerKey = 4000
@@ -105,7 +111,8 @@ func (h *History) Begin(key, worker string, r syncguard.AcquireResult, ttl time.
 	hd := &Holding{Key: key, Worker: worker, Fence: n, LockHash: syncguard.HashKey(r.LockID), TTL: ttl,
 		StartMs: exp - ttl.Milliseconds(), Expiries: []int64{exp}, AcqSent: sent, AckedAt: acked}
 	h.mu.Lock()
-	hd.Seq = len(h.holdings)
+	hd.Seq = h.seq
+	h.seq++
 	h.holdings = append(h.holdings, hd)
 	h.mu.Unlock()
 	return hd
@@ -150,8 +157,15 @@ func (h *History) Event(key string, e Event) {
 	h.events[key] = append(l, e)
 }
 
-// Len is the number of holdings recorded so far.
-func (h *History) Len() int {
+// Begun is the number of holdings recorded, compacted ones included.
+func (h *History) Begun() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.seq
+}
+
+// Retained is the number of holdings kept in memory.
+func (h *History) Retained() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.holdings)
@@ -172,6 +186,11 @@ func (h *History) Holdings() []Holding {
 // MaxAckedFences returns, per key, the largest fence acknowledged before t.
 func (h *History) MaxAckedFences(t time.Time) map[string]int64 {
 	m := map[string]int64{}
+	h.mu.Lock()
+	for k, f := range h.compactMax {
+		m[k] = f
+	}
+	h.mu.Unlock()
 	for _, hd := range h.Holdings() {
 		if hd.AckedAt.Before(t) && hd.Fence > m[hd.Key] {
 			m[hd.Key] = hd.Fence
@@ -234,16 +253,96 @@ type CheckStats struct {
 // release committed, legitimately records a start before the release.
 func (h *History) Check(slackMs int64) ([]Violation, CheckStats) {
 	all := h.Holdings()
+	byKey := byKeyAndFence(all)
+	st := CheckStats{Holdings: len(all), MinGapMs: 1 << 62}
+	vs := h.checkPairs(byKey, slackMs, &st, func(string, []Holding) int { return 1 << 62 })
+	h.mu.Lock()
+	c := h.compacted
+	vs = append(append([]Violation(nil), h.compactVs...), vs...)
+	h.mu.Unlock()
+	st.Holdings += c.Holdings
+	st.Pairs += c.Pairs
+	st.HandoffsByRelease += c.HandoffsByRelease
+	st.HandoffsByExpiry += c.HandoffsByExpiry
+	if c.Pairs > 0 {
+		st.MinGapMs = min(st.MinGapMs, c.MinGapMs)
+	}
+	if st.Pairs == 0 {
+		st.MinGapMs = 0
+	}
+	return vs, st
+}
+
+func byKeyAndFence(all []Holding) map[string][]Holding {
 	byKey := map[string][]Holding{}
 	for _, hd := range all {
 		byKey[hd.Key] = append(byKey[hd.Key], hd)
 	}
-	st := CheckStats{Holdings: len(all), MinGapMs: 1 << 62}
+	for _, hs := range byKey {
+		sort.Slice(hs, func(i, j int) bool { return hs[i].Fence < hs[j].Fence })
+	}
+	return byKey
+}
+
+// Compact checks, and then forgets, the holdings that can no longer take
+// part in a violation, so that a long soak's checker keeps a bounded
+// history: per key, in fence order, the ended holdings acknowledged before
+// before, except the last holding of the key (the next holding is checked
+// against it). The pairs they form are checked now, with the same rules as
+// Check, whose results include them. Only for runs without crashes
+// (CheckFencesAfter and MaxAckedFences need every holding).
+func (h *History) Compact(slackMs int64, before time.Time) {
+	byKey := byKeyAndFence(h.Holdings())
+	var st CheckStats
+	st.MinGapMs = 1 << 62
+	drop := map[int]bool{}
+	// checkPairs checks pairs (hs[i-1], hs[i]) for i < limit: every pair
+	// whose first holding is dropped.
+	vs := h.checkPairs(byKey, slackMs, &st, func(k string, hs []Holding) int {
+		p := 0
+		for p < len(hs)-1 && hs[p].End != "" && hs[p].AckedAt.Before(before) {
+			drop[hs[p].Seq] = true
+			p++
+		}
+		return p + 1
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.compactMax == nil {
+		h.compactMax = map[string]int64{}
+	}
+	keep := h.holdings[:0]
+	for _, hd := range h.holdings {
+		if drop[hd.Seq] {
+			h.compactMax[hd.Key] = max(h.compactMax[hd.Key], hd.Fence)
+			continue
+		}
+		keep = append(keep, hd)
+	}
+	clear(h.holdings[len(keep):])
+	h.holdings = keep
+	h.compactVs = append(h.compactVs, vs...)
+	c := &h.compacted
+	c.Holdings += len(drop)
+	if st.Pairs > 0 {
+		if c.Pairs == 0 {
+			c.MinGapMs = st.MinGapMs
+		} else {
+			c.MinGapMs = min(c.MinGapMs, st.MinGapMs)
+		}
+	}
+	c.Pairs += st.Pairs
+	c.HandoffsByRelease += st.HandoffsByRelease
+	c.HandoffsByExpiry += st.HandoffsByExpiry
+}
+
+// checkPairs checks the pairs (hs[i-1], hs[i]) of every key's holdings in
+// fence order, for 1 <= i < limit(key, hs), adding to st.
+func (h *History) checkPairs(byKey map[string][]Holding, slackMs int64, st *CheckStats, limit func(string, []Holding) int) []Violation {
 	var vs []Violation
 	for _, k := range slices.Sorted(maps.Keys(byKey)) {
 		hs := byKey[k]
-		sort.Slice(hs, func(i, j int) bool { return hs[i].Fence < hs[j].Fence })
-		for i := 1; i < len(hs); i++ {
+		for i := 1; i < min(len(hs), limit(k, hs)); i++ {
 			prev, cur := hs[i-1], hs[i]
 			if cur.Fence == prev.Fence {
 				vs = append(vs, Violation{Rule: RuleFenceTwice, Key: k, At: later(prev.AckedAt, cur.AckedAt),
@@ -283,10 +382,7 @@ func (h *History) Check(slackMs int64) ([]Violation, CheckStats) {
 			}
 		}
 	}
-	if st.Pairs == 0 {
-		st.MinGapMs = 0
-	}
-	return vs, st
+	return vs
 }
 
 // CheckFencesAfter verifies that every holding acquired (sent) after t has

@@ -108,3 +108,50 @@ func TestCheckFencesAfterCrash(t *testing.T) {
 		t.Fatalf("got %v", vs)
 	}
 }
+
+// Compact forgets finished holdings but keeps every verdict: a history
+// checked in pieces gives what Check gives on the whole, and the memory
+// kept is bounded by the holdings that may still matter.
+func TestCompactKeepsVerdictsAndBoundsHistory(t *testing.T) {
+	build := func(compact func(h *History, i int)) *History {
+		h := New()
+		t0 := time.Now().UnixMilli() - 1_000_000
+		for i := range 300 {
+			for _, k := range []string{"k1", "k2"} {
+				start := t0 + int64(i)*1000
+				if k == "k2" && i == 150 {
+					start -= 600 // overlaps the previous holder: a violation
+				}
+				holding(h, k, "w", int64(i+1), start, 1500, time.UnixMilli(start+500))
+			}
+			compact(h, i)
+		}
+		// One holding still running.
+		holding(h, "k1", "w", 301, t0+300*1000, 1500, time.Time{})
+		return h
+	}
+	whole := build(func(*History, int) {})
+	pieces := build(func(h *History, i int) {
+		if i%37 == 0 {
+			h.Compact(0, time.Now())
+		}
+	})
+	vw, sw := whole.Check(0)
+	vp, sp := pieces.Check(0)
+	if ruleNames(vw) != ruleNames(vp) || len(vw) != 1 {
+		t.Fatalf("violations: whole %q, compacted %q", ruleNames(vw), ruleNames(vp))
+	}
+	if sw != sp {
+		t.Fatalf("stats: whole %+v, compacted %+v", sw, sp)
+	}
+	pieces.Compact(0, time.Now())
+	if n := pieces.Retained(); n > 3 {
+		t.Errorf("after Compact the checker keeps the last holding of each key and the running one; kept %d", n)
+	}
+	if _, st := pieces.Check(0); st != sw {
+		t.Errorf("stats after the last Compact: %+v, want %+v", st, sw)
+	}
+	if m := pieces.MaxAckedFences(time.Now()); m["k1"] != 301 || m["k2"] != 300 {
+		t.Errorf("MaxAckedFences after Compact: %v", m)
+	}
+}

@@ -171,7 +171,8 @@ func (a *app) usage(w io.Writer) {
 		"Exit statuses: 0 ok, 64 usage, 69 database unavailable, 70 internal, 75 lock busy,\n"+
 		"76 lock lost; run: the command's own status, 128+N if it died of signal N;\n"+
 		"status: 0 held, 1 free.\n"+
-		"Run 'syncguard help COMMAND' for a command's flags. Full reference: docs/cli.md.\n")
+		"Run 'syncguard help COMMAND' for a command's flags. Full reference:\n"+
+		"https://github.com/syncguard/syncguard-go/blob/main/docs/cli.md\n")
 }
 
 // flagSet returns a FlagSet for cmd with the global flags registered on it,

@@ -367,9 +367,9 @@ func (s *shared) probe(ctx context.Context) error {
 		return nil
 	}
 	var actual int
-	// No arguments: both drivers send it by the simple query protocol,
-	// which any pooler routes.
-	if err := conn.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&actual); err != nil {
+	// No parameters, one-shot: nothing named is left on a server
+	// connection a pooler could hand to another client.
+	if err := conn.QueryRowContext(ctx, "SELECT pg_backend_pid()", s.oneShotArgs...).Scan(&actual); err != nil {
 		return err
 	}
 	if actual != announced {

@@ -17,7 +17,7 @@ FUZZ_TARGETS := ./internal/rules:FuzzNormalizeAndStorageKeys ./internal/rules:Fu
 	./syncguard:FuzzCheckKey ./internal/classify:FuzzClassify
 FUZZTIME ?= 3s
 
-.PHONY: test vet demo bench schema tidy fuzz deps release release-check test-min-go
+.PHONY: test vet demo bench schema tidy fuzz deps release release-check test-min-go test-loaded
 
 test: deps vet fuzz release-check test-min-go
 	@set -e; for m in $(MODULES); do \
@@ -26,6 +26,18 @@ test: deps vet fuzz release-check test-min-go
 			(cd $$m && $(GO) test $(TEST_FLAGS) ./...); \
 		fi; \
 	done
+
+# make test three times in a row while another CPU-heavy process keeps both
+# cores busy: a -race build of every module from scratch (-a), in a loop.
+# Tests must hold on a busy machine (no wall-clock bound that load breaks).
+# The load runs in a process group of its own, ended when the runs end.
+test-loaded:
+	@set -e; \
+	setsid sh -c 'while :; do for m in $(MODULES); do \
+		[ -f $$m/go.mod ] && (cd $$m && $(GO) build -a -race -o /dev/null ./... >/dev/null 2>&1); done; done' & \
+	load=$$!; trap 'kill -TERM -- -'$$load' 2>/dev/null || true' EXIT INT TERM; \
+	for i in 1 2 3; do echo "== make test, run $$i of 3, under load (-race build loop, pid $$load)"; $(MAKE) --no-print-directory test; done; \
+	echo "== make test passed 3 times under load"
 
 vet:
 	@set -e; for m in $(MODULES); do \

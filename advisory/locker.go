@@ -62,6 +62,7 @@ type Locker struct {
 	declaredOnly  bool
 	grace         time.Duration
 	unlockTimeout time.Duration
+	sessions      sessionRegistry // live SessionLocks, to detect a held lock returned to the pool
 }
 
 // cancelTimeout bounds the server-side cancel (pg_cancel_backend) made when
@@ -134,7 +135,7 @@ func (l *Locker) LockTx(ctx context.Context, tx *sql.Tx, key Key) error {
 		return l.wrap(ctx, op, key, ctx.Err())
 	}
 	q := queries[key.form]
-	if waited, err := l.tryThenWait(ctx, op, key, tx, q.tryXactPID, q.xact); err != nil {
+	if _, waited, err := l.tryThenWait(ctx, op, key, tx, q.tryXactPID, q.xact); err != nil {
 		if waited {
 			return l.waitErr(ctx, op, key, err)
 		}
@@ -154,28 +155,26 @@ type queryer interface {
 // trip when the lock is free), then, if it is taken, the wait, cancellable
 // server-side. A failed try comes back wrapped with waited false; a failed
 // wait comes back raw with waited true, for the caller's waitErr and cleanup.
-func (l *Locker) tryThenWait(ctx context.Context, op string, key Key, db queryer, try, wait string) (waited bool, err error) {
-	var (
-		b   backendID
-		got bool
-	)
+// b is the session the statements ran in.
+func (l *Locker) tryThenWait(ctx context.Context, op string, key Key, db queryer, try, wait string) (b backendID, waited bool, err error) {
+	var got bool
 	err = l.run(ctx, nil, func(c context.Context) error {
 		return db.QueryRowContext(c, try, key.args()...).Scan(&b.pid, &b.start, &got)
 	})
 	if err != nil {
-		return false, l.wrap(ctx, op, key, err)
+		return b, false, l.wrap(ctx, op, key, err)
 	}
 	if got {
-		return false, nil
+		return b, false, nil
 	}
 	if ctx.Err() != nil {
-		return false, l.wrap(ctx, op, key, ctx.Err())
+		return b, false, l.wrap(ctx, op, key, ctx.Err())
 	}
 	err = l.run(ctx, &b, func(c context.Context) error {
 		_, err := db.ExecContext(c, wait, key.args()...)
 		return err
 	})
-	return err != nil, err
+	return b, err != nil, err
 }
 
 // TryLockTx takes the transaction-scoped lock key in tx if it is free
@@ -387,9 +386,9 @@ const backendExpr = "(SELECT backend_start FROM pg_stat_activity WHERE pid = pg_
 
 // stmts are the one-line lock statements for one key form.
 type stmts struct {
-	tryXact, tryXactPID, xact          string
-	trySession, trySessionPID, session string
-	unlock                             string
+	tryXact, tryXactPID, xact string
+	trySessionPID, session    string
+	unlock                    string
 }
 
 var queries = [...]stmts{
@@ -405,7 +404,6 @@ func buildStmts(a string) stmts {
 		tryXact:       "SELECT " + call("pg_try_advisory_xact_lock"),
 		tryXactPID:    pid + call("pg_try_advisory_xact_lock"),
 		xact:          "SELECT " + call("pg_advisory_xact_lock"),
-		trySession:    "SELECT " + call("pg_try_advisory_lock"),
 		trySessionPID: pid + call("pg_try_advisory_lock"),
 		session:       "SELECT " + call("pg_advisory_lock"),
 		unlock:        "SELECT " + call("pg_advisory_unlock"),

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/DATA-DOG/go-sqlmock"
@@ -205,52 +206,64 @@ func TestLockTxWaitErrors(t *testing.T) {
 // When the server-side cancel cannot be sent, the driver's own context is
 // cancelled at once: LockTx still returns promptly with Aborted.
 func TestLockTxCancelFallsBackToDriver(t *testing.T) {
-	l, db, mock := newMock(t, &Config{CancelGrace: time.Minute})
-	mock.MatchExpectationsInOrder(false)
-	mock.ExpectBegin()
-	tx, _ := db.Begin()
-	mock.ExpectQuery(queries[formInt64].tryXactPID).WithArgs(int64(5)).
-		WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "got"}).AddRow(int64(77), backendStart, false))
-	mock.ExpectExec(queries[formInt64].xact).WithArgs(int64(5)).WillDelayFor(time.Minute).WillReturnResult(sqlmock.NewResult(0, 0))
-	mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnError(&pgErr{"42501"}) // not allowed to signal
-	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(50*time.Millisecond, cancel)
-	start := time.Now()
-	err := l.LockTx(ctx, tx, ID(5))
-	wantCode(t, err, syncguard.CodeAborted)
-	if d := time.Since(start); d > 500*time.Millisecond {
-		t.Fatalf("LockTx returned %v after the cancel", d)
-	}
-	if !errors.Is(err, context.Canceled) {
-		t.Errorf("the cause should be context.Canceled: %v", err)
-	}
+	// Fake time (testing/synctest): the durations below do not depend on
+	// the machine's load.
+	synctest.Test(t, func(t *testing.T) {
+		l, db, mock := newMock(t, &Config{CancelGrace: time.Minute})
+		defer l.db.Close() // the pool's goroutines must end inside the bubble
+		mock.MatchExpectationsInOrder(false)
+		mock.ExpectBegin()
+		tx, _ := db.Begin()
+		defer tx.Rollback() //nolint:errcheck // ends the transaction's goroutine
+		mock.ExpectQuery(queries[formInt64].tryXactPID).WithArgs(int64(5)).
+			WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "got"}).AddRow(int64(77), backendStart, false))
+		mock.ExpectExec(queries[formInt64].xact).WithArgs(int64(5)).WillDelayFor(time.Minute).WillReturnResult(sqlmock.NewResult(0, 0))
+		mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnError(&pgErr{"42501"}) // not allowed to signal
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(50*time.Millisecond, cancel)
+		start := time.Now()
+		err := l.LockTx(ctx, tx, ID(5))
+		wantCode(t, err, syncguard.CodeAborted)
+		if d := time.Since(start); d > 500*time.Millisecond {
+			t.Fatalf("LockTx returned %v after the cancel", d)
+		}
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the cause should be context.Canceled: %v", err)
+		}
+	})
 }
 
 // The server-side cancel carries the pid and backend_start read by the try;
 // if the statement still does not return, the driver is cancelled after
 // CancelGrace.
 func TestLockTxCancelServerSideThenGrace(t *testing.T) {
-	l, db, mock := newMock(t, &Config{CancelGrace: 100 * time.Millisecond})
-	mock.MatchExpectationsInOrder(false)
-	mock.ExpectBegin()
-	tx, _ := db.Begin()
-	mock.ExpectQuery(queries[formInt64].tryXactPID).WithArgs(int64(5)).
-		WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "got"}).AddRow(int64(77), backendStart, false))
-	mock.ExpectExec(queries[formInt64].xact).WithArgs(int64(5)).WillDelayFor(time.Minute).WillReturnResult(sqlmock.NewResult(0, 0))
-	mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(sqlmock.NewRows([]string{"ok"}).AddRow(true))
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	err := l.LockTx(ctx, tx, ID(5))
-	// The mock ignores the cancel, so the driver was cancelled: no server
-	// confirmation, so a deadline is NetworkTimeout.
-	wantCode(t, err, syncguard.CodeNetworkTimeout)
-	if d := time.Since(start); d < 140*time.Millisecond || d > time.Second {
-		t.Fatalf("LockTx returned after %v; want about deadline + CancelGrace", d)
-	}
-	if err := mock.ExpectationsWereMet(); err != nil {
-		t.Fatal(err)
-	}
+	// Fake time (testing/synctest): the durations below do not depend on
+	// the machine's load.
+	synctest.Test(t, func(t *testing.T) {
+		l, db, mock := newMock(t, &Config{CancelGrace: 100 * time.Millisecond})
+		defer l.db.Close() // the pool's goroutines must end inside the bubble
+		mock.MatchExpectationsInOrder(false)
+		mock.ExpectBegin()
+		tx, _ := db.Begin()
+		defer tx.Rollback() //nolint:errcheck // ends the transaction's goroutine
+		mock.ExpectQuery(queries[formInt64].tryXactPID).WithArgs(int64(5)).
+			WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "got"}).AddRow(int64(77), backendStart, false))
+		mock.ExpectExec(queries[formInt64].xact).WithArgs(int64(5)).WillDelayFor(time.Minute).WillReturnResult(sqlmock.NewResult(0, 0))
+		mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(sqlmock.NewRows([]string{"ok"}).AddRow(true))
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err := l.LockTx(ctx, tx, ID(5))
+		// The mock ignores the cancel, so the driver was cancelled: no server
+		// confirmation, so a deadline is NetworkTimeout.
+		wantCode(t, err, syncguard.CodeNetworkTimeout)
+		if d := time.Since(start); d < 140*time.Millisecond || d > time.Second {
+			t.Fatalf("LockTx returned after %v; want about deadline + CancelGrace", d)
+		}
+		if err := mock.ExpectationsWereMet(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // mockWait sets up a contended LockTx of ID(5): the try reports pid 77 and
@@ -277,69 +290,93 @@ func noWaiter() *sqlmock.Rows { return sqlmock.NewRows([]string{"ok"}) }
 // Without a backend_start (pg_stat_activity did not show it) no server-side
 // cancel is sent: the driver is cancelled at once.
 func TestLockTxNoBackendStartFallsBackToDriver(t *testing.T) {
-	l, tx, mock := mockWait(t, &Config{CancelGrace: time.Minute}, nil, time.Minute)
-	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(50*time.Millisecond, cancel)
-	start := time.Now()
-	wantCode(t, l.LockTx(ctx, tx, ID(5)), syncguard.CodeAborted)
-	if d := time.Since(start); d > 500*time.Millisecond {
-		t.Fatalf("LockTx returned %v after the cancel", d)
-	}
-	if err := mock.ExpectationsWereMet(); err != nil {
-		t.Fatal(err) // and no cancel statement was sent
-	}
+	// Fake time (testing/synctest): the durations below do not depend on
+	// the machine's load.
+	synctest.Test(t, func(t *testing.T) {
+		l, tx, mock := mockWait(t, &Config{CancelGrace: time.Minute}, nil, time.Minute)
+		defer l.db.Close()  // the pool's goroutines must end inside the bubble
+		defer tx.Rollback() //nolint:errcheck // ends the transaction's goroutine
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(50*time.Millisecond, cancel)
+		start := time.Now()
+		wantCode(t, l.LockTx(ctx, tx, ID(5)), syncguard.CodeAborted)
+		if d := time.Since(start); d > 500*time.Millisecond {
+			t.Fatalf("LockTx returned %v after the cancel", d)
+		}
+		if err := mock.ExpectationsWereMet(); err != nil {
+			t.Fatal(err) // and no cancel statement was sent
+		}
+	})
 }
 
 // A cancel that finds the session not (yet) waiting for an advisory lock,
 // say because the wait statement is still on its way, is repeated until it
 // finds the wait.
 func TestLockTxCancelRetriesUntilWaiting(t *testing.T) {
-	l, tx, mock := mockWait(t, &Config{CancelGrace: 100 * time.Millisecond}, backendStart, time.Minute)
-	mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(noWaiter())
-	mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(noWaiter())
-	mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(sqlmock.NewRows([]string{"ok"}).AddRow(true))
-	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(50*time.Millisecond, cancel)
-	start := time.Now()
-	wantCode(t, l.LockTx(ctx, tx, ID(5)), syncguard.CodeAborted)
-	// Two retries, then CancelGrace, since the mock ignores the cancel.
-	if d := time.Since(start); d < 50*time.Millisecond+2*cancelRetry+100*time.Millisecond || d > time.Second {
-		t.Fatalf("LockTx returned after %v; want about cancel + 2 retries + CancelGrace", d)
-	}
-	if err := mock.ExpectationsWereMet(); err != nil {
-		t.Fatal(err)
-	}
+	// Fake time (testing/synctest): the durations below do not depend on
+	// the machine's load.
+	synctest.Test(t, func(t *testing.T) {
+		l, tx, mock := mockWait(t, &Config{CancelGrace: 100 * time.Millisecond}, backendStart, time.Minute)
+		defer l.db.Close()  // the pool's goroutines must end inside the bubble
+		defer tx.Rollback() //nolint:errcheck // ends the transaction's goroutine
+		mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(noWaiter())
+		mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(noWaiter())
+		mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(sqlmock.NewRows([]string{"ok"}).AddRow(true))
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(50*time.Millisecond, cancel)
+		start := time.Now()
+		wantCode(t, l.LockTx(ctx, tx, ID(5)), syncguard.CodeAborted)
+		// Two retries, then CancelGrace, since the mock ignores the cancel.
+		if d := time.Since(start); d < 50*time.Millisecond+2*cancelRetry+100*time.Millisecond || d > time.Second {
+			t.Fatalf("LockTx returned after %v; want about cancel + 2 retries + CancelGrace", d)
+		}
+		if err := mock.ExpectationsWereMet(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // A lock granted while the cancel finds no wait is held: LockTx returns nil
 // and the driver is never cancelled.
 func TestLockTxGrantedDuringCancel(t *testing.T) {
-	l, tx, mock := mockWait(t, &Config{CancelGrace: time.Minute}, backendStart, 150*time.Millisecond)
-	for range 30 {
-		mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(noWaiter())
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(50*time.Millisecond, cancel)
-	if err := l.LockTx(ctx, tx, ID(5)); err != nil {
-		t.Fatalf("a lock granted as the context ends is held; LockTx = %v", err)
-	}
+	// Fake time (testing/synctest): the durations below do not depend on
+	// the machine's load.
+	synctest.Test(t, func(t *testing.T) {
+		l, tx, mock := mockWait(t, &Config{CancelGrace: time.Minute}, backendStart, 150*time.Millisecond)
+		defer l.db.Close()  // the pool's goroutines must end inside the bubble
+		defer tx.Rollback() //nolint:errcheck // ends the transaction's goroutine
+		for range 30 {
+			mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(noWaiter())
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(50*time.Millisecond, cancel)
+		if err := l.LockTx(ctx, tx, ID(5)); err != nil {
+			t.Fatalf("a lock granted as the context ends is held; LockTx = %v", err)
+		}
+	})
 }
 
 // A session that never shows an advisory-lock wait (it is not waiting, or
 // the role cannot see it) gets the driver's cancel after cancelTimeout, not
 // after CancelGrace.
 func TestLockTxCancelFindsNoWaitFallsBackToDriver(t *testing.T) {
-	l, tx, mock := mockWait(t, &Config{CancelGrace: time.Minute}, backendStart, time.Minute)
-	for range 100 {
-		mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(noWaiter())
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(50*time.Millisecond, cancel)
-	start := time.Now()
-	wantCode(t, l.LockTx(ctx, tx, ID(5)), syncguard.CodeAborted)
-	if d := time.Since(start); d < 50*time.Millisecond+cancelTimeout || d > time.Second {
-		t.Fatalf("LockTx returned after %v; want about cancel + cancelTimeout", d)
-	}
+	// Fake time (testing/synctest): the durations below do not depend on
+	// the machine's load.
+	synctest.Test(t, func(t *testing.T) {
+		l, tx, mock := mockWait(t, &Config{CancelGrace: time.Minute}, backendStart, time.Minute)
+		defer l.db.Close()  // the pool's goroutines must end inside the bubble
+		defer tx.Rollback() //nolint:errcheck // ends the transaction's goroutine
+		for range 100 {
+			mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(noWaiter())
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(50*time.Millisecond, cancel)
+		start := time.Now()
+		wantCode(t, l.LockTx(ctx, tx, ID(5)), syncguard.CodeAborted)
+		if d := time.Since(start); d < 50*time.Millisecond+cancelTimeout || d > time.Second {
+			t.Fatalf("LockTx returned after %v; want about cancel + cancelTimeout", d)
+		}
+	})
 }
 
 // LockConn's wait is cancelled the same way, with the pid and backend_start
@@ -393,7 +430,7 @@ func TestSessionUnlockNotHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mock.ExpectQuery(queries[formInt64].trySession).WithArgs(int64(9)).WillReturnRows(sqlmock.NewRows([]string{"g"}).AddRow(true))
+	mock.ExpectQuery(queries[formInt64].trySessionPID).WithArgs(int64(9)).WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "g"}).AddRow(int64(77), backendStart, true))
 	lock, ok, err := l.TryLockConn(context.Background(), conn, ID(9))
 	if err != nil || !ok {
 		t.Fatal(ok, err)
@@ -425,7 +462,7 @@ func TestSessionUnlockNotHeld(t *testing.T) {
 func TestSessionUnlockFailureDiscardsConn(t *testing.T) {
 	l, db, mock := newMock(t, nil)
 	conn, _ := db.Conn(context.Background())
-	mock.ExpectQuery(queries[formInt64].trySession).WithArgs(int64(9)).WillReturnRows(sqlmock.NewRows([]string{"g"}).AddRow(true))
+	mock.ExpectQuery(queries[formInt64].trySessionPID).WithArgs(int64(9)).WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "g"}).AddRow(int64(77), backendStart, true))
 	lock, _, err := l.TryLockConn(context.Background(), conn, ID(9))
 	if err != nil {
 		t.Fatal(err)
@@ -446,7 +483,7 @@ func TestSessionUnlockFailureDiscardsConn(t *testing.T) {
 func TestSessionUnlockWithDoneContextStillUnlocks(t *testing.T) {
 	l, db, mock := newMock(t, nil)
 	conn, _ := db.Conn(context.Background())
-	mock.ExpectQuery(queries[formInt64].trySession).WithArgs(int64(9)).WillReturnRows(sqlmock.NewRows([]string{"g"}).AddRow(true))
+	mock.ExpectQuery(queries[formInt64].trySessionPID).WithArgs(int64(9)).WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "g"}).AddRow(int64(77), backendStart, true))
 	lock, _, _ := l.TryLockConn(context.Background(), conn, ID(9))
 	mock.ExpectQuery(queries[formInt64].unlock).WithArgs(int64(9)).WillReturnRows(sqlmock.NewRows([]string{"u"}).AddRow(true))
 	ctx, cancel := context.WithCancel(context.Background())

@@ -6,6 +6,7 @@ import (
 	sqldriver "database/sql/driver"
 	_ "embed"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/syncguard/syncguard-go/internal/errwrap"
@@ -20,6 +21,21 @@ import (
 // is still held over there.
 var ErrNotHeld = errors.New("advisory: lock not held by this session")
 
+// ErrConnReturnedHolding is the cause (errors.Is) of the error that reports
+// a misuse: the *sql.Conn of a SessionLock (from LockConn or TryLockConn)
+// was closed, and so returned to the pool, while the session still held
+// the lock. The next user of that pooled connection would re-enter the lock
+// (session locks stack) as if it were free, and Unlock could no longer
+// reach it. The Locker reports it from SessionLock.Unlock and Close (code
+// InvalidArgument), and from a lock call that finds its connection already
+// holding the key for such a SessionLock (code Internal; the connection is
+// then discarded, which ends the leaked hold). Unlock before closing the
+// connection.
+var ErrConnReturnedHolding = errors.New("advisory: connection returned to the pool while holding a session lock")
+
+//go:embed sql/end_leaked.sql
+var sqlEndLeaked string
+
 //go:embed sql/held.sql
 var sqlHeld string
 
@@ -32,13 +48,15 @@ var sqlHeld string
 // is discarded, which ends its server session and releases every lock it
 // held.
 type SessionLock struct {
-	l     *Locker
-	conn  *sql.Conn
-	key   Key
-	owned bool // the connection came from LockSession: Unlock returns it
+	l       *Locker
+	conn    *sql.Conn
+	key     Key
+	owned   bool      // the connection came from LockSession: Unlock returns it
+	session backendID // the server session holding the lock
 
 	mu     sync.Mutex
 	closed bool
+	leaked bool // its conn went back to the pool holding the lock (see newSessionLock)
 }
 
 // LockConn takes the session-scoped lock key on conn (pg_advisory_lock),
@@ -61,10 +79,11 @@ func (l *Locker) LockConn(ctx context.Context, conn *sql.Conn, key Key) (*Sessio
 	if ctx.Err() != nil {
 		return nil, l.wrap(ctx, op, key, ctx.Err())
 	}
-	if err := l.lockSession(ctx, op, conn, key); err != nil {
+	b, err := l.lockSession(ctx, op, conn, key)
+	if err != nil {
 		return nil, err
 	}
-	return &SessionLock{l: l, conn: conn, key: key}, nil
+	return l.newSessionLock(op, conn, key, b, false)
 }
 
 // TryLockConn takes the session-scoped lock key on conn if it is free
@@ -78,11 +97,12 @@ func (l *Locker) TryLockConn(ctx context.Context, conn *sql.Conn, key Key) (lock
 	if ctx.Err() != nil {
 		return nil, false, l.wrap(ctx, op, key, ctx.Err())
 	}
-	got, err := l.trySession(ctx, conn, key)
+	b, got, err := l.trySession(ctx, conn, key)
 	if err != nil || !got {
 		return nil, false, l.wrap(ctx, op, key, err)
 	}
-	return &SessionLock{l: l, conn: conn, key: key}, true, nil
+	lock, err = l.newSessionLock(op, conn, key, b, false)
+	return lock, err == nil, err
 }
 
 // UnlockConn releases one hold of the session-scoped lock key on conn
@@ -135,11 +155,12 @@ func (l *Locker) LockSession(ctx context.Context, key Key) (*SessionLock, error)
 	if err != nil {
 		return nil, err
 	}
-	if err := l.lockSession(ctx, op, conn, key); err != nil {
+	b, err := l.lockSession(ctx, op, conn, key)
+	if err != nil {
 		conn.Close()
 		return nil, err
 	}
-	return &SessionLock{l: l, conn: conn, key: key, owned: true}, nil
+	return l.newSessionLock(op, conn, key, b, true)
 }
 
 // TryLockSession is TryLockConn on a connection of its own from the
@@ -159,12 +180,13 @@ func (l *Locker) TryLockSession(ctx context.Context, key Key) (lock *SessionLock
 	if err != nil {
 		return nil, false, err
 	}
-	got, err := l.trySession(ctx, conn, key)
+	b, got, err := l.trySession(ctx, conn, key)
 	if err != nil || !got {
 		conn.Close()
 		return nil, false, l.wrap(ctx, op, key, err)
 	}
-	return &SessionLock{l: l, conn: conn, key: key, owned: true}, true, nil
+	lock, err = l.newSessionLock(op, conn, key, b, true)
+	return lock, err == nil, err
 }
 
 func (l *Locker) conn(ctx context.Context, op string, key Key) (*sql.Conn, error) {
@@ -178,26 +200,29 @@ func (l *Locker) conn(ctx context.Context, op string, key Key) (*sql.Conn, error
 	return conn, nil
 }
 
-func (l *Locker) trySession(ctx context.Context, conn *sql.Conn, key Key) (bool, error) {
+// trySession is pg_try_advisory_lock on conn, reading the session's pid
+// and backend_start in the same round trip.
+func (l *Locker) trySession(ctx context.Context, conn *sql.Conn, key Key) (backendID, bool, error) {
+	var b backendID
 	var got bool
 	err := l.run(ctx, nil, func(c context.Context) error {
-		return conn.QueryRowContext(c, queries[key.form].trySession, key.args()...).Scan(&got)
+		return conn.QueryRowContext(c, queries[key.form].trySessionPID, key.args()...).Scan(&b.pid, &b.start, &got)
 	})
-	return got, err
+	return b, got, err
 }
 
 // lockSession is the blocking session lock: a try that reads the backend
 // pid and backend_start, then, if the lock is taken, the wait, cancellable
 // server-side.
-func (l *Locker) lockSession(ctx context.Context, op string, conn *sql.Conn, key Key) error {
+func (l *Locker) lockSession(ctx context.Context, op string, conn *sql.Conn, key Key) (backendID, error) {
 	q := queries[key.form]
-	waited, err := l.tryThenWait(ctx, op, key, conn, q.trySessionPID, q.session)
+	b, waited, err := l.tryThenWait(ctx, op, key, conn, q.trySessionPID, q.session)
 	if err == nil || !waited {
-		return err
+		return b, err
 	}
 	werr := l.waitErr(ctx, op, key, err)
 	l.cleanupFailedWait(ctx, conn, key)
-	return werr
+	return b, werr
 }
 
 // cleanupFailedWait makes sure a failed wait left no lock on conn. The try
@@ -284,10 +309,19 @@ func (s *SessionLock) Unlock(ctx context.Context) error {
 		return nil
 	}
 	s.closed = true
+	s.l.sessions.remove(s)
+	if s.leaked {
+		return s.misuse(op, "it was found re-acquired by the next user of that pooled connection, which was discarded, ending the lock")
+	}
 	var ok bool
 	err := s.l.run(ctx, nil, func(c context.Context) error {
 		return s.conn.QueryRowContext(c, queries[s.key.form].unlock, s.key.args()...).Scan(&ok)
 	})
+	if errors.Is(err, sql.ErrConnDone) {
+		// The caller closed the *sql.Conn while the lock was held: the
+		// connection is back in the pool with the lock.
+		return s.misuse(op, s.endLeaked(ctx))
+	}
 	if err != nil {
 		e := errwrap.Wrap(ctx, op, s.l.dialect, err)
 		e.Key = s.key.String()
@@ -318,4 +352,125 @@ func (s *SessionLock) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.l.unlockTimeout)
 	defer cancel()
 	return s.Unlock(ctx)
+}
+
+// sessionRegistry tracks a Locker's live SessionLocks by server session and
+// key. A lock granted to a session on which a live SessionLock of another
+// *sql.Conn holds the same key can only mean that the other SessionLock's
+// connection went back to the pool while holding it.
+type sessionRegistry struct {
+	mu   sync.Mutex
+	live map[sessionKey][]*SessionLock
+}
+
+type sessionKey struct {
+	pid   int64
+	start int64 // backend_start, unix nanoseconds
+	key   string
+}
+
+func (s *SessionLock) regKey() (sessionKey, bool) {
+	if !s.session.start.Valid {
+		return sessionKey{}, false // cannot tell a reused pid from the same session
+	}
+	return sessionKey{pid: s.session.pid, start: s.session.start.Time.UnixNano(), key: s.key.String()}, true
+}
+
+// add registers s and returns the live SessionLocks of other connections
+// that hold the same key on the same session.
+func (r *sessionRegistry) add(s *SessionLock) (others []*SessionLock) {
+	k, ok := s.regKey()
+	if !ok {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.live == nil {
+		r.live = map[sessionKey][]*SessionLock{}
+	}
+	for _, o := range r.live[k] {
+		if o.conn != s.conn {
+			others = append(others, o)
+		}
+	}
+	r.live[k] = append(r.live[k], s)
+	return others
+}
+
+func (r *sessionRegistry) remove(s *SessionLock) {
+	k, ok := s.regKey()
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	list := r.live[k]
+	for i, o := range list {
+		if o == s {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(r.live, k)
+	} else {
+		r.live[k] = list
+	}
+}
+
+// newSessionLock makes the SessionLock of a granted lock. If the session
+// already held the key for a live SessionLock of another *sql.Conn, that
+// SessionLock's connection went back to the pool while holding it (a
+// misuse): this grant only re-entered the leaked lock. The connection is
+// then discarded, which ends the session and both holds, the other
+// SessionLock learns of it at its Unlock, and the caller gets an error.
+func (l *Locker) newSessionLock(op string, conn *sql.Conn, key Key, b backendID, owned bool) (*SessionLock, error) {
+	s := &SessionLock{l: l, conn: conn, key: key, owned: owned, session: b}
+	others := l.sessions.add(s)
+	if len(others) == 0 {
+		return s, nil
+	}
+	l.sessions.remove(s)
+	for _, o := range others {
+		o.mu.Lock()
+		o.leaked = true
+		o.mu.Unlock()
+	}
+	discard(conn)
+	if owned {
+		conn.Close()
+	}
+	return nil, &syncguard.Error{Op: op, Code: syncguard.CodeInternal, Key: key.String(), Err: ErrConnReturnedHolding,
+		Msg: fmt.Sprintf("this connection's session (pid %d) already held the lock for another SessionLock whose *sql.Conn was closed without "+
+			"Unlock, so it went back to the pool holding the lock and this call only re-entered it; the connection was discarded, "+
+			"which ended that leaked lock: try again", b.pid)}
+}
+
+// endLeaked ends the session that still holds s's lock after s's conn went
+// back to the pool, and says what happened.
+func (s *SessionLock) endLeaked(ctx context.Context) string {
+	if !s.session.start.Valid {
+		return "the session that holds it is not known (pg_stat_activity did not show its backend_start), so it stays held until that pooled connection closes"
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.l.unlockTimeout)
+	defer cancel()
+	classid, objid, sub := s.key.lockTag()
+	var done bool
+	err := s.l.db.QueryRowContext(cctx, sqlEndLeaked, s.session.pid, s.session.start.Time, classid, objid, sub).Scan(&done)
+	switch {
+	case err == nil && done:
+		return fmt.Sprintf("its session (pid %d) was terminated (pg_terminate_backend) to end the lock", s.session.pid)
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Sprintf("its session (pid %d) no longer holds it", s.session.pid)
+	case err != nil:
+		return fmt.Sprintf("its session (pid %d) could not be terminated (%v), so the lock stays held until that pooled connection closes", s.session.pid, err)
+	}
+	return fmt.Sprintf("its session (pid %d) could not be terminated, so the lock stays held until that pooled connection closes", s.session.pid)
+}
+
+// misuse is the error of an Unlock whose connection went back to the pool
+// while holding the lock; what says what became of the lock.
+func (s *SessionLock) misuse(op, what string) error {
+	return &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Key: s.key.String(), Err: ErrConnReturnedHolding,
+		Msg: "misuse: the *sql.Conn was closed, returning it to the pool, while the session still held the lock (unlock before closing the conn); " + what}
 }

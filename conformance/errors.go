@@ -24,9 +24,17 @@ func init() {
 
 	registerSQL("Errors/WrongPasswordIsAuthFailed", func(e *sqlEnv) {
 		e.skipUnlessHook(e.h.OpenWrongPassword != nil, "OpenWrongPassword")
-		b := e.newBackend(e.h.OpenWrongPassword(e.t), nil)
+		db := e.h.OpenWrongPassword(e.t) // may skip, with its own reason
 		ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
 		defer cancel()
+		if err := db.PingContext(ctx); err == nil {
+			// The server let the "wrong" password in (trust authentication,
+			// or a role without a password, as on a server given by
+			// SYNCGUARD_TEST_DSN): the harness cannot produce a rejected
+			// login, so there is nothing to check.
+			e.t.Skip("Harness.OpenWrongPassword's pool logged in: the server did not reject its credentials (trust authentication?), so this harness cannot produce a rejected login")
+		}
+		b := e.newBackend(db, nil)
 		for op, err := range allOps(ctx, b, e.key("auth"), rules.GenerateLockID(), time.Second) {
 			if !errIs(err, syncguard.ErrAuthFailed) || syncguard.CodeOf(err).Retryable() {
 				e.t.Errorf("rule: rejected credentials fail with ErrAuthFailed (not retryable); %s got %v", op, err)

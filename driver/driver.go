@@ -62,6 +62,30 @@ type Dialect interface {
 	Inspect(err error) ErrorInfo
 }
 
+// OneShot is implemented by a Dialect whose driver sends a parameterized
+// statement unprepared as one Parse/Bind/Execute/Sync batch (one round trip,
+// no named statement left on the server) when the arguments start with
+// OneShotArgs. syncguard runs its statements that way when prepared
+// statements are off (Config.DisablePrepare, or a transaction-mode pooler
+// detected); a pooler such as PgBouncer cannot split such a batch across
+// server connections. Without OneShot, syncguard inlines the arguments as
+// escaped SQL literals and sends the statement without arguments (the
+// simple query protocol, also one round trip).
+type OneShot interface {
+	OneShotArgs() []any
+}
+
+// BackendPIDReader is implemented by a Dialect that can read, from a raw
+// driver connection (the argument of sql.Conn.Raw's function), the backend
+// process id announced at connection start (BackendKeyData). Behind a
+// connection pooler such as PgBouncer that id is the pooler's own, not the
+// server's pg_backend_pid(): syncguard compares the two once per Backend to
+// detect a pooler before it relies on prepared statements. ok is false when
+// the connection is not the driver's (a wrapped driver, say).
+type BackendPIDReader interface {
+	BackendPID(driverConn any) (pid int, ok bool)
+}
+
 var (
 	mu       sync.RWMutex
 	registry = map[reflect.Type]Dialect{}

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"net"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -32,6 +33,22 @@ var Dialect driver.Dialect = dialect{}
 type dialect struct{}
 
 func (dialect) Name() string { return "pgx/v5/stdlib" }
+
+// OneShotArgs makes pgx send a statement as one unnamed
+// Parse/Bind/Describe/Execute/Sync batch (pgx.QueryExecModeExec), whatever
+// the DSN's default_query_exec_mode: pgx's default, cache_statement, would
+// prepare a named statement, which a transaction-mode pooler cannot route.
+func (dialect) OneShotArgs() []any { return []any{pgx.QueryExecModeExec} }
+
+// BackendPID returns the process id pgx read from the server's (or the
+// pooler's) BackendKeyData.
+func (dialect) BackendPID(driverConn any) (int, bool) {
+	c, ok := driverConn.(*stdlib.Conn)
+	if !ok || c.Conn() == nil || c.Conn().PgConn() == nil {
+		return 0, false
+	}
+	return int(c.Conn().PgConn().PID()), true
+}
 
 // Inspect reads pgx's error shapes: *pgconn.PgError (SQLSTATE, severity,
 // message), *pgconn.ConnectError (dial or startup failed; it may wrap a

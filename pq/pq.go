@@ -14,6 +14,7 @@ import (
 	sqldriver "database/sql/driver"
 	"errors"
 	"net"
+	"reflect"
 
 	"github.com/lib/pq"
 
@@ -30,6 +31,24 @@ var Dialect driver.Dialect = dialect{}
 type dialect struct{}
 
 func (dialect) Name() string { return "lib/pq" }
+
+// BackendPID returns the process id lib/pq read from the server's (or the
+// pooler's) BackendKeyData. lib/pq keeps it unexported (conn.pid), so it is
+// read by reflection; ok is false when the field is not there (another
+// lib/pq version, a wrapped driver), and pooler detection then relies on
+// the errors a pooler causes.
+func (dialect) BackendPID(driverConn any) (pid int, ok bool) {
+	v := reflect.ValueOf(driverConn)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct ||
+		v.Elem().Type().PkgPath() != reflect.TypeOf(pq.Driver{}).PkgPath() {
+		return 0, false
+	}
+	f := v.Elem().FieldByName("pid")
+	if !f.IsValid() || f.Kind() != reflect.Int {
+		return 0, false
+	}
+	return int(f.Int()), true
+}
 
 // Inspect reads lib/pq's error shapes:
 //   - *pq.Error carries the SQLSTATE, severity and message (lib/pq keeps

@@ -27,7 +27,9 @@ type Config struct {
 
 	// FenceTableName is the fence counter table. Default
 	// "syncguard_fence_counters". Same rules as TableName, and it must
-	// differ from TableName.
+	// differ from TableName and from the names of the indexes SetupSchema
+	// creates (idx_<TableName>_lock_id, idx_<TableName>_expires,
+	// <TableName>_pkey); TableName must not be <FenceTableName>_pkey.
 	FenceTableName string
 
 	// CleanupInIsLocked lets IsLocked delete the row of the key it looked at
@@ -52,13 +54,19 @@ type Config struct {
 	// adapter's.
 	Dialect driver.Dialect
 
-	// DisablePrepare runs every statement unprepared. Default false: each
-	// operation's statement is prepared once per connection and then costs
-	// one round trip. Set it behind a pooler in transaction mode that
-	// cannot route prepared statements (PgBouncer before 1.21, or 1.21+
-	// with max_prepared_statements = 0). With lib/pq an unprepared
-	// statement takes two round trips unless the DSN sets
-	// binary_parameters=yes; pgx sends it in one.
+	// DisablePrepare runs every statement unprepared from the start.
+	// Default false: each operation's statement is prepared once per
+	// connection and then costs one round trip. Unprepared statements are
+	// one round trip too, and safe behind a pooler in transaction mode:
+	// pgx sends each as one unnamed Parse/Bind/Execute batch (whatever the
+	// DSN's default_query_exec_mode), lib/pq by the simple query protocol
+	// with the arguments inlined as escaped literals. The server then
+	// parses and plans every statement. Setting it is rarely needed: before
+	// its first prepare a Backend checks, with one query, whether a pooler
+	// answers for the server (the backend pid announced at connection start
+	// differs from pg_backend_pid()), and a statement a pooler lost (26000,
+	// 42P05) is run again unprepared; either turns prepared statements off
+	// for the Backend's life, logged once. See docs/failure-model.md.
 	DisablePrepare bool
 
 	// ReleaseTimeout bounds every release this package runs on its own,
@@ -120,7 +128,31 @@ func (c *Config) resolve() (resolved, error) {
 	if strings.EqualFold(r.table, r.fenceTable) {
 		return r, invalidArg("new", fmt.Sprintf("FenceTableName must differ from TableName (both %q); sharing a table would let lock cleanup delete fence counters", r.table))
 	}
+	if err := checkCollisions(r.table, r.fenceTable); err != nil {
+		return r, err
+	}
 	return r, nil
+}
+
+// checkCollisions rejects table names that collide with another object
+// SetupSchema creates: tables, indexes and primary-key indexes share one
+// namespace, and CREATE ... IF NOT EXISTS would silently skip the second
+// object, leaving every later operation failing (42809, say).
+func checkCollisions(table, fenceTable string) error {
+	objects := []struct{ name, what string }{
+		{"idx_" + table + "_lock_id", "the lock table's lock_id index"},
+		{"idx_" + table + "_expires", "the lock table's expires_at_ms index"},
+		{table + "_pkey", "the lock table's primary-key index"},
+	}
+	for _, o := range objects {
+		if fenceTable == o.name {
+			return invalidArg("new", fmt.Sprintf("FenceTableName %q is the name of %s (TableName %q); SetupSchema would skip creating one of them: choose another name", fenceTable, o.what, table))
+		}
+	}
+	if table == fenceTable+"_pkey" {
+		return invalidArg("new", fmt.Sprintf("TableName %q is the name of the fence table's primary-key index (FenceTableName %q); SetupSchema would skip creating one of them: choose another name", table, fenceTable))
+	}
+	return nil
 }
 
 func checkIdent(field, name string) error {

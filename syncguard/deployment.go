@@ -25,7 +25,8 @@ type Finding struct {
 	// table privileges", "lock rows", "fence table", "fence primary key",
 	// "fence table privileges", "fence counters", "synchronous_commit",
 	// "fsync", "primary", "replication", "synchronous commit", "clock",
-	// "pooler", "prepared statements". Later versions may add checks.
+	// "pooler", "prepared statements", "notifications". Later versions may
+	// add checks.
 	Check string
 	// Status is "ok", "warn" (syncguard works, but something deserves a
 	// look) or "fail" (syncguard does not work correctly as deployed).

@@ -21,6 +21,7 @@ type FakeBackend struct {
 	Latency time.Duration
 	mu      sync.Mutex
 	fail    func(ctx context.Context, op string) error
+	lose    func(op string) error
 	locks   map[string]*fakeLock // by storage key
 	fences  map[string]int64
 	calls   map[string]int
@@ -65,7 +66,13 @@ func (f *FakeBackend) do(ctx context.Context, op string, exec func(now time.Time
 	f.calls[op]++
 	f.at[op] = append(f.at[op], now)
 	exec(now)
+	lose := f.lose
 	f.mu.Unlock()
+	if lose != nil {
+		if err := lose(op); err != nil {
+			return err
+		}
+	}
 	return fakeSleep(ctx, op, f.Latency)
 }
 
@@ -274,6 +281,16 @@ func (f *FakeBackend) SetFail(fail func(ctx context.Context, op string) error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.fail = fail
+}
+
+// SetLoseAnswer installs lose (nil removes it). It is called after an
+// operation ran on the "server"; a non-nil error is returned instead of the
+// answer, as when the connection breaks after the commit: the effect stays,
+// the caller learns nothing.
+func (f *FakeBackend) SetLoseAnswer(lose func(op string) error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lose = lose
 }
 
 // Delete removes the lock row of lockID, as `DELETE ... WHERE lock_id = $1`.

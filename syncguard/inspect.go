@@ -150,10 +150,21 @@ func (b *Backend) LastFence(ctx context.Context, key string) (Fence, time.Time, 
 
 // query runs an inspection statement, unprepared (inspections are rare,
 // and a prepared statement would stay on every pooled connection), on the
-// transaction or the pool.
+// transaction or the pool, as a one-shot statement (exec.go): one round
+// trip, and nothing named that a transaction-mode pooler could lose.
 func (b *Backend) query(ctx context.Context, text string, args ...any) (*sql.Rows, error) {
+	s := b.shared
+	if s.oneShotArgs != nil {
+		args = append(append(make([]any, 0, len(s.oneShotArgs)+len(args)), s.oneShotArgs...), args...)
+	} else {
+		q, err := inlineArgs(text, args)
+		if err != nil {
+			return nil, err
+		}
+		text, args = q, nil
+	}
 	if b.tx != nil {
 		return b.tx.QueryContext(ctx, text, args...)
 	}
-	return b.shared.db.QueryContext(ctx, text, args...)
+	return s.db.QueryContext(ctx, text, args...)
 }

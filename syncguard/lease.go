@@ -72,6 +72,15 @@ var ErrLeaseReleased = errors.New("syncguard: lease released")
 // (a manual change, not NTP slewing) breaks every TTL-based lock, this one
 // included; fencing tokens are what protects the resource then.
 //
+// An extend that returns an error (other than InvalidArgument, which is
+// reported before any I/O) has an unknown outcome: it may have committed
+// although its answer was lost. Extend sets the expiry to server now + ttl,
+// so a ttl shorter than what is left would then have shortened the lock.
+// The guaranteed lifetime after such an extend is therefore the earlier of
+// the current one and sent + ttl - 1ms minus the margin, for manual and
+// automatic extends alike; the next successful extend sets it afresh.
+// ExpiresAt keeps reporting the last confirmed expiry.
+//
 // With LockOptions.AutoExtend the lease extends itself by TTL once a third
 // of the current lifetime has passed (measured from that request's send
 // time), retries a failed extend every tenth of the lifetime, and gives up
@@ -202,7 +211,10 @@ func (l *Lease) Context(parent context.Context) (context.Context, context.Cancel
 // owns it; it never revives an expired lock. A result with OK false means
 // the lock is lost: the lease ends with an ErrLockLost cause. A successful
 // extend moves the guaranteed lifetime, and with AutoExtend the next
-// automatic extend, to what ttl grants (see Lease). On a lease that has
+// automatic extend, to what ttl grants (see Lease). An extend that fails
+// may have committed: if its ttl would end the lock earlier than the
+// current guaranteed lifetime, the lease keeps only the earlier one. On a
+// lease that has
 // ended, Extend returns an error wrapping Err without I/O (see Lease).
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) (ExtendResult, error) {
 	res, _, err := l.extend(ctx, ttl, true)
@@ -257,6 +269,16 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration, manual bool) (Ext
 		if !manual {
 			l.lastErr = err // for the loss message
 		}
+		if mayHaveCommitted(err) {
+			// The extend may have committed, setting the expiry to server
+			// now + ttl, which is earlier than the current lifetime when
+			// ttl is shorter than what is left. Only the earlier of the
+			// two is guaranteed.
+			if lostAt, _ := schedule(sent, ttl); lostAt.Before(l.lostAt) {
+				l.lostAt, l.lastErr = lostAt, err
+				l.watchdog.Reset(time.Until(lostAt))
+			}
+		}
 		return res, time.Time{}, err
 	}
 	if !res.OK {
@@ -273,6 +295,16 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration, manual bool) (Ext
 		}
 	}
 	return res, next, nil
+}
+
+// mayHaveCommitted reports whether an operation that returned err may
+// still have committed on the server: every error but InvalidArgument,
+// which is reported before any I/O (or for a transaction that has already
+// ended). A server error such as a SQLSTATE rejection did not commit
+// either, but a LockBackend need not say so, and treating it as unknown
+// only ends a lease early.
+func mayHaveCommitted(err error) bool {
+	return CodeOf(err) != CodeInvalidArgument
 }
 
 func lostBecause(reason string) error {

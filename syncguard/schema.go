@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -19,6 +20,7 @@ var sqlFiles embed.FS
 type statements struct {
 	acquire, release, extend, lookupKey, lookupID, cleanup string
 	list, lastFence                                        string // inspections (inspect.go)
+	releaseOrphans                                         string // background release (orphans.go)
 }
 
 // render expands a statement file: the rules' SQL fragments ({{now_ms}},
@@ -73,6 +75,8 @@ func renderStatements(table, fenceTable string) statements {
 		cleanup:   read("cleanup.sql"),
 		list:      read("list.sql"),
 		lastFence: read("last_fence.sql"),
+
+		releaseOrphans: read("release_orphans.sql"),
 	}
 }
 
@@ -127,7 +131,7 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 		return err
 	}
 	r, _ := cfg.resolve()
-	cl := classifier{dialect: r.dialect}
+	cl := classifier{dialect: r.dialect, table: r.table, fenceTable: r.fenceTable}
 	if cl.dialect == nil {
 		cl.dialect, _ = driver.Lookup(db.Driver())
 	}
@@ -136,7 +140,10 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 		return cl.wrap(ctx, op, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", int64(schemaLockID)); err != nil {
+	// No arguments: every statement goes out by the simple query protocol,
+	// which needs no prepared statement, so SetupSchema works behind a
+	// transaction-mode pooler whatever the driver's settings.
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", int64(schemaLockID))); err != nil {
 		return cl.wrap(ctx, op, err)
 	}
 	for _, stmt := range splitStatements(ddl) {

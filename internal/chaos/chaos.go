@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/internal/pgtest"
+	"github.com/syncguard/syncguard-go/internal/pgtest/history"
 	"github.com/syncguard/syncguard-go/internal/pgtest/tcpproxy"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/pgxstd"
@@ -67,7 +68,11 @@ type Options struct {
 	// holdings only), so that a long soak's heap measures the library and
 	// not the log.
 	NoEventLog bool
-	Logf       func(format string, args ...any)
+	// CompactHistory has the checker check and forget finished holdings
+	// before every sample (History.Compact), so that its memory stays
+	// bounded over a long soak. Only for runs without crashes.
+	CompactHistory bool
+	Logf           func(format string, args ...any)
 }
 
 func (o *Options) defaults() {
@@ -122,7 +127,7 @@ type runner struct {
 	adminB  *syncguard.Backend
 	cfg     syncguard.Config
 	proxy   *tcpproxy.Proxy
-	hist    *History
+	hist    *history.History
 	res     resource
 	ctx     context.Context
 	keys    []string
@@ -133,7 +138,7 @@ type runner struct {
 	poolsClosed bool
 
 	mu         sync.Mutex
-	violations []Violation
+	violations []history.Violation
 	ops        map[string]int64
 	errs       map[string]int64
 	maxLat     map[string]time.Duration
@@ -149,7 +154,7 @@ type crashMark struct {
 	maxAcked map[string]int64
 }
 
-func (r *runner) violate(v Violation) {
+func (r *runner) violate(v history.Violation) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.violations) < 50 {
@@ -162,7 +167,7 @@ func (r *runner) violate(v Violation) {
 // could not be set up; broken invariants are Report.Violations.
 func Run(ctx context.Context, srv *pgtest.Server, opts Options) (*Report, error) {
 	opts.defaults()
-	r := &runner{opts: opts, srv: srv, hist: NewHistory(), res: resource{last: map[string]int64{}},
+	r := &runner{opts: opts, srv: srv, hist: history.New(), res: resource{last: map[string]int64{}},
 		ops: map[string]int64{}, errs: map[string]int64{}, maxLat: map[string]time.Duration{}, successes: map[string][][2]time.Time{}}
 	defer r.teardown()
 	baseGoroutines, err := r.setup(ctx)
@@ -260,6 +265,11 @@ func (r *runner) load(ctx context.Context) []Sample {
 		t := time.NewTicker(opts.SampleEvery)
 		defer t.Stop()
 		for {
+			if opts.CompactHistory {
+				// Holdings that ended and were acknowledged ten TTLs ago can
+				// no longer meet a violation that is not already decided.
+				r.hist.Compact(opts.ReleaseSlackMs, time.Now().Add(-10*opts.TTL))
+			}
 			samples = append(samples, r.sample(ctx, start))
 			select {
 			case <-t.C:
@@ -283,7 +293,7 @@ func (r *runner) load(ctx context.Context) []Sample {
 	select {
 	case <-stopped:
 	case <-time.After(20 * time.Second):
-		r.violate(Violation{Rule: "workers stop within 20 s of the end of the load (no hung caller)", Detail: goroutineDump()})
+		r.violate(history.Violation{Rule: "workers stop within 20 s of the end of the load (no hung caller)", Detail: goroutineDump()})
 		<-stopped
 	}
 	opts.Logf("chaos: load ended after %v", time.Since(start).Round(time.Millisecond))
@@ -334,7 +344,7 @@ func (r *runner) report(samples []Sample, leaks string) *Report {
 	rep.Resource = r.res.st
 	r.res.mu.Unlock()
 	if rep.Resource.RejectedInBelief > 0 {
-		rep.Violations = append(rep.Violations, Violation{Rule: "the fenced resource never rejects a write made while its holder believed it held the lock",
+		rep.Violations = append(rep.Violations, history.Violation{Rule: "the fenced resource never rejects a write made while its holder believed it held the lock",
 			Detail: fmt.Sprintf("%d such writes rejected", rep.Resource.RejectedInBelief)})
 	}
 	return rep

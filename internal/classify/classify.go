@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"regexp"
 	"strings"
 	"syscall"
 
@@ -90,6 +91,9 @@ func classify(err error, info driver.ErrorInfo) (string, string) {
 		if s == "08P01" && strings.Contains(info.Message, "authentication failed") {
 			return AuthFailed, "the pooler rejected the credentials"
 		}
+		if s == "42501" {
+			return AuthFailed, privilegeMsg(info.Message, err)
+		}
 		if code, msg, ok := classifySQLState(s); ok {
 			return code, msg
 		}
@@ -136,7 +140,7 @@ type mapping struct{ code, msg string }
 var bySQLState = map[string]mapping{
 	"28000": {AuthFailed, "PostgreSQL rejected the credentials"},
 	"28P01": {AuthFailed, "PostgreSQL rejected the credentials"},
-	"42501": {AuthFailed, "insufficient privilege on the lock tables"},
+	"42501": {AuthFailed, "insufficient privilege"}, // classify names the object (privilegeMsg)
 	"53300": {RateLimited, "too many connections"},
 	"57014": {NetworkTimeout, "statement cancelled by the server (statement_timeout)"},
 	"55P03": {NetworkTimeout, "lock wait timed out (lock_timeout)"},
@@ -151,7 +155,7 @@ var bySQLState = map[string]mapping{
 	"25006": {ServiceUnavailable, "read-only transaction: the server is a standby or read-only during a failover; " +
 		"retryable once connected to the new primary (use target_session_attrs=read-write in the DSN)"},
 	"25P02": {Internal, "the caller's transaction is aborted; roll it back"},
-	"42P01": {Internal, "lock table missing: run syncguard.SetupSchema (or apply syncguard.SchemaSQL) first"},
+	"42P01": {Internal, "lock table missing: run syncguard.SetupSchema (or apply syncguard.SchemaSQL) first; if it exists, the role lacks USAGE on its schema (search_path skips such schemas) or search_path does not include it"},
 	"42703": {Internal, "lock table has the wrong columns: it was not created by syncguard.SetupSchema"},
 	"08":    {ServiceUnavailable, "connection exception"},
 	"53":    {ServiceUnavailable, "server out of resources"},
@@ -171,4 +175,25 @@ func classifySQLState(s string) (code, msg string, ok bool) {
 		m, ok = bySQLState[s[:2]]
 	}
 	return m.code, m.msg, ok
+}
+
+// deniedRE finds the object in PostgreSQL's privilege errors: "permission
+// denied for table x", "permission denied for schema y", "must be owner of
+// table z".
+var deniedRE = regexp.MustCompile(`(permission denied for|must be owner of) (table|relation|schema|sequence|function|database|view) ("(?:[^"]|"")+"|[^\s()]+)`)
+
+// privilegeMsg says which object the role lacks a privilege on (42501),
+// from the server's message; the caller adds what its operation needs.
+func privilegeMsg(serverMsg string, err error) string {
+	if serverMsg == "" {
+		serverMsg = err.Error()
+	}
+	m := deniedRE.FindStringSubmatch(serverMsg)
+	if m == nil {
+		return "insufficient privilege"
+	}
+	if m[1] == "must be owner of" {
+		return fmt.Sprintf("insufficient privilege: the role does not own %s %s", m[2], m[3])
+	}
+	return fmt.Sprintf("insufficient privilege: the role lacks a privilege on %s %s", m[2], m[3])
 }

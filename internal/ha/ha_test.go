@@ -77,7 +77,9 @@ var fullPlan = []FaultKind{KillPostmaster, KillNode, KillPostmaster, KillNode, K
 // with a synchronous standby. By default (make test) it is the short form:
 // one kill -9 of the primary node (keeper, postmaster and backends: always
 // a failover) under load on both adapters, about 40 s. With
-// SYNCGUARD_HA=full (make ha) it runs fullPlan.
+// SYNCGUARD_HA=full (make ha) it runs fullPlan, then (subtest
+// Asynchronous) the same schedule on a formation with asynchronous
+// replication.
 func TestFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
@@ -124,6 +126,12 @@ func TestFailover(t *testing.T) {
 	t.Run("ReadOnlyStandby", func(t *testing.T) { testReadOnlyStandby(t, ctx, f, standby) })
 	t.Run("StalledStandby", func(t *testing.T) { testStalledStandby(t, ctx, f, standby) })
 	t.Run("ReplicationChecks", func(t *testing.T) { testReplicationChecks(t, ctx, f, standby) })
+	if full() {
+		if err := f.Stop(); err != nil {
+			t.Error(err)
+		}
+		t.Run("Asynchronous", testAsynchronous)
+	}
 }
 
 // testReadOnlyStandby: an acquire sent to a standby (as a client still
@@ -323,14 +331,11 @@ func expectDoctor(t *testing.T, what string, checks []doctorCheck, check, status
 	t.Errorf("%s: no %q check in %+v", what, check, checks)
 }
 
-// TestFailoverAsync is the same run with asynchronous replication: it shows
-// which guarantees break when the commit that acknowledges an acquire does
-// not wait for the standby. Only the long form (make ha) runs it; it
+// testAsynchronous is the same run with asynchronous replication: it
+// shows which guarantees break when the commit that acknowledges an acquire
+// does not wait for the standby. Only the long form (make ha) runs it; it
 // reports the breakage and fails only if the run itself could not be made.
-func TestFailoverAsync(t *testing.T) {
-	if !full() {
-		t.Skip("the asynchronous run is part of make ha (SYNCGUARD_HA=full), not make test")
-	}
+func testAsynchronous(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	f := startFormation(t, ctx, Options{Async: true})

@@ -38,6 +38,16 @@ func TestConformancePQThroughPgBouncer(t *testing.T)  { suite.RunThroughPgBounce
 func TestConformancePGX(t *testing.T)                 { suite.Run(t, pgxDriver) }
 func TestConformancePGXThroughPgBouncer(t *testing.T) { suite.RunThroughPgBouncer(t, pgxDriver) }
 
+// The suite through PgBouncer with every setting at its default: prepared
+// statements on and a plain DSN, which PgBouncer 1.18 in transaction mode
+// breaks unless the Backend notices (issue 14, item 4).
+func TestConformancePQThroughPgBouncerPrepared(t *testing.T) {
+	suite.RunThroughPgBouncerPrepared(t, pqDriver)
+}
+func TestConformancePGXThroughPgBouncerPrepared(t *testing.T) {
+	suite.RunThroughPgBouncerPrepared(t, pgxDriver)
+}
+
 // TestCrossDriver runs the CrossDriver group with lib/pq as the primary
 // driver and pgx as the other, then the reverse.
 func TestCrossDriver(t *testing.T) {

@@ -171,7 +171,8 @@ func (a *app) usage(w io.Writer) {
 		"Exit statuses: 0 ok, 64 usage, 69 database unavailable, 70 internal, 75 lock busy,\n"+
 		"76 lock lost; run: the command's own status, 128+N if it died of signal N;\n"+
 		"status: 0 held, 1 free.\n"+
-		"Run 'syncguard help COMMAND' for a command's flags. Full reference: docs/cli.md.\n")
+		"Run 'syncguard help COMMAND' for a command's flags. Full reference:\n"+
+		"https://github.com/syncguard/syncguard-go/blob/main/docs/cli.md\n")
 }
 
 // flagSet returns a FlagSet for cmd with the global flags registered on it,
@@ -245,6 +246,26 @@ func (a *app) cmdHelp(fs *flag.FlagSet, text string) {
 }
 
 var errHelp = errors.New("help shown")
+
+// parseCmd parses a command's args with parse and, for -h, shows its help:
+// help is the text after the usage line.
+func (a *app) parseCmd(fs *flag.FlagSet, args []string, interspersed bool, help string) ([]string, error) {
+	pos, err := a.parse(fs, args, interspersed)
+	if errors.Is(err, errHelp) {
+		a.cmdHelp(fs, help)
+	}
+	return pos, err
+}
+
+// parseNoArgs is parseCmd for a command that takes no positional
+// arguments.
+func (a *app) parseNoArgs(fs *flag.FlagSet, args []string, help string) error {
+	pos, err := a.parseCmd(fs, args, true, help)
+	if err == nil && len(pos) != 0 {
+		return usageErr("%s takes no arguments, got %q", a.cmd, pos)
+	}
+	return err
+}
 
 // parse parses args with fs. With interspersed, flags may follow positional
 // arguments (status KEY --json); "--" ends the flags. Without it, parsing

@@ -171,3 +171,24 @@ func TestParseDuration(t *testing.T) {
 		}
 	}
 }
+
+// A bad value names what is accepted: the range of a duration flag, the
+// words of a boolean variable.
+func TestBadValueSaysWhatIsAccepted(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{args: []string{"run", "--key", "k", "--wait", "-1", "--", "true"}, want: "range 0s to 8760h, or forever"},
+		{args: []string{"run", "--key", "k", "--ttl", "x", "--", "true"}, want: "range 1s to 24h"},
+		{env: map[string]string{"SYNCGUARD_QUIET": "yes"}, args: []string{"run", "--key", "k", "--", "true"}, want: "$SYNCGUARD_QUIET=yes: want 1 or 0, true or false"},
+	} {
+		var stderr bytes.Buffer
+		a := &app{stdout: &bytes.Buffer{}, stderr: &stderr, getenv: func(k string) string { return c.env[k] },
+			environ: func() []string { return nil }}
+		if code := a.main(c.args); code != ExitUsage || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%v %v: exit %d, %q; want exit %d and %q", c.env, c.args, code, stderr.String(), ExitUsage, c.want)
+		}
+	}
+}

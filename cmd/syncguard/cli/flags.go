@@ -58,7 +58,7 @@ func (f *durationFlag) Set(s string) error {
 	}
 	d, err := parseDuration(s)
 	if err != nil {
-		return err
+		return fmt.Errorf("%v; range %s", err, f.rangeText())
 	}
 	if d < f.min || d > f.max {
 		return fmt.Errorf("%s is out of range: want %s", fmtDuration(d), f.rangeText())
@@ -174,6 +174,9 @@ func (a *app) applyEnv(fs *flag.FlagSet, keep func(name string) bool) error {
 			return
 		}
 		if e := fs.Set(f.Name, v); e != nil {
+			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+				e = fmt.Errorf("want 1 or 0, true or false")
+			}
 			err = usageErr("$%s=%s: %v", envName(f.Name), v, e)
 		}
 	})

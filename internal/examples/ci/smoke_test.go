@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/syncguard/syncguard-go/pgxstd" // registers the "pgx" driver and its dialect
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 

@@ -1,0 +1,103 @@
+package conformance
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+// Every operation keeps working however the pool's connections reach the
+// server. Behind a pooler in transaction mode (PgBouncer) one client
+// connection's statements run on different server connections, where a
+// statement prepared elsewhere is missing (26000), already exists (42P05)
+// or is another client's statement of the same name: a Backend must notice
+// and go on with statements that need nothing prepared, without failing an
+// operation on the way.
+func init() {
+	registerSQL("Statements/EveryOperationOnManyConnections", func(e *sqlEnv) {
+		const workers, rounds = 8, 15
+		failures := &failures{max: 8}
+		fail := failures.add
+		var wg sync.WaitGroup
+		for w := range workers {
+			b := e.pb
+			if w%2 == 1 {
+				b = e.pb2
+			}
+			k := e.key(fmt.Sprintf("stmts%d", w))
+			wg.Go(func() {
+				for i := 0; i < rounds && e.ctx.Err() == nil; i++ {
+					r, err := b.Acquire(e.ctx, k, 30*time.Second)
+					if err != nil || !r.OK {
+						fail("worker %d round %d: acquire of its own free key: %+v, %v", w, i, r, err)
+						continue
+					}
+					if x, err := b.Extend(e.ctx, r.LockID, time.Minute); err != nil || !x.OK {
+						fail("worker %d round %d: extend of its live lock: %+v, %v", w, i, x, err)
+					}
+					if locked, err := b.IsLocked(e.ctx, k); err != nil || !locked {
+						fail("worker %d round %d: IsLocked of its held key: %v, %v", w, i, locked, err)
+					}
+					if info, err := b.LookupKey(e.ctx, k); err != nil || info == nil || info.Fence != r.Fence {
+						fail("worker %d round %d: LookupKey of its held key: %+v, %v", w, i, info, err)
+					}
+					if info, err := b.LookupID(e.ctx, r.LockID); err != nil || info == nil || info.Fence != r.Fence {
+						fail("worker %d round %d: LookupID of its lock: %+v, %v", w, i, info, err)
+					}
+					if rel, err := b.Release(e.ctx, r.LockID); err != nil || !rel.OK {
+						fail("worker %d round %d: release of its lock: %+v, %v", w, i, rel, err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if failures.any() {
+			e.t.Errorf("rule: every operation works on every connection of the pool, whatever routes them to the server; %d workers on 2 pools saw:\n  %s",
+				workers, failures)
+		}
+		// And inside transactions, which a transaction-mode pooler keeps on
+		// one server connection.
+		for i := range 3 {
+			tx := e.begin(e.db)
+			k := e.key(fmt.Sprintf("stmtstx%d", i))
+			r, err := e.pb.WithTx(tx).Acquire(e.ctx, k, 30*time.Second)
+			if err != nil || !r.OK {
+				e.t.Errorf("rule: acquire inside a transaction works on every connection; got %+v, %v", r, err)
+				continue
+			}
+			if err := tx.Commit(); err != nil {
+				e.t.Fatalf("setup: commit: %v", err)
+			}
+			if rel := e.release(e.pb2, r.LockID); !rel.OK {
+				e.t.Errorf("rule: a committed transactional lock is released from any pool; got %+v", rel)
+			}
+		}
+	})
+}
+
+func init() {
+	// Unprepared statements (Config.DisablePrepare, or after a pooler was
+	// detected) carry the same values as prepared ones: some drivers send
+	// them as literals, which must survive any character a key may hold.
+	registerSQL("Statements/UnpreparedKeepsEveryCharacter", func(e *sqlEnv) {
+		for _, prepare := range []bool{true, false} {
+			b := e.newBackend(e.db, func(c *syncguard.Config) { c.DisablePrepare = c.DisablePrepare || !prepare })
+			for _, raw := range []string{`it's`, `back\slash`, `\'`, `''`, `E'x'`, `$1`, `$$x$$`, `a;--b`, "tab\tnew\nline", `"quoted"`, "ünïcödé ✓ 🔒"} {
+				k := e.key("") + raw
+				r, err := b.Acquire(e.ctx, k, 30*time.Second)
+				if err != nil || !r.OK {
+					e.t.Errorf("rule: any valid key can be acquired (prepared %v); key %q: %+v, %v", prepare, k, r, err)
+					continue
+				}
+				want, _, _ := e.derive(k)
+				d, err := b.LookupKeyDebug(e.ctx, k)
+				if err != nil || d == nil || d.Key != want || d.LockID != r.LockID {
+					e.t.Errorf("rule: a key reaches the server unchanged (prepared %v); stored %+v for %q, %v", prepare, d, want, err)
+				}
+				e.release(b, r.LockID)
+			}
+		}
+	})
+}

@@ -1,0 +1,103 @@
+package itest_test
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncguard/syncguard-go/internal/pgtest"
+	"github.com/syncguard/syncguard-go/internal/pgtest/suite"
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+// TestPrivilegeErrorsNameTheObject checks, against the server's real
+// messages through each driver, that a privilege error (42501) says what
+// lacks which privilege: the schema (SetupSchema without CREATE on it), a
+// table (no table privileges), and that a schema without USAGE (which
+// search_path silently skips) is named as a possible cause of "missing".
+func TestPrivilegeErrorsNameTheObject(t *testing.T) {
+	srv := pgtest.Require(t)
+	if srv.Kind == pgtest.KindEnv {
+		t.Skip("creates a role and schemas; not on a server given by " + pgtest.EnvDSN)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin, err := sql.Open("pgx", srv.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	exec := func(q string) {
+		t.Helper()
+		if _, err := admin.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	cleanup := func() {
+		_, _ = admin.Exec(`DROP SCHEMA IF EXISTS sg_priv, sg_priv_empty CASCADE`)
+		_, _ = admin.Exec(`DROP ROLE IF EXISTS sg_priv_user`)
+	}
+	cleanup()
+	t.Cleanup(cleanup)
+	exec(`CREATE SCHEMA sg_priv`)
+	exec(`CREATE SCHEMA sg_priv_empty`)
+	exec(`CREATE ROLE sg_priv_user LOGIN PASSWORD 'sg-priv-pw'`)
+	ddl, err := syncguard.SchemaSQL(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(`SET search_path = sg_priv; ` + ddl + `; RESET search_path`)
+
+	for _, d := range []suite.Driver{pqDriver, pgxDriver} {
+		t.Run(d.Name, func(t *testing.T) {
+			// open returns a pool as sg_priv_user, whose sessions use
+			// searchPath, and a Backend on it.
+			open := func(searchPath string) (*sql.DB, *syncguard.Backend) {
+				exec(`ALTER ROLE sg_priv_user SET search_path = ` + searchPath)
+				db, err := sql.Open(d.Name, srv.DSNFor("sg_priv_user", "sg-priv-pw", ""))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { db.Close() })
+				b, err := syncguard.New(db, &syncguard.Config{Dialect: d.Dialect})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return db, b
+			}
+			check := func(stage string, err error, code syncguard.Code, want ...string) {
+				t.Helper()
+				if syncguard.CodeOf(err) != code {
+					t.Fatalf("%s: want %s, got %v", stage, code, err)
+				}
+				for _, w := range want {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("rule: a privilege error says what lacks which privilege; %s: want %q in %v", stage, w, err)
+					}
+				}
+			}
+
+			// USAGE but no CREATE on the schema SetupSchema creates in.
+			exec(`GRANT USAGE ON SCHEMA sg_priv_empty TO sg_priv_user`)
+			db, _ := open("sg_priv_empty")
+			check("SetupSchema without CREATE on the schema", syncguard.SetupSchema(ctx, db, &syncguard.Config{Dialect: d.Dialect}),
+				syncguard.CodeAuthFailed, "needs CREATE on the schema", "schema sg_priv_empty")
+
+			// No USAGE on the schema holding the tables: search_path skips it.
+			exec(`REVOKE ALL ON SCHEMA sg_priv FROM sg_priv_user`)
+			_, b := open("sg_priv")
+			_, err := b.Acquire(ctx, "priv:k", time.Minute)
+			check("no USAGE on the tables' schema", err, syncguard.CodeInternal, "lacks USAGE on its schema")
+
+			// USAGE on the schema, nothing on the tables.
+			exec(`GRANT USAGE ON SCHEMA sg_priv TO sg_priv_user`)
+			_, b = open("sg_priv")
+			_, err = b.Acquire(ctx, "priv:k", time.Minute)
+			check("USAGE on the schema, no table privileges", err, syncguard.CodeAuthFailed,
+				"privilege on table syncguard_", "acquire needs USAGE on the schema of", "SELECT, INSERT, UPDATE on both")
+			exec(`REVOKE ALL ON SCHEMA sg_priv, sg_priv_empty FROM sg_priv_user`)
+		})
+	}
+}

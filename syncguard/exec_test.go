@@ -1,0 +1,117 @@
+package syncguard
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/DATA-DOG/go-sqlmock"
+
+	"github.com/syncguard/syncguard-go/internal/rules"
+)
+
+func TestInlineArgs(t *testing.T) {
+	for _, c := range []struct {
+		query string
+		args  []any
+		want  string
+	}{
+		{`SELECT $1::text, $2::bigint`, []any{"a'b", int64(-5)}, `SELECT E'a''b'::text, -5::bigint`},
+		{`SELECT $1::text`, []any{`back\slash'; DROP TABLE x; --`}, `SELECT E'back\\slash''; DROP TABLE x; --'::text`},
+		{`SELECT "$1", '$1', $1`, []any{"x"}, `SELECT "$1", '$1', E'x'`},
+		{`SELECT $10, $1`, []any{"1", "2", "3", "4", "5", "6", "7", "8", "9", "ten"}, `SELECT E'ten', E'1'`},
+		{`SELECT $1`, []any{&sentArg{v: "ü€"}}, `SELECT E'ü€'`},
+		{`SELECT $1::boolean, $2::bigint`, []any{true, nil}, `SELECT true::boolean, NULL::bigint`},
+	} {
+		got, err := inlineArgs(c.query, c.args)
+		if err != nil || got != c.want {
+			t.Errorf("inlineArgs(%q, %q) = %q, %v; want %q", c.query, c.args, got, err, c.want)
+		}
+	}
+	for _, c := range []struct {
+		query string
+		args  []any
+	}{
+		{`SELECT $2`, []any{"x"}},
+		{`SELECT $1`, []any{"nul\x00"}},
+		{`SELECT $1`, []any{3.5}},
+		{`SELECT 'open`, nil},
+	} {
+		if got, err := inlineArgs(c.query, c.args); err == nil {
+			t.Errorf("inlineArgs(%q, %q) = %q; want an error", c.query, c.args, got)
+		}
+	}
+}
+
+// A prepared statement that a pooler lost (26000 at the first execution,
+// 42P05 at a prepare) is run again unprepared, and the Backend stays
+// unprepared, with one warning that says why.
+func TestLostPreparedStatementSwitchesToOneShot(t *testing.T) {
+	for _, st := range []string{"26000", "42P05"} {
+		db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherFunc(func(expected, actual string) error {
+			if !strings.Contains(actual, expected) {
+				return sql.ErrNoRows
+			}
+			return nil
+		})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs bytes.Buffer
+		b, err := New(db, &Config{Dialect: fakeDialect{}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := rules.GenerateLockID()
+		row := func() *sqlmock.Rows {
+			return sqlmock.NewRows([]string{"d", "s", "n", "k"}).AddRow(id, nil, int64(1), "0123456789abcdef")
+		}
+		if st == "42P05" {
+			mock.ExpectPrepare("DELETE FROM").WillReturnError(&pgErr{code: st})
+		} else {
+			mock.ExpectPrepare("DELETE FROM").ExpectQuery().WillReturnError(&pgErr{code: st})
+		}
+		mock.ExpectQuery("DELETE FROM").WithArgs(id, sqlmock.AnyArg()).WillReturnRows(row()) // one-shot
+		mock.ExpectQuery("DELETE FROM").WithArgs(id, sqlmock.AnyArg()).WillReturnRows(row()) // and from now on
+		for range 2 {
+			if r, err := b.Release(context.Background(), id); err != nil || !r.OK {
+				t.Fatalf("%s: release after a lost prepared statement: %+v, %v", st, r, err)
+			}
+		}
+		if err := mock.ExpectationsWereMet(); err != nil {
+			t.Fatalf("%s: %v", st, err)
+		}
+		if n := strings.Count(logs.String(), "prepared statements switched off"); n != 1 || !strings.Contains(logs.String(), "level=WARN") {
+			t.Errorf("%s: want one warning with the reason; got %q", st, logs.String())
+		}
+		db.Close()
+	}
+}
+
+// Inside a transaction the lost statement aborted the caller's transaction:
+// the error is returned (the caller retries the transaction), and the
+// Backend is unprepared from then on.
+func TestLostPreparedStatementInTx(t *testing.T) {
+	db, mock, _ := sqlmock.New()
+	defer db.Close()
+	b, _ := New(db, &Config{Dialect: fakeDialect{}, Logger: discardLogger()})
+	b.shared.prep.Store(prepOn)
+	id := rules.GenerateLockID()
+	ep := mock.ExpectPrepare("DELETE FROM")
+	mock.ExpectBegin()
+	ep.ExpectQuery().WillReturnError(&pgErr{code: "26000"})
+	if _, err := b.shared.prepared(context.Background(), stmtRelease); err != nil {
+		t.Fatal(err)
+	}
+	tx, _ := db.Begin()
+	_, err := b.WithTx(tx).Release(context.Background(), id)
+	if CodeOf(err) != CodeInternal || !strings.Contains(err.Error(), "26000") {
+		t.Fatalf("the lost statement's error must reach the caller inside a transaction; got %v", err)
+	}
+	if b.shared.prep.Load() != prepOff {
+		t.Fatal("the Backend must be unprepared after a lost statement")
+	}
+}

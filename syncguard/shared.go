@@ -1,0 +1,104 @@
+package syncguard
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// This file holds the state of a Backend, and nothing that acts on it:
+// backend.go (the operations), exec.go (running statements) and orphans.go
+// (the background release) all build on it.
+
+// Backend is the PostgreSQL lock backend. It is safe for concurrent use and
+// cheap to keep for the life of the program: it holds the *sql.DB, the
+// rendered SQL and lazily prepared statements.
+//
+// Each operation is one SQL statement and, once its statement is prepared
+// on the connection, one round trip.
+type Backend struct {
+	shared *shared
+	tx     Tx     // non-nil for the WithTx view
+	stmtTx stmtTx // tx, when it can reuse prepared statements (*sql.Tx)
+}
+
+// Tx is what Backend.WithTx needs of the caller's transaction: the query
+// methods of *sql.Tx, which *sql.Tx and *sqlx.Tx have, and so has GORM's
+// tx.Statement.ConnPool. For bun pass bunTx.Tx (the *sql.Tx inside a
+// bun.Tx); for ent, the *sql.Tx its driver runs on. docs/orm.md shows each.
+//
+// Statements run on tx exactly as written, with PostgreSQL's $n
+// placeholders: tx must not rewrite queries (bun.Tx's own methods expand ?
+// placeholders, hence bunTx.Tx).
+type Tx interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// stmtTx is a Tx that can run a statement prepared on the pool on its own
+// connection (*sql.Tx, and types embedding it such as *sqlx.Tx).
+type stmtTx interface {
+	StmtContext(ctx context.Context, stmt *sql.Stmt) *sql.Stmt
+}
+
+type shared struct {
+	db       *sql.DB
+	cfg      resolved
+	sql      statements
+	cl       classifier
+	stmts    [numStmts]lazyStmt
+	lastSwep atomic.Int64 // unix nanos of the last background cleanup
+
+	orphans     orphanQueue  // background release (orphans.go)
+	prep        atomic.Int32 // prepUnknown, prepOn or prepOff (exec.go)
+	probeMu     sync.Mutex   // serializes the pooler probe
+	oneShotArgs []any        // the dialect's driver.OneShot arguments, or nil
+	hub         *hub         // waiting: wake-ups on release (wake.go)
+}
+
+const (
+	stmtAcquire = iota
+	stmtRelease
+	stmtExtend
+	stmtLookupKey
+	stmtLookupID
+	numStmts
+)
+
+// lazyStmt is one operation's statement, prepared on first use on the pool.
+type lazyStmt struct {
+	stmt      atomic.Pointer[sql.Stmt]
+	preparing atomic.Bool // a background prepare (for the WithTx path) is running
+}
+
+func (s *shared) text(i int) string {
+	switch i {
+	case stmtAcquire:
+		return s.sql.acquire
+	case stmtRelease:
+		return s.sql.release
+	case stmtExtend:
+		return s.sql.extend
+	case stmtLookupKey:
+		return s.sql.lookupKey
+	default:
+		return s.sql.lookupID
+	}
+}
+
+type orphan struct {
+	lockID  string
+	due     time.Time // next attempt
+	until   time.Time // the lock has expired by then: give up
+	retries int       // not-found answers so far
+}
+
+type orphanQueue struct {
+	mu      sync.Mutex
+	pending []orphan
+	running bool // the worker goroutine is running
+	warned  bool // the queue-full warning was logged
+	wake    chan struct{}
+}

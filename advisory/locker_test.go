@@ -214,7 +214,8 @@ func TestLockTxCancelFallsBackToDriver(t *testing.T) {
 		expectWaitingLockTx(mock)
 		tx, _ := db.Begin()
 		defer tx.Rollback() //nolint:errcheck // ends the transaction's goroutine
-		mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnError(&pgErr{"42501"}) // not allowed to signal
+		// The role is not allowed to signal the waiting backend.
+		mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnError(&pgErr{"42501"})
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(50*time.Millisecond, cancel)
 		start := time.Now()

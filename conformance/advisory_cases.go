@@ -76,9 +76,9 @@ func init() {
 		a := newAdvEnv(e)
 		for _, end := range []string{"commit", "rollback"} {
 			key := a.advKey("end-" + end)
-			tx1 := a.advBegin(e.db)
+			tx1 := a.begin(e.db)
 			e.must(a.l.LockTx(e.ctx, tx1, key), "LockTx of a free key")
-			tx2 := a.advBegin(e.db2)
+			tx2 := a.begin(e.db2)
 			if got, err := a.l2.TryLockTx(e.ctx, tx2, key); err != nil || got {
 				e.t.Errorf("rule: a transaction lock excludes other sessions; TryLockTx on the second pool = %v, %v", got, err)
 			}
@@ -134,7 +134,7 @@ func init() {
 		a := newAdvEnv(e)
 		key := a.advKey("try")
 		holder, _ := a.advHoldTx(key)
-		tx := a.advBegin(e.db2)
+		tx := a.begin(e.db2)
 		pids := []int{a.advPID(tx)}
 		tries := map[string]func(ctx context.Context) (bool, error){
 			"TryLockTx": func(ctx context.Context) (bool, error) { return a.l2.TryLockTx(ctx, tx, key) },
@@ -173,10 +173,7 @@ func init() {
 		// A pool of one connection: whatever Close returns to the pool is
 		// what the next Conn gets, and it must hold nothing.
 		a := newAdvEnv(e)
-		db := e.h.Open(e.t)
-		db.SetMaxOpenConns(1)
-		db.SetMaxIdleConns(1)
-		l := a.locker(db)
+		db, l := a.onePool()
 		key := a.advKey("leak")
 
 		lock, err := l.LockSession(e.ctx, key)
@@ -282,7 +279,7 @@ func init() {
 		key := a.advKey("cancel-tx")
 		holder, _ := a.advHoldTx(key)
 		for _, mode := range []string{"cancel", "deadline"} {
-			tx := a.advBegin(e.db)
+			tx := a.begin(e.db)
 			pid := a.advPID(tx)
 			ctx, cancel := context.WithCancel(e.ctx)
 			want := syncguard.CodeAborted
@@ -336,7 +333,7 @@ func init() {
 		key := a.advKey("cancel-race")
 		holder, _ := a.advHoldTx(key)
 		for i := range 24 {
-			tx := a.advBegin(e.db)
+			tx := a.begin(e.db)
 			a.advPID(tx)
 			delay := time.Duration(i) * 250 * time.Microsecond
 			ctx, cancel := context.WithCancel(e.ctx)
@@ -400,7 +397,7 @@ func init() {
 			Params: []string{"tenant"}, Purpose: "monitoring case"})
 		key := decl.MustKey("t1")
 		holder, release := a.advHoldTx(key)
-		tx := a.advBegin(e.db2)
+		tx := a.begin(e.db2)
 		waiter := a.advPID(tx)
 		done := make(chan error, 1)
 		go func() { done <- a.l2.LockTx(e.ctx, tx, key) }()
@@ -464,32 +461,27 @@ func init() {
 	registerAdvisory("Advisory/DeadlockIsRetryable", func(e *sqlEnv) {
 		a := newAdvEnv(e)
 		ka, kb := a.advKey("dead-a"), a.advKey("dead-b")
-		tx1, tx2 := a.advBegin(e.db), a.advBegin(e.db2)
+		tx1, tx2 := a.begin(e.db), a.begin(e.db2)
 		e.must(a.l.LockTx(e.ctx, tx1, ka), "LockTx")
 		e.must(a.l2.LockTx(e.ctx, tx2, kb), "LockTx")
+		// Each side now asks for the other's key, then ends its transaction.
 		errs := make(chan error, 2)
 		var wg sync.WaitGroup
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			err := a.l.LockTx(e.ctx, tx1, kb)
-			errs <- err
-			if err != nil {
-				_ = tx1.Rollback()
-			} else {
-				_ = tx1.Commit()
-			}
-		}()
-		go func() {
-			defer wg.Done()
-			err := a.l2.LockTx(e.ctx, tx2, ka)
-			errs <- err
-			if err != nil {
-				_ = tx2.Rollback()
-			} else {
-				_ = tx2.Commit()
-			}
-		}()
+		for _, side := range []struct {
+			l   *advisory.Locker
+			tx  *sql.Tx
+			key advisory.Key
+		}{{a.l, tx1, kb}, {a.l2, tx2, ka}} {
+			wg.Go(func() {
+				err := side.l.LockTx(e.ctx, side.tx, side.key)
+				errs <- err
+				if err != nil {
+					_ = side.tx.Rollback()
+				} else {
+					_ = side.tx.Commit()
+				}
+			})
+		}
 		wg.Wait()
 		close(errs)
 		var failed, ok int
@@ -528,11 +520,11 @@ func init() {
 		// FromLegacyFNV1a32(input) are the same lock (both signs).
 		for _, input := range []string{"tenant-1:2025-01-15", "tenant_abc123:2025-12-03"} {
 			input = a.ns + ":" + input // unique to the case
-			tx := a.advBegin(e.db)
+			tx := a.begin(e.db)
 			h := advisory.LegacyFNV1a32(input)
 			_, err := tx.ExecContext(e.ctx, fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d)`, h))
 			e.must(err, "the legacy caller's lock")
-			tx2 := a.advBegin(e.db2)
+			tx2 := a.begin(e.db2)
 			got, err := a.l2.TryLockTx(e.ctx, tx2, advisory.FromLegacyFNV1a32(input))
 			if err != nil || got {
 				e.t.Errorf("rule: FromLegacyFNV1a32 is the lock a legacy caller takes with pg_advisory_xact_lock(%d); TryLockTx = %v, %v", h, got, err)

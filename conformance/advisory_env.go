@@ -28,6 +28,16 @@ func newAdvEnv(e *sqlEnv) *advEnv {
 	return a
 }
 
+// onePool opens a pool of one connection (kept idle) and a Locker on it:
+// the next Conn of the pool is the one the last user returned.
+func (a *advEnv) onePool() (*sql.DB, *advisory.Locker) {
+	a.t.Helper()
+	db := a.h.Open(a.t)
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	return db, a.locker(db)
+}
+
 func (a *advEnv) locker(db *sql.DB) *advisory.Locker {
 	a.t.Helper()
 	l, err := advisory.New(db, &advisory.Config{Dialect: a.h.Dialect, Registry: a.reg})
@@ -114,16 +124,6 @@ func (a *advEnv) advWaiting(key advisory.Key, pid int) bool {
 	return false
 }
 
-func (a *advEnv) advBegin(db *sql.DB) *sql.Tx {
-	a.t.Helper()
-	tx, err := db.BeginTx(a.ctx, nil)
-	if err != nil {
-		a.t.Fatalf("setup: BeginTx: %v", err)
-	}
-	a.t.Cleanup(func() { _ = tx.Rollback() })
-	return tx
-}
-
 func (a *advEnv) advConn(db *sql.DB) *sql.Conn {
 	a.t.Helper()
 	c, err := db.Conn(a.ctx)
@@ -158,7 +158,7 @@ func (a *advEnv) advHold(key advisory.Key) (pid int, release func()) {
 func (a *advEnv) advHoldTx(key advisory.Key) (pid int, release func()) {
 	a.t.Helper()
 	db := a.h.Open(a.t)
-	tx := a.advBegin(db)
+	tx := a.begin(db)
 	if err := a.locker(db).LockTx(a.ctx, tx, key); err != nil {
 		a.t.Fatalf("setup: LockTx of a free key: %v", err)
 	}

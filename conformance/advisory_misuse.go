@@ -18,10 +18,7 @@ func init() {
 		e.needSessionState("session-level advisory locks")
 		a := newAdvEnv(e)
 		// A pool of one connection, so the next Conn is the returned one.
-		db := e.h.Open(e.t)
-		db.SetMaxOpenConns(1)
-		db.SetMaxIdleConns(1)
-		l := a.locker(db)
+		db, l := a.onePool()
 		key := a.advKey("returned")
 
 		// The next pool user re-acquires the leaked lock.

@@ -93,29 +93,9 @@ SELECT $1, $2, n + 30000, n, '000000000000007', $3 FROM (SELECT `+rules.NowMsSQL
 		}
 		e.txExec(ref, `INSERT INTO `+e.locksTable()+` ("key", "lock_id", "expires_at_ms", "acquired_at_ms", "fence", "user_key")
 SELECT $1, $2, n + 30000, n, `+rules.FenceTextSQL("$3::bigint")+`, $4 FROM (SELECT `+rules.NowMsSQL+` AS n) AS t`, storage, id, fence, norm)
-		type res struct {
-			r   syncguard.AcquireResult
-			err error
-		}
-		ch := make(chan res, 1)
-		go func() {
-			r, err := e.b.Acquire(e.ctx, k, 30*time.Second)
-			ch <- res{r, err}
-		}()
-		var got res
-		select {
-		case got = <-ch:
-			if err := ref.Commit(); err != nil {
-				e.t.Fatalf("setup: reference commit: %v", err)
-			}
-		case <-time.After(300 * time.Millisecond):
-			if err := ref.Commit(); err != nil {
-				e.t.Fatalf("setup: reference commit: %v", err)
-			}
-			got = <-ch
-		}
-		if got.err != nil || got.r.OK || got.r.Reason != syncguard.ReasonLocked {
-			e.t.Errorf("rule: an acquire by the reference implementation in flight excludes a Go acquire of the same key; got %+v, %v", got.r, got.err)
+		got, err := e.acquireWhileOpen(ref, e.b, k)
+		if err != nil || got.OK || got.Reason != syncguard.ReasonLocked {
+			e.t.Errorf("rule: an acquire by the reference implementation in flight excludes a Go acquire of the same key; got %+v, %v", got, err)
 		}
 		if info, _ := e.b.LookupKey(e.ctx, k); info == nil || info.LockIDHash != syncguard.HashKey(id) {
 			e.t.Errorf("rule: the reference implementation's committed lock is the only holder; lookup %+v", info)

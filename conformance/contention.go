@@ -8,9 +8,8 @@ import (
 
 func init() {
 	register("Contention/HeldKeyReturnsLockedAndStaysHeld", func(e *env) {
-		k := e.key("held")
-		r := e.mustAcquire(e.b, k, 30*time.Second)
-		before := e.snapshot(k)
+		k, r := e.hold("held", 30*time.Second)
+		same := e.unchanged(k)
 		for _, b := range e.backends() {
 			c := e.acquire(b, k, 30*time.Second)
 			if c.OK || c.Reason != syncguard.ReasonLocked {
@@ -28,20 +27,14 @@ func init() {
 		if info == nil || info.LockIDHash != syncguard.HashKey(r.LockID) || info.Fence != r.Fence || !info.ExpiresAt.Equal(r.ExpiresAt) {
 			e.t.Errorf("rule: a contended acquire leaves the holder's lock unchanged; holder fence %s expires %d, lookup %+v", r.Fence, ms(r.ExpiresAt), info)
 		}
-		if after := e.snapshot(k); after != before {
-			e.t.Errorf("rule: a contended acquire changes nothing of the holder's lock; before %s after %s", before, after)
-		}
+		same("a contended acquire changes nothing of the holder's lock")
 		if rel := e.release(e.b, r.LockID); !rel.OK {
 			e.t.Errorf("rule: the holder's release succeeds; got %+v", rel)
 		}
 		if e.isLocked(e.b2, k) {
 			e.t.Errorf("rule: a released key is free; IsLocked(%q) = true", k)
 		}
-		n := e.mustAcquire(e.b2, k, 30*time.Second)
-		if n.Fence <= r.Fence {
-			e.t.Errorf("rule: the next holder gets a greater fence; %s after %s", n.Fence, r.Fence)
-		}
-		e.release(e.b2, n.LockID)
+		e.nextFenceAbove(k, r.Fence, "the next holder gets a greater fence")
 	})
 
 	register("Contention/ReacquireAfterRelease", func(e *env) {

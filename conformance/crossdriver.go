@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -68,8 +67,7 @@ func init() {
 
 	registerSQL("CrossDriver/ExpiryJudgedAlike", func(e *sqlEnv) {
 		bo := e.otherBackend()
-		k := e.key("crossexpiry")
-		r := e.mustAcquire(e.b, k, 150*time.Millisecond)
+		k, r := e.hold("crossexpiry", 150*time.Millisecond)
 		e.waitPast(ms(r.ExpiresAt) + tolMs)
 		for name, b := range map[string]syncguard.LockBackend{"primary": e.b, "other": bo} {
 			byKey, _ := b.LookupKey(e.ctx, k)
@@ -94,35 +92,7 @@ func init() {
 		k := e.key("crossrace")
 		var last syncguard.Fence
 		for round := 0; round < 8; round++ {
-			var (
-				wg      sync.WaitGroup
-				mu      sync.Mutex
-				winners []syncguard.AcquireResult
-				start   = make(chan struct{})
-			)
-			for g := 0; g < 12; g++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					var b syncguard.LockBackend = e.b
-					if g%2 == 1 {
-						b = bo
-					}
-					<-start
-					r, err := b.Acquire(e.ctx, k, 30*time.Second)
-					if err != nil {
-						e.t.Errorf("rule: contention across drivers is a result, not an error; %v", err)
-						return
-					}
-					if r.OK {
-						mu.Lock()
-						winners = append(winners, r)
-						mu.Unlock()
-					}
-				}()
-			}
-			close(start)
-			wg.Wait()
+			winners := e.race([]syncguard.LockBackend{e.b, bo}, 12, k, "contention across drivers is a result, not an error")
 			if len(winners) != 1 {
 				e.t.Fatalf("rule: exactly one of the racing acquires on two drivers wins; round %d had %d winners", round, len(winners))
 			}
@@ -142,8 +112,7 @@ func init() {
 
 	registerSQL("CrossDriver/ErrorsClassifiedAlike", func(e *sqlEnv) {
 		bo := e.otherBackend()
-		k := e.key("crosserr")
-		r := e.mustAcquire(e.b, k, 30*time.Second)
+		k, r := e.hold("crosserr", 30*time.Second)
 		cancelled, cancel := context.WithCancel(e.ctx)
 		cancel()
 		expired, cancel2 := context.WithDeadline(e.ctx, time.Now().Add(-time.Second))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,6 +89,36 @@ func (e *env) mustAcquire(b syncguard.LockBackend, key string, ttl time.Duration
 	return r
 }
 
+// hold acquires a fresh key named after name on the first pool.
+func (e *env) hold(name string, ttl time.Duration) (string, syncguard.AcquireResult) {
+	e.t.Helper()
+	k := e.key(name)
+	return k, e.mustAcquire(e.b, k, ttl)
+}
+
+// nextFenceAbove acquires key on the second pool, fails the case, naming
+// rule, unless its fence is above prev, and releases it.
+func (e *env) nextFenceAbove(key string, prev syncguard.Fence, rule string) {
+	e.t.Helper()
+	n := e.mustAcquire(e.b2, key, 30*time.Second)
+	if n.Fence <= prev {
+		e.t.Errorf("rule: %s; got %s after %s", rule, n.Fence, prev)
+	}
+	e.release(e.b2, n.LockID)
+}
+
+// reads is what the three reads say of a lock: IsLocked and LookupKey of
+// key on the second pool, LookupID of lockID on idPool.
+func (e *env) reads(key, lockID string, idPool syncguard.LockBackend) (locked bool, byKey, byID *syncguard.LockInfo) {
+	e.t.Helper()
+	locked = e.isLocked(e.b2, key)
+	byKey, err := e.b2.LookupKey(e.ctx, key)
+	e.must(err, "LookupKey")
+	byID, err = idPool.LookupID(e.ctx, lockID)
+	e.must(err, "LookupID")
+	return locked, byKey, byID
+}
+
 func (e *env) isLocked(b syncguard.LockBackend, key string) bool {
 	e.t.Helper()
 	v, err := b.IsLocked(e.ctx, key)
@@ -112,6 +144,61 @@ func (e *env) extend(b syncguard.LockBackend, id string, ttl time.Duration) sync
 		e.t.Fatalf("rule: extend of a well-formed lockId must not fail: %v", err)
 	}
 	return r
+}
+
+// unchanged takes a snapshot of key's lock; the returned check fails the
+// case, naming rule, when the lock is no longer what it was.
+func (e *env) unchanged(key string) (check func(rule string)) {
+	e.t.Helper()
+	before := e.snapshot(key)
+	return func(rule string) {
+		e.t.Helper()
+		if after := e.snapshot(key); after != before {
+			e.t.Errorf("rule: %s; lock before %s after %s", rule, before, after)
+		}
+	}
+}
+
+// parallel runs fn on n goroutines, the w-th with pool pick(w), and waits
+// for them.
+func (e *env) parallel(n int, fn func(w int, b syncguard.LockBackend)) {
+	var wg sync.WaitGroup
+	for w := range n {
+		b := e.pick(w)
+		wg.Go(func() { fn(w, b) })
+	}
+	wg.Wait()
+}
+
+// race has n goroutines, the g-th on pools[g%len(pools)], acquire the free
+// key at the same moment, and returns the winners. An acquire that fails
+// fails the case, naming rule.
+func (e *env) race(pools []syncguard.LockBackend, n int, key, rule string) []syncguard.AcquireResult {
+	var (
+		mu      sync.Mutex
+		winners []syncguard.AcquireResult
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+	)
+	for g := range n {
+		b := pools[g%len(pools)]
+		wg.Go(func() {
+			<-start
+			r, err := b.Acquire(e.ctx, key, 30*time.Second)
+			if err != nil {
+				e.t.Errorf("rule: %s; acquire failed: %v", rule, err)
+				return
+			}
+			if r.OK {
+				mu.Lock()
+				winners = append(winners, r)
+				mu.Unlock()
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return winners
 }
 
 // snapshot describes the lock on key as a lookup sees it, to tell whether
@@ -292,3 +379,32 @@ func allOps(ctx context.Context, b syncguard.LockBackend, key, id string, ttl ti
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// failures collects what concurrent workers saw go wrong, the first max
+// of it, for one error naming the rule at the end.
+type failures struct {
+	max  int
+	mu   sync.Mutex
+	list []string
+}
+
+func (f *failures) add(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.list) < f.max {
+		f.list = append(f.list, fmt.Sprintf(format, args...))
+	}
+}
+
+func (f *failures) any() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.list) > 0
+}
+
+// String lists the failures, one per indented line.
+func (f *failures) String() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return strings.Join(f.list, "\n  ")
+}

@@ -32,16 +32,11 @@ func init() {
 	register("Expiry/LiveUntilExpiryPlusTolerance", func(e *env) {
 		const ttl = 200 * time.Millisecond
 		for attempt := 1; ; attempt++ {
-			k := e.key("tolerance")
-			r := e.mustAcquire(e.b, k, ttl)
+			k, r := e.hold("tolerance", ttl)
 			exp := ms(r.ExpiresAt)
 			e.waitPast(exp)
 			before := e.nowMs()
-			locked := e.isLocked(e.b2, k)
-			byKey, err := e.b2.LookupKey(e.ctx, k)
-			e.must(err, "LookupKey")
-			byID, err := e.b2.LookupID(e.ctx, r.LockID)
-			e.must(err, "LookupID")
+			locked, byKey, byID := e.reads(k, r.LockID, e.b2)
 			other := e.acquire(e.b2, k, ttl)
 			after := e.nowMs()
 			if after >= exp+tolMs {
@@ -64,16 +59,11 @@ func init() {
 
 	register("Expiry/FreeAfterExpiryPlusTolerance", func(e *env) {
 		const ttl = 150 * time.Millisecond
-		k := e.key("expired")
-		r := e.mustAcquire(e.b, k, ttl)
+		k, r := e.hold("expired", ttl)
 		exp := ms(r.ExpiresAt)
 		e.waitPast(exp + tolMs)
 		now := e.nowMs()
-		locked := e.isLocked(e.b2, k)
-		byKey, err := e.b2.LookupKey(e.ctx, k)
-		e.must(err, "LookupKey")
-		byID, err := e.b.LookupID(e.ctx, r.LockID)
-		e.must(err, "LookupID")
+		locked, byKey, byID := e.reads(k, r.LockID, e.b)
 		if locked || byKey != nil || byID != nil {
 			e.t.Errorf("rule: a lock is free once server time reaches expiry + %d ms, and IsLocked, LookupKey and LookupID agree; expiry %d, server time >= %d: IsLocked %v, LookupKey %+v, LookupID %+v",
 				tolMs, exp, now, locked, byKey, byID)
@@ -96,8 +86,7 @@ func init() {
 
 	register("Expiry/ExpiredLockCannotBeExtendedOrReleased", func(e *env) {
 		const ttl = 150 * time.Millisecond
-		k := e.key("noresurrect")
-		r := e.mustAcquire(e.b, k, ttl)
+		k, r := e.hold("noresurrect", ttl)
 		exp := ms(r.ExpiresAt)
 		e.waitPast(exp + tolMs)
 		ext := e.extend(e.b, r.LockID, 30*time.Second)
@@ -117,8 +106,7 @@ func init() {
 	})
 
 	register("Expiry/ExtendResetsToServerNowPlusTTL", func(e *env) {
-		k := e.key("extend")
-		r := e.mustAcquire(e.b, k, 20*time.Second)
+		k, r := e.hold("extend", 20*time.Second)
 		// A shorter ttl shortens the lock: extend replaces the remaining
 		// time, it does not add to it.
 		const ttl = 5 * time.Second
@@ -141,8 +129,7 @@ func init() {
 	})
 
 	register("Expiry/TwoExtendsInARow", func(e *env) {
-		k := e.key("twice")
-		r := e.mustAcquire(e.b, k, 10*time.Second)
+		_, r := e.hold("twice", 10*time.Second)
 		first := e.extend(e.b, r.LockID, 15*time.Second)
 		before := e.nowMs()
 		second := e.extend(e.b2, r.LockID, 15*time.Second)
@@ -165,8 +152,7 @@ func init() {
 
 	register("Expiry/ExtendKeepsLockPastOriginalExpiry", func(e *env) {
 		const ttl = 200 * time.Millisecond
-		k := e.key("keepalive")
-		r := e.mustAcquire(e.b, k, ttl)
+		k, r := e.hold("keepalive", ttl)
 		x := e.extend(e.b, r.LockID, 10*time.Second)
 		if !x.OK {
 			e.t.Fatalf("rule: the holder's extend of a live lock succeeds; got %+v", x)

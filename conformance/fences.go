@@ -15,8 +15,7 @@ import (
 
 func init() {
 	register("Fences/FifteenDigitsStartingAtOne", func(e *env) {
-		k := e.key("format")
-		r := e.mustAcquire(e.b, k, 30*time.Second)
+		k, r := e.hold("format", 30*time.Second)
 		if r.Fence != "000000000000001" {
 			e.t.Errorf("rule: the first fence of a key is 000000000000001 (15 digits, zero-padded); got %q", r.Fence)
 		}
@@ -95,8 +94,7 @@ func init() {
 
 func init() {
 	registerSQL("Fences/IncreaseWithANewBackendOnANewPool", func(e *sqlEnv) {
-		k := e.key("newbackend")
-		r := e.mustAcquire(e.b, k, 30*time.Second)
+		k, r := e.hold("newbackend", 30*time.Second)
 		e.release(e.b, r.LockID)
 		nb := e.newBackend(e.h.Open(e.t), nil)
 		n := e.mustAcquire(nb, k, 30*time.Second)
@@ -107,8 +105,7 @@ func init() {
 	})
 
 	registerSQL("Fences/CounterRowHoldsLastFence", func(e *sqlEnv) {
-		k := e.key("counter")
-		r := e.mustAcquire(e.b, k, 30*time.Second)
+		k, r := e.hold("counter", 30*time.Second)
 		e.release(e.b, r.LockID)
 		r = e.mustAcquire(e.b, k, 30*time.Second)
 		if n, ok := e.fenceCounter(k); !ok || n != 2 {

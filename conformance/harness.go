@@ -152,17 +152,12 @@ type Target struct {
 // RunAdvisory.
 func Run(t *testing.T, h Harness) {
 	t.Helper()
-	h, ok := h.resolve(t)
+	bg, _ := backendCases.groups()
+	sg, _ := sqlCases.groups()
+	h, ok := h.ready(t, bg, sg)
 	if !ok {
 		return
 	}
-	bg, _ := backendCases.groups()
-	sg, _ := sqlCases.groups()
-	checkGroups(t, h.Groups, bg, sg)
-	if t.Failed() {
-		return
-	}
-	preflight(t, h)
 	o := h.options()
 	t.Run("Backend", func(t *testing.T) {
 		runCases(t, &backendCases, o, func(t *testing.T, ctx context.Context) *env {
@@ -210,22 +205,34 @@ func RunBackend(t *testing.T, h BackendHarness) {
 // DSN rules of Run apply.
 func RunAdvisory(t *testing.T, h Harness) {
 	t.Helper()
-	h, ok := h.resolve(t)
+	ag, _ := advisoryCases.groups()
+	h, ok := h.ready(t, ag)
 	if !ok {
 		return
 	}
-	ag, _ := advisoryCases.groups()
-	checkGroups(t, h.Groups, ag)
-	if t.Failed() {
-		return
-	}
-	preflight(t, h)
 	runCases(t, &advisoryCases, h.options(), func(t *testing.T, ctx context.Context) *sqlEnv {
 		return newSQLEnv(t, ctx, h)
 	})
 }
 
 const defaultCaseTimeout = 30 * time.Second
+
+// ready prepares a run of the case groups given: it resolves h, checks
+// that h.Groups names only groups among them, and runs the preflight.
+// False: t was skipped or failed.
+func (h Harness) ready(t *testing.T, groups ...[]string) (Harness, bool) {
+	t.Helper()
+	h, ok := h.resolve(t)
+	if !ok {
+		return h, false
+	}
+	checkGroups(t, h.Groups, groups...)
+	if t.Failed() {
+		return h, false
+	}
+	preflight(t, h)
+	return h, true
+}
 
 func (h Harness) options() runOptions {
 	return runOptions{timeout: h.CaseTimeout, serial: h.Serial, groups: h.Groups}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,35 +24,28 @@ func init() {
 		// of two critical sections loses an increment or is seen entering.
 		const workers, each = 8, 15
 		k := e.key("mutex")
-		var (
-			counter, inside atomic.Int64
-			wg              sync.WaitGroup
-		)
+		var counter, inside atomic.Int64
 		opts := &syncguard.LockOptions{TTL: 30 * time.Second, Acquisition: syncguard.AcquisitionOptions{
 			MaxRetries: 100000, RetryDelay: 5 * time.Millisecond, Backoff: "fixed",
 			Jitter: "full", Timeout: 20 * time.Second}}
-		for w := range workers {
-			b := e.pick(w)
-			wg.Go(func() {
-				for range each {
-					err := syncguard.WithLock(e.ctx, b, k, func(context.Context, *syncguard.Lease) error {
-						if n := inside.Add(1); n != 1 {
-							e.t.Errorf("rule: WithLock runs one fn per key at a time; %d were inside at once", n)
-						}
-						v := counter.Load()
-						time.Sleep(time.Millisecond)
-						counter.Store(v + 1)
-						inside.Add(-1)
-						return nil
-					}, opts)
-					if err != nil {
-						e.t.Errorf("rule: WithLock under contention waits and succeeds; got %v", err)
-						return
+		e.parallel(workers, func(_ int, b syncguard.LockBackend) {
+			for range each {
+				err := syncguard.WithLock(e.ctx, b, k, func(context.Context, *syncguard.Lease) error {
+					if n := inside.Add(1); n != 1 {
+						e.t.Errorf("rule: WithLock runs one fn per key at a time; %d were inside at once", n)
 					}
+					v := counter.Load()
+					time.Sleep(time.Millisecond)
+					counter.Store(v + 1)
+					inside.Add(-1)
+					return nil
+				}, opts)
+				if err != nil {
+					e.t.Errorf("rule: WithLock under contention waits and succeeds; got %v", err)
+					return
 				}
-			})
-		}
-		wg.Wait()
+			}
+		})
 		if got := counter.Load(); got != workers*each {
 			e.t.Errorf("rule: WithLock gives mutual exclusion across pools; %d increments under the lock left the counter at %d", workers*each, got)
 		}

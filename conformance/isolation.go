@@ -64,15 +64,8 @@ func (e *sqlEnv) isolationPool(level string, n int) (*sql.DB, *syncguard.Backend
 func isolationOwnKeys(e *sqlEnv, level string) {
 	const workers, rounds = 8, 25
 	_, b := e.isolationPool(level, workers)
-	var mu sync.Mutex
-	var failures []string
-	fail := func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(failures) < 5 {
-			failures = append(failures, fmt.Sprintf(format, args...))
-		}
-	}
+	failures := &failures{max: 5}
+	fail := failures.add
 	var wg sync.WaitGroup
 	for w := range workers {
 		k := e.key(fmt.Sprintf("own%d", w))
@@ -90,9 +83,9 @@ func isolationOwnKeys(e *sqlEnv, level string) {
 		})
 	}
 	wg.Wait()
-	if len(failures) > 0 {
+	if failures.any() {
 		e.t.Errorf("rule: with default_transaction_isolation = %s, a free key is acquired and a held lock released exactly as under read committed; %d workers on their own keys saw:\n  %s",
-			level, workers, strings.Join(failures, "\n  "))
+			level, workers, failures)
 	}
 }
 

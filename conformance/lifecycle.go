@@ -11,8 +11,7 @@ import (
 
 func init() {
 	register("Lifecycle/AcquireIsLockedLookupRelease", func(e *env) {
-		k := e.key("life")
-		r := e.mustAcquire(e.b, k, 10*time.Second)
+		k, r := e.hold("life", 10*time.Second)
 		if len(r.LockID) != 22 || rules.ValidateLockID(r.LockID) != nil {
 			e.t.Errorf("rule: lockIds are 22 base64url characters; got %q", r.LockID)
 		}

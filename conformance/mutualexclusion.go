@@ -22,47 +22,40 @@ func init() {
 			counter, inside atomic.Int64
 			fencesMu        sync.Mutex
 			fences          []syncguard.Fence
-			wg              sync.WaitGroup
 			attempts        atomic.Int64
 		)
-		for w := 0; w < workers; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				b := e.pick(w)
-				for i := 0; i < perWorker; i++ {
-					var r syncguard.AcquireResult
-					for {
-						var err error
-						attempts.Add(1)
-						r, err = b.Acquire(e.ctx, k, 30*time.Second)
-						if err != nil {
-							e.t.Errorf("rule: acquire under contention never errors; %v", err)
-							return
-						}
-						if r.OK {
-							break
-						}
-						time.Sleep(time.Duration(200+rand.IntN(1000)) * time.Microsecond)
-					}
-					if n := inside.Add(1); n != 1 {
-						e.t.Errorf("rule: at most one holder is inside the critical section; %d inside, fence %s", n, r.Fence)
-					}
-					fencesMu.Lock()
-					fences = append(fences, r.Fence)
-					fencesMu.Unlock()
-					v := counter.Load()
-					time.Sleep(time.Millisecond)
-					counter.Store(v + 1)
-					inside.Add(-1)
-					if rel, err := b.Release(e.ctx, r.LockID); err != nil || !rel.OK {
-						e.t.Errorf("rule: the holder's release succeeds; got %+v, %v", rel, err)
+		e.parallel(workers, func(_ int, b syncguard.LockBackend) {
+			for i := 0; i < perWorker; i++ {
+				var r syncguard.AcquireResult
+				for {
+					var err error
+					attempts.Add(1)
+					r, err = b.Acquire(e.ctx, k, 30*time.Second)
+					if err != nil {
+						e.t.Errorf("rule: acquire under contention never errors; %v", err)
 						return
 					}
+					if r.OK {
+						break
+					}
+					time.Sleep(time.Duration(200+rand.IntN(1000)) * time.Microsecond)
 				}
-			}()
-		}
-		wg.Wait()
+				if n := inside.Add(1); n != 1 {
+					e.t.Errorf("rule: at most one holder is inside the critical section; %d inside, fence %s", n, r.Fence)
+				}
+				fencesMu.Lock()
+				fences = append(fences, r.Fence)
+				fencesMu.Unlock()
+				v := counter.Load()
+				time.Sleep(time.Millisecond)
+				counter.Store(v + 1)
+				inside.Add(-1)
+				if rel, err := b.Release(e.ctx, r.LockID); err != nil || !rel.OK {
+					e.t.Errorf("rule: the holder's release succeeds; got %+v, %v", rel, err)
+					return
+				}
+			}
+		})
 		if got := counter.Load(); got != workers*perWorker {
 			e.t.Errorf("rule: a lock gives mutual exclusion; %d workers x %d guarded increments left the counter at %d, want %d", workers, perWorker, got, workers*perWorker)
 		}
@@ -80,31 +73,24 @@ func init() {
 		for i := range keys {
 			keys[i] = e.key(fmt.Sprintf("tight%d", i))
 		}
-		var wg sync.WaitGroup
 		var wins atomic.Int64
-		for w := 0; w < workers; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				b := e.pick(w)
-				for i := 0; i < iterations; i++ {
-					k := keys[(w+i)%nKeys]
-					r, err := b.Acquire(e.ctx, k, 30*time.Second)
-					if err != nil {
-						e.t.Errorf("rule: acquire never errors; %v", err)
-						return
-					}
-					if !r.OK {
-						continue
-					}
-					wins.Add(1)
-					if rel, err := b.Release(e.ctx, r.LockID); err != nil || !rel.OK {
-						e.t.Errorf("rule: a release right after a successful acquire succeeds; key %q got %+v, %v", k, rel, err)
-					}
+		e.parallel(workers, func(w int, b syncguard.LockBackend) {
+			for i := 0; i < iterations; i++ {
+				k := keys[(w+i)%nKeys]
+				r, err := b.Acquire(e.ctx, k, 30*time.Second)
+				if err != nil {
+					e.t.Errorf("rule: acquire never errors; %v", err)
+					return
 				}
-			}()
-		}
-		wg.Wait()
+				if !r.OK {
+					continue
+				}
+				wins.Add(1)
+				if rel, err := b.Release(e.ctx, r.LockID); err != nil || !rel.OK {
+					e.t.Errorf("rule: a release right after a successful acquire succeeds; key %q got %+v, %v", k, rel, err)
+				}
+			}
+		})
 		for _, k := range keys {
 			if e.isLocked(e.b, k) {
 				e.t.Errorf("rule: after every acquire was released, no key is held; IsLocked(%q) = true", k)

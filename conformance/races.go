@@ -16,34 +16,9 @@ func init() {
 	register("Races/OneWinnerPerRoundAcrossPools", func(e *env) {
 		const goroutines, rounds = 50, 8
 		backends := e.backends()
-		pools := len(backends)
 		// race lets every goroutine try k at once and returns the one winner.
 		race := func(round int, k string) (syncguard.AcquireResult, bool) {
-			var (
-				mu      sync.Mutex
-				winners []syncguard.AcquireResult
-				wg      sync.WaitGroup
-				start   = make(chan struct{})
-			)
-			for g := 0; g < goroutines; g++ {
-				wg.Add(1)
-				go func(b syncguard.LockBackend) {
-					defer wg.Done()
-					<-start
-					r, err := b.Acquire(e.ctx, k, 30*time.Second)
-					if err != nil {
-						e.t.Errorf("rule: contention is a result, not an error; acquire failed: %v", err)
-						return
-					}
-					if r.OK {
-						mu.Lock()
-						winners = append(winners, r)
-						mu.Unlock()
-					}
-				}(backends[g%pools])
-			}
-			close(start)
-			wg.Wait()
+			winners := e.race(backends, goroutines, k, "contention is a result, not an error")
 			if len(winners) != 1 {
 				e.t.Errorf("rule: exactly one of %d racing acquires of a free key wins; round %d key %q had %d winners", goroutines, round, k, len(winners))
 				return syncguard.AcquireResult{}, false
@@ -84,45 +59,38 @@ func init() {
 		var (
 			mu     sync.Mutex
 			order  []int64
-			wg     sync.WaitGroup
 			total  int
 			failed bool
 		)
-		for w := 0; w < workers; w++ {
-			wg.Add(1)
-			b := e.pick(w)
-			go func() {
-				defer wg.Done()
-				for e.ctx.Err() == nil {
-					mu.Lock()
-					done := total >= wins || failed
-					mu.Unlock()
-					if done {
-						return
-					}
-					r, err := b.Acquire(e.ctx, k, 30*time.Second)
-					if err != nil {
-						e.t.Errorf("rule: acquire under contention never errors; got %v", err)
-						mu.Lock()
-						failed = true
-						mu.Unlock()
-						return
-					}
-					if !r.OK {
-						continue
-					}
-					n := fenceNum(e.t, r.Fence)
-					mu.Lock()
-					order = append(order, n)
-					total++
-					mu.Unlock()
-					if rel, err := b.Release(e.ctx, r.LockID); err != nil || !rel.OK {
-						e.t.Errorf("rule: the holder's release succeeds; got %+v, %v", rel, err)
-					}
+		e.parallel(workers, func(_ int, b syncguard.LockBackend) {
+			for e.ctx.Err() == nil {
+				mu.Lock()
+				done := total >= wins || failed
+				mu.Unlock()
+				if done {
+					return
 				}
-			}()
-		}
-		wg.Wait()
+				r, err := b.Acquire(e.ctx, k, 30*time.Second)
+				if err != nil {
+					e.t.Errorf("rule: acquire under contention never errors; got %v", err)
+					mu.Lock()
+					failed = true
+					mu.Unlock()
+					return
+				}
+				if !r.OK {
+					continue
+				}
+				n := fenceNum(e.t, r.Fence)
+				mu.Lock()
+				order = append(order, n)
+				total++
+				mu.Unlock()
+				if rel, err := b.Release(e.ctx, r.LockID); err != nil || !rel.OK {
+					e.t.Errorf("rule: the holder's release succeeds; got %+v, %v", rel, err)
+				}
+			}
+		})
 		for i := 1; i < len(order); i++ {
 			if order[i] <= order[i-1] {
 				e.t.Errorf("rule: fences strictly increase in acquisition order; win %d got %d after %d", i, order[i], order[i-1])

@@ -286,6 +286,36 @@ func (e *sqlEnv) begin(db *sql.DB) *sql.Tx {
 	return tx
 }
 
+// acquireWhileOpen acquires key on b while tx, which wrote the key's lock
+// row, is still open, and commits tx: as soon as the acquire returns, or
+// after 300 ms, so that an acquire waiting behind tx can return.
+func (e *sqlEnv) acquireWhileOpen(tx *sql.Tx, b syncguard.LockBackend, key string) (syncguard.AcquireResult, error) {
+	e.t.Helper()
+	type res struct {
+		r   syncguard.AcquireResult
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		r, err := b.Acquire(e.ctx, key, 30*time.Second)
+		ch <- res{r, err}
+	}()
+	commit := func() {
+		if err := tx.Commit(); err != nil {
+			e.t.Fatalf("setup: commit: %v", err)
+		}
+	}
+	var got res
+	select {
+	case got = <-ch:
+		commit()
+	case <-time.After(300 * time.Millisecond):
+		commit() // the acquire waits for the transaction: end it
+		got = <-ch
+	}
+	return got.r, got.err
+}
+
 func (e *sqlEnv) txExec(tx *sql.Tx, query string, args ...any) {
 	e.t.Helper()
 	if _, err := tx.ExecContext(e.ctx, query, args...); err != nil {

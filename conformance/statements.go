@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,15 +18,8 @@ import (
 func init() {
 	registerSQL("Statements/EveryOperationOnManyConnections", func(e *sqlEnv) {
 		const workers, rounds = 8, 15
-		var mu sync.Mutex
-		var failures []string
-		fail := func(format string, args ...any) {
-			mu.Lock()
-			defer mu.Unlock()
-			if len(failures) < 8 {
-				failures = append(failures, fmt.Sprintf(format, args...))
-			}
-		}
+		failures := &failures{max: 8}
+		fail := failures.add
 		var wg sync.WaitGroup
 		for w := range workers {
 			b := e.pb
@@ -61,9 +53,9 @@ func init() {
 			})
 		}
 		wg.Wait()
-		if len(failures) > 0 {
+		if failures.any() {
 			e.t.Errorf("rule: every operation works on every connection of the pool, whatever routes them to the server; %d workers on 2 pools saw:\n  %s",
-				workers, strings.Join(failures, "\n  "))
+				workers, failures)
 		}
 		// And inside transactions, which a transaction-mode pooler keeps on
 		// one server connection.

@@ -47,8 +47,7 @@ func init() {
 	})
 
 	registerSQL("Transactions/GoneAfterRollback", func(e *sqlEnv) {
-		k := e.key("txrollback")
-		first := e.mustAcquire(e.b, k, 30*time.Second)
+		k, first := e.hold("txrollback", 30*time.Second)
 		e.release(e.b, first.LockID)
 		counterBefore, _ := e.fenceCounter(k)
 		tx := e.begin(e.db)
@@ -74,11 +73,7 @@ func init() {
 		if rel := e.release(e.b2, r.LockID); rel.OK || rel.Reason != syncguard.ReasonNotFound {
 			e.t.Errorf("rule: the lockId of a rolled-back acquire is unknown; release got %+v", rel)
 		}
-		n := e.mustAcquire(e.b2, k, 30*time.Second)
-		if n.Fence <= first.Fence {
-			e.t.Errorf("rule: fences increase over committed acquires; got %s after %s", n.Fence, first.Fence)
-		}
-		e.release(e.b2, n.LockID)
+		e.nextFenceAbove(k, first.Fence, "fences increase over committed acquires")
 	})
 
 	registerSQL("Transactions/AtomicWithCallerWrites", func(e *sqlEnv) {
@@ -145,8 +140,7 @@ func init() {
 	})
 
 	registerSQL("Transactions/ReleaseAndExtendRollBack", func(e *sqlEnv) {
-		k := e.key("txrelease")
-		r := e.mustAcquire(e.b, k, 30*time.Second)
+		k, r := e.hold("txrelease", 30*time.Second)
 		before, _ := e.rawLockRow(k)
 
 		tx := e.begin(e.db)
@@ -193,34 +187,9 @@ func init() {
 		if err != nil || !r.OK {
 			e.t.Fatalf("rule: acquire inside a transaction works like outside; got %+v, %v", r, err)
 		}
-		type res struct {
-			r   syncguard.AcquireResult
-			err error
-		}
-		ch := make(chan res, 1)
-		go func() {
-			c, err := e.b2.Acquire(e.ctx, k, 30*time.Second)
-			ch <- res{c, err}
-		}()
-		var got res
-		committed := false
-		select {
-		case got = <-ch:
-		case <-time.After(300 * time.Millisecond):
-			// The concurrent acquire waits for the transaction: end it.
-			if err := tx.Commit(); err != nil {
-				e.t.Fatalf("setup: commit: %v", err)
-			}
-			committed = true
-			got = <-ch
-		}
-		if got.err != nil || got.r.OK || got.r.Reason != syncguard.ReasonLocked {
-			e.t.Errorf("rule: while a transaction holds an uncommitted acquire, another acquire of the key gets reason %q (waiting or not), never the lock; got %+v, %v", syncguard.ReasonLocked, got.r, got.err)
-		}
-		if !committed {
-			if err := tx.Commit(); err != nil {
-				e.t.Fatalf("setup: commit: %v", err)
-			}
+		got, err := e.acquireWhileOpen(tx, e.b2, k)
+		if err != nil || got.OK || got.Reason != syncguard.ReasonLocked {
+			e.t.Errorf("rule: while a transaction holds an uncommitted acquire, another acquire of the key gets reason %q (waiting or not), never the lock; got %+v, %v", syncguard.ReasonLocked, got, err)
 		}
 		if info, _ := e.b2.LookupKey(e.ctx, k); info == nil || info.LockIDHash != syncguard.HashKey(r.LockID) {
 			e.t.Errorf("rule: the committed transactional lock is the key's only holder; lookup %+v", info)

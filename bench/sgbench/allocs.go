@@ -22,13 +22,7 @@ type AllocRow struct {
 }
 
 // AllocResult is one driver's allocation table: one JSON line.
-type AllocResult struct {
-	Bench    string     `json:"bench"`
-	Driver   string     `json:"driver"`
-	Workload string     `json:"workload"`
-	Rows     []AllocRow `json:"rows"`
-	Targets  []Target   `json:"targets"`
-}
+type AllocResult = TableResult[AllocRow]
 
 // BareAcquireSQL is the comparison for syncguard's acquire: one prepared
 // statement taking acquire's five arguments and returning a row of acquire's
@@ -190,6 +184,6 @@ func (e *Env) Allocs(ctx context.Context, n int) (*AllocResult, error) {
 	}
 	acq, bare := get("syncguard Acquire"), get("bare stmt.QueryRowContext+Scan (acquire's args and result types)")
 	ratio := acq.AllocsPerOp / bare.AllocsPerOp
-	return &AllocResult{Bench: "syncguard", Driver: e.Cfg.Driver, Workload: "client_allocs", Rows: rows,
+	return &AllocResult{Bench: "syncguard", Driver: e.Cfg.Driver, Workload: "client_allocs", Method: "sequential, MemStats deltas as in testing.B", Rows: rows,
 		Targets: []Target{{Name: "allocs per Acquire / allocs per bare QueryRowContext+Scan", Value: ratio, Goal: "<= 1.5", Met: ratio <= 1.5}}}, nil
 }

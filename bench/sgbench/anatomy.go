@@ -20,13 +20,7 @@ type AnatomyRow struct {
 }
 
 // AnatomyResult is the cost breakdown: one JSON line.
-type AnatomyResult struct {
-	Bench    string       `json:"bench"`
-	Driver   string       `json:"driver"`
-	Workload string       `json:"workload"`
-	Method   string       `json:"method"`
-	Rows     []AnatomyRow `json:"rows"`
-}
+type AnatomyResult = TableResult[AnatomyRow]
 
 // Anatomy splits acquire and release into their parts by timing, on one
 // connection with synchronous_commit off, interleaved per iteration:
@@ -47,15 +41,12 @@ func Anatomy(ctx context.Context, driver, sqlName, dsn string, n int) (*AnatomyR
 	if _, err := db.ExecContext(ctx, "SET synchronous_commit = off"); err != nil {
 		return nil, err
 	}
-	sg, err := NewSG(db)
+	lk, err := NewLockers(ctx, db)
 	if err != nil {
 		return nil, err
 	}
-	floor, err := NewFloor(ctx, db)
-	if err != nil {
-		return nil, err
-	}
-	defer floor.Close()
+	defer lk.Close()
+	sg, floor := lk.SG, lk.Floor
 	// A second copy of the spec schema for the bare statements, so their
 	// rows do not share pages and indexes with syncguard's.
 	const bareLocks, bareFences = "sgbench_bare_locks", "sgbench_bare_fences"

@@ -89,15 +89,11 @@ func benchEnv(b *testing.B, driver, sqlName string) *Env {
 	if err := SetupTables(ctx, db); err != nil {
 		b.Fatal(err)
 	}
-	sg, err := NewSG(db)
+	lk, err := NewLockers(ctx, db)
 	if err != nil {
 		b.Fatal(err)
 	}
-	floor, err := NewFloor(ctx, db)
-	if err != nil {
-		b.Fatal(err)
-	}
-	e := &Env{Cfg: Config{Driver: driver, RunID: fmt.Sprintf("gobench-%s-%d", driver, time.Now().UnixNano())}, DB: db, Admin: open(1), SG: sg, Floor: floor}
+	e := &Env{Cfg: Config{Driver: driver, RunID: fmt.Sprintf("gobench-%s-%d", driver, time.Now().UnixNano())}, DB: db, Admin: open(1), Lockers: lk}
 	envs[driver] = e
 	return e
 }
@@ -107,7 +103,7 @@ func closeEnvs() {
 	defer envMu.Unlock()
 	for _, e := range envs {
 		DropTables(context.Background(), e.DB, SGTable, SGFenceTable, RefTable, RefFenceTable, FloorTable) //nolint:errcheck
-		e.Floor.Close()
+		e.Lockers.Close()
 		e.DB.Close()
 		e.Admin.Close()
 	}

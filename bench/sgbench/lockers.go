@@ -76,6 +76,40 @@ type SG struct {
 	ReadKind string
 }
 
+// Lockers are the lock designs the comparisons measure against each other,
+// prepared on one pool: syncguard, the spec's reference design and the
+// floor.
+type Lockers struct {
+	SG    *SG
+	Ref   *Reference
+	Floor *Floor
+}
+
+// NewLockers prepares the three on db (whose tables SetupTables made).
+// Close them with Close.
+func NewLockers(ctx context.Context, db *sql.DB) (*Lockers, error) {
+	sg, err := NewSG(db)
+	if err != nil {
+		return nil, err
+	}
+	ref, err := NewReference(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	floor, err := NewFloor(ctx, db)
+	if err != nil {
+		ref.Close()
+		return nil, err
+	}
+	return &Lockers{SG: sg, Ref: ref, Floor: floor}, nil
+}
+
+// Close closes the reference's and the floor's prepared statements.
+func (l *Lockers) Close() {
+	l.Ref.Close()
+	l.Floor.Close()
+}
+
 // NewSG returns a syncguard backend on the benchmark tables.
 func NewSG(db *sql.DB) (*SG, error) {
 	b, err := syncguard.New(db, &syncguard.Config{TableName: SGTable, FenceTableName: SGFenceTable})

@@ -3,7 +3,6 @@ package sgbench
 import (
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 )
 
@@ -14,39 +13,10 @@ func Markdown(w io.Writer, results []any) {
 		switch r := r.(type) {
 		case *WorkloadResult:
 			mdWorkload(w, r)
-		case *RTResult:
-			mdRoundTrips(w, r)
 		case *WaitResult:
 			mdWait(w, r)
-		case *AllocResult:
-			fmt.Fprintf(w, "\n#### [%s] client allocations per operation\n\n| operation | allocs/op | B/op |\n|---|--:|--:|\n", r.Driver)
-			for _, x := range r.Rows {
-				fmt.Fprintf(w, "| %s | %.1f | %.0f |\n", x.Op, x.AllocsPerOp, x.BytesPerOp)
-			}
-		case *WALResult:
-			fmt.Fprintf(w, "\n#### [%s] WAL written by failed acquire attempts on a held key\n\n| variant | attempts | WAL bytes | bytes/attempt |\n|---|--:|--:|--:|\n", r.Driver)
-			for _, x := range r.Rows {
-				fmt.Fprintf(w, "| %s | %d | %d | %.1f |\n", x.Variant, x.Attempts, x.WALBytes, x.BytesPerAttempt)
-			}
-		case *AnatomyResult:
-			fmt.Fprintf(w, "\n#### [%s] anatomy (synchronous_commit off, sequential, one connection)\n\n| statement | p10 µs | p50 µs |\n|---|--:|--:|\n", r.Driver)
-			for _, x := range r.Rows {
-				fmt.Fprintf(w, "| %s | %.0f | %.0f |\n", x.Op, x.P10, x.P50)
-			}
-		case *StorageResult:
-			per := func(b int64) string { return fmt.Sprintf("%.1f", float64(b)/float64(r.Locks)) }
-			fmt.Fprintf(w, "\n#### Storage: %d live locks, %d-byte keys\n\n| relation | bytes | bytes per lock |\n|---|--:|--:|\n", r.Locks, r.KeyBytes)
-			fmt.Fprintf(w, "| lock table heap (+ FSM/VM/TOAST) | %d | %s |\n", r.TableBytes, per(r.TableBytes))
-			names := make([]string, 0, len(r.IndexBytes))
-			for k := range r.IndexBytes {
-				names = append(names, k)
-			}
-			sort.Strings(names)
-			for _, k := range names {
-				fmt.Fprintf(w, "| index %s | %d | %s |\n", k, r.IndexBytes[k], per(r.IndexBytes[k]))
-			}
-			fmt.Fprintf(w, "| **lock table total** (pg_total_relation_size) | %d | **%s** |\n", r.TotalBytes, per(r.TotalBytes))
-			fmt.Fprintf(w, "| fence counter table total (incl. primary key) | %d | %s per counter |\n", r.FenceTotalBytes, per(r.FenceTotalBytes))
+		case tabular:
+			r.table().markdown(w)
 		}
 	}
 }
@@ -96,11 +66,4 @@ func mdLat(l *Lat) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.0f / %.0f", l.P50, l.P99)
-}
-
-func mdRoundTrips(w io.Writer, r *RTResult) {
-	fmt.Fprintf(w, "\n#### [%s] round trips per operation (steady state)\n\n| operation | round trips | turns | client messages per op |\n|---|--:|--:|---|\n", r.Driver)
-	for _, x := range r.Rows {
-		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", x.Op, trimFloat(x.RoundTrips), trimFloat(x.Turns), MsgSummary(x.Messages))
-	}
 }

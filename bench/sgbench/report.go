@@ -3,7 +3,8 @@ package sgbench
 import (
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 )
@@ -71,11 +72,7 @@ func latStr(l *Lat) string {
 }
 
 func params(p map[string]any) string {
-	keys := make([]string, 0, len(p))
-	for k := range p {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(p))
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		parts[i] = fmt.Sprintf("%s=%v", k, p[k])
@@ -94,71 +91,161 @@ func PrintTargets(w io.Writer, ts []Target) {
 	}
 }
 
-// PrintRoundTrips writes the round-trip table.
-func PrintRoundTrips(w io.Writer, r *RTResult) {
-	fmt.Fprintf(w, "\n== [%s] round trips per operation (%s)\n", r.Driver, r.Method)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "operation\tround trips\tturns\tconns opened\tC->S B/op\tS->C B/op\tmessages per op")
-	for _, x := range r.Rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%.0f\t%s\n", x.Op, trimFloat(x.RoundTrips), trimFloat(x.Turns), x.ConnsOpened, x.ClientBytes, x.ServerBytes, MsgSummary(x.Messages))
-	}
-	tw.Flush()
-	PrintTargets(w, r.Targets)
+// table is a result as the program prints it and as Markdown shows it:
+// both renderings come from this one description.
+type table struct {
+	driver, title string
+	method        string   // how it was measured; may be empty
+	cols          []string // column headers
+	align         string   // per column: 'l' left, else right (Markdown)
+	rows          [][]string
+	targets       []Target
 }
 
-// PrintAllocs writes the allocation table.
-func PrintAllocs(w io.Writer, r *AllocResult) {
-	fmt.Fprintf(w, "\n== [%s] client allocations per operation (sequential, MemStats deltas as in testing.B)\n", r.Driver)
+// print writes t as a tab-aligned text table, then its targets.
+func (t table) print(w io.Writer) {
+	fmt.Fprintf(w, "\n== [%s] %s", t.driver, t.title)
+	if t.method != "" {
+		fmt.Fprintf(w, " (%s)", t.method)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "operation\tallocs/op\tB/op\tµs/op")
-	for _, x := range r.Rows {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.0f\t%.0f\n", x.Op, x.AllocsPerOp, x.BytesPerOp, x.NsPerOp/1e3)
+	fmt.Fprintln(tw, strings.Join(t.cols, "\t"))
+	for _, r := range t.rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
 	}
 	tw.Flush()
-	PrintTargets(w, r.Targets)
+	PrintTargets(w, t.targets)
 }
 
-// PrintWAL writes the failed-attempt WAL probe.
-func PrintWAL(w io.Writer, r *WALResult) {
-	fmt.Fprintf(w, "\n== [%s] WAL written by failed acquire attempts on a held key (%s)\n", r.Driver, r.Method)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "variant\tattempts\tWAL bytes\tbytes/attempt")
-	for _, x := range r.Rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\n", x.Variant, x.Attempts, x.WALBytes, x.BytesPerAttempt)
+// markdown writes t as a Markdown section with a table.
+func (t table) markdown(w io.Writer) {
+	fmt.Fprintf(w, "\n#### [%s] %s\n\n", t.driver, t.title)
+	if t.method != "" {
+		fmt.Fprintf(w, "Method: %s.\n\n", t.method)
 	}
-	tw.Flush()
-	PrintTargets(w, r.Targets)
+	seps := make([]string, len(t.cols))
+	for i := range seps {
+		seps[i] = "--:"
+		if i < len(t.align) && t.align[i] == 'l' {
+			seps[i] = "---"
+		}
+	}
+	mdRow(w, t.cols)
+	fmt.Fprintf(w, "|%s|\n", strings.Join(seps, "|"))
+	for _, r := range t.rows {
+		mdRow(w, r)
+	}
 }
 
-// PrintStorage writes the storage result.
-func PrintStorage(w io.Writer, r *StorageResult) {
-	fmt.Fprintf(w, "\n== [%s] storage: %d live locks, %d-byte keys (loaded in %.1fs)\n", r.Driver, r.Locks, r.KeyBytes, r.LoadSeconds)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "relation\tbytes\tbytes per lock")
+func mdRow(w io.Writer, cells []string) {
+	fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+}
+
+// tabular is a result shown as one table.
+type tabular interface{ table() table }
+
+// Print writes a result as the program's text output: a table per result,
+// then its targets.
+func Print(w io.Writer, result any) {
+	switch r := result.(type) {
+	case *WorkloadResult:
+		PrintWorkload(w, r)
+	case *WaitResult:
+		PrintWait(w, r)
+	case tabular:
+		r.table().print(w)
+	}
+}
+
+// TargetsOf returns a result's targets.
+func TargetsOf(result any) []Target {
+	switch r := result.(type) {
+	case *WorkloadResult:
+		return r.Targets
+	case *WaitResult:
+		return r.Targets
+	case tabular:
+		return r.table().targets
+	}
+	return nil
+}
+
+// TableResult is the result of a measurement that is one table of rows
+// (RTResult, WALResult, AllocResult, AnatomyResult): one JSON line.
+type TableResult[R tableRow] struct {
+	Bench    string   `json:"bench"`
+	Driver   string   `json:"driver"`
+	Workload string   `json:"workload"`
+	Method   string   `json:"method,omitempty"`
+	Rows     []R      `json:"rows"`
+	Targets  []Target `json:"targets,omitempty"`
+}
+
+// tableRow is a row of a TableResult.
+type tableRow interface {
+	// layout is the table's title, column headers and alignment (see
+	// table.align); it is called on the zero row.
+	layout() (title string, cols []string, align string)
+	cells() []string
+}
+
+func (r *TableResult[R]) table() table {
+	var zero R
+	title, cols, align := zero.layout()
+	t := table{driver: r.Driver, title: title, method: r.Method, cols: cols, align: align, targets: r.Targets}
+	for _, x := range r.Rows {
+		t.rows = append(t.rows, x.cells())
+	}
+	return t
+}
+
+func (AllocRow) layout() (string, []string, string) {
+	return "client allocations per operation", []string{"operation", "allocs/op", "B/op", "µs/op"}, "l"
+}
+
+func (x AllocRow) cells() []string {
+	return []string{x.Op, fmt.Sprintf("%.1f", x.AllocsPerOp), fmt.Sprintf("%.0f", x.BytesPerOp), fmt.Sprintf("%.0f", x.NsPerOp/1e3)}
+}
+
+func (WALRow) layout() (string, []string, string) {
+	return "WAL written by failed acquire attempts on a held key", []string{"variant", "attempts", "WAL bytes", "bytes/attempt"}, "l"
+}
+
+func (x WALRow) cells() []string {
+	return []string{x.Variant, fmt.Sprint(x.Attempts), fmt.Sprint(x.WALBytes), fmt.Sprintf("%.1f", x.BytesPerAttempt)}
+}
+
+func (AnatomyRow) layout() (string, []string, string) {
+	return "anatomy: where acquire and release spend their time", []string{"statement", "p10 µs", "p50 µs"}, "l"
+}
+
+func (x AnatomyRow) cells() []string {
+	return []string{x.Op, fmt.Sprintf("%.0f", x.P10), fmt.Sprintf("%.0f", x.P50)}
+}
+
+func (RTRow) layout() (string, []string, string) {
+	return "round trips per operation (steady state)",
+		[]string{"operation", "round trips", "turns", "conns opened", "C->S B/op", "S->C B/op", "messages per op"}, "lrrrrrl"
+}
+
+func (x RTRow) cells() []string {
+	return []string{x.Op, trimFloat(x.RoundTrips), trimFloat(x.Turns), fmt.Sprint(x.ConnsOpened),
+		fmt.Sprintf("%.0f", x.ClientBytes), fmt.Sprintf("%.0f", x.ServerBytes), MsgSummary(x.Messages)}
+}
+
+func (r *StorageResult) table() table {
 	per := func(b int64) string { return fmt.Sprintf("%.1f", float64(b)/float64(r.Locks)) }
-	fmt.Fprintf(tw, "lock table heap (+TOAST/FSM/VM)\t%d\t%s\n", r.TableBytes, per(r.TableBytes))
-	names := make([]string, 0, len(r.IndexBytes))
-	for k := range r.IndexBytes {
-		names = append(names, k)
+	t := table{driver: r.Driver, title: fmt.Sprintf("storage: %d live locks, %d-byte keys", r.Locks, r.KeyBytes),
+		method: fmt.Sprintf("loaded in %.1f s", r.LoadSeconds),
+		cols:   []string{"relation", "bytes", "bytes per lock"}, align: "l", targets: r.Targets}
+	add := func(name, bytes, per string) { t.rows = append(t.rows, []string{name, bytes, per}) }
+	add("lock table heap (+ TOAST/FSM/VM)", fmt.Sprint(r.TableBytes), per(r.TableBytes))
+	for _, k := range slices.Sorted(maps.Keys(r.IndexBytes)) {
+		add("index "+k, fmt.Sprint(r.IndexBytes[k]), per(r.IndexBytes[k]))
 	}
-	sort.Strings(names)
-	for _, k := range names {
-		fmt.Fprintf(tw, "  index %s\t%d\t%s\n", k, r.IndexBytes[k], per(r.IndexBytes[k]))
-	}
-	fmt.Fprintf(tw, "lock table total (pg_total_relation_size)\t%d\t%s\n", r.TotalBytes, per(r.TotalBytes))
-	fmt.Fprintf(tw, "fence counters total (incl. primary key)\t%d\t%s per counter\n", r.FenceTotalBytes, per(r.FenceTotalBytes))
-	tw.Flush()
-	fmt.Fprintf(w, "   average lock row (pg_column_size): %.1f bytes\n", r.AvgRowBytes)
-	PrintTargets(w, r.Targets)
-}
-
-// PrintAnatomy writes the cost breakdown.
-func PrintAnatomy(w io.Writer, r *AnatomyResult) {
-	fmt.Fprintf(w, "\n== [%s] anatomy: where acquire and release spend their time (%s)\n", r.Driver, r.Method)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "statement\tp10 µs\tp50 µs")
-	for _, x := range r.Rows {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\n", x.Op, x.P10, x.P50)
-	}
-	tw.Flush()
+	add("lock table total (pg_total_relation_size)", fmt.Sprint(r.TotalBytes), per(r.TotalBytes))
+	add("average lock row (pg_column_size)", fmt.Sprintf("%.1f", r.AvgRowBytes), "")
+	add("fence counter table total (incl. primary key)", fmt.Sprint(r.FenceTotalBytes), per(r.FenceTotalBytes)+" per counter")
+	return t
 }

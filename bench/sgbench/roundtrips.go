@@ -4,9 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -49,14 +50,7 @@ type RTRow struct {
 }
 
 // RTResult is the round-trip table of one driver: one JSON line.
-type RTResult struct {
-	Bench    string   `json:"bench"`
-	Driver   string   `json:"driver"`
-	Workload string   `json:"workload"`
-	Method   string   `json:"method"`
-	Rows     []RTRow  `json:"rows"`
-	Targets  []Target `json:"targets"`
-}
+type RTResult = TableResult[RTRow]
 
 var msgNames = map[byte]string{
 	'S': "Sync", 'Q': "Query", 'H': "Flush", 'P': "Parse", 'B': "Bind", 'E': "Execute",
@@ -69,20 +63,12 @@ var msgNames = map[byte]string{
 // DSN, so that every statement is prepared on the one connection during the
 // warm-up pass and the measured pass sees steady state only.
 func RoundTrips(ctx context.Context, driverName string, db *sql.DB, p *tcpproxy.Proxy, n int) (*RTResult, error) {
-	sg, err := NewSG(db)
+	lk, err := NewLockers(ctx, db)
 	if err != nil {
 		return nil, err
 	}
-	ref, err := NewReference(ctx, db)
-	if err != nil {
-		return nil, err
-	}
-	defer ref.Close()
-	floor, err := NewFloor(ctx, db)
-	if err != nil {
-		return nil, err
-	}
-	defer floor.Close()
+	defer lk.Close()
+	sg, ref, floor := lk.SG, lk.Ref, lk.Floor
 
 	var rows []RTRow
 	measuring := false
@@ -209,13 +195,8 @@ func RoundTrips(ctx context.Context, driverName string, db *sql.DB, p *tcpproxy.
 
 // MsgSummary formats a per-op message map compactly, e.g. "Bind 1, Execute 1, Sync 1".
 func MsgSummary(m map[string]float64) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	var b strings.Builder
-	for i, k := range keys {
+	for i, k := range slices.Sorted(maps.Keys(m)) {
 		if i > 0 {
 			b.WriteString(", ")
 		}

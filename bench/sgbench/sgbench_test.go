@@ -60,3 +60,31 @@ func TestHotKeyTablesShowGapsAndWrites(t *testing.T) {
 		t.Errorf("table lacks the write count:\n%s", txt.String())
 	}
 }
+
+// The text output and the Markdown come from one table: the same cells in
+// both, and Print shows the targets TargetsOf returns.
+func TestTablesRenderTheSameCellsBothWays(t *testing.T) {
+	r := &WALResult{Driver: "pq", Method: "lsn delta", Rows: []WALRow{{Variant: "syncguard", Attempts: 100, WALBytes: 0}},
+		Targets: []Target{{Name: "failed attempts write no WAL", Goal: "== 0", Met: true}}}
+	var md, txt strings.Builder
+	Markdown(&md, []any{r})
+	Print(&txt, r)
+	for _, want := range []string{"#### [pq] WAL written by failed acquire attempts on a held key", "Method: lsn delta.",
+		"| variant | attempts | WAL bytes | bytes/attempt |\n|---|--:|--:|--:|\n| syncguard | 100 | 0 | 0.0 |\n"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+	var row []string
+	for _, line := range strings.Split(txt.String(), "\n") {
+		if strings.HasPrefix(line, "syncguard") {
+			row = strings.Fields(line)
+		}
+	}
+	if strings.Join(row, " ") != "syncguard 100 0 0.0" {
+		t.Errorf("text row %q, want the Markdown's cells:\n%s", row, txt.String())
+	}
+	if ts := TargetsOf(r); len(ts) != 1 || !strings.Contains(txt.String(), "[MET    ] "+ts[0].Name) {
+		t.Errorf("targets %v not printed:\n%s", ts, txt.String())
+	}
+}

@@ -15,14 +15,7 @@ type WALRow struct {
 }
 
 // WALResult is the failed-attempt durability probe: one JSON line.
-type WALResult struct {
-	Bench    string   `json:"bench"`
-	Driver   string   `json:"driver"`
-	Workload string   `json:"workload"`
-	Method   string   `json:"method"`
-	Rows     []WALRow `json:"rows"`
-	Targets  []Target `json:"targets"`
-}
+type WALResult = TableResult[WALRow]
 
 // FailedAttemptWAL holds one key per locker and makes n sequential acquire
 // attempts on it, which must all fail, measuring pg_current_wal_insert_lsn()

@@ -32,9 +32,7 @@ type Env struct {
 	Cfg   Config
 	DB    *sql.DB
 	Admin *sql.DB
-	SG    *SG
-	Ref   *Reference
-	Floor *Floor
+	*Lockers
 }
 
 // Roles of a variant in a comparison.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lib/pq"
 
+	"github.com/syncguard/syncguard-go/internal/pgtest/history"
 	sgpq "github.com/syncguard/syncguard-go/pq"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
@@ -69,7 +70,7 @@ func (r *runner) note(a *adapter, worker, key, op string, start time.Time, dur t
 		outcome = "error " + string(syncguard.CodeOf(err))
 	}
 	if key != "" && !r.opts.NoEventLog {
-		r.hist.Event(key, Event{At: start, Dur: dur, Worker: worker, Op: op, Outcome: outcome})
+		r.hist.Event(key, history.Event{At: start, Dur: dur, Worker: worker, Op: op, Outcome: outcome})
 	}
 	if !r.running.Load() {
 		return
@@ -87,7 +88,7 @@ func (r *runner) note(a *adapter, worker, key, op string, start time.Time, dur t
 	}
 	r.mu.Unlock()
 	if dur > bound {
-		r.violate(Violation{Rule: "a caller on a broken or half-open connection is released within its bound", Key: key,
+		r.violate(history.Violation{Rule: "a caller on a broken or half-open connection is released within its bound", Key: key,
 			Detail: fmt.Sprintf("%s %s by %s took %v (bound %v), ended with %s", a.name, op, worker, dur.Round(time.Millisecond), bound, outcome)})
 	}
 	if err != nil {
@@ -100,7 +101,7 @@ func (r *runner) note(a *adapter, worker, key, op string, start time.Time, dur t
 func (r *runner) checkErr(a *adapter, worker, op string, err error) {
 	var se *syncguard.Error
 	if !errors.As(err, &se) || se.Code == "" {
-		r.violate(Violation{Rule: "every error is a *syncguard.Error with a code",
+		r.violate(history.Violation{Rule: "every error is a *syncguard.Error with a code",
 			Detail: fmt.Sprintf("%s %s by %s: %T %v", a.name, op, worker, err, err)})
 		return
 	}
@@ -108,7 +109,7 @@ func (r *runner) checkErr(a *adapter, worker, op string, err error) {
 	r.errs[fmt.Sprintf("%s %s %s", a.name, se.Code, se.SQLState)]++
 	r.mu.Unlock()
 	if !se.Retryable() {
-		r.violate(Violation{Rule: "errors caused by transient faults are retryable (ServiceUnavailable, NetworkTimeout, RateLimited)",
+		r.violate(history.Violation{Rule: "errors caused by transient faults are retryable (ServiceUnavailable, NetworkTimeout, RateLimited)",
 			Detail: fmt.Sprintf("%s %s by %s: code %s: %v", a.name, op, worker, se.Code, err)})
 	}
 }

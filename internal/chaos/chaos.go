@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/internal/pgtest"
+	"github.com/syncguard/syncguard-go/internal/pgtest/history"
 	"github.com/syncguard/syncguard-go/internal/pgtest/tcpproxy"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/pgxstd"
@@ -126,7 +127,7 @@ type runner struct {
 	adminB  *syncguard.Backend
 	cfg     syncguard.Config
 	proxy   *tcpproxy.Proxy
-	hist    *History
+	hist    *history.History
 	res     resource
 	ctx     context.Context
 	keys    []string
@@ -137,7 +138,7 @@ type runner struct {
 	poolsClosed bool
 
 	mu         sync.Mutex
-	violations []Violation
+	violations []history.Violation
 	ops        map[string]int64
 	errs       map[string]int64
 	maxLat     map[string]time.Duration
@@ -153,7 +154,7 @@ type crashMark struct {
 	maxAcked map[string]int64
 }
 
-func (r *runner) violate(v Violation) {
+func (r *runner) violate(v history.Violation) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.violations) < 50 {
@@ -166,7 +167,7 @@ func (r *runner) violate(v Violation) {
 // could not be set up; broken invariants are Report.Violations.
 func Run(ctx context.Context, srv *pgtest.Server, opts Options) (*Report, error) {
 	opts.defaults()
-	r := &runner{opts: opts, srv: srv, hist: NewHistory(), res: resource{last: map[string]int64{}},
+	r := &runner{opts: opts, srv: srv, hist: history.New(), res: resource{last: map[string]int64{}},
 		ops: map[string]int64{}, errs: map[string]int64{}, maxLat: map[string]time.Duration{}, successes: map[string][][2]time.Time{}}
 	defer r.teardown()
 	baseGoroutines, err := r.setup(ctx)
@@ -292,7 +293,7 @@ func (r *runner) load(ctx context.Context) []Sample {
 	select {
 	case <-stopped:
 	case <-time.After(20 * time.Second):
-		r.violate(Violation{Rule: "workers stop within 20 s of the end of the load (no hung caller)", Detail: goroutineDump()})
+		r.violate(history.Violation{Rule: "workers stop within 20 s of the end of the load (no hung caller)", Detail: goroutineDump()})
 		<-stopped
 	}
 	opts.Logf("chaos: load ended after %v", time.Since(start).Round(time.Millisecond))
@@ -343,7 +344,7 @@ func (r *runner) report(samples []Sample, leaks string) *Report {
 	rep.Resource = r.res.st
 	r.res.mu.Unlock()
 	if rep.Resource.RejectedInBelief > 0 {
-		rep.Violations = append(rep.Violations, Violation{Rule: "the fenced resource never rejects a write made while its holder believed it held the lock",
+		rep.Violations = append(rep.Violations, history.Violation{Rule: "the fenced resource never rejects a write made while its holder believed it held the lock",
 			Detail: fmt.Sprintf("%d such writes rejected", rep.Resource.RejectedInBelief)})
 	}
 	return rep

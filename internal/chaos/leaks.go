@@ -8,6 +8,8 @@ import (
 	"runtime/pprof"
 	"strings"
 	"time"
+
+	"github.com/syncguard/syncguard-go/internal/pgtest/history"
 )
 
 func goroutineDump() string {
@@ -51,7 +53,7 @@ func (r *runner) checkLeaks(ctx context.Context, baseGoroutines int, closeAll fu
 		parts = append(parts, fmt.Sprintf("%s: open=%d inUse=%d idle=%d server sessions=%d waits=%d (%v)",
 			a.name, st.OpenConnections, st.InUse, st.Idle, server, st.WaitCount, st.WaitDuration.Round(time.Millisecond)))
 		if err != nil || st.InUse != 0 || server != st.OpenConnections || st.OpenConnections > r.opts.MaxOpenConns {
-			r.violate(Violation{Rule: "after the load, every connection is back in the pool and matches a server session",
+			r.violate(history.Violation{Rule: "after the load, every connection is back in the pool and matches a server session",
 				Detail: fmt.Sprintf("%s: db.Stats %+v; pg_stat_activity sessions %d (%v)", a.name, st, server, err)})
 		}
 	}
@@ -69,11 +71,11 @@ func (r *runner) checkLeaks(ctx context.Context, baseGoroutines int, closeAll fu
 	}
 	parts = append(parts, fmt.Sprintf("after close: goroutines %d (baseline %d), server sessions %d", n, baseGoroutines, server))
 	if n > baseGoroutines+1 {
-		r.violate(Violation{Rule: "no goroutine outlives the pools (runtime.NumGoroutine returns to its baseline)",
+		r.violate(history.Violation{Rule: "no goroutine outlives the pools (runtime.NumGoroutine returns to its baseline)",
 			Detail: fmt.Sprintf("%d goroutines, baseline %d\n%s", n, baseGoroutines, goroutineDump())})
 	}
 	if server != 0 {
-		r.violate(Violation{Rule: "no server session outlives the pools", Detail: fmt.Sprintf("%d sessions left", server)})
+		r.violate(history.Violation{Rule: "no server session outlives the pools", Detail: fmt.Sprintf("%d sessions left", server)})
 	}
 	return strings.Join(parts, "; ")
 }

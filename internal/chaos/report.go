@@ -3,10 +3,14 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/syncguard/syncguard-go/internal/pgtest/history"
 )
 
 // FaultRecord is what happened to one fault.
@@ -22,8 +26,8 @@ type FaultRecord struct {
 // Report is the outcome of a Run.
 type Report struct {
 	Seed       uint64
-	Violations []Violation
-	Stats      CheckStats
+	Violations []history.Violation
+	Stats      history.CheckStats
 	Faults     []FaultRecord
 	Ops        map[string]int64 // "adapter op outcome" -> count
 	Errors     map[string]int64 // "adapter code sqlstate" -> count
@@ -31,7 +35,7 @@ type Report struct {
 	Resource   ResourceStats
 	Leaks      string // summary of the leak check
 	Holdings   int
-	History    *History
+	History    *history.History
 	Samples    []Sample
 }
 
@@ -74,28 +78,19 @@ func (r *Report) Summary() string {
 			f.End.Sub(f.Start).Milliseconds(), strings.Join(rec, " "), f.Detail)
 	}
 	b.WriteString("operations:\n")
-	for _, k := range sortedKeys(r.Ops) {
+	for _, k := range slices.Sorted(maps.Keys(r.Ops)) {
 		fmt.Fprintf(&b, "  %-40s %d\n", k, r.Ops[k])
 	}
 	b.WriteString("errors by adapter, code, SQLSTATE:\n")
-	for _, k := range sortedKeys(r.Errors) {
+	for _, k := range slices.Sorted(maps.Keys(r.Errors)) {
 		fmt.Fprintf(&b, "  %-40s %d\n", k, r.Errors[k])
 	}
 	b.WriteString("max latency:\n")
-	for _, k := range sortedKeys(r.MaxLatency) {
+	for _, k := range slices.Sorted(maps.Keys(r.MaxLatency)) {
 		fmt.Fprintf(&b, "  %-40s %v\n", k, r.MaxLatency[k].Round(time.Millisecond))
 	}
 	b.WriteString("leaks: " + r.Leaks + "\n")
 	return b.String()
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 func (r *runner) sample(ctx context.Context, start time.Time) Sample {
@@ -133,7 +128,7 @@ func (r *runner) computeRecovery() {
 			}
 			f.Recovery[a.name] = d
 			if d < 0 || d > 10*time.Second {
-				r.violations = append(r.violations, Violation{Rule: "operations succeed again within 10 s of the end of a fault",
+				r.violations = append(r.violations, history.Violation{Rule: "operations succeed again within 10 s of the end of a fault",
 					Detail: fmt.Sprintf("%s after %s at %v: recovery %v", a.name, f.Fault, f.At, d)})
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/pgtest/history"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -30,7 +31,7 @@ func (r *runner) restart(ctx context.Context) string {
 	rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	if err := r.srv.Restart(rctx); err != nil {
-		r.violate(Violation{Rule: "the server restarts", Detail: err.Error()})
+		r.violate(history.Violation{Rule: "the server restarts", Detail: err.Error()})
 		return "restart failed: " + err.Error()
 	}
 	ready := time.Now()
@@ -89,25 +90,25 @@ func (r *runner) checkSentinel(ctx context.Context, s sentinel) {
 	err := retryAfterRestart(func() (err error) { info, err = r.adminB.LookupIDDebug(ctx, s.res.LockID); return err })
 	switch {
 	case err != nil:
-		r.violate(Violation{Rule: held, Key: s.key, Detail: "lookup failed: " + err.Error()})
+		r.violate(history.Violation{Rule: held, Key: s.key, Detail: "lookup failed: " + err.Error()})
 	case info == nil:
-		r.violate(Violation{Rule: held, Key: s.key,
+		r.violate(history.Violation{Rule: held, Key: s.key,
 			Detail: fmt.Sprintf("fence %s, expiry %v: not found after the restart", s.res.Fence, s.expiry)})
 	case info.Fence != s.res.Fence || !info.ExpiresAt.Equal(s.expiry):
-		r.violate(Violation{Rule: held, Key: s.key,
+		r.violate(history.Violation{Rule: held, Key: s.key,
 			Detail: fmt.Sprintf("acknowledged fence %s expiry %v; after the restart fence %s expiry %v", s.res.Fence, s.expiry, info.Fence, info.ExpiresAt)})
 	}
 	var again syncguard.AcquireResult
 	if err := retryAfterRestart(func() (err error) { again, err = r.adminB.Acquire(ctx, s.key, time.Second); return err }); err != nil || again.OK {
-		r.violate(Violation{Rule: "a lock acknowledged before a crash excludes others after it", Key: s.key,
+		r.violate(history.Violation{Rule: "a lock acknowledged before a crash excludes others after it", Key: s.key,
 			Detail: fmt.Sprintf("acquire after the restart: %+v, %v", again, err)})
 	}
 	if rel, err := r.adminB.Release(ctx, s.res.LockID); err != nil || !rel.OK {
-		r.violate(Violation{Rule: "a lock acknowledged before a crash can be released after it", Key: s.key, Detail: fmt.Sprintf("%+v, %v", rel, err)})
+		r.violate(history.Violation{Rule: "a lock acknowledged before a crash can be released after it", Key: s.key, Detail: fmt.Sprintf("%+v, %v", rel, err)})
 	}
 	next, err := r.adminB.Acquire(ctx, s.key, time.Second)
 	if err != nil || !next.OK || next.Fence <= s.res.Fence {
-		r.violate(Violation{Rule: "the next fence after a crash exceeds every acknowledged fence", Key: s.key,
+		r.violate(history.Violation{Rule: history.RuleFenceAfter, Key: s.key,
 			Detail: fmt.Sprintf("acknowledged %s; next acquire %+v, %v", s.res.Fence, next, err)})
 	} else {
 		_, _ = r.adminB.Release(ctx, next.LockID)
@@ -121,12 +122,12 @@ func (r *runner) checkCounters(ctx context.Context, maxAcked map[string]int64) {
 		var last syncguard.Fence
 		err := retryAfterRestart(func() (err error) { last, _, err = r.adminB.LastFence(ctx, k); return err })
 		if err != nil {
-			r.violate(Violation{Rule: "fence counters are readable after a crash", Key: k, Detail: err.Error()})
+			r.violate(history.Violation{Rule: "fence counters are readable after a crash", Key: k, Detail: err.Error()})
 			continue
 		}
 		got, _ := last.Int64() // "" (no counter) reads as 0
 		if got < n {
-			r.violate(Violation{Rule: "no acknowledged fence is lost across a crash", Key: k,
+			r.violate(history.Violation{Rule: "no acknowledged fence is lost across a crash", Key: k,
 				Detail: fmt.Sprintf("fence %d acknowledged before the crash; counter %d after it", n, got)})
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/pgtest/history"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -20,8 +21,24 @@ type worker struct {
 	rng  *rand.Rand
 }
 
-func (w *worker) opCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(w.r.ctx, w.r.opts.OpTimeout)
+// timed runs one operation with the op timeout on parent (the load's
+// context, or a background one for what must run after the load ended),
+// notes it with the outcome do reports, and returns when it was sent.
+func (w *worker) timed(parent context.Context, key, op string, do func(ctx context.Context) (outcome string, err error)) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(parent, w.r.opts.OpTimeout)
+	defer cancel()
+	sent := time.Now()
+	outcome, err := do(ctx)
+	w.r.note(w.a, w.name, key, op, sent, time.Since(sent), outcome, err, w.a.bound)
+	return sent, err
+}
+
+// okOr is an outcome: "ok", else the result's reason.
+func okOr(ok bool, reason string) string {
+	if ok {
+		return "ok"
+	}
+	return reason
 }
 
 // backoff waits after the n-th consecutive error: 50 ms doubling to 800 ms,
@@ -57,16 +74,14 @@ func (w *worker) runRaw() {
 	fails := 0
 	for r.ctx.Err() == nil {
 		key := r.keys[w.rng.IntN(len(r.keys))]
-		ctx, cancel := w.opCtx()
-		sent := time.Now()
-		res, err := w.a.b.Acquire(ctx, key, o.TTL)
-		dur := time.Since(sent)
-		cancel()
-		outcome := "locked"
-		if res.OK {
-			outcome = "ok fence=" + string(res.Fence)
-		}
-		r.note(w.a, w.name, key, "acquire", sent, dur, outcome, err, w.a.bound)
+		var res syncguard.AcquireResult
+		sent, err := w.timed(r.ctx, key, "acquire", func(ctx context.Context) (outcome string, err error) {
+			res, err = w.a.b.Acquire(ctx, key, o.TTL)
+			if res.OK {
+				return "ok fence=" + string(res.Fence), err
+			}
+			return "locked", err
+		})
 		switch {
 		case err != nil:
 			fails++
@@ -83,7 +98,7 @@ func (w *worker) runRaw() {
 	}
 }
 
-func (w *worker) holdRaw(h *Holding, key string, res syncguard.AcquireResult) {
+func (w *worker) holdRaw(h *history.Holding, key string, res syncguard.AcquireResult) {
 	r, o := w.r, w.r.opts
 	fence, _ := res.Fence.Int64()
 	expiry := res.ExpiresAt
@@ -99,16 +114,11 @@ func (w *worker) holdRaw(h *Holding, key string, res syncguard.AcquireResult) {
 				lost = "lost:not extended before expiry"
 				break
 			}
-			ctx, cancel := w.opCtx()
-			st := time.Now()
-			x, err := w.a.b.Extend(ctx, res.LockID, o.TTL)
-			d := time.Since(st)
-			cancel()
-			outcome := "ok"
-			if !x.OK {
-				outcome = x.Reason
-			}
-			r.note(w.a, w.name, key, "extend", st, d, outcome, err, w.a.bound)
+			var x syncguard.ExtendResult
+			_, err := w.timed(r.ctx, key, "extend", func(ctx context.Context) (outcome string, err error) {
+				x, err = w.a.b.Extend(ctx, res.LockID, o.TTL)
+				return okOr(x.OK, x.Reason), err
+			})
 			if err == nil {
 				if x.OK {
 					r.hist.Extended(h, x.ExpiresAt)
@@ -143,22 +153,17 @@ func (w *worker) holdRaw(h *Holding, key string, res syncguard.AcquireResult) {
 
 // release releases a holding, retrying errors for up to 3 s (also after
 // the load ended, so the run leaves no lock behind).
-func (w *worker) release(h *Holding, key, lost string, rel func(context.Context) (syncguard.ReleaseResult, error)) {
+func (w *worker) release(h *history.Holding, key, lost string, rel func(context.Context) (syncguard.ReleaseResult, error)) {
 	r := w.r
 	deadline := time.Now().Add(3 * time.Second)
 	r.hist.ReleaseSent(h, time.Now())
 	end, ok := "", false
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), r.opts.OpTimeout)
-		st := time.Now()
-		res, err := rel(ctx)
-		d := time.Since(st)
-		cancel()
-		outcome := "ok"
-		if !res.OK {
-			outcome = res.Reason
-		}
-		r.note(w.a, w.name, key, "release", st, d, outcome, err, w.a.bound)
+		var res syncguard.ReleaseResult
+		_, err := w.timed(context.Background(), key, "release", func(ctx context.Context) (outcome string, err error) {
+			res, err = rel(ctx)
+			return okOr(res.OK, res.Reason), err
+		})
 		if err == nil {
 			ok = res.OK
 			end = "released"
@@ -208,7 +213,7 @@ func (w *worker) runHelper() {
 		dur := time.Since(sent)
 		fired := !watchdog.Stop()
 		if fired && r.running.Load() {
-			r.violate(Violation{Rule: "the lock helper returns within its acquisition timeout", Key: key,
+			r.violate(history.Violation{Rule: "the lock helper returns within its acquisition timeout", Key: key,
 				Detail: fmt.Sprintf("%s: syncguard.Lock (Acquisition.Timeout %v) still running after %v; cancelled it (it then returned %v)",
 					w.name, acquisitionTimeout, bound, err)})
 		}
@@ -298,7 +303,7 @@ func (w *worker) runWithLock() {
 	for r.ctx.Err() == nil {
 		key := r.keys[w.rng.IntN(len(r.keys))]
 		ctx, cancel := context.WithTimeout(r.ctx, bound)
-		var h *Holding
+		var h *history.Holding
 		sent := time.Now()
 		err := syncguard.WithLock(ctx, w.a.b, key, func(ctx context.Context, lease *syncguard.Lease) error {
 			h = r.hist.Begin(key, w.name, syncguard.AcquireResult{OK: true, LockID: lease.LockID(), Fence: lease.Fence(), ExpiresAt: lease.ExpiresAt()},

@@ -2,7 +2,6 @@ package examples
 
 import (
 	"context"
-	"time"
 
 	"github.com/uptrace/bun"
 
@@ -12,20 +11,12 @@ import (
 // BunCloseInvoice closes an invoice under its lock, writing with the
 // lock's fence through bun.
 func BunCloseInvoice(ctx context.Context, bdb *bun.DB, locks *syncguard.Backend, id int64) error {
-	return syncguard.WithLock(ctx, locks, lockKey(id), func(ctx context.Context, lease *syncguard.Lease) error {
-		fence := string(lease.Fence())
-		res, err := bdb.NewUpdate().Table("invoices").
+	return closeWithFence(ctx, locks, id, func(ctx context.Context, fence string) (int64, error) {
+		return rowsAffected(bdb.NewUpdate().Table("invoices").
 			Set("status = ?", "closed").Set("fence = ?", fence).
 			Where("id = ?", id).Where("fence IS NULL OR fence < ?", fence).
-			Exec(ctx)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return ErrStaleFence
-		}
-		return nil
-	}, nil)
+			Exec(ctx))
+	})
 }
 
 // BunCreateLocked inserts an invoice and takes its lock in one bun
@@ -37,15 +28,9 @@ func BunCreateLocked(ctx context.Context, bdb *bun.DB, locks *syncguard.Backend,
 		if _, err := tx.NewInsert().Model(&inv).Exec(ctx); err != nil {
 			return err
 		}
-		r, err := locks.WithTx(tx.Tx).Acquire(ctx, lockKey(inv.ID), time.Minute)
-		if err != nil {
-			return err
-		}
-		if !r.OK {
-			return ErrBusy
-		}
-		lockID = r.LockID
-		return then()
+		var err error
+		lockID, err = lockThen(ctx, locks.WithTx(tx.Tx), inv.ID, then)
+		return err
 	})
 	return lockID, err
 }

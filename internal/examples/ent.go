@@ -3,7 +3,6 @@ package examples
 import (
 	"context"
 	"database/sql"
-	"time"
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
@@ -19,21 +18,15 @@ import (
 // EntCloseInvoice closes an invoice under its lock, writing with the
 // lock's fence through ent's driver.
 func EntCloseInvoice(ctx context.Context, drv *entsql.Driver, locks *syncguard.Backend, id int64) error {
-	return syncguard.WithLock(ctx, locks, lockKey(id), func(ctx context.Context, lease *syncguard.Lease) error {
-		fence := string(lease.Fence())
+	return closeWithFence(ctx, locks, id, func(ctx context.Context, fence string) (int64, error) {
 		query, args := entsql.Dialect(dialect.Postgres).Update("invoices").
 			Set("status", "closed").Set("fence", fence).
 			Where(entsql.And(entsql.EQ("id", id), entsql.Or(entsql.IsNull("fence"), entsql.LT("fence", fence)))).
 			Query()
 		var res sql.Result
-		if err := drv.Exec(ctx, query, args, &res); err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return ErrStaleFence
-		}
-		return nil
-	}, nil)
+		err := drv.Exec(ctx, query, args, &res)
+		return rowsAffected(res, err)
+	})
 }
 
 // EntCreateLocked inserts an invoice and takes its lock in one
@@ -52,15 +45,9 @@ func EntCreateLocked(ctx context.Context, db *sql.DB, locks *syncguard.Backend, 
 	if err := txDrv.Exec(ctx, query, args, nil); err != nil {
 		return "", err
 	}
-	r, err := locks.WithTx(tx).Acquire(ctx, lockKey(inv.ID), time.Minute)
+	lockID, err := lockThen(ctx, locks.WithTx(tx), inv.ID, then)
 	if err != nil {
-		return "", err
+		return lockID, err // the deferred Rollback undoes the insert and the lock
 	}
-	if !r.OK {
-		return "", ErrBusy
-	}
-	if err := then(); err != nil {
-		return r.LockID, err // the deferred Rollback undoes the insert and the lock
-	}
-	return r.LockID, tx.Commit()
+	return lockID, tx.Commit()
 }

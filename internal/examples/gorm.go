@@ -2,7 +2,6 @@ package examples
 
 import (
 	"context"
-	"time"
 
 	"gorm.io/gorm"
 
@@ -12,19 +11,12 @@ import (
 // GORMCloseInvoice closes an invoice under its lock, writing with the
 // lock's fence through GORM.
 func GORMCloseInvoice(ctx context.Context, gdb *gorm.DB, locks *syncguard.Backend, id int64) error {
-	return syncguard.WithLock(ctx, locks, lockKey(id), func(ctx context.Context, lease *syncguard.Lease) error {
-		fence := string(lease.Fence())
+	return closeWithFence(ctx, locks, id, func(ctx context.Context, fence string) (int64, error) {
 		res := gdb.WithContext(ctx).Model(&Invoice{}).
 			Where("id = ? AND (fence IS NULL OR fence < ?)", id, fence).
 			Updates(map[string]any{"status": "closed", "fence": fence})
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			return ErrStaleFence
-		}
-		return nil
-	}, nil)
+		return res.RowsAffected, res.Error
+	})
 }
 
 // GORMCreateLocked inserts an invoice and takes its lock in one GORM
@@ -36,15 +28,9 @@ func GORMCreateLocked(ctx context.Context, gdb *gorm.DB, locks *syncguard.Backen
 		if err := tx.Create(&inv).Error; err != nil {
 			return err
 		}
-		r, err := locks.WithTx(tx.Statement.ConnPool).Acquire(ctx, lockKey(inv.ID), time.Minute)
-		if err != nil {
-			return err
-		}
-		if !r.OK {
-			return ErrBusy
-		}
-		lockID = r.LockID
-		return then()
+		var err error
+		lockID, err = lockThen(ctx, locks.WithTx(tx.Statement.ConnPool), inv.ID, then)
+		return err
 	})
 	return lockID, err
 }

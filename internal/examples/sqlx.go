@@ -2,7 +2,6 @@ package examples
 
 import (
 	"context"
-	"time"
 
 	"github.com/jmoiron/sqlx"
 
@@ -12,17 +11,10 @@ import (
 // SqlxCloseInvoice closes an invoice under its lock, writing with the
 // lock's fence through sqlx.
 func SqlxCloseInvoice(ctx context.Context, dbx *sqlx.DB, locks *syncguard.Backend, id int64) error {
-	return syncguard.WithLock(ctx, locks, lockKey(id), func(ctx context.Context, lease *syncguard.Lease) error {
-		res, err := dbx.ExecContext(ctx, `UPDATE invoices SET status = 'closed', fence = $1
-WHERE id = $2 AND (fence IS NULL OR fence < $1)`, string(lease.Fence()), id)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return ErrStaleFence
-		}
-		return nil
-	}, nil)
+	return closeWithFence(ctx, locks, id, func(ctx context.Context, fence string) (int64, error) {
+		return rowsAffected(dbx.ExecContext(ctx, `UPDATE invoices SET status = 'closed', fence = $1
+WHERE id = $2 AND (fence IS NULL OR fence < $1)`, fence, id))
+	})
 }
 
 // SqlxCreateLocked inserts an invoice and takes its lock in one sqlx
@@ -36,15 +28,9 @@ func SqlxCreateLocked(ctx context.Context, dbx *sqlx.DB, locks *syncguard.Backen
 	if _, err := tx.NamedExecContext(ctx, `INSERT INTO invoices (id, status) VALUES (:id, :status)`, inv); err != nil {
 		return "", err
 	}
-	r, err := locks.WithTx(tx).Acquire(ctx, lockKey(inv.ID), time.Minute)
+	lockID, err := lockThen(ctx, locks.WithTx(tx), inv.ID, then)
 	if err != nil {
-		return "", err
+		return lockID, err // the deferred Rollback undoes the insert and the lock
 	}
-	if !r.OK {
-		return "", ErrBusy
-	}
-	if err := then(); err != nil {
-		return r.LockID, err // the deferred Rollback undoes the insert and the lock
-	}
-	return r.LockID, tx.Commit()
+	return lockID, tx.Commit()
 }

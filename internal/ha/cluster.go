@@ -9,9 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +17,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the monitor connection
+
+	"github.com/syncguard/syncguard-go/internal/pgtest/pginstall"
 )
 
 // ErrUnavailable is wrapped by Start's error when pg_auto_failover is not
@@ -142,13 +142,7 @@ func findBinaries() (autoctl, binDir string, err error) {
 	if err != nil {
 		return "", "", fmt.Errorf("%w: no pg_autoctl on PATH (Debian: apt-get install pg-auto-failover-cli postgresql-15-auto-failover)", ErrUnavailable)
 	}
-	var dirs []string
-	if d := os.Getenv("SYNCGUARD_PG_BINDIR"); d != "" {
-		dirs = append(dirs, d)
-	}
-	found, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(found, func(i, j int) bool { return pgMajor(found[i]) > pgMajor(found[j]) })
-	dirs = append(dirs, found...)
+	dirs := pginstall.BinDirs()
 	for _, d := range dirs {
 		if _, err := os.Stat(filepath.Join(d, "pg_ctl")); err != nil {
 			continue
@@ -159,11 +153,6 @@ func findBinaries() (autoctl, binDir string, err error) {
 		return autoctl, d, nil
 	}
 	return "", "", fmt.Errorf("%w: no PostgreSQL server with the pgautofailover extension in %v (Debian: apt-get install postgresql-15-auto-failover)", ErrUnavailable, dirs)
-}
-
-func pgMajor(binDir string) int {
-	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
-	return n
 }
 
 // Start creates and starts a formation: the monitor, node1 (the first
@@ -181,18 +170,8 @@ func Start(ctx context.Context, opts Options) (_ *Formation, err error) {
 	if f.logf == nil {
 		f.logf = func(string, ...any) {}
 	}
-	if os.Geteuid() == 0 {
-		// initdb and postgres refuse to run as root.
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, fmt.Errorf("ha: running as root and no postgres OS user: %w", err)
-		}
-		uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
-		gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
-		if err := errors.Join(err1, err2); err != nil {
-			return nil, err
-		}
-		f.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	if f.cred, err = pginstall.Credential(); err != nil {
+		return nil, fmt.Errorf("ha: %w", err)
 	}
 	if f.Dir, err = os.MkdirTemp("", "syncguard-ha-*"); err != nil {
 		return nil, err

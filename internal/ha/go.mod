@@ -7,6 +7,7 @@ require (
 	github.com/lib/pq v1.12.3
 	github.com/syncguard/syncguard-go v0.1.0
 	github.com/syncguard/syncguard-go/cmd/syncguard v0.1.0
+	github.com/syncguard/syncguard-go/internal/pgtest v0.1.0
 	github.com/syncguard/syncguard-go/pgxstd v0.1.0
 	github.com/syncguard/syncguard-go/pq v0.1.0
 )

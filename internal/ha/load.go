@@ -16,6 +16,7 @@ import (
 
 	libpq "github.com/lib/pq"
 
+	"github.com/syncguard/syncguard-go/internal/pgtest/history"
 	"github.com/syncguard/syncguard-go/syncguard"
 
 	_ "github.com/syncguard/syncguard-go/pgxstd" // registers pgx's dialect
@@ -75,7 +76,7 @@ func Run(ctx context.Context, f *Formation, o RunOptions) (*Report, error) {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
-	r := &runner{f: f, o: o, hist: newHistory(), rep: &Report{Async: f.Async, Timeouts: f.Timeouts, Seed: o.Seed,
+	r := &runner{f: f, o: o, hist: history.New(), rep: &Report{Async: f.Async, Timeouts: f.Timeouts, Seed: o.Seed,
 		Ops: map[string]int64{}, Errors: map[string]int64{}, LeaseLosses: map[string]int64{}}}
 	for i := range o.Keys {
 		r.keys = append(r.keys, fmt.Sprintf("ha-hot-%d", i))
@@ -105,7 +106,7 @@ type runner struct {
 	f    *Formation
 	o    RunOptions
 	keys []string
-	hist *history
+	hist *history.History
 	rep  *Report
 	ad   []*adapter
 
@@ -218,7 +219,7 @@ func (r *runner) schedule(ctx context.Context) error {
 		}
 		standby := f.Other(primary)
 		fr := FaultResult{Kind: kind, Node: primary.Name, FirstAcquire: map[string]time.Duration{}, MaxGap: map[string]time.Duration{}}
-		maxFences := r.hist.maxFences()
+		maxFences := r.hist.MaxAckedFences(time.Now())
 		switch kind {
 		case KillPostmaster:
 			fr.At, err = f.KillPostmaster(primary)
@@ -375,7 +376,7 @@ func (r *runner) note(a *adapter, op string, outcome string, err error) {
 	var se *syncguard.Error
 	if !errors.As(err, &se) {
 		r.rep.Errors[fmt.Sprintf("%s %s untyped: %v", a.name, op, err)]++
-		r.rep.Violations = append(r.rep.Violations, Violation{Rule: RuleErrors, At: time.Now(),
+		r.rep.Violations = append(r.rep.Violations, history.Violation{Rule: RuleErrors, At: time.Now(),
 			Detail: fmt.Sprintf("%s %s returned an error that is no *syncguard.Error: %v", a.name, op, err)})
 		return
 	}
@@ -395,7 +396,7 @@ func (r *runner) note(a *adapter, op string, outcome string, err error) {
 	key += ": " + cause.Msg
 	r.rep.Errors[key]++
 	if !cause.Code.Retryable() {
-		r.rep.Violations = append(r.rep.Violations, Violation{Rule: RuleErrors, At: time.Now(),
+		r.rep.Violations = append(r.rep.Violations, history.Violation{Rule: RuleErrors, At: time.Now(),
 			Detail: fmt.Sprintf("%s %s: %v", a.name, op, err)})
 	}
 }
@@ -441,14 +442,14 @@ func (r *runner) withLockWorker(a *adapter, name string, rng *rand.Rand) {
 	fails := 0
 	for r.ctx.Err() == nil {
 		key := r.keys[rng.IntN(len(r.keys))]
-		var h *holding
+		var h *history.Holding
 		sent := time.Now()
 		ctx, cancel := context.WithTimeout(r.ctx, acquisitionTimeout+opTimeout)
 		err := syncguard.WithLock(ctx, a.b, key, func(ctx context.Context, lease *syncguard.Lease) error {
 			a.succeeded(sent)
-			h = r.hist.begin(key, name, lease.LockID(), lease.Fence(), lease.ExpiresAt(), hotTTL, sent)
+			h = r.hist.Begin(key, name, acquired(lease), hotTTL, sent, time.Now())
 			sleepCtx(ctx, time.Duration(10+rng.IntN(100))*time.Millisecond)
-			r.hist.releaseSent(h, time.Now())
+			r.hist.ReleaseSent(h, time.Now())
 			return nil
 		}, opts)
 		cancel()
@@ -488,7 +489,7 @@ func (r *runner) leaseWorker(a *adapter, name string, rng *rand.Rand) {
 		fails = 0
 		a.succeeded(sent)
 		r.note(a, "lock", "ok", nil)
-		h := r.hist.begin(key, name, lease.LockID(), lease.Fence(), lease.ExpiresAt(), hotTTL, sent)
+		h := r.hist.Begin(key, name, acquired(lease), hotTTL, sent, time.Now())
 		holdUntil := time.Now().Add(time.Duration(200+rng.IntN(1800)) * time.Millisecond)
 		tick := time.NewTicker(100 * time.Millisecond)
 		lost := ""
@@ -501,17 +502,17 @@ func (r *runner) leaseWorker(a *adapter, name string, rng *rand.Rand) {
 			case <-r.ctx.Done():
 				break hold
 			case <-tick.C:
-				r.hist.extended(h, lease.ExpiresAt())
+				r.hist.Extended(h, lease.ExpiresAt())
 			}
 		}
 		tick.Stop()
-		r.hist.extended(h, lease.ExpiresAt())
+		r.hist.Extended(h, lease.ExpiresAt())
 		if lost != "" {
 			r.repMu.Lock()
 			r.rep.LeaseLosses[leaseLossKind(lost)]++
 			r.repMu.Unlock()
 		}
-		r.hist.releaseSent(h, time.Now())
+		r.hist.ReleaseSent(h, time.Now())
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		res, err := lease.Release(ctx)
 		cancel()
@@ -599,7 +600,7 @@ func (r *runner) renewSentinel(a *adapter, s *sentinel, gen *int) bool {
 		}
 		r.note(a, "sentinel-release", map[bool]string{true: "ok", false: res.Reason}[res.OK], nil)
 		if !res.OK {
-			r.addViolation(Violation{Rule: RuleAcked, Key: s.key,
+			r.addViolation(history.Violation{Rule: RuleAcked, Key: s.key,
 				Detail: fmt.Sprintf("%s: release of the held sentinel lock (fence %s, acknowledged expiry %s) found it %s",
 					a.name, s.fence, s.expiry.Format(time.StampMilli), res.Reason)})
 		}
@@ -630,7 +631,7 @@ func (r *runner) renewSentinel(a *adapter, s *sentinel, gen *int) bool {
 	}
 	r.note(a, "sentinel-extend", map[bool]string{true: "ok", false: x.Reason}[x.OK], nil)
 	if !x.OK {
-		r.addViolation(Violation{Rule: RuleAcked, Key: s.key,
+		r.addViolation(history.Violation{Rule: RuleAcked, Key: s.key,
 			Detail: fmt.Sprintf("%s: extend of the just acquired sentinel lock (fence %s) found it %s", a.name, s.fence, x.Reason)})
 		s.held = false
 		return true
@@ -639,7 +640,7 @@ func (r *runner) renewSentinel(a *adapter, s *sentinel, gen *int) bool {
 	return true
 }
 
-func (r *runner) addViolation(v Violation) {
+func (r *runner) addViolation(v history.Violation) {
 	if v.At.IsZero() {
 		v.At = time.Now()
 	}
@@ -675,14 +676,14 @@ func (r *runner) checkSentinels(ctx context.Context, t time.Time) (int, error) {
 			n++
 			switch {
 			case info == nil:
-				r.addViolation(Violation{Rule: RuleAcked, Key: s.key,
+				r.addViolation(history.Violation{Rule: RuleAcked, Key: s.key,
 					Detail: fmt.Sprintf("%s: sentinel lock (fence %s, acknowledged %s, expiry %s) is gone from the new primary",
 						a.name, s.fence, s.acked.Format(time.StampMilli), s.expiry.Format(time.StampMilli))})
 			case info.Fence != s.fence:
-				r.addViolation(Violation{Rule: RuleAcked, Key: s.key,
+				r.addViolation(history.Violation{Rule: RuleAcked, Key: s.key,
 					Detail: fmt.Sprintf("%s: sentinel lock acknowledged with fence %s has fence %s on the new primary", a.name, s.fence, info.Fence)})
 			case info.ExpiresAt.Before(s.expiry):
-				r.addViolation(Violation{Rule: RuleAcked, Key: s.key,
+				r.addViolation(history.Violation{Rule: RuleAcked, Key: s.key,
 					Detail: fmt.Sprintf("%s: sentinel lock (fence %s) acknowledged until %s expires at %s on the new primary (an acknowledged extend was lost)",
 						a.name, s.fence, s.expiry.Format(time.StampMilli), info.ExpiresAt.Format(time.StampMilli))})
 			}
@@ -692,14 +693,24 @@ func (r *runner) checkSentinels(ctx context.Context, t time.Time) (int, error) {
 	return n, nil
 }
 
+// statementSlackMs allows for the time between an acquire's
+// statement_timestamp() (the recorded start) and its snapshot: see
+// history.Check.
+const statementSlackMs = 50
+
+// acquired is what the hot-key history records of a lease's acquire.
+func acquired(l *syncguard.Lease) syncguard.AcquireResult {
+	return syncguard.AcquireResult{OK: true, LockID: l.LockID(), Fence: l.Fence(), ExpiresAt: l.ExpiresAt()}
+}
+
 // finish runs the history checks and fills in the report.
 func (r *runner) finish() {
-	vs, st := r.hist.check()
+	vs, st := r.hist.Check(statementSlackMs)
 	r.rep.Violations = append(r.rep.Violations, vs...)
 	for _, fc := range r.rep.fenceChecks {
-		r.rep.Violations = append(r.rep.Violations, r.hist.checkFencesAfter(fc.at, fc.max)...)
+		r.rep.Violations = append(r.rep.Violations, r.hist.CheckFencesAfter(fc.at, fc.max)...)
 	}
-	r.rep.Holdings, r.rep.Pairs = st.holdings, st.pairs
+	r.rep.Holdings, r.rep.Pairs = st.Holdings, st.Pairs
 	var firsts, gaps []time.Duration
 	for _, fr := range r.rep.Faults {
 		for _, a := range []string{"pq", "pgx"} {

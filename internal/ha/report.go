@@ -2,38 +2,25 @@ package ha
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/syncguard/syncguard-go/internal/pgtest/history"
 )
 
-// Rules checked by Run; Violation.Rule is one of them.
+// Rules checked by Run; the Rule of every Report.Violations entry is one
+// of them (the history checks shared with internal/chaos report the four
+// from package history).
 const (
 	RuleAcked      = "no acknowledged acquire or extend is lost"
-	RuleFenceTwice = "no fence is issued twice"
-	RuleFenceOrder = "fences increase in acquisition order per key"
-	RuleFenceAfter = "a fence after a failover exceeds every fence acknowledged before it"
-	RuleOverlap    = "no two holders of one key overlap (server clock)"
+	RuleFenceTwice = history.RuleFenceTwice
+	RuleFenceOrder = history.RuleFenceOrder
+	RuleFenceAfter = history.RuleFenceAfter
+	RuleOverlap    = history.RuleOverlap
 	RuleErrors     = "every error is a typed, retryable *syncguard.Error"
 )
-
-// Violation is a broken invariant with its evidence.
-type Violation struct {
-	Rule   string
-	Key    string
-	Detail string
-	// At is when the broken guarantee showed: the acknowledgement of the
-	// offending holding, or when a check found a lock missing.
-	At time.Time
-}
-
-func (v Violation) String() string {
-	s := "rule: " + v.Rule
-	if v.Key != "" {
-		s += "\nkey: " + v.Key
-	}
-	return s + "\n" + v.Detail
-}
 
 // FaultResult is what one fault cost.
 type FaultResult struct {
@@ -81,7 +68,7 @@ type Report struct {
 	LeaseLosses     map[string]int64 // how AutoExtend leases ended early
 	Holdings, Pairs int              // hot-key holdings; consecutive pairs checked
 	SentinelChecks  int              // sentinel lookups after failovers
-	Violations      []Violation
+	Violations      []history.Violation
 
 	fenceChecks []fenceCheck
 }
@@ -157,12 +144,7 @@ func (r *Report) Summary() string {
 	} else {
 		b.WriteString("invariants BROKEN:\n")
 		byRule := r.ViolationsByRule()
-		rules := make([]string, 0, len(byRule))
-		for k := range byRule {
-			rules = append(rules, k)
-		}
-		sort.Strings(rules)
-		for _, k := range rules {
+		for _, k := range slices.Sorted(maps.Keys(byRule)) {
 			fmt.Fprintf(&b, "  %4d x %s\n", byRule[k], k)
 		}
 		b.WriteString("violations by the last fault before them:\n")
@@ -196,15 +178,10 @@ func ms(d time.Duration) string {
 }
 
 func writeCounts[V int | int64](b *strings.Builder, m map[string]V) {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		fmt.Fprintf(b, "  %7d  %s\n", m[k], k)
 	}
-	if len(keys) == 0 {
+	if len(m) == 0 {
 		b.WriteString("  (none)\n")
 	}
 }

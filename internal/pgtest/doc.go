@@ -3,9 +3,12 @@
 // It is a separate Go module so that its test-only dependency
 // (github.com/ory/dockertest/v3 and what it pulls in) is never built into the
 // library's packages: no published module requires it. The test-only
-// modules (internal/itest, internal/chaos, internal/clitest, bench) require
-// it like any sibling, and the repository's go.work builds it from this
-// checkout (see docs/release.md).
+// modules (internal/itest, internal/chaos, internal/clitest, internal/ha,
+// bench) require it like any sibling, and the repository's go.work builds
+// it from this checkout (see docs/release.md). Beside the servers it holds
+// the test machinery those modules share: package history (the lock
+// history checker of the chaos and failover runs), pginstall (where the
+// server programs are and whom they run as), suite and tcpproxy.
 //
 // # Lookup order
 //

@@ -7,14 +7,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/syncguard/syncguard-go/internal/pgtest/pginstall"
 )
 
 // localCluster is a throwaway cluster in a temp directory:
@@ -23,11 +23,10 @@ import (
 //	dir/data/       the cluster (initdb)
 //	dir/postgres.log
 type localCluster struct {
+	serverDir
 	binDir  string
-	dir     string
 	dataDir string
 	logFile string
-	cred    *syscall.Credential // nil: run as ourselves
 	port    int
 }
 
@@ -46,40 +45,16 @@ func startLocal(ctx context.Context, opts Options) (_ *Server, err error) {
 	if _, err := psqlPath(); err != nil {
 		return nil, err
 	}
-	c := &localCluster{binDir: binDir}
-	if os.Geteuid() == 0 {
-		// initdb and postgres refuse to run as root.
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, fmt.Errorf("running as root and no `postgres` OS user to run the server as: %w", err)
-		}
-		uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
-		gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
-		if err := errors.Join(err1, err2); err != nil {
-			return nil, fmt.Errorf("user postgres: %w", err)
-		}
-		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-	}
-
-	base, err := tempBase(c.cred != nil)
+	sd, err := newServerDir("syncguard-pgtest-*")
 	if err != nil {
 		return nil, err
 	}
-	c.dir, err = os.MkdirTemp(base, "syncguard-pgtest-*")
-	if err != nil {
-		return nil, err
-	}
+	c := &localCluster{binDir: binDir, serverDir: sd}
 	defer func() {
 		if err != nil {
 			_ = c.destroy()
 		}
 	}()
-	if err := os.Chmod(c.dir, 0o755); err != nil {
-		return nil, err
-	}
-	if err := c.chown(c.dir); err != nil {
-		return nil, err
-	}
 	c.dataDir = filepath.Join(c.dir, "data")
 	c.logFile = filepath.Join(c.dir, "postgres.log")
 
@@ -219,9 +194,7 @@ func (c *localCluster) run(ctx context.Context, name string, args ...string) (st
 	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, name), args...)
 	cmd.Dir = c.dir
 	cmd.Env = cleanEnv("HOME="+c.dir, "LC_ALL=C")
-	if c.cred != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
-	}
+	cmd.SysProcAttr = c.procAttr()
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	// pg_ctl leaves the postmaster running with its output sent to the log
@@ -229,20 +202,6 @@ func (c *localCluster) run(ctx context.Context, name string, args ...string) (st
 	cmd.WaitDelay = 5 * time.Second
 	err := cmd.Run()
 	return strings.TrimSpace(out.String()), err
-}
-
-func (c *localCluster) writeFile(path, content string) error {
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		return err
-	}
-	return c.chown(path)
-}
-
-func (c *localCluster) chown(path string) error {
-	if c.cred == nil {
-		return nil
-	}
-	return os.Chown(path, int(c.cred.Uid), int(c.cred.Gid))
 }
 
 func (c *localCluster) logTail(n int) string {
@@ -255,40 +214,6 @@ func (c *localCluster) logTail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// tempBase returns the directory to create the cluster directory in:
-// os.TempDir(), or /tmp when the server runs as another OS user that could
-// not reach into os.TempDir().
-func tempBase(otherUser bool) (string, error) {
-	base := os.TempDir()
-	if !otherUser || traversableByAll(base) {
-		return base, nil
-	}
-	if traversableByAll("/tmp") {
-		return "/tmp", nil
-	}
-	return "", fmt.Errorf("temp dir %s is not traversable by the postgres user", base)
-}
-
-// traversableByAll reports whether every directory on the way to dir has
-// the search bit for others.
-func traversableByAll(dir string) bool {
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		return false
-	}
-	for {
-		fi, err := os.Stat(dir)
-		if err != nil || fi.Mode().Perm()&0o001 == 0 {
-			return false
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return true
-		}
-		dir = parent
-	}
 }
 
 var binDir struct {
@@ -305,44 +230,10 @@ func findBinDir() (string, error) {
 }
 
 func lookBinDir() (string, error) {
-	var candidates []string
-	if d := os.Getenv("SYNCGUARD_PG_BINDIR"); d != "" {
-		candidates = append(candidates, d)
-	}
-	if p, err := exec.LookPath("pg_ctl"); err == nil {
-		if p, err := filepath.EvalSymlinks(p); err == nil {
-			candidates = append(candidates, filepath.Dir(p))
-		}
-	}
-	if p, err := exec.LookPath("pg_config"); err == nil {
-		if out, err := exec.Command(p, "--bindir").Output(); err == nil {
-			candidates = append(candidates, strings.TrimSpace(string(out)))
-		}
-	}
-	for _, pattern := range []string{"/usr/lib/postgresql/*/bin", "/usr/pgsql-*/bin"} {
-		m, _ := filepath.Glob(pattern)
-		sort.Slice(m, func(i, j int) bool { return versionOf(m[i]) > versionOf(m[j]) })
-		candidates = append(candidates, m...)
-	}
-	candidates = append(candidates, "/usr/local/pgsql/bin")
-	for _, d := range candidates {
-		if isExecutable(filepath.Join(d, "initdb")) && isExecutable(filepath.Join(d, "pg_ctl")) && isExecutable(filepath.Join(d, "postgres")) {
+	for _, d := range pginstall.BinDirs() {
+		if pginstall.IsExecutable(filepath.Join(d, "initdb")) && pginstall.IsExecutable(filepath.Join(d, "pg_ctl")) && pginstall.IsExecutable(filepath.Join(d, "postgres")) {
 			return d, nil
 		}
 	}
-	return "", fmt.Errorf("no PostgreSQL server binaries (initdb, pg_ctl, postgres) found; looked in $SYNCGUARD_PG_BINDIR, PATH, pg_config --bindir, /usr/lib/postgresql/*/bin, /usr/pgsql-*/bin, /usr/local/pgsql/bin")
-}
-
-// versionOf extracts the major version from a path like
-// /usr/lib/postgresql/15/bin or /usr/pgsql-15/bin.
-func versionOf(dir string) int {
-	s := filepath.Base(filepath.Dir(dir))
-	s = strings.TrimPrefix(s, "pgsql-")
-	v, _ := strconv.Atoi(strings.SplitN(s, ".", 2)[0])
-	return v
-}
-
-func isExecutable(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && !fi.IsDir() && fi.Mode().Perm()&0o111 != 0
+	return "", fmt.Errorf("no PostgreSQL server binaries (initdb, pg_ctl, postgres) found; looked in %s", pginstall.Looked)
 }

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -17,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/syncguard/syncguard-go/internal/pgtest/pginstall"
 )
 
 // PgBouncer is a PgBouncer process started by [Server.StartPgBouncer] in
@@ -41,11 +42,10 @@ type PgBouncer struct {
 	// PoolMode is the pool_mode it runs with.
 	PoolMode string
 
+	serverDir
 	dsn     dsnParts
-	dir     string
 	logFile string
 	bin     string
-	cred    *syscall.Credential
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -87,7 +87,7 @@ var ErrNoPgBouncer = errors.New("pgtest: pgbouncer is not installed")
 // Debian package installs it in /usr/sbin, which is not on every PATH).
 func PgBouncerBinary() (string, error) {
 	if p := os.Getenv("SYNCGUARD_PGBOUNCER"); p != "" {
-		if isExecutable(p) {
+		if pginstall.IsExecutable(p) {
 			return p, nil
 		}
 		return "", fmt.Errorf("%w: SYNCGUARD_PGBOUNCER=%s is not executable", ErrNoPgBouncer, p)
@@ -96,7 +96,7 @@ func PgBouncerBinary() (string, error) {
 		return p, nil
 	}
 	for _, p := range []string{"/usr/sbin/pgbouncer", "/usr/local/bin/pgbouncer", "/usr/local/sbin/pgbouncer"} {
-		if isExecutable(p) {
+		if pginstall.IsExecutable(p) {
 			return p, nil
 		}
 	}
@@ -186,31 +186,16 @@ func (s *Server) StartPgBouncer(ctx context.Context, opts PgBouncerOptions) (_ *
 		opts.ServerLoginRetry = time.Second
 	}
 
-	b := &PgBouncer{bin: bin, Version: version, PoolMode: opts.PoolMode, Host: "127.0.0.1"}
-	if os.Geteuid() == 0 {
-		// PgBouncer refuses to run as root.
-		if b.cred, err = osUserCred("postgres"); err != nil {
-			return nil, fmt.Errorf("pgtest: running as root and no `postgres` OS user to run pgbouncer as: %w", err)
-		}
-	}
-	base, err := tempBase(b.cred != nil)
+	sd, err := newServerDir("syncguard-pgbouncer-*") // PgBouncer refuses to run as root
 	if err != nil {
 		return nil, err
 	}
-	if b.dir, err = os.MkdirTemp(base, "syncguard-pgbouncer-*"); err != nil {
-		return nil, err
-	}
+	b := &PgBouncer{bin: bin, Version: version, PoolMode: opts.PoolMode, Host: "127.0.0.1", serverDir: sd}
 	defer func() {
 		if err != nil {
 			_ = b.Stop()
 		}
 	}()
-	if err := os.Chmod(b.dir, 0o755); err != nil {
-		return nil, err
-	}
-	if err := b.chown(b.dir); err != nil {
-		return nil, err
-	}
 	b.logFile = filepath.Join(b.dir, "pgbouncer.log")
 	hba := "# written by pgtest\nhost all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
 	// Trusted users must be listed too (PgBouncer knows no user outside
@@ -302,7 +287,7 @@ func (b *PgBouncer) start() error {
 		cmd := exec.Command(b.bin, filepath.Join(b.dir, "pgbouncer.ini"))
 		cmd.Dir = b.dir
 		cmd.Env = cleanEnv("HOME=" + b.dir)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred}
+		cmd.SysProcAttr = b.procAttr()
 		setPdeathsig(cmd.SysProcAttr)
 		out, err := os.OpenFile(filepath.Join(b.dir, "pgbouncer.stderr"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 		if err != nil {
@@ -408,31 +393,4 @@ func (b *PgBouncer) kill() {
 		_ = cmd.Process.Kill()
 		<-exited
 	}
-}
-
-func (b *PgBouncer) writeFile(path, content string) error {
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		return err
-	}
-	return b.chown(path)
-}
-
-func (b *PgBouncer) chown(path string) error {
-	if b.cred == nil {
-		return nil
-	}
-	return os.Chown(path, int(b.cred.Uid), int(b.cred.Gid))
-}
-
-func osUserCred(name string) (*syscall.Credential, error) {
-	u, err := user.Lookup(name)
-	if err != nil {
-		return nil, err
-	}
-	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
-	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
-	if err := errors.Join(err1, err2); err != nil {
-		return nil, fmt.Errorf("user %s: %w", name, err)
-	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/pgtest/pginstall"
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
@@ -250,7 +251,7 @@ func psqlPath() (string, error) {
 		return p, nil
 	}
 	if dir, err := findBinDir(); err == nil {
-		if p := dir + "/psql"; isExecutable(p) {
+		if p := dir + "/psql"; pginstall.IsExecutable(p) {
 			return p, nil
 		}
 	}
@@ -281,7 +282,7 @@ func waitReady(ctx context.Context, host string, port int, timeout time.Duration
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	isready := ""
-	if dir, err := findBinDir(); err == nil && isExecutable(dir+"/pg_isready") {
+	if dir, err := findBinDir(); err == nil && pginstall.IsExecutable(dir+"/pg_isready") {
 		isready = dir + "/pg_isready"
 	} else if p, err := exec.LookPath("pg_isready"); err == nil {
 		isready = p

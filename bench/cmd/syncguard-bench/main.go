@@ -191,6 +191,12 @@ func run(o options) error {
 			allTargets = append(allTargets, map[string]any{"driver": driver, "name": t.Name, "value": t.Value, "goal": t.Goal, "met": t.Met})
 		}
 	}
+	// show prints a driver's result, emits it and collects its targets.
+	show := func(driver string, r any) {
+		sgbench.Print(out, r)
+		emit(r)
+		addTargets(driver, sgbench.TargetsOf(r))
+	}
 	drivers := strings.Split(o.drivers, ",")
 	for di, d := range drivers {
 		d = strings.TrimSpace(d)
@@ -199,7 +205,7 @@ func run(o options) error {
 			return fmt.Errorf("unknown driver %q (want pq or pgx)", d)
 		}
 		progress("[%s] starting (%.0fs elapsed)", d, time.Since(begin).Seconds())
-		if err := runDriver(ctx, o, want, d, name, dsn, host, port, out, emit, addTargets); err != nil {
+		if err := runDriver(ctx, o, want, d, name, dsn, host, port, show); err != nil {
 			return fmt.Errorf("%s: %w", d, err)
 		}
 		if di == 0 && want["storage"] && o.storage > 0 {
@@ -213,9 +219,7 @@ func run(o options) error {
 			if err != nil {
 				return fmt.Errorf("storage: %w", err)
 			}
-			sgbench.PrintStorage(out, s)
-			emit(s)
-			addTargets(d, s.Targets)
+			show(d, s)
 		}
 	}
 	fmt.Fprintf(out, "\n== targets (all drivers)\n")
@@ -374,7 +378,7 @@ func cpuModel() string {
 }
 
 func runDriver(ctx context.Context, o options, want map[string]bool, d, name, dsn, host string, port int,
-	out io.Writer, emit func(any), addTargets func(string, []sgbench.Target)) error {
+	show func(driver string, r any)) error {
 	db, err := openPool(name, dsn, o.workers)
 	if err != nil {
 		return err
@@ -389,25 +393,27 @@ func runDriver(ctx context.Context, o options, want map[string]bool, d, name, ds
 		return fmt.Errorf("setup: %w", err)
 	}
 	defer sgbench.DropTables(context.WithoutCancel(ctx), db, sgbench.SGTable, sgbench.SGFenceTable, sgbench.RefTable, sgbench.RefFenceTable, sgbench.FloorTable) //nolint:errcheck
-	sg, err := sgbench.NewSG(db)
+	lk, err := sgbench.NewLockers(ctx, db)
 	if err != nil {
 		return err
 	}
-	ref, err := sgbench.NewReference(ctx, db)
-	if err != nil {
-		return err
-	}
-	defer ref.Close()
-	floor, err := sgbench.NewFloor(ctx, db)
-	if err != nil {
-		return err
-	}
-	defer floor.Close()
+	defer lk.Close()
 	env := &sgbench.Env{
 		Cfg: sgbench.Config{Driver: d, Workers: o.workers, Keys: o.keys, Pairs: o.pairs, Duration: o.duration,
 			AuxDuration: o.auxDuration, Rounds: o.rounds, TTL: 30 * time.Second, ExtendLocks: 16,
 			RunID: fmt.Sprintf("%s-%d", d, time.Now().UnixNano())},
-		DB: db, Admin: admin, SG: sg, Ref: ref, Floor: floor,
+		DB: db, Admin: admin, Lockers: lk,
+	}
+	// step runs one measurement (progress names it, errors say what)
+	// and shows its result.
+	step := func(doing, what string, run func() (any, error)) error {
+		progress("[%s] %s", d, doing)
+		r, err := run()
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		show(d, r)
+		return nil
 	}
 	for _, w := range []struct {
 		name string
@@ -416,56 +422,33 @@ func runDriver(ctx context.Context, o options, want map[string]bool, d, name, ds
 		if !want[w.name] {
 			continue
 		}
-		progress("[%s] %s", d, w.name)
-		r, err := w.fn(ctx)
-		if err != nil {
-			return fmt.Errorf("%s: %w", w.name, err)
+		if err := step(w.name, w.name, func() (any, error) { return w.fn(ctx) }); err != nil {
+			return err
 		}
-		sgbench.PrintWorkload(out, r)
-		emit(r)
-		addTargets(d, r.Targets)
 	}
 	if want["w3"] && o.hotAlt > 0 && o.hotAlt != o.workers {
-		progress("[%s] w3 with %d workers", d, o.hotAlt)
 		alt := *env
 		alt.Cfg.Workers = o.hotAlt
 		alt.Cfg.Duration = o.duration * 2 / 5
-		r, err := alt.W3(ctx)
-		if err != nil {
-			return fmt.Errorf("w3 (%d workers): %w", o.hotAlt, err)
+		if err := step(fmt.Sprintf("w3 with %d workers", o.hotAlt), fmt.Sprintf("w3 (%d workers)", o.hotAlt),
+			func() (any, error) { return alt.W3(ctx) }); err != nil {
+			return err
 		}
-		sgbench.PrintWorkload(out, r)
-		emit(r)
-		addTargets(d, r.Targets)
 	}
 	if want["wal"] {
-		progress("[%s] failed-attempt WAL probe", d)
-		r, err := env.FailedAttemptWAL(ctx, o.walAttempts)
-		if err != nil {
-			return fmt.Errorf("wal probe: %w", err)
+		if err := step("failed-attempt WAL probe", "wal probe", func() (any, error) { return env.FailedAttemptWAL(ctx, o.walAttempts) }); err != nil {
+			return err
 		}
-		sgbench.PrintWAL(out, r)
-		emit(r)
-		addTargets(d, r.Targets)
 	}
 	if want["anatomy"] {
-		progress("[%s] anatomy", d)
-		r, err := sgbench.Anatomy(ctx, d, name, dsn, o.anatomyOps)
-		if err != nil {
-			return fmt.Errorf("anatomy: %w", err)
+		if err := step("anatomy", "anatomy", func() (any, error) { return sgbench.Anatomy(ctx, d, name, dsn, o.anatomyOps) }); err != nil {
+			return err
 		}
-		sgbench.PrintAnatomy(out, r)
-		emit(r)
 	}
 	if want["allocs"] {
-		progress("[%s] allocations", d)
-		r, err := env.Allocs(ctx, o.allocOps)
-		if err != nil {
-			return fmt.Errorf("allocs: %w", err)
+		if err := step("allocations", "allocs", func() (any, error) { return env.Allocs(ctx, o.allocOps) }); err != nil {
+			return err
 		}
-		sgbench.PrintAllocs(out, r)
-		emit(r)
-		addTargets(d, r.Targets)
 	}
 	if want["rt"] {
 		progress("[%s] round trips", d)
@@ -487,23 +470,16 @@ func runDriver(ctx context.Context, o options, want map[string]bool, d, name, ds
 		if err != nil {
 			return fmt.Errorf("round trips: %w", err)
 		}
-		sgbench.PrintRoundTrips(out, r)
-		emit(r)
-		addTargets(d, r.Targets)
+		show(d, r)
 	}
-	return runWaiting(ctx, o, want, d, name, dsn, env.Cfg.RunID, out, emit, addTargets)
+	return runWaiting(ctx, o, want, d, name, dsn, env.Cfg.RunID, func(r any) { show(d, r) })
 }
 
 // runWaiting runs workload 6 (waiting with the lock helper).
 func runWaiting(ctx context.Context, o options, want map[string]bool, d, name, dsn, runID string,
-	out io.Writer, emit func(any), addTargets func(string, []sgbench.Target)) error {
+	show func(r any)) error {
 	we := &sgbench.WaitEnv{Driver: d, SQLDriver: name, DSN: dsn, Dialect: listenDialect(d, dsn), RunID: runID}
 	variants := strings.Split(o.w6Variants, ",")
-	show := func(r *sgbench.WaitResult) {
-		sgbench.PrintWait(out, r)
-		emit(r)
-		addTargets(d, r.Targets)
-	}
 	for _, p := range contentionParams {
 		if !want[p.Name] {
 			continue
@@ -565,7 +541,7 @@ func runWaiting(ctx context.Context, o options, want map[string]bool, d, name, d
 // (which then falls back to polling) against the polling of before issue
 // 15. The spec design is left out: its prepared statements cannot go
 // through PgBouncer 1.18 in transaction mode.
-func runThroughPgBouncer(ctx context.Context, o options, want map[string]bool, we *sgbench.WaitEnv, show func(*sgbench.WaitResult)) error {
+func runThroughPgBouncer(ctx context.Context, o options, want map[string]bool, we *sgbench.WaitEnv, show func(any)) error {
 	b, err := throwaway.StartPgBouncer(ctx, pgtest.PgBouncerOptions{PoolMode: "transaction", DefaultPoolSize: 40})
 	if errors.Is(err, pgtest.ErrNoPgBouncer) {
 		progress("no PgBouncer installed: skipping W6 through PgBouncer")

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -41,15 +40,9 @@ func (a *app) cmdAdvisory(args []string) error {
 	fs := a.flagSet("advisory ls")
 	waiting := fs.Bool("waiting", false, "list only waiting requests, with the pids blocking them")
 	regFile := fs.String("registry", "", "Markdown registry document `FILE` that names lock ids (see above)")
-	pos, err := a.parse(fs, args, true)
-	if errors.Is(err, errHelp) {
-		a.cmdHelp(fs, advisoryHelp)
-	}
+	err := a.parseNoArgs(fs, args, advisoryHelp)
 	if err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageErr("advisory ls takes no arguments, got %q", pos)
 	}
 	var reg *advisory.Registry
 	if *regFile != "" {
@@ -104,11 +97,7 @@ func (a *app) cmdAdvisory(args []string) error {
 		return writeJSON(a.stdout, map[string]any{"serverTime": jsonTime(now), "locks": out})
 	}
 	if len(locks) == 0 {
-		if *waiting {
-			fmt.Fprintln(a.stdout, "no session is waiting for an advisory lock")
-		} else {
-			fmt.Fprintln(a.stdout, "no advisory locks held or awaited")
-		}
+		fmt.Fprintln(a.stdout, map[bool]string{false: "no advisory locks held or awaited", true: "no session is waiting for an advisory lock"}[*waiting])
 		return nil
 	}
 	w := table(a.stdout)

@@ -247,6 +247,26 @@ func (a *app) cmdHelp(fs *flag.FlagSet, text string) {
 
 var errHelp = errors.New("help shown")
 
+// parseCmd parses a command's args with parse and, for -h, shows its help:
+// help is the text after the usage line.
+func (a *app) parseCmd(fs *flag.FlagSet, args []string, interspersed bool, help string) ([]string, error) {
+	pos, err := a.parse(fs, args, interspersed)
+	if errors.Is(err, errHelp) {
+		a.cmdHelp(fs, help)
+	}
+	return pos, err
+}
+
+// parseNoArgs is parseCmd for a command that takes no positional
+// arguments.
+func (a *app) parseNoArgs(fs *flag.FlagSet, args []string, help string) error {
+	pos, err := a.parseCmd(fs, args, true, help)
+	if err == nil && len(pos) != 0 {
+		return usageErr("%s takes no arguments, got %q", a.cmd, pos)
+	}
+	return err
+}
+
 // parse parses args with fs. With interspersed, flags may follow positional
 // arguments (status KEY --json); "--" ends the flags. Without it, parsing
 // stops at the first positional argument (run's COMMAND, the command name).

@@ -85,6 +85,17 @@ func (a *app) config() *syncguard.Config {
 	}
 }
 
+// session opens the backend for a command that runs a few operations: ctx
+// is bounded by --timeout, and done closes both.
+func (a *app) session() (ctx context.Context, b *syncguard.Backend, done func(), err error) {
+	db, b, err := a.backend()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := a.ctx()
+	return ctx, b, func() { cancel(); db.Close() }, nil
+}
+
 // backend opens the database and a Backend on it. Bad table names are
 // usage errors, before any I/O.
 func (a *app) backend() (*sql.DB, *syncguard.Backend, error) {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -49,15 +48,9 @@ failed, 69 when the database cannot be reached.`
 
 func (a *app) cmdDoctor(args []string) error {
 	fs := a.flagSet("doctor")
-	pos, err := a.parse(fs, args, true)
-	if errors.Is(err, errHelp) {
-		a.cmdHelp(fs, doctorHelp)
-	}
+	err := a.parseNoArgs(fs, args, doctorHelp)
 	if err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageErr("doctor takes no arguments, got %q", pos)
 	}
 	if _, err := syncguard.SchemaSQL(a.config()); err != nil {
 		return err

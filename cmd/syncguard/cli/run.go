@@ -104,10 +104,7 @@ func (a *app) cmdRun(args []string) error {
 	fs.BoolVar(&o.verbose, "v", false, "short for --verbose")
 	fs.BoolVar(&o.quiet, "quiet", false, "print nothing unless the lock is lost or syncguard fails: no busy message (the exit status says it), no warnings about transient database errors")
 	fs.BoolVar(&o.quiet, "q", false, "short for --quiet")
-	command, err := a.parse(fs, args, false)
-	if errors.Is(err, errHelp) {
-		a.cmdHelp(fs, runHelp)
-	}
+	command, err := a.parseCmd(fs, args, false, runHelp)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/syncguard/syncguard-go/internal/rules"
@@ -10,19 +9,13 @@ import (
 
 func (a *app) cmdSchema(args []string) error {
 	fs := a.flagSet("schema")
-	pos, err := a.parse(fs, args, true)
-	if errors.Is(err, errHelp) {
-		a.cmdHelp(fs, `
+	err := a.parseNoArgs(fs, args, `
 Prints the DDL that 'syncguard setup' runs (syncguard.SchemaSQL), for
 migration tools such as goose, golang-migrate or atlas. It is idempotent
 (IF NOT EXISTS) and uses the names given by --table and --fence-table.
 Needs no database connection.`)
-	}
 	if err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageErr("schema takes no arguments, got %q", pos)
 	}
 	ddl, err := syncguard.SchemaSQL(a.config())
 	if err != nil {
@@ -38,20 +31,14 @@ Needs no database connection.`)
 
 func (a *app) cmdSetup(args []string) error {
 	fs := a.flagSet("setup")
-	pos, err := a.parse(fs, args, true)
-	if errors.Is(err, errHelp) {
-		a.cmdHelp(fs, `
+	err := a.parseNoArgs(fs, args, `
 Creates the lock table, its indexes and the fence counter table if they do
 not exist (syncguard.SetupSchema): idempotent, and safe to run from many
 deploys at once. Needs CREATE privilege on the schema; the role that takes
 locks needs only SELECT, INSERT, UPDATE, DELETE on the lock table and
 SELECT, INSERT, UPDATE on the fence table ('syncguard doctor' checks).`)
-	}
 	if err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageErr("setup takes no arguments, got %q", pos)
 	}
 	if _, err := syncguard.SchemaSQL(a.config()); err != nil {
 		return err

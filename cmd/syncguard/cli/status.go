@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -15,9 +14,7 @@ const sensitiveNote = "sensitive: whoever has a lockId can release its lock"
 func (a *app) cmdStatus(args []string) error {
 	fs := a.flagSet("status")
 	raw := fs.Bool("raw", false, "also print the holder's raw lockId ("+sensitiveNote+")")
-	pos, err := a.parse(fs, args, true)
-	if errors.Is(err, errHelp) {
-		a.cmdHelp(fs, `
+	pos, err := a.parseCmd(fs, args, true, `
 Shows whether KEY is held, and if so its fence, expiry, acquisition time
 and the holder's lockId hash (HashKey, safe to log). When KEY is free it
 shows the last fence handed out for it: the next holder gets a larger one.
@@ -25,7 +22,6 @@ Times are relative to the server's clock, which decides expiry.
 
 Exit status: 0 when KEY is held, 1 when it is free (like systemctl
 is-active), 64/69/70 on errors.`)
-	}
 	if err != nil {
 		return err
 	}
@@ -33,13 +29,11 @@ is-active), 64/69/70 on errors.`)
 		return usageErr("want exactly one KEY, got %d arguments", len(pos))
 	}
 	key := pos[0]
-	db, b, err := a.backend()
+	ctx, b, done, err := a.session()
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	ctx, cancel := a.ctx()
-	defer cancel()
+	defer done()
 
 	info, err := b.LookupKeyDebug(ctx, key)
 	if err != nil {
@@ -123,31 +117,22 @@ func (a *app) cmdLs(args []string) error {
 	expired := fs.Bool("expired", false, "also list expired lock rows (they stay until their key is acquired again)")
 	raw := fs.Bool("raw", false, "print raw keys and lockIds instead of their hashes ("+sensitiveNote+"; keys may hold personal data)")
 	limit := fs.Int("limit", 100, "list at most `N` locks; 0 for all")
-	pos, err := a.parse(fs, args, true)
-	if errors.Is(err, errHelp) {
-		a.cmdHelp(fs, `
+	if err := a.parseNoArgs(fs, args, `
 Lists the active locks, newest first: key hash, fence, acquisition time,
 expiry and the holder's lockId hash. Keys and lockIds are shown as HashKey
 values unless --raw is given. A lock is active while
 expires_at_ms > server now_ms - 1000, the rule every syncguard operation
-uses.`)
-	}
-	if err != nil {
+uses.`); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageErr("ls takes no arguments, got %q", pos)
 	}
 	if *limit < 0 {
 		return usageErr("--limit must not be negative")
 	}
-	db, b, err := a.backend()
+	ctx, b, done, err := a.session()
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	ctx, cancel := a.ctx()
-	defer cancel()
+	defer done()
 
 	lim := *limit
 	if lim == 0 {
@@ -178,11 +163,7 @@ uses.`)
 	}
 
 	if len(list.Locks) == 0 {
-		if *expired {
-			fmt.Fprintln(a.stdout, "no lock rows")
-		} else {
-			fmt.Fprintln(a.stdout, "no active locks")
-		}
+		fmt.Fprintln(a.stdout, map[bool]string{false: "no active locks", true: "no lock rows"}[*expired])
 		return nil
 	}
 	w := table(a.stdout)

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -102,19 +101,13 @@ func (b buildInfo) text() string {
 
 func (a *app) cmdVersion(args []string) error {
 	fs := a.flagSet("version")
-	pos, err := a.parse(fs, args, true)
-	if errors.Is(err, errHelp) {
-		a.cmdHelp(fs, `
+	err := a.parseNoArgs(fs, args, `
 Prints the version of syncguard (the module version that 'go install
 ...@VERSION' or a release build records, or the commit of a checkout build),
 the library version it was built with, and the Go version and platform.
 --version does the same.`)
-	}
 	if err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageErr("version takes no arguments, got %q", pos)
 	}
 	b := readBuildInfo(debug.ReadBuildInfo())
 	if a.json {

@@ -1,4 +1,4 @@
-package chaos
+package history
 
 import (
 	"fmt"
@@ -34,7 +34,7 @@ func ruleNames(vs []Violation) string {
 }
 
 func TestCheckAcceptsCleanHandoffs(t *testing.T) {
-	h := NewHistory()
+	h := New()
 	t0 := time.Now().UnixMilli()
 	holding(h, "k", "a", 1, t0, 1500, time.UnixMilli(t0+500))       // released at +500
 	holding(h, "k", "b", 2, t0+500, 1500, time.Time{})              // abandoned: expires at +2000
@@ -51,14 +51,14 @@ func TestCheckAcceptsCleanHandoffs(t *testing.T) {
 }
 
 func TestCheckCatchesOverlap(t *testing.T) {
-	h := NewHistory()
+	h := New()
 	t0 := time.Now().UnixMilli()
 	a := holding(h, "k", "a", 1, t0, 1500, time.Time{})
 	h.Extended(a, time.UnixMilli(t0+2500))
 	holding(h, "k", "b", 2, t0+3000, 1500, time.Time{}) // before 2500 + 1000
 	h.Event("k", Event{At: time.UnixMilli(t0 + 3000), Worker: "b", Op: "acquire", Outcome: "ok fence=2"})
 	vs, _ := h.Check(0)
-	if len(vs) != 1 || vs[0].Rule != "no two holders of one key at the same time" {
+	if len(vs) != 1 || vs[0].Rule != RuleOverlap {
 		t.Fatalf("got %s", ruleNames(vs))
 	}
 	for _, want := range []string{"500 ms before fence 1", "=> fence=1", "=> fence=2", "acquire  ", "ok fence=2"} {
@@ -69,7 +69,7 @@ func TestCheckCatchesOverlap(t *testing.T) {
 }
 
 func TestCheckCatchesStartBeforeRelease(t *testing.T) {
-	h := NewHistory()
+	h := New()
 	t0 := time.Now().UnixMilli()
 	holding(h, "k", "a", 1, t0, 10000, time.UnixMilli(t0+2000))
 	holding(h, "k", "b", 2, t0+1700, 1500, time.Time{}) // 300 ms before the release was sent
@@ -82,7 +82,7 @@ func TestCheckCatchesStartBeforeRelease(t *testing.T) {
 }
 
 func TestCheckCatchesFenceProblems(t *testing.T) {
-	h := NewHistory()
+	h := New()
 	t0 := time.Now().UnixMilli()
 	holding(h, "k", "a", 7, t0, 1000, time.UnixMilli(t0+100))
 	holding(h, "k", "b", 7, t0+200, 1000, time.UnixMilli(t0+300))
@@ -90,13 +90,13 @@ func TestCheckCatchesFenceProblems(t *testing.T) {
 	holding(h, "j", "b", 3, t0-5000, 1000, time.UnixMilli(t0-4900)) // larger fence, earlier start
 	vs, _ := h.Check(0)
 	got := ruleNames(vs)
-	if !strings.Contains(got, "fences are unique per key") || !strings.Contains(got, "fences increase in acquisition order per key") {
+	if !strings.Contains(got, RuleFenceTwice) || !strings.Contains(got, RuleFenceOrder) {
 		t.Fatalf("got %q", got)
 	}
 }
 
 func TestCheckFencesAfterCrash(t *testing.T) {
-	h := NewHistory()
+	h := New()
 	t0 := time.Now()
 	holding(h, "k", "a", 5, t0.UnixMilli(), 1000, time.Time{})
 	crash := time.Now().Add(time.Millisecond)
@@ -109,22 +109,12 @@ func TestCheckFencesAfterCrash(t *testing.T) {
 	}
 }
 
-func TestResourceRejectsStaleFences(t *testing.T) {
-	r := resource{last: map[string]int64{}}
-	if !r.write("k", 3, false) || !r.write("k", 3, false) || r.write("k", 2, true) || !r.write("k", 4, false) {
-		t.Fatal("fenced resource accepted a stale write or rejected a current one")
-	}
-	if r.st.Accepted != 3 || r.st.ZombieRejected != 1 {
-		t.Fatalf("%+v", r.st)
-	}
-}
-
 // Compact forgets finished holdings but keeps every verdict: a history
 // checked in pieces gives what Check gives on the whole, and the memory
 // kept is bounded by the holdings that may still matter.
 func TestCompactKeepsVerdictsAndBoundsHistory(t *testing.T) {
 	build := func(compact func(h *History, i int)) *History {
-		h := NewHistory()
+		h := New()
 		t0 := time.Now().UnixMilli() - 1_000_000
 		for i := range 300 {
 			for _, k := range []string{"k1", "k2"} {

@@ -1,7 +1,19 @@
-package chaos
+// Package history records who held which lock when, as the clients saw
+// it, and checks the record against the lock's guarantees: mutual
+// exclusion on the server's clock, fences unique and increasing per key,
+// and, across a crash or failover, no fence handed out again.
+//
+// The fault-injection runs (internal/chaos: server crashes, broken and
+// half-open connections; internal/ha: failovers) share it, so that both
+// check the same rules the same way. All *Ms times are server
+// milliseconds, taken from what the library returned; printed times are
+// relative to the start of the history.
+package history
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -11,8 +23,16 @@ import (
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
-// Holding is one acknowledged holding of a key, as its worker saw it. All
-// *Ms times are server milliseconds, taken from what the library returned.
+// The rules the checks report; Violation.Rule is one of them when a check
+// of this package found it.
+const (
+	RuleFenceTwice = "fences are unique per key"
+	RuleFenceOrder = "fences increase in acquisition order per key"
+	RuleOverlap    = "no two holders of one key at the same time"
+	RuleFenceAfter = "the next fence after a crash or failover exceeds every fence acknowledged before it"
+)
+
+// Holding is one acknowledged holding of a key, as its worker saw it.
 type Holding struct {
 	Seq      int
 	Key      string
@@ -24,7 +44,7 @@ type Holding struct {
 	// the acquire statement (acquired_at_ms).
 	StartMs int64
 	// Expiries are the confirmed expiries: the acquire's, then each
-	// successful extend's.
+	// successful extend's that changed it.
 	Expiries []int64
 	AcqSent  time.Time // local time the acquire was sent
 	AckedAt  time.Time // local time it returned OK
@@ -32,8 +52,9 @@ type Holding struct {
 	// From then on the lock may be gone, whatever the outcome.
 	ReleaseSent time.Time
 	ReleaseOK   bool
-	// End says how the holding ended: "released", "release:<reason>",
-	// "release:error", "lost:<why>", or "" while it runs.
+	// End says how the holding ended, in the recorder's words (for
+	// example "released", "release:<reason>", "lost:<why>"), or "" while
+	// it runs or when nobody said. Compact forgets only ended holdings.
 	End string
 }
 
@@ -49,7 +70,8 @@ type Event struct {
 	Outcome string
 }
 
-// History records holdings and per-key operation logs.
+// History records holdings and per-key operation logs. It is safe for
+// concurrent use.
 type History struct {
 	mu       sync.Mutex
 	t0       time.Time
@@ -65,8 +87,11 @@ type History struct {
 
 const maxEventsPerKey = 4000
 
-// NewHistory starts an empty history; times print relative to now.
-func NewHistory() *History { return &History{t0: time.Now(), events: map[string][]Event{}} }
+// New starts an empty history; times print relative to now.
+func New() *History { return &History{t0: time.Now(), events: map[string][]Event{}} }
+
+// Start is the time the history's printed times are relative to.
+func (h *History) Start() time.Time { return h.t0 }
 
 func (h *History) rel(t time.Time) string {
 	if t.IsZero() {
@@ -77,7 +102,9 @@ func (h *History) rel(t time.Time) string {
 
 func (h *History) relMs(ms int64) string { return h.rel(time.UnixMilli(ms)) }
 
-// Begin records an acknowledged acquire.
+// Begin records an acknowledged acquire: r is what the library returned,
+// ttl what was asked for, sent and acked the local times the acquire was
+// sent and returned.
 func (h *History) Begin(key, worker string, r syncguard.AcquireResult, ttl time.Duration, sent, acked time.Time) *Holding {
 	n, _ := r.Fence.Int64()
 	exp := r.ExpiresAt.UnixMilli()
@@ -91,7 +118,8 @@ func (h *History) Begin(key, worker string, r syncguard.AcquireResult, ttl time.
 	return hd
 }
 
-// Extended records a confirmed expiry.
+// Extended records a confirmed expiry (one equal to the last is not
+// recorded again).
 func (h *History) Extended(hd *Holding, expiresAt time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -117,7 +145,8 @@ func (h *History) Ended(hd *Holding, end string, releaseOK bool) {
 	hd.End, hd.ReleaseOK = end, releaseOK
 }
 
-// Event adds an operation to key's log.
+// Event adds an operation to key's log (the oldest half of a long log is
+// dropped).
 func (h *History) Event(key string, e Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -177,6 +206,9 @@ type Violation struct {
 	Detail string
 	// History is the part of the key's history around the violation.
 	History string
+	// At is when the broken guarantee showed: the acknowledgement of the
+	// offending holding, or when a check found the problem.
+	At time.Time
 }
 
 func (v Violation) String() string {
@@ -208,11 +240,12 @@ type CheckStats struct {
 
 // Check verifies mutual exclusion and fence order over all holdings:
 //
-//   - fences are unique per key;
-//   - ordered by fence, holdings start in the same order (server time);
+//   - fences are unique per key (RuleFenceTwice);
+//   - ordered by fence, holdings start in the same order, on the server's
+//     clock (RuleFenceOrder);
 //   - a holding starts only after the previous holder of the key released
 //     (its first release attempt, less slackMs) or its last confirmed
-//     expiry plus the tolerance passed.
+//     expiry plus the liveness tolerance passed (RuleOverlap).
 //
 // slackMs allows for the time between a statement's statement_timestamp()
 // (the recorded start) and its snapshot: an acquire that began just before
@@ -307,25 +340,20 @@ func (h *History) Compact(slackMs int64, before time.Time) {
 // fence order, for 1 <= i < limit(key, hs), adding to st.
 func (h *History) checkPairs(byKey map[string][]Holding, slackMs int64, st *CheckStats, limit func(string, []Holding) int) []Violation {
 	var vs []Violation
-	keys := make([]string, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(byKey)) {
 		hs := byKey[k]
 		for i := 1; i < min(len(hs), limit(k, hs)); i++ {
 			prev, cur := hs[i-1], hs[i]
 			if cur.Fence == prev.Fence {
-				vs = append(vs, Violation{Rule: "fences are unique per key", Key: k,
+				vs = append(vs, Violation{Rule: RuleFenceTwice, Key: k, At: later(prev.AckedAt, cur.AckedAt),
 					Detail:  fmt.Sprintf("fence %d handed to #%d (%s) and #%d (%s)", cur.Fence, prev.Seq, prev.Worker, cur.Seq, cur.Worker),
 					History: h.describe(k, hs, i)})
 				continue
 			}
 			if cur.StartMs < prev.StartMs {
-				vs = append(vs, Violation{Rule: "fences increase in acquisition order per key", Key: k,
-					Detail: fmt.Sprintf("fence %d started at %s, before fence %d at %s",
-						cur.Fence, h.relMs(cur.StartMs), prev.Fence, h.relMs(prev.StartMs)),
+				vs = append(vs, Violation{Rule: RuleFenceOrder, Key: k, At: cur.AckedAt,
+					Detail: fmt.Sprintf("fence %d (#%d, %s) started at %s, before fence %d (#%d, %s) at %s",
+						cur.Fence, cur.Seq, cur.Worker, h.relMs(cur.StartMs), prev.Fence, prev.Seq, prev.Worker, h.relMs(prev.StartMs)),
 					History: h.describe(k, hs, i)})
 			}
 			allowed := prev.LastExpiryMs() + rules.ToleranceMs
@@ -336,19 +364,16 @@ func (h *History) checkPairs(byKey map[string][]Holding, slackMs int64, st *Chec
 				}
 			}
 			st.Pairs++
-			if byRelease {
-				st.HandoffsByRelease++
-			} else {
-				st.HandoffsByExpiry++
-			}
 			gap := cur.StartMs - allowed
 			if byRelease {
+				st.HandoffsByRelease++
 				st.MinGapMs = min(st.MinGapMs, gap-slackMs)
 			} else {
+				st.HandoffsByExpiry++
 				st.MinGapMs = min(st.MinGapMs, gap)
 			}
 			if gap < 0 {
-				vs = append(vs, Violation{Rule: "no two holders of one key at the same time", Key: k,
+				vs = append(vs, Violation{Rule: RuleOverlap, Key: k, At: cur.AckedAt,
 					Detail: fmt.Sprintf("fence %d (#%d, %s) started at %s, %d ms before fence %d (#%d, %s) released or expired "+
 						"(last confirmed expiry %s + %d ms tolerance; first release sent %s, slack %d ms)",
 						cur.Fence, cur.Seq, cur.Worker, h.relMs(cur.StartMs), -gap, prev.Fence, prev.Seq, prev.Worker,
@@ -361,17 +386,25 @@ func (h *History) checkPairs(byKey map[string][]Holding, slackMs int64, st *Chec
 }
 
 // CheckFencesAfter verifies that every holding acquired (sent) after t has
-// a fence above the largest one acknowledged for its key before a crash.
+// a fence above the largest one acknowledged for its key before t (a
+// crash, a failover); maxAcked is MaxAckedFences taken then.
 func (h *History) CheckFencesAfter(t time.Time, maxAcked map[string]int64) []Violation {
 	var vs []Violation
 	for _, hd := range h.Holdings() {
 		if hd.AcqSent.After(t) && hd.Fence <= maxAcked[hd.Key] {
-			vs = append(vs, Violation{Rule: "the next fence after a crash exceeds every acknowledged fence", Key: hd.Key,
-				Detail: fmt.Sprintf("fence %d (#%d, %s) acquired at %s after the restart; fence %d was acknowledged before it",
-					hd.Fence, hd.Seq, hd.Worker, h.relMs(hd.StartMs), maxAcked[hd.Key])})
+			vs = append(vs, Violation{Rule: RuleFenceAfter, Key: hd.Key, At: hd.AckedAt,
+				Detail: fmt.Sprintf("fence %d (#%d, %s) acquired at %s, sent after the crash or failover at %s; fence %d was acknowledged before it",
+					hd.Fence, hd.Seq, hd.Worker, h.relMs(hd.StartMs), h.rel(t), maxAcked[hd.Key])})
 		}
 	}
 	return vs
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // describe prints the holdings around index i of hs (sorted by fence) and
@@ -398,6 +431,9 @@ func (h *History) describe(key string, hs []Holding, i int) string {
 	h.mu.Lock()
 	evs := append([]Event(nil), h.events[key]...)
 	h.mu.Unlock()
+	if len(evs) == 0 {
+		return b.String()
+	}
 	fmt.Fprintf(&b, "operations on the key from %s to %s:\n", h.rel(from), h.rel(to))
 	n := 0
 	for _, e := range evs {

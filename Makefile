@@ -35,7 +35,7 @@ test-loaded:
 	@set -e; \
 	setsid sh -c 'while :; do for m in $(MODULES); do \
 		[ -f $$m/go.mod ] && (cd $$m && $(GO) build -a -race -o /dev/null ./... >/dev/null 2>&1); done; done' & \
-	load=$$!; trap 'kill -TERM -- -'$$load' 2>/dev/null || true' EXIT INT TERM; \
+	load=$$!; trap 'kill -TERM -'$$load' 2>/dev/null || true' EXIT INT TERM; \
 	for i in 1 2 3; do echo "== make test, run $$i of 3, under load (-race build loop, pid $$load)"; $(MAKE) --no-print-directory test; done; \
 	echo "== make test passed 3 times under load"
 

@@ -118,6 +118,23 @@ func init() {
 			e.t.Errorf("rule: an operation whose server backend is terminated fails with ErrServiceUnavailable; got %+v, %v", got.r, got.err)
 		}
 		unblock()
+		// pg_terminate_backend only signals: a terminated backend aborts
+		// its transaction, and lets go of the acquire's per-key advisory
+		// lock, when its process gets to it, which on a loaded machine
+		// takes a moment. Until then an acquire is rightly told "locked".
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			var n int
+			if err := e.db.QueryRowContext(e.ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY ($1::int[])`, intArray(terminated)).Scan(&n); err != nil {
+				e.t.Fatalf("setup: reading pg_stat_activity: %v", err)
+			}
+			if n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				e.t.Fatalf("setup: %d terminated backends still there after 10 s", n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		if locked := e.isLocked(e.b2, k); locked {
 			e.t.Errorf("rule: a terminated acquire commits nothing; IsLocked(%q) = true", k)
 		}

@@ -275,22 +275,31 @@ func EncodeLockID(b [LockIDBytes]byte) string {
 // ValidateLockID checks the spec's lockId format, ^[A-Za-z0-9_-]{22}$.
 func ValidateLockID(id string) error {
 	if len(id) != LockIDLen {
-		return badLockID(id)
+		return badLockID(id, -1)
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]
 		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return badLockID(id)
+			return badLockID(id, i)
 		}
 	}
 	return nil
 }
 
-// badLockID builds the reference's message; very long input is cut so a
-// garbage argument cannot blow up logs.
-func badLockID(id string) error {
-	if len(id) > 64 {
-		id = strings.ToValidUTF8(id[:64], "") + "..."
+// LockIDErrorPrefix starts every malformed-lockId message: the reference's
+// message up to the point where it would print the input.
+const LockIDErrorPrefix = "Invalid lockId format. Expected 22 base64url characters, got"
+
+// badLockID builds the malformed-lockId message. A lockId is a bearer
+// secret (whoever has it can release or extend the lock), so unlike the
+// reference the message never shows the input: only its length, the offset
+// of the first byte outside the alphabet (bad >= 0) and its HashKey.
+func badLockID(id string, bad int) error {
+	var msg string
+	if bad < 0 {
+		msg = fmt.Sprintf("%s %d bytes (lock#%s)", LockIDErrorPrefix, len(id), HashKey(strings.ToValidUTF8(id, "\uFFFD")))
+	} else {
+		msg = fmt.Sprintf("%s a byte outside [A-Za-z0-9_-] at offset %d (lock#%s)", LockIDErrorPrefix, bad, HashKey(strings.ToValidUTF8(id, "\uFFFD")))
 	}
-	return argErr("validateLockId", "Invalid lockId format. Expected 22 base64url characters, got: "+id)
+	return argErr("validateLockId", msg)
 }

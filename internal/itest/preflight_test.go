@@ -135,7 +135,7 @@ END $$`, role))
 	mustExec(ctx, t, admin, fmt.Sprintf(`SET password_encryption = 'scram-sha-256'; ALTER ROLE %s LOGIN PASSWORD '%s'`, role, pw))
 	mustExec(ctx, t, admin, `REVOKE CREATE ON SCHEMA public FROM PUBLIC`)
 	err := syncguard.SetupSchema(ctx, open(t, srv.DSNFor(role, pw, "")), &syncguard.Config{TableName: "nocreate_locks", FenceTableName: "nocreate_fences"})
-	if !errors.Is(err, syncguard.ErrAuthFailed) || !strings.Contains(err.Error(), "CREATE on the schema") {
+	if !errors.Is(err, syncguard.ErrAuthFailed) || !strings.Contains(err.Error(), `GRANT CREATE ON SCHEMA "public" TO "sgc_nocreate";`) {
 		t.Errorf("SetupSchema without CREATE on the schema: %v", err)
 	}
 }

@@ -128,11 +128,8 @@ func (l *Locker) Registry() *Registry { return l.reg }
 // backend pid and backend_start); a contended one is one more.
 func (l *Locker) LockTx(ctx context.Context, tx *sql.Tx, key Key) error {
 	const op = "advisory.lockTx"
-	if err := l.check(op, tx == nil, "tx", key, Transaction); err != nil {
+	if err := l.begin(ctx, op, tx == nil, "tx", key, Transaction); err != nil {
 		return err
-	}
-	if ctx.Err() != nil {
-		return l.wrap(ctx, op, key, ctx.Err())
 	}
 	q := queries[key.form]
 	if _, waited, err := l.tryThenWait(ctx, op, key, tx, q.tryXactPID, q.xact); err != nil {
@@ -183,11 +180,8 @@ func (l *Locker) tryThenWait(ctx context.Context, op string, key Key, db queryer
 // transaction that already holds key returns true again.
 func (l *Locker) TryLockTx(ctx context.Context, tx *sql.Tx, key Key) (bool, error) {
 	const op = "advisory.tryLockTx"
-	if err := l.check(op, tx == nil, "tx", key, Transaction); err != nil {
+	if err := l.begin(ctx, op, tx == nil, "tx", key, Transaction); err != nil {
 		return false, err
-	}
-	if ctx.Err() != nil {
-		return false, l.wrap(ctx, op, key, ctx.Err())
 	}
 	var got bool
 	err := l.run(ctx, nil, func(c context.Context) error {
@@ -217,6 +211,17 @@ func (l *Locker) check(op string, nilTarget bool, target string, key Key, want K
 		return bad(fmt.Sprintf("lock %q is declared %s; it cannot be taken as a %s lock", key.decl.d.Name, key.decl.d.Kind, want))
 	case l.declaredOnly && (key.decl == nil || key.decl.r != l.reg):
 		return bad(fmt.Sprintf("this Locker takes only locks declared in registry %q (Config.DeclaredOnly)", l.reg.ns))
+	}
+	return nil
+}
+
+// begin validates a call (check), then its context: both before any I/O.
+func (l *Locker) begin(ctx context.Context, op string, nilTarget bool, target string, key Key, want Kind) error {
+	if err := l.check(op, nilTarget, target, key, want); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return l.wrap(ctx, op, key, ctx.Err())
 	}
 	return nil
 }

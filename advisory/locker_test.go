@@ -211,14 +211,11 @@ func TestLockTxCancelFallsBackToDriver(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l, db, mock := newMock(t, &Config{CancelGrace: time.Minute})
 		defer l.db.Close() // the pool's goroutines must end inside the bubble
-		mock.MatchExpectationsInOrder(false)
-		mock.ExpectBegin()
+		expectWaitingLockTx(mock)
 		tx, _ := db.Begin()
 		defer tx.Rollback() //nolint:errcheck // ends the transaction's goroutine
-		mock.ExpectQuery(queries[formInt64].tryXactPID).WithArgs(int64(5)).
-			WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "got"}).AddRow(int64(77), backendStart, false))
-		mock.ExpectExec(queries[formInt64].xact).WithArgs(int64(5)).WillDelayFor(time.Minute).WillReturnResult(sqlmock.NewResult(0, 0))
-		mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnError(&pgErr{"42501"}) // not allowed to signal
+		// The role is not allowed to signal the waiting backend.
+		mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnError(&pgErr{"42501"})
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(50*time.Millisecond, cancel)
 		start := time.Now()
@@ -242,13 +239,9 @@ func TestLockTxCancelServerSideThenGrace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l, db, mock := newMock(t, &Config{CancelGrace: 100 * time.Millisecond})
 		defer l.db.Close() // the pool's goroutines must end inside the bubble
-		mock.MatchExpectationsInOrder(false)
-		mock.ExpectBegin()
+		expectWaitingLockTx(mock)
 		tx, _ := db.Begin()
 		defer tx.Rollback() //nolint:errcheck // ends the transaction's goroutine
-		mock.ExpectQuery(queries[formInt64].tryXactPID).WithArgs(int64(5)).
-			WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "got"}).AddRow(int64(77), backendStart, false))
-		mock.ExpectExec(queries[formInt64].xact).WithArgs(int64(5)).WillDelayFor(time.Minute).WillReturnResult(sqlmock.NewResult(0, 0))
 		mock.ExpectQuery(sqlCancel).WithArgs(int64(77), backendStart).WillReturnRows(sqlmock.NewRows([]string{"ok"}).AddRow(true))
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
@@ -527,4 +520,15 @@ func TestLocksDecodesRows(t *testing.T) {
 	mock.ExpectQuery(sqlLocks).WithArgs(true).WillReturnError(&pgErr{"42501"})
 	_, err = l.Waiting(context.Background())
 	wantCode(t, err, syncguard.CodeAuthFailed)
+}
+
+// expectWaitingLockTx sets mock up, in any order, for a transaction whose
+// LockTx of ID(5) waits: the try finds the lock taken (backend pid 77),
+// and the waiting statement blocks for a minute.
+func expectWaitingLockTx(mock sqlmock.Sqlmock) {
+	mock.MatchExpectationsInOrder(false)
+	mock.ExpectBegin()
+	mock.ExpectQuery(queries[formInt64].tryXactPID).WithArgs(int64(5)).
+		WillReturnRows(sqlmock.NewRows([]string{"pid", "start", "got"}).AddRow(int64(77), backendStart, false))
+	mock.ExpectExec(queries[formInt64].xact).WithArgs(int64(5)).WillDelayFor(time.Minute).WillReturnResult(sqlmock.NewResult(0, 0))
 }

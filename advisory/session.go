@@ -73,11 +73,8 @@ type SessionLock struct {
 // stray lock survives.
 func (l *Locker) LockConn(ctx context.Context, conn *sql.Conn, key Key) (*SessionLock, error) {
 	const op = "advisory.lockConn"
-	if err := l.check(op, conn == nil, "conn", key, Session); err != nil {
+	if err := l.begin(ctx, op, conn == nil, "conn", key, Session); err != nil {
 		return nil, err
-	}
-	if ctx.Err() != nil {
-		return nil, l.wrap(ctx, op, key, ctx.Err())
 	}
 	b, err := l.lockSession(ctx, op, conn, key)
 	if err != nil {
@@ -91,11 +88,8 @@ func (l *Locker) LockConn(ctx context.Context, conn *sql.Conn, key Key) (*Sessio
 // *SessionLock, means another session holds it.
 func (l *Locker) TryLockConn(ctx context.Context, conn *sql.Conn, key Key) (lock *SessionLock, ok bool, err error) {
 	const op = "advisory.tryLockConn"
-	if err := l.check(op, conn == nil, "conn", key, Session); err != nil {
+	if err := l.begin(ctx, op, conn == nil, "conn", key, Session); err != nil {
 		return nil, false, err
-	}
-	if ctx.Err() != nil {
-		return nil, false, l.wrap(ctx, op, key, ctx.Err())
 	}
 	b, got, err := l.trySession(ctx, conn, key)
 	if err != nil || !got {
@@ -112,11 +106,8 @@ func (l *Locker) TryLockConn(ctx context.Context, conn *sql.Conn, key Key) (lock
 // also protects the pool.
 func (l *Locker) UnlockConn(ctx context.Context, conn *sql.Conn, key Key) error {
 	const op = "advisory.unlockConn"
-	if err := l.check(op, conn == nil, "conn", key, Session); err != nil {
+	if err := l.begin(ctx, op, conn == nil, "conn", key, Session); err != nil {
 		return err
-	}
-	if ctx.Err() != nil {
-		return l.wrap(ctx, op, key, ctx.Err())
 	}
 	var ok bool
 	err := l.run(ctx, nil, func(c context.Context) error {

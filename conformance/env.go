@@ -380,6 +380,28 @@ func allOps(ctx context.Context, b syncguard.LockBackend, key, id string, ttl ti
 
 func second[T any](_ T, err error) error { return err }
 
+// ownKeys runs workers goroutines, the w-th on pool(w) with a fresh key of
+// its own (named after prefix), for rounds rounds while the case runs;
+// round reports problems through fail. It returns the first max of them,
+// each prefixed with its worker and round.
+func (e *env) ownKeys(workers, rounds, max int, prefix string, pool func(w int) syncguard.LockBackend,
+	round func(b syncguard.LockBackend, key string, fail func(format string, args ...any))) *failures {
+	fs := &failures{max: max}
+	var wg sync.WaitGroup
+	for w := range workers {
+		b, k := pool(w), e.key(fmt.Sprintf("%s%d", prefix, w))
+		wg.Go(func() {
+			for i := 0; i < rounds && e.ctx.Err() == nil; i++ {
+				round(b, k, func(format string, args ...any) {
+					fs.add("worker %d round %d: "+format, append([]any{w, i}, args...)...)
+				})
+			}
+		})
+	}
+	wg.Wait()
+	return fs
+}
+
 // failures collects what concurrent workers saw go wrong, the first max
 // of it, for one error naming the rule at the end.
 type failures struct {

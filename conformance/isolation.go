@@ -4,7 +4,6 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -64,25 +63,17 @@ func (e *sqlEnv) isolationPool(level string, n int) (*sql.DB, *syncguard.Backend
 func isolationOwnKeys(e *sqlEnv, level string) {
 	const workers, rounds = 8, 25
 	_, b := e.isolationPool(level, workers)
-	failures := &failures{max: 5}
-	fail := failures.add
-	var wg sync.WaitGroup
-	for w := range workers {
-		k := e.key(fmt.Sprintf("own%d", w))
-		wg.Go(func() {
-			for i := 0; i < rounds && e.ctx.Err() == nil; i++ {
-				r, err := b.Acquire(e.ctx, k, 30*time.Second)
-				if err != nil || !r.OK {
-					fail("worker %d round %d: acquire of its own free key got %+v, %v", w, i, r, err)
-					continue
-				}
-				if rel, err := b.Release(e.ctx, r.LockID); err != nil || !rel.OK {
-					fail("worker %d round %d: release of its own lock got %+v, %v", w, i, rel, err)
-				}
+	failures := e.ownKeys(workers, rounds, 5, "own", func(int) syncguard.LockBackend { return b },
+		func(b syncguard.LockBackend, k string, fail func(string, ...any)) {
+			r, err := b.Acquire(e.ctx, k, 30*time.Second)
+			if err != nil || !r.OK {
+				fail("acquire of its own free key got %+v, %v", r, err)
+				return
+			}
+			if rel, err := b.Release(e.ctx, r.LockID); err != nil || !rel.OK {
+				fail("release of its own lock got %+v, %v", rel, err)
 			}
 		})
-	}
-	wg.Wait()
 	if failures.any() {
 		e.t.Errorf("rule: with default_transaction_isolation = %s, a free key is acquired and a held lock released exactly as under read committed; %d workers on their own keys saw:\n  %s",
 			level, workers, failures)

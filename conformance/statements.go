@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -18,41 +17,34 @@ import (
 func init() {
 	registerSQL("Statements/EveryOperationOnManyConnections", func(e *sqlEnv) {
 		const workers, rounds = 8, 15
-		failures := &failures{max: 8}
-		fail := failures.add
-		var wg sync.WaitGroup
-		for w := range workers {
-			b := e.pb
+		pool := func(w int) syncguard.LockBackend {
 			if w%2 == 1 {
-				b = e.pb2
+				return e.pb2
 			}
-			k := e.key(fmt.Sprintf("stmts%d", w))
-			wg.Go(func() {
-				for i := 0; i < rounds && e.ctx.Err() == nil; i++ {
-					r, err := b.Acquire(e.ctx, k, 30*time.Second)
-					if err != nil || !r.OK {
-						fail("worker %d round %d: acquire of its own free key: %+v, %v", w, i, r, err)
-						continue
-					}
-					if x, err := b.Extend(e.ctx, r.LockID, time.Minute); err != nil || !x.OK {
-						fail("worker %d round %d: extend of its live lock: %+v, %v", w, i, x, err)
-					}
-					if locked, err := b.IsLocked(e.ctx, k); err != nil || !locked {
-						fail("worker %d round %d: IsLocked of its held key: %v, %v", w, i, locked, err)
-					}
-					if info, err := b.LookupKey(e.ctx, k); err != nil || info == nil || info.Fence != r.Fence {
-						fail("worker %d round %d: LookupKey of its held key: %+v, %v", w, i, info, err)
-					}
-					if info, err := b.LookupID(e.ctx, r.LockID); err != nil || info == nil || info.Fence != r.Fence {
-						fail("worker %d round %d: LookupID of its lock: %+v, %v", w, i, info, err)
-					}
-					if rel, err := b.Release(e.ctx, r.LockID); err != nil || !rel.OK {
-						fail("worker %d round %d: release of its lock: %+v, %v", w, i, rel, err)
-					}
-				}
-			})
+			return e.pb
 		}
-		wg.Wait()
+		failures := e.ownKeys(workers, rounds, 8, "stmts", pool, func(b syncguard.LockBackend, k string, fail func(string, ...any)) {
+			r, err := b.Acquire(e.ctx, k, 30*time.Second)
+			if err != nil || !r.OK {
+				fail("acquire of its own free key: %+v, %v", r, err)
+				return
+			}
+			if x, err := b.Extend(e.ctx, r.LockID, time.Minute); err != nil || !x.OK {
+				fail("extend of its live lock: %+v, %v", x, err)
+			}
+			if locked, err := b.IsLocked(e.ctx, k); err != nil || !locked {
+				fail("IsLocked of its held key: %v, %v", locked, err)
+			}
+			if info, err := b.LookupKey(e.ctx, k); err != nil || info == nil || info.Fence != r.Fence {
+				fail("LookupKey of its held key: %+v, %v", info, err)
+			}
+			if info, err := b.LookupID(e.ctx, r.LockID); err != nil || info == nil || info.Fence != r.Fence {
+				fail("LookupID of its lock: %+v, %v", info, err)
+			}
+			if rel, err := b.Release(e.ctx, r.LockID); err != nil || !rel.OK {
+				fail("release of its lock: %+v, %v", rel, err)
+			}
+		})
 		if failures.any() {
 			e.t.Errorf("rule: every operation works on every connection of the pool, whatever routes them to the server; %d workers on 2 pools saw:\n  %s",
 				workers, failures)

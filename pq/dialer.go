@@ -94,12 +94,17 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
+// next is the deadline of the next read or write: limit from now, or the
+// user's deadline when that is earlier.
+func (c *deadlineConn) next(limit time.Duration, user *time.Time) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return earliest(*user, time.Now().Add(limit))
+}
+
 func (c *deadlineConn) Read(p []byte) (int, error) {
 	if c.read > 0 {
-		c.mu.Lock()
-		dl := earliest(c.userR, time.Now().Add(c.read))
-		c.mu.Unlock()
-		if err := c.Conn.SetReadDeadline(dl); err != nil {
+		if err := c.Conn.SetReadDeadline(c.next(c.read, &c.userR)); err != nil {
 			return 0, err
 		}
 	}
@@ -108,10 +113,7 @@ func (c *deadlineConn) Read(p []byte) (int, error) {
 
 func (c *deadlineConn) Write(p []byte) (int, error) {
 	if c.write > 0 {
-		c.mu.Lock()
-		dl := earliest(c.userW, time.Now().Add(c.write))
-		c.mu.Unlock()
-		if err := c.Conn.SetWriteDeadline(dl); err != nil {
+		if err := c.Conn.SetWriteDeadline(c.next(c.write, &c.userW)); err != nil {
 			return 0, err
 		}
 	}

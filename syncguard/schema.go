@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/syncguard/syncguard-go/driver"
@@ -40,6 +41,7 @@ func renderText(text, table, fenceTable string) (string, error) {
 		names[k] = rules.QuoteIdent(v)
 	}
 	names["channel"] = wakeChannelSQL(table) // a string literal (wake.go)
+	names["wait_class"] = strconv.Itoa(int(waitClass(table)))
 	return rules.Render(renderWake(text), names)
 }
 

@@ -43,18 +43,26 @@ func TestChaos(t *testing.T) {
 		}
 		opts.Seed = n
 	}
-	rep, err := Run(context.Background(), srv, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("chaos report:\n%s", rep.Summary())
-	for _, v := range rep.Violations {
-		t.Errorf("%s", v)
-	}
+	rep := runReported(t, srv, opts, "chaos")
 	if rep.Stats.Pairs < 20 {
 		t.Errorf("the run checked only %d hand-offs; the load did not contend", rep.Stats.Pairs)
 	}
 	if len(rep.Violations) > 0 {
 		t.Logf("replay with SYNCGUARD_CHAOS_SEED=%d (the schedule and choices repeat; timing does not)", rep.Seed)
 	}
+}
+
+// runReported runs the load, logs the report under what, and fails t for
+// every broken invariant.
+func runReported(t *testing.T, srv *pgtest.Server, opts Options, what string) *Report {
+	t.Helper()
+	rep, err := Run(context.Background(), srv, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s report:\n%s", what, rep.Summary())
+	for _, v := range rep.Violations {
+		t.Errorf("%s", v)
+	}
+	return rep
 }

@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"runtime"
@@ -36,14 +35,7 @@ func TestSoak(t *testing.T) {
 		// comparing the split of the heap (docs/failure-model.md).
 		opts.CompactHistory = false
 	}
-	rep, err := Run(context.Background(), srv, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("soak report:\n%s", rep.Summary())
-	for _, v := range rep.Violations {
-		t.Errorf("%s", v)
-	}
+	rep := runReported(t, srv, opts, "soak")
 	s := rep.Samples
 	if len(s) < 6 {
 		t.Fatalf("only %d samples", len(s))

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/syncguard/syncguard-go/syncguard"
 )
 
 // Item 2: the lock is held until every descendant has exited, including a
@@ -106,18 +108,7 @@ while :; do sleep 0.05; done`, dir)
 
 	// Another host takes the key the moment the server lets it: by then
 	// no process of the tree may run.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	err := takeOver(ctx, t, b, k, func() {
-		for _, pid := range pids {
-			if alive(pid) {
-				t.Errorf("process %d of the old holder's tree still runs when another holder got the lock", pid)
-			}
-		}
-	})
-	if err != nil {
-		t.Fatalf("the key never became free: %v", err)
-	}
+	takeOverAfterTree(t, b, k, pids, "of the old holder's tree")
 	r := p.wait(t, 2*time.Minute) // with --grace 1h unclipped, this would take an hour
 	wantCode(t, r, 76)
 	for _, w := range []string{"LockLost: lost the lock on", "--grace 1h shortened"} {
@@ -177,18 +168,7 @@ while :; do sleep 0.05; done`, dir)
 	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	err := takeOver(ctx, t, b, k, func() {
-		for _, pid := range pids {
-			if alive(pid) {
-				t.Errorf("process %d still runs when another holder got the lock (syncguard stopped)", pid)
-			}
-		}
-	})
-	if err != nil {
-		t.Fatalf("the key never became free: %v", err)
-	}
+	takeOverAfterTree(t, b, k, pids, "of the tree (syncguard stopped)")
 	p.cmd.Process.Signal(syscall.SIGCONT)
 	r := p.wait(t, 2*time.Minute)
 	wantCode(t, r, 76)
@@ -273,4 +253,23 @@ while :; do sleep 0.05; done`, dir)
 		}
 	}
 	assertFree(t, b, k)
+}
+
+// takeOverAfterTree takes k with another holder the moment the server lets
+// it, and fails t for each process of pids that still runs then (whose
+// names the tree in the message).
+func takeOverAfterTree(t *testing.T, b *syncguard.Backend, k string, pids []int, whose string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := takeOver(ctx, t, b, k, func() {
+		for _, pid := range pids {
+			if alive(pid) {
+				t.Errorf("process %d %s still runs when another holder got the lock", pid, whose)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("the key never became free: %v", err)
+	}
 }

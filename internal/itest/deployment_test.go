@@ -2,7 +2,6 @@ package itest_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -18,13 +17,7 @@ import (
 // (except fsync, off in this throwaway cluster), creates nothing, and
 // names what is wrong once a grant or an index goes missing.
 func TestCheckDeploymentAsLeastPrivilegedRole(t *testing.T) {
-	if os.Getenv(helperEnv) != "" {
-		t.Skip("helper run")
-	}
-	srv := pgtest.Require(t)
-	if srv.Kind == pgtest.KindEnv {
-		t.Skip("creates a role: local or docker server only")
-	}
+	srv := roleServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	admin := open(t, srv.DSN)
@@ -34,16 +27,12 @@ func TestCheckDeploymentAsLeastPrivilegedRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = admin.Exec(`DROP TABLE IF EXISTS deploy_locks, deploy_fences`) })
-	const role, pw = "sg_service", "sg-service-pw"
-	mustExec(ctx, t, admin, fmt.Sprintf(`DO $$ BEGIN
-  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '%[1]s') THEN CREATE ROLE %[1]s LOGIN; END IF;
-END $$`, role))
-	mustExec(ctx, t, admin, fmt.Sprintf(`SET password_encryption = 'scram-sha-256'; ALTER ROLE %s LOGIN PASSWORD '%s'`, role, pw))
-	mustExec(ctx, t, admin, `REVOKE CREATE ON SCHEMA public FROM PUBLIC`)
+	const role = "sg_service"
+	roleDSN := roleWithoutCreate(ctx, t, srv, admin, role, "sg-service-pw")
 	mustExec(ctx, t, admin, `GRANT SELECT, INSERT, UPDATE, DELETE ON deploy_locks TO `+role)
 	mustExec(ctx, t, admin, `GRANT SELECT, INSERT, UPDATE ON deploy_fences TO `+role)
 
-	svc := open(t, srv.DSNFor(role, pw, ""))
+	svc := open(t, roleDSN)
 	objects := func() int {
 		var n int
 		if err := admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'`).Scan(&n); err != nil {

@@ -24,26 +24,15 @@ const helperEnv = "SYNCGUARD_ITEST_HELPER"
 // must fail once, before any case, with the GRANT that fixes it, and not
 // report every case as an authentication failure.
 func TestConformancePreflightNamesTheGrant(t *testing.T) {
-	if os.Getenv(helperEnv) != "" {
-		t.Skip("helper run")
-	}
-	srv := pgtest.Require(t)
-	if srv.Kind == pgtest.KindEnv {
-		t.Skip("creates a role: local or docker server only")
-	}
+	srv := roleServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	db := open(t, srv.DSN)
-	const role, pw = "sgc_nocreate", "sgc-nocreate-pw"
-	mustExec(ctx, t, db, fmt.Sprintf(`DO $$ BEGIN
-  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '%[1]s') THEN CREATE ROLE %[1]s LOGIN; END IF;
-END $$`, role))
-	mustExec(ctx, t, db, fmt.Sprintf(`SET password_encryption = 'scram-sha-256'; ALTER ROLE %s LOGIN PASSWORD '%s'`, role, pw))
-	mustExec(ctx, t, db, `REVOKE CREATE ON SCHEMA public FROM PUBLIC`)
+	roleDSN := roleWithoutCreate(ctx, t, srv, db, "sgc_nocreate", "sgc-nocreate-pw")
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperRestrictedRole$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), helperEnv+"=restricted", pgtest.EnvDSN+"="+srv.DSN,
-		"SYNCGUARD_ITEST_ROLE_DSN="+srv.DSNFor(role, pw, ""))
+		"SYNCGUARD_ITEST_ROLE_DSN="+roleDSN)
 	out, err := cmd.CombinedOutput()
 	s := string(out)
 	want := `may not create tables in schema "public"`
@@ -107,6 +96,33 @@ func open(t *testing.T, dsn string) *sql.DB {
 	return db
 }
 
+// roleServer is the server of a test that creates roles: a local or docker
+// one (skipped for SYNCGUARD_TEST_DSN's server, and in a helper run).
+func roleServer(t *testing.T) *pgtest.Server {
+	t.Helper()
+	if os.Getenv(helperEnv) != "" {
+		t.Skip("helper run")
+	}
+	srv := pgtest.Require(t)
+	if srv.Kind == pgtest.KindEnv {
+		t.Skip("creates a role: local or docker server only")
+	}
+	return srv
+}
+
+// roleWithoutCreate makes login role (or reuses it) with password pw and
+// takes CREATE on schema public from PUBLIC, as PostgreSQL 15 does for
+// non-owners; it returns the role's DSN.
+func roleWithoutCreate(ctx context.Context, t *testing.T, srv *pgtest.Server, admin *sql.DB, role, pw string) string {
+	t.Helper()
+	mustExec(ctx, t, admin, fmt.Sprintf(`DO $$ BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '%[1]s') THEN CREATE ROLE %[1]s LOGIN; END IF;
+END $$`, role))
+	mustExec(ctx, t, admin, fmt.Sprintf(`SET password_encryption = 'scram-sha-256'; ALTER ROLE %s LOGIN PASSWORD '%s'`, role, pw))
+	mustExec(ctx, t, admin, `REVOKE CREATE ON SCHEMA public FROM PUBLIC`)
+	return srv.DSNFor(role, pw, "")
+}
+
 func mustExec(ctx context.Context, t *testing.T, db *sql.DB, q string) {
 	t.Helper()
 	if _, err := db.ExecContext(ctx, q); err != nil {
@@ -118,23 +134,12 @@ func mustExec(ctx context.Context, t *testing.T, db *sql.DB, q string) {
 // create in the schema says that CREATE on the schema is missing, not that
 // something is wrong with the lock tables.
 func TestSetupSchemaWithoutCreatePrivilege(t *testing.T) {
-	if os.Getenv(helperEnv) != "" {
-		t.Skip("helper run")
-	}
-	srv := pgtest.Require(t)
-	if srv.Kind == pgtest.KindEnv {
-		t.Skip("creates a role: local or docker server only")
-	}
+	srv := roleServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	admin := open(t, srv.DSN)
-	const role, pw = "sgc_nocreate", "sgc-nocreate-pw"
-	mustExec(ctx, t, admin, fmt.Sprintf(`DO $$ BEGIN
-  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '%[1]s') THEN CREATE ROLE %[1]s LOGIN; END IF;
-END $$`, role))
-	mustExec(ctx, t, admin, fmt.Sprintf(`SET password_encryption = 'scram-sha-256'; ALTER ROLE %s LOGIN PASSWORD '%s'`, role, pw))
-	mustExec(ctx, t, admin, `REVOKE CREATE ON SCHEMA public FROM PUBLIC`)
-	err := syncguard.SetupSchema(ctx, open(t, srv.DSNFor(role, pw, "")), &syncguard.Config{TableName: "nocreate_locks", FenceTableName: "nocreate_fences"})
+	roleDSN := roleWithoutCreate(ctx, t, srv, admin, "sgc_nocreate", "sgc-nocreate-pw")
+	err := syncguard.SetupSchema(ctx, open(t, roleDSN), &syncguard.Config{TableName: "nocreate_locks", FenceTableName: "nocreate_fences"})
 	if !errors.Is(err, syncguard.ErrAuthFailed) || !strings.Contains(err.Error(), `GRANT CREATE ON SCHEMA "public" TO "sgc_nocreate";`) {
 		t.Errorf("SetupSchema without CREATE on the schema: %v", err)
 	}

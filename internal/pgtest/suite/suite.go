@@ -59,26 +59,7 @@ func Run(t *testing.T, d Driver) {
 // Cases that need a server restart, or session state (NoSessionState), are
 // skipped.
 func RunThroughPgBouncer(t *testing.T, d Driver) {
-	srv := pgtest.Require(t)
-	if srv.Kind == pgtest.KindEnv {
-		t.Skip("PgBouncer is started in front of a local or docker server only")
-	}
-	bouncer := pgtest.RequirePgBouncer(t, srv, pgtest.PgBouncerOptions{PoolMode: "transaction", DefaultPoolSize: 40})
-	t.Logf("PgBouncer %s, pool_mode=%s, port %d", bouncer.Version, bouncer.PoolMode, bouncer.Port)
-	params := d.PgBouncerParams + "&connect_timeout=5"
-	h := conformance.Harness{
-		Open:              conformance.Opener(d.Name, bouncer.DSN+params),
-		Dialect:           d.dialect(bouncer.DSN + params),
-		OpenRefused:       conformance.Opener(d.Name, srv.RefusedDSN()),
-		OpenWrongPassword: conformance.Opener(d.Name, bouncer.DSNFor(srv.PasswordRole, "wrong-password", "postgres")+params),
-		Config:            func(c *syncguard.Config) { c.DisablePrepare = true },
-		NoSessionState:    true,
-	}
-	conformance.Run(t, h)
-	conformance.RunAdvisory(t, h)
-	if t.Failed() {
-		t.Logf("--- pgbouncer log (tail) ---\n%s", bouncer.LogTail(40))
-	}
+	runThroughPgBouncer(t, d, true)
 }
 
 // RunThroughPgBouncerPrepared runs the whole suite through a PgBouncer in
@@ -91,12 +72,20 @@ func RunThroughPgBouncer(t *testing.T, d Driver) {
 // prepared statements (doctor used to suggest them as the fix, and runs
 // still failed).
 func RunThroughPgBouncerPrepared(t *testing.T, d Driver) {
+	runThroughPgBouncer(t, d, false)
+}
+
+// runThroughPgBouncer runs the suite through a PgBouncer in transaction
+// mode, with syncguard's prepared statements off (Config.DisablePrepare) or
+// on.
+func runThroughPgBouncer(t *testing.T, d Driver, disablePrepare bool) {
 	srv := pgtest.Require(t)
 	if srv.Kind == pgtest.KindEnv {
 		t.Skip("PgBouncer is started in front of a local or docker server only")
 	}
 	bouncer := pgtest.RequirePgBouncer(t, srv, pgtest.PgBouncerOptions{PoolMode: "transaction", DefaultPoolSize: 40})
-	t.Logf("PgBouncer %s, pool_mode=%s, port %d, prepared statements on", bouncer.Version, bouncer.PoolMode, bouncer.Port)
+	t.Logf("PgBouncer %s, pool_mode=%s, port %d, prepared statements %s", bouncer.Version, bouncer.PoolMode, bouncer.Port,
+		map[bool]string{false: "on", true: "off"}[disablePrepare])
 	params := d.PgBouncerParams + "&connect_timeout=5"
 	h := conformance.Harness{
 		Open:              conformance.Opener(d.Name, bouncer.DSN+params),
@@ -104,6 +93,9 @@ func RunThroughPgBouncerPrepared(t *testing.T, d Driver) {
 		OpenRefused:       conformance.Opener(d.Name, srv.RefusedDSN()),
 		OpenWrongPassword: conformance.Opener(d.Name, bouncer.DSNFor(srv.PasswordRole, "wrong-password", "postgres")+params),
 		NoSessionState:    true,
+	}
+	if disablePrepare {
+		h.Config = func(c *syncguard.Config) { c.DisablePrepare = true }
 	}
 	conformance.Run(t, h)
 	conformance.RunAdvisory(t, h)

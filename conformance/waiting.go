@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -94,17 +95,24 @@ func (e *env) lockAsync(b syncguard.LockBackend, key string, opts *syncguard.Loc
 }
 
 // mustGet waits for a Lock started by lockAsync; it must succeed with a
-// fence above after's.
-func (e *env) mustGet(ch <-chan lockOutcome, after syncguard.Fence, rule string) *syncguard.Lease {
+// fence above after's. A failure reports the waiters' Backends' status.
+func (e *env) mustGet(ch <-chan lockOutcome, after syncguard.Fence, rule string, waiters ...*syncguard.Backend) *syncguard.Lease {
 	e.t.Helper()
+	status := func() string {
+		var b strings.Builder
+		for _, w := range waiters {
+			fmt.Fprintf(&b, "; waiter's Backend: %+v", w.NotificationStatus(e.ctx, false))
+		}
+		return b.String()
+	}
 	var o lockOutcome
 	select {
 	case o = <-ch:
 	case <-e.ctx.Done():
-		e.t.Fatalf("rule: %s; the waiter had not returned when the case timed out", rule)
+		e.t.Fatalf("rule: %s; the waiter had not returned when the case timed out%s", rule, status())
 	}
 	if o.err != nil {
-		e.t.Fatalf("rule: %s; the waiter got %v", rule, o.err)
+		e.t.Fatalf("rule: %s; the waiter got %v%s", rule, o.err, status())
 	}
 	if o.lease.Fence() <= after {
 		e.t.Errorf("rule: the next holder gets a greater fence; %s after %s", o.lease.Fence(), after)
@@ -138,7 +146,7 @@ func init() {
 		if r := e.release(e.pb, held.LockID); !r.OK {
 			e.t.Fatalf("rule: the holder's release succeeds; got %+v", r)
 		}
-		e.mustGet(ch, held.Fence, rule).Close()
+		e.mustGet(ch, held.Fence, rule, e.pb2).Close()
 	})
 
 	registerSQL("Waiting/WakeAfterCrashedHolderExpiry", func(e *sqlEnv) {
@@ -233,7 +241,7 @@ func init() {
 				if r := e.release(p.holder, held.LockID); !r.OK {
 					e.t.Fatalf("rule: the holder's release succeeds; got %+v", r)
 				}
-				lease := e.mustGet(ch, held.Fence, "a release racing a waiter that is starting to wait still wakes it ("+p.name+")")
+				lease := e.mustGet(ch, held.Fence, "a release racing a waiter that is starting to wait still wakes it ("+p.name+")", p.waiter)
 				if _, err := lease.Release(e.ctx); err != nil {
 					e.t.Fatalf("rule: the waiter's release succeeds; got %v", err)
 				}

@@ -40,6 +40,12 @@ type NotifyConn interface {
 	Wait(ctx context.Context) (payload string, err error)
 	// Ping checks the connection with a round trip.
 	Ping(ctx context.Context) error
+	// Exec runs sql, one or more statements without parameters, as one
+	// simple query (so in one implicit transaction), and discards any rows.
+	// A statement that fails on the server returns the driver's error
+	// (Dialect.Inspect reads its SQLSTATE) and leaves the connection
+	// usable; any other error means the connection failed.
+	Exec(ctx context.Context, sql string) error
 	// Close closes the connection.
 	Close() error
 }

@@ -94,6 +94,11 @@ func (n *notifyConn) Wait(ctx context.Context) (string, error) {
 
 func (n *notifyConn) Ping(ctx context.Context) error { return n.c.Ping(ctx) }
 
+func (n *notifyConn) Exec(ctx context.Context, sql string) error {
+	_, err := n.c.PgConn().Exec(ctx, sql).ReadAll()
+	return err
+}
+
 func (n *notifyConn) Close() error {
 	closeQuietly(n.c)
 	return nil

@@ -148,6 +148,24 @@ func (n *notifyConn) Ping(ctx context.Context) error {
 	}
 }
 
+// Exec runs sql with ListenerConn.ExecSimpleQuery. It takes no context:
+// when ctx ends first, the connection is closed, which ends the query.
+func (n *notifyConn) Exec(ctx context.Context, sql string) error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.lc.ExecSimpleQuery(sql)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		n.lc.Close()
+		<-done
+		return ctx.Err()
+	}
+}
+
 func (n *notifyConn) Close() error {
 	n.lc.Close()
 	return nil

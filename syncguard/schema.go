@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/syncguard/syncguard-go/driver"
@@ -40,6 +41,7 @@ func renderText(text, table, fenceTable string) (string, error) {
 		names[k] = rules.QuoteIdent(v)
 	}
 	names["channel"] = wakeChannelSQL(table) // a string literal (wake.go)
+	names["wait_class"] = strconv.Itoa(int(waitClass(table)))
 	return rules.Render(renderWake(text), names)
 }
 
@@ -114,7 +116,10 @@ const schemaLockID = 0x73796e6367756172 // "syncguar"
 
 // SetupSchema creates the lock and fence tables and their indexes if they
 // do not exist. It is idempotent and safe to call concurrently from many
-// processes. cfg may be nil for the default names.
+// processes. cfg may be nil for the default names. When every table and
+// index already exists in the current schema it returns nil after one
+// query, so a role without CREATE on the schema may call it; otherwise the
+// role needs CREATE there.
 func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	const op = "setupSchema"
 	ddl, err := SchemaSQL(cfg)
@@ -132,6 +137,18 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	cl := classifier{dialect: r.dialect, table: r.table, fenceTable: r.fenceTable}
 	if cl.dialect == nil {
 		cl.dialect, _ = driver.Lookup(db.Driver())
+	}
+	// PostgreSQL checks CREATE on the schema before IF NOT EXISTS, so a
+	// role without it (a service role, once the owner created the tables)
+	// would fail on DDL that has nothing to do: look first, in one
+	// statement, and stop when every table and index exists.
+	var user, schemaName string
+	var exists bool
+	if err := db.QueryRowContext(ctx, existsQuery(r.table, r.fenceTable)).Scan(&user, &schemaName, &exists); err != nil {
+		return cl.wrap(ctx, op, err)
+	}
+	if exists {
+		return nil
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -151,8 +168,10 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 				// The schema, not the lock tables, is what the role lacks a
 				// privilege on (PostgreSQL 15 lets only its owner create in
 				// public).
-				e.Msg = "insufficient privilege to create the lock tables: the role needs CREATE on the schema " +
-					"(GRANT CREATE ON SCHEMA ... TO ...), or let the schema's owner run SetupSchema (or apply SchemaSQL in a migration)"
+				e.Msg = fmt.Sprintf("insufficient privilege to create the lock tables: role %s needs CREATE on schema %s "+
+					"(as the schema's owner: GRANT CREATE ON SCHEMA %s TO %s;), or let the schema's owner run SetupSchema "+
+					"(or apply SchemaSQL in a migration)",
+					rules.QuoteIdent(user), rules.QuoteIdent(schemaName), rules.QuoteIdent(schemaName), rules.QuoteIdent(user))
 			}
 			return e
 		}
@@ -161,6 +180,19 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 		return cl.wrap(ctx, op, err)
 	}
 	return nil
+}
+
+// existsQuery is one statement returning the current role, the current
+// schema (where SetupSchema's DDL creates) and whether every table and
+// index of the schema already exists there. No arguments: the names are
+// plain identifiers (Config checks them).
+func existsQuery(table, fenceTable string) string {
+	names := schemaNames(table, fenceTable)
+	var conds []string
+	for _, k := range []string{"locks", "fences", "lock_id_index", "expires_index"} {
+		conds = append(conds, fmt.Sprintf("to_regclass(quote_ident(current_schema()) || '.' || '%s') IS NOT NULL", rules.QuoteIdent(names[k])))
+	}
+	return "SELECT current_user::text, coalesce(current_schema()::text, ''), coalesce(" + strings.Join(conds, " AND ") + ", false)"
 }
 
 // splitStatements splits the schema file on semicolons at line ends and

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -66,12 +67,33 @@ func wakeChannel(table string) string { return "syncguard:" + table }
 // plain identifiers, so nothing needs escaping).
 func wakeChannelSQL(table string) string { return "'" + wakeChannel(table) + "'" }
 
-var wakeHashRE = regexp.MustCompile(`\{\{wake_hash\(([^()]*)\)\}\}`)
+var (
+	wakeHashRE = regexp.MustCompile(`\{\{wake_hash\(([^()]*)\)\}\}`)
+	waitIDRE   = regexp.MustCompile(`\{\{wait_id\(([^()]*)\)\}\}`)
+)
 
-// renderWake expands {{wake_hash(expr)}} in a statement file: wakeKeyHash
-// in SQL, over the storage key expr. ({{channel}} is a plain name.)
+// renderWake expands the waiting fragments of a statement file:
+// {{wake_hash(expr)}} is wakeKeyHash in SQL, over the storage key expr;
+// {{wait_id(kh)}} is waitID in SQL, over a key hash kh. ({{channel}} and
+// {{wait_class}} are plain names.)
 func renderWake(text string) string {
-	return wakeHashRE.ReplaceAllString(text, "left(encode(sha256(convert_to($1, 'UTF8')), 'hex'), 16)")
+	text = wakeHashRE.ReplaceAllString(text, "left(encode(sha256(convert_to($1, 'UTF8')), 'hex'), 16)")
+	return waitIDRE.ReplaceAllString(text, "('x' || left($1, 8))::bit(32)::int")
+}
+
+// waitClass is the first key of the advisory locks by which the LISTEN
+// connections of waiting processes register their keys (two-int4 form;
+// syncguard's own per-key lock is the one-bigint form): derived from the
+// lock table's name.
+func waitClass(table string) int32 {
+	sum := sha256.Sum256([]byte("syncguard-wait:" + table))
+	return int32(binary.BigEndian.Uint32(sum[:4]))
+}
+
+// waitID is the second key of a key hash's registration: its first 32 bits.
+func waitID(kh string) int32 {
+	b, _ := hex.DecodeString(kh[:8])
+	return int32(binary.BigEndian.Uint32(b))
 }
 
 // wakeKeyHash is the key hash carried by notifications.
@@ -119,7 +141,7 @@ type hub struct {
 	nwait  int    // waiters (and status checks) registered
 	seq    uint64 // free events seen, all keys
 	recent [64]freeEvent
-	// listener (listen.go)
+	// the LISTEN connection (below)
 	state     int
 	reason    string    // why state is lnOff, for status and the log
 	retryAt   time.Time // no new LISTEN connection before this
@@ -130,6 +152,10 @@ type hub struct {
 	// listenerDone when it has exited.
 	stopListener context.CancelFunc
 	listenerDone chan struct{}
+	// kick ends the listener's current Wait, so that it registers keys
+	// (syncRegistrations) at once; nil while it does not wait.
+	kick  context.CancelFunc
+	class int32 // waitClass of the table
 }
 
 type freeEvent struct {
@@ -148,11 +174,20 @@ type keyq struct {
 	// announced it (a), so its release or expiry wakes the waiters: they
 	// need not poll. False after every free event.
 	known bool
-	// own: waiters of this process that acquired with an a still to come
-	// back; that a is not news.
-	own    map[string]bool
-	expiry *time.Timer
-	expAt  time.Time
+	// gone: waiters of this process that left (with or without the key)
+	// while notifications of theirs were still to come back (their q, and
+	// their a or c): those are not news, and their q must not queue a
+	// waiter that is no longer there. Deleted at the a or c.
+	gone map[string]bool
+	// reg: whether this process's LISTEN connection holds the key's
+	// registration (a shared advisory lock on (class, waitID(kh))), without
+	// which releases of the key notify nobody. Kept for regLinger after the
+	// last local waiter left (regIdle).
+	reg     int
+	regBusy bool // a registration met a release in progress; retried soon
+	regIdle time.Time
+	expiry  *time.Timer
+	expAt   time.Time
 	// the current episode
 	ep      uint64 // its number; 0: none yet
 	epNext  int    // index (in candidates) of the next turn
@@ -180,7 +215,7 @@ type waiter struct {
 // newHub returns the hub of a Backend on db with configuration cfg.
 func newHub(db *sql.DB, cfg resolved, cl classifier) *hub {
 	h := &hub{db: db, table: cfg.table, logger: cfg.logger, cl: cl, releaseTimeout: cfg.releaseTimeout,
-		keys: map[string]*keyq{}, retryWait: listenRetryMin, token: randToken()}
+		keys: map[string]*keyq{}, retryWait: listenRetryMin, token: randToken(), class: waitClass(cfg.table)}
 	h.send = h.sendPool
 	h.lst, _ = cfg.dialect.(driver.Listener)
 	if h.lst == nil {
@@ -208,7 +243,10 @@ func (h *hub) keyLocked(kh string) *keyq {
 
 // dropIfIdleLocked forgets a key nobody waits for.
 func (h *hub) dropIfIdleLocked(kq *keyq) {
-	if len(kq.waiters) > 0 || len(kq.queue) > 0 {
+	if len(kq.waiters) == 0 && kq.regIdle.IsZero() {
+		kq.regIdle = time.Now()
+	}
+	if len(kq.waiters) > 0 || len(kq.queue) > 0 || kq.reg != regNone {
 		return
 	}
 	if kq.expiry != nil {
@@ -228,17 +266,17 @@ func (h *hub) seqNow() uint64 {
 	return h.seq
 }
 
-// busy reports whether kh has waiters, here or queued anywhere: a new
-// caller then queues behind them instead of trying first.
+// busy reports whether the key is being handed on (an episode is open:
+// it was released, and waiters are taking their turns): a new caller then
+// queues behind them instead of trying first, and gets its turn in the
+// episode. At any other time the caller tries first: the key is held (the
+// attempt fails and the caller queues), or it is free without an episode
+// (a release no notification announced), and the caller takes it.
 func (h *hub) busy(kh string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	kq := h.keys[kh]
-	if kq == nil {
-		return false
-	}
-	h.pruneLocked(kq)
-	return len(kq.waiters) > 0 || len(kq.queue) > 0
+	return kq != nil && kq.epOpen && len(h.candidatesLocked(kq)) > 0
 }
 
 // join registers a waiter for kh. since is seqNow() from before the
@@ -252,8 +290,12 @@ func (h *hub) join(kh string, since uint64, retryIn time.Duration) *waiter {
 	kq := h.keyLocked(kh)
 	w := &waiter{kq: kq, wid: randToken(), turn: make(chan struct{}, 1), nudge: make(chan struct{}, 1)}
 	kq.waiters = append(kq.waiters, w)
+	kq.regIdle = time.Time{}
 	h.nwait++
 	h.ensureListenerLocked()
+	if kq.reg == regNone && h.state == lnOn && h.kick != nil {
+		h.kick() // register the key
+	}
 	if h.missedLocked(kh, since) {
 		h.episodeLocked(kq)
 	}
@@ -288,7 +330,13 @@ func (h *hub) leave(w *waiter, acquired bool) {
 	if i := slices.Index(kq.waiters, w); i >= 0 {
 		kq.waiters = slices.Delete(kq.waiters, i, i+1)
 	}
-	h.unqueueLocked(kq, w.wid)
+	if found, _ := h.unqueueLocked(kq, w.wid); w.announced && h.state == lnOn && (found || !w.queued) {
+		// Its a or c (and, if not queued yet, its q) will still come.
+		if kq.gone == nil {
+			kq.gone = map[string]bool{}
+		}
+		kq.gone[w.wid] = true
+	}
 	h.nwait--
 	if h.nwait == 0 {
 		h.idleSince = time.Now()
@@ -407,12 +455,6 @@ func (h *hub) acquired(w *waiter, ttlLeft time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	w.kq.known = true
-	if w.announced && h.state == lnOn {
-		if w.kq.own == nil {
-			w.kq.own = map[string]bool{}
-		}
-		w.kq.own[w.wid] = true
-	}
 	if ttlLeft > 0 {
 		h.expiresInLocked(w.kq, ttlLeft)
 	}
@@ -539,8 +581,9 @@ func (h *hub) released(kh string) {
 // no longer be shared.
 func (h *hub) resyncLocked(forgetQueue bool) {
 	for kh, kq := range h.keys {
-		kq.own = nil
+		kq.gone = nil
 		if forgetQueue {
+			kq.reg = regNone // the session that held it is gone
 			kq.queue = nil
 			for _, w := range kq.waiters {
 				w.queued, w.announced = false, false
@@ -594,6 +637,9 @@ func (h *hub) dispatch(payload string) (probe string) {
 			return ""
 		}
 		kq := h.keyLocked(kh)
+		if kq.gone[f[2]] {
+			return "" // a waiter of this process that already left
+		}
 		if slices.ContainsFunc(kq.queue, func(e *entry) bool { return e.wid == f[2] }) {
 			return "" // announced again after a reconnect: keep its place
 		}
@@ -609,8 +655,8 @@ func (h *hub) dispatch(payload string) (probe string) {
 		if kq == nil || len(f) < 4 {
 			return ""
 		}
-		if kq.own[f[2]] {
-			delete(kq.own, f[2]) // ours, handled when it acquired
+		if kq.gone[f[2]] {
+			delete(kq.gone, f[2]) // ours, handled when it acquired
 			return ""
 		}
 		kq.known = true
@@ -629,6 +675,10 @@ func (h *hub) dispatch(payload string) (probe string) {
 		h.dropIfIdleLocked(kq)
 	case "c":
 		if kq := h.keys[kh]; kq != nil && len(f) >= 3 {
+			if kq.gone[f[2]] {
+				delete(kq.gone, f[2])
+				return ""
+			}
 			if _, current := h.unqueueLocked(kq, f[2]); current {
 				// The episode was waiting for it: move on.
 				h.advanceLocked(kq, kq.ep)
@@ -819,9 +869,24 @@ func (h *hub) runListener(life context.Context) {
 				return
 			}
 		}
+		if state == lnOn {
+			if err := h.syncRegistrations(life, nc); err != nil {
+				h.setState(lnOff, "registering the waited-for keys on the LISTEN connection failed: "+h.cl.wrap(life, "listen", err).Error())
+				return
+			}
+		}
 		wctx, cancel := context.WithTimeout(life, min(slice, listenIdle))
+		h.mu.Lock()
+		h.kick = cancel
+		if state == lnOn && h.unregisteredLocked() {
+			cancel() // registrations came in meanwhile
+		}
+		h.mu.Unlock()
 		payload, err := nc.Wait(wctx)
 		timedOut := wctx.Err() != nil
+		h.mu.Lock()
+		h.kick = nil
+		h.mu.Unlock()
 		cancel()
 		if life.Err() != nil {
 			h.setState(lnOff, "")
@@ -899,4 +964,87 @@ func (h *hub) close() {
 		stop()
 		<-done
 	}
+}
+
+// Registration states of a key (keyq.reg).
+const (
+	regNone = iota
+	regHeld
+)
+
+// regLinger: a key stays registered this long after its last local waiter
+// left, so that a process that waits for a key again and again does not
+// register it each time.
+var regLinger = 10 * time.Second
+
+// unregisteredLocked reports whether a key with local waiters lacks its
+// registration.
+func (h *hub) unregisteredLocked() bool {
+	for _, kq := range h.keys {
+		if len(kq.waiters) > 0 && kq.reg == regNone && !kq.regBusy {
+			return true
+		}
+	}
+	return false
+}
+
+// syncRegistrations runs on the listener goroutine: it registers the keys
+// that have local waiters, and gives each newly registered key's waiters a
+// turn (a release before the registration notified nobody), and drops the
+// registrations that lingered long enough without waiters. A registration
+// that meets a release of the key in progress (which holds the exclusive
+// lock on the same id until it commits) fails with 55P03 and is tried again
+// 5 ms later. One statement each (lib/pq's ListenerConn takes no more),
+// and nothing but the advisory lock stays in the session.
+func (h *hub) syncRegistrations(life context.Context, nc driver.NotifyConn) error {
+	h.mu.Lock()
+	var add, drop []*keyq
+	for _, kq := range h.keys {
+		switch {
+		case kq.reg == regNone && len(kq.waiters) > 0 && !kq.regBusy:
+			add = append(add, kq)
+		case kq.reg == regHeld && len(kq.waiters) == 0 && !kq.regIdle.IsZero() && time.Since(kq.regIdle) >= regLinger:
+			drop = append(drop, kq)
+		}
+	}
+	h.mu.Unlock()
+	exec := func(sql string) error {
+		ctx, cancel := context.WithTimeout(life, listenProbeTimeout)
+		defer cancel()
+		return nc.Exec(ctx, sql)
+	}
+	for _, kq := range add {
+		err := exec(fmt.Sprintf("DO $$BEGIN IF NOT pg_try_advisory_lock_shared(%d, %d) THEN RAISE EXCEPTION 'busy' USING ERRCODE = '55P03'; END IF; END$$",
+			h.class, waitID(kq.kh)))
+		h.mu.Lock()
+		switch {
+		case err == nil:
+			kq.reg = regHeld
+			h.episodeLocked(kq)
+		case h.cl.dialect != nil && h.cl.dialect.Inspect(err).SQLState == "55P03":
+			kq.regBusy = true // retried after a pause
+			time.AfterFunc(5*time.Millisecond, func() {
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				kq.regBusy = false
+				if h.kick != nil {
+					h.kick()
+				}
+			})
+		}
+		h.mu.Unlock()
+		if err != nil && (h.cl.dialect == nil || h.cl.dialect.Inspect(err).SQLState != "55P03") {
+			return err
+		}
+	}
+	for _, kq := range drop {
+		if err := exec(fmt.Sprintf("SELECT pg_advisory_unlock_shared(%d, %d)", h.class, waitID(kq.kh))); err != nil {
+			return err
+		}
+		h.mu.Lock()
+		kq.reg = regNone
+		h.dropIfIdleLocked(kq)
+		h.mu.Unlock()
+	}
+	return nil
 }

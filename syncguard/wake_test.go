@@ -279,3 +279,30 @@ func TestWaitOwnReleaseEchoIsNotCountedTwice(t *testing.T) {
 		t.Error("rule: another process's release is never taken for an echo of this process's own (no lost wake-up)")
 	}
 }
+
+func TestWaitEchoesOfDepartedWaitersQueueNobody(t *testing.T) {
+	var b bus
+	A := b.process()
+	kh := wakeKeyHash("k")
+	// w announces itself, but takes the key and leaves before its own q
+	// comes back through the LISTEN connection; its q and a arrive late.
+	w := A.join(kh, A.seqNow(), 0)
+	w.announced = true
+	A.acquired(w, time.Minute)
+	A.leave(w, true)
+	b.send(context.Background(), "q "+kh+" "+w.wid+" 60000")
+	b.send(context.Background(), "a "+kh+" "+w.wid+" 1000")
+	if kq := A.keys[kh]; kq != nil && len(kq.queue) > 0 {
+		t.Errorf("rule: a late q of a waiter that already left queues nobody; queue has %d entries", len(kq.queue))
+	}
+	if A.busy(kh) {
+		t.Error("rule: a newcomer tries first unless the key is being handed on")
+	}
+	// During a hand-off a newcomer queues behind the waiters instead.
+	w2 := wait(A, kh)
+	b.send(context.Background(), "r "+kh)
+	if !A.busy(kh) {
+		t.Error("rule: while the key is handed on (a release, a waiter's turn), a newcomer queues instead of trying")
+	}
+	hasTurn(w2)
+}

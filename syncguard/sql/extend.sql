@@ -3,7 +3,8 @@
 -- the row lock; never revives an expired lock. Returns the new expiry.
 -- n: an extend that shortens the lock (the new expiry is earlier than the
 -- one in the statement's snapshot) tells the waiters ("x <key hash>
--- <expires_at_ms>"), so they try again right after the new expiry.
+-- <expires_at_ms>"), so they try again right after the new expiry, if any
+-- process waits for the key (see release.sql).
 WITH
 t AS (
   SELECT {{now_ms}} AS now_ms
@@ -15,8 +16,10 @@ u AS (
   RETURNING l."lock_id", l."expires_at_ms", l."key"
 ),
 n AS (
-  SELECT pg_notify({{channel}}, 'x ' || {{wake_hash(u."key")}} || ' ' || u."expires_at_ms") AS v FROM u
+  SELECT pg_notify({{channel}}, 'x ' || w.kh || ' ' || u."expires_at_ms") AS v
+  FROM u, LATERAL (SELECT {{wake_hash(u."key")}} AS kh) AS w
   WHERE u."expires_at_ms" < (SELECT s."expires_at_ms" FROM {{locks}} AS s WHERE s."lock_id" = $1::text)
+    AND NOT pg_try_advisory_xact_lock({{wait_class}}, {{wait_id(w.kh)}})
 )
 SELECT u."lock_id", u."expires_at_ms",
   CASE WHEN u."lock_id" IS NULL THEN

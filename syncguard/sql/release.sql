@@ -6,8 +6,12 @@
 -- snapshot to tell "expired" from "not-found" without another round trip.
 -- n: a deleted lock wakes its waiters, in every process listening on the
 -- table's channel, when this transaction commits ("r <key hash> [token]";
--- see wake.go). The hash is also returned: the releasing Backend wakes its
--- own waiters at once, and knows its notification by the token.
+-- see wake.go), if any process waits for the key: the LISTEN connections
+-- of waiting processes hold a shared advisory lock on the key's wait id,
+-- so the exclusive try-lock fails. (Notifying commits are serialized by
+-- PostgreSQL: a release nobody waits for must not notify.) The hash is also
+-- returned: the releasing Backend wakes its own waiters at once, and knows
+-- its notification by the token.
 WITH
 t AS (
   SELECT {{now_ms}} AS now_ms
@@ -19,6 +23,7 @@ d AS (
 ),
 n AS (
   SELECT pg_notify({{channel}}, 'r ' || d.kh || CASE WHEN $2::text <> '' THEN ' ' || $2::text ELSE '' END) AS v FROM d
+  WHERE NOT pg_try_advisory_xact_lock({{wait_class}}, {{wait_id(d.kh)}})
 )
 SELECT d."lock_id",
   CASE WHEN d."lock_id" IS NULL THEN

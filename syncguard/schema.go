@@ -46,7 +46,8 @@ func renderText(text, table, fenceTable string) (string, error) {
 }
 
 // schemaNames are the table and index names of one configuration, by
-// their placeholder in the statement files, unquoted.
+// their placeholder in the statement files ({{locks}}, {{fences}},
+// {{lock_id_index}}, {{expires_index}}), unquoted.
 func schemaNames(table, fenceTable string) map[string]string {
 	return map[string]string{
 		"locks":         table,

@@ -143,12 +143,13 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	// role without it (a service role, once the owner created the tables)
 	// would fail on DDL that has nothing to do: look first, in one
 	// statement, and stop when every table and index exists.
-	var user, schemaName string
-	var exists bool
-	if err := db.QueryRowContext(ctx, existsQuery(r.table, r.fenceTable)).Scan(&user, &schemaName, &exists); err != nil {
+	// Exec, no arguments, the answer in the row count: the simple query
+	// protocol, no prepared statement (see below).
+	res, err := db.ExecContext(ctx, existsQuery(r.table, r.fenceTable))
+	if err != nil {
 		return cl.wrap(ctx, op, err)
 	}
-	if exists {
+	if n, err := res.RowsAffected(); err == nil && n == 1 {
 		return nil
 	}
 	tx, err := db.BeginTx(ctx, nil)
@@ -169,10 +170,9 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 				// The schema, not the lock tables, is what the role lacks a
 				// privilege on (PostgreSQL 15 lets only its owner create in
 				// public).
-				e.Msg = fmt.Sprintf("insufficient privilege to create the lock tables: role %s needs CREATE on schema %s "+
-					"(as the schema's owner: GRANT CREATE ON SCHEMA %s TO %s;), or let the schema's owner run SetupSchema "+
-					"(or apply SchemaSQL in a migration)",
-					rules.QuoteIdent(user), rules.QuoteIdent(schemaName), rules.QuoteIdent(schemaName), rules.QuoteIdent(user))
+				_ = tx.Rollback()
+				e.Msg = "insufficient privilege to create the lock tables: " + createGrantHint(ctx, db) +
+					", or let the schema's owner run SetupSchema (or apply SchemaSQL in a migration)"
 			}
 			return e
 		}
@@ -183,17 +183,29 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	return nil
 }
 
-// existsQuery is one statement returning the current role, the current
-// schema (where SetupSchema's DDL creates) and whether every table and
-// index of the schema already exists there. No arguments: the names are
-// plain identifiers (Config checks them).
+// existsQuery is one statement that returns one row when every table and
+// index of the schema already exists in the current schema (where
+// SetupSchema's DDL creates), and none otherwise. No arguments: the names
+// are plain identifiers (Config checks them).
 func existsQuery(table, fenceTable string) string {
 	names := schemaNames(table, fenceTable)
 	var conds []string
 	for _, k := range []string{"locks", "fences", "lock_id_index", "expires_index"} {
 		conds = append(conds, fmt.Sprintf("to_regclass(quote_ident(current_schema()) || '.' || '%s') IS NOT NULL", rules.QuoteIdent(names[k])))
 	}
-	return "SELECT current_user::text, coalesce(current_schema()::text, ''), coalesce(" + strings.Join(conds, " AND ") + ", false)"
+	return "SELECT 1 WHERE current_schema() IS NOT NULL AND " + strings.Join(conds, " AND ")
+}
+
+// createGrantHint names the role and the schema in the GRANT that lets
+// SetupSchema create, read after the failure (a query only on this path).
+func createGrantHint(ctx context.Context, db *sql.DB) string {
+	var user, schemaName string
+	err := db.QueryRowContext(ctx, `SELECT current_user::text, coalesce(current_schema()::text, '')`).Scan(&user, &schemaName)
+	if err != nil || schemaName == "" {
+		return "the role needs CREATE on the schema (GRANT CREATE ON SCHEMA ... TO ...)"
+	}
+	return fmt.Sprintf("role %s needs CREATE on schema %s (as the schema's owner: GRANT CREATE ON SCHEMA %s TO %s;)",
+		rules.QuoteIdent(user), rules.QuoteIdent(schemaName), rules.QuoteIdent(schemaName), rules.QuoteIdent(user))
 }
 
 // splitStatements splits the schema file on semicolons at line ends and

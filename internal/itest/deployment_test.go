@@ -231,6 +231,17 @@ func TestCheckDeploymentPgxCacheBehindTransactionPooler(t *testing.T) {
 			t.Errorf("rule: through PgBouncer in transaction mode the pooler check warns (a prepared-statement clash is a sign of it); got %+v", f)
 		}
 	}
+	// SetupSchema sends no prepared statement: through the same pooler,
+	// with pgx's statement cache, from several client connections, it
+	// works whatever another client prepared.
+	for i := range 4 {
+		if err := syncguard.SetupSchema(ctx, db, nil); err != nil {
+			t.Errorf("rule: SetupSchema works behind a transaction-mode pooler whatever the driver's settings; call %d: %v", i+1, err)
+		}
+		if err := syncguard.SetupSchema(ctx, other, nil); err != nil {
+			t.Errorf("rule: SetupSchema works behind a transaction-mode pooler whatever the driver's settings; other client, call %d: %v", i+1, err)
+		}
+	}
 }
 
 func errorsIsUnavailable(err error) bool {

@@ -209,9 +209,19 @@ func init() {
 		// server-side cancel; see advisory.Locker.)
 		db3 := e.h.Open(e.t)
 		db3.SetMaxOpenConns(3)
+		db3.SetMaxIdleConns(3)
+		// Connections are opened before the deadline starts, so that on a
+		// loaded machine the deadline ends the lock wait, not a connect.
+		warm := make([]*sql.Conn, 0, 2)
+		for range 2 {
+			warm = append(warm, a.advConn(db3))
+		}
+		for _, c := range warm {
+			e.must(c.Close(), "Conn.Close")
+		}
 		l3 := a.locker(db3)
 		holder, release := a.advHold(key)
-		ctx, cancel := context.WithTimeout(e.ctx, time.Second)
+		ctx, cancel := context.WithTimeout(e.ctx, 3*time.Second)
 		defer cancel()
 		done := make(chan error, 1)
 		go func() {

@@ -257,7 +257,7 @@ func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, er
 		e.LockID = lockID
 		return ReleaseResult{}, e
 	}
-	// Explicit ownership verification (ADR-003): the deleted row must be ours.
+	// Explicit ownership verification (docs/spec.md, rule O2): the deleted row must be ours.
 	if d.deleted.Valid && d.deleted.String == lockID {
 		if b.tx == nil && d.keyHash.Valid {
 			// Wake this process's waiters at once; other processes get the

@@ -413,6 +413,11 @@ func TestSchemaSQLQuotesAndNames(t *testing.T) {
 			t.Errorf("DDL lacks %s", want)
 		}
 	}
+	// The output is read by DBAs and migration tools: no template syntax
+	// and no talk of it.
+	if strings.Contains(ddl, "{{") || strings.Contains(strings.ToLower(ddl), "placeholder") {
+		t.Errorf("the rendered DDL mentions the template it came from:\n%s", ddl)
+	}
 	if n := len(splitStatements(ddl)); n != 4 {
 		t.Errorf("want 4 statements, got %d", n)
 	}

@@ -97,7 +97,9 @@ const (
 // configuration (InvalidArgument, before any I/O), or a database that
 // cannot be reached (the Report then holds the failed "connection"
 // finding). A deployment with problems gives a nil error and a Report
-// whose Err (or OK) tells.
+// whose Err (or OK) tells; that includes a prepared statement lost or
+// clashing behind a transaction-mode pooler (SQLSTATE 26000 or 42P05, in
+// any check: the failed "prepared statements" finding, with its fix).
 func CheckDeployment(ctx context.Context, db *sql.DB, cfg *Config) (Report, error) {
 	const op = "checkDeployment"
 	r, err := cfg.resolve()
@@ -155,6 +157,8 @@ type deployment struct {
 	cl     classifier
 	report Report
 	user   string
+	// preparedFailed: the "prepared statements" finding has failed already.
+	preparedFailed bool
 }
 
 func (d *deployment) add(check, status, detail, fix string) {
@@ -162,19 +166,75 @@ func (d *deployment) add(check, status, detail, fix string) {
 		Detail: strings.Join(strings.Fields(detail), " "), Fix: strings.TrimSpace(fix)})
 }
 
-// couldNot records that check could not run because of err.
+// couldNot records that check could not run because of err, naming the
+// SQLSTATE. A prepared statement lost or clashing in a pooler is a
+// deployment problem of its own: it becomes the failed "prepared
+// statements" finding (once), with its fix.
 func (d *deployment) couldNot(check string, err error) {
 	e := d.cl.wrap(d.ctx, "checkDeployment", err)
-	d.add(check, statusFail, fmt.Sprintf("could not check: %s: %s", e.Code, e.Msg), "")
+	d.add(check, statusFail, "could not check: "+describeErr(e), "")
+	if preparedLost(e) {
+		d.preparedFailure(e)
+	}
+}
+
+// describeErr is "Code (SQLSTATE xxxxx): message" for a finding's detail.
+func describeErr(e *Error) string {
+	if e.SQLState != "" {
+		return fmt.Sprintf("%s (SQLSTATE %s): %s", e.Code, e.SQLState, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Msg)
+}
+
+// preparedLost: the server says a statement the driver prepared does not
+// exist in this session (26000) or another client's has its name (42P05):
+// a pooler in transaction mode moves the driver between server sessions
+// while it keeps prepared statements (pgx's default statement cache).
+func preparedLost(e *Error) bool { return e.SQLState == "26000" || e.SQLState == "42P05" }
+
+const preparedFix = "set Config.DisablePrepare (and default_query_exec_mode=exec in pgx connection strings; CLI: --no-prepare), " +
+	"or enable prepared statements in the pooler (PgBouncer 1.21+: max_prepared_statements)"
+
+// preparedFailure adds the failed "prepared statements" finding, once.
+func (d *deployment) preparedFailure(e *Error) {
+	if d.preparedFailed {
+		return
+	}
+	d.preparedFailed = true
+	d.add("prepared statements", statusFail,
+		"a prepared statement failed in another server session than the one it was prepared in, or clashed with another client's: "+
+			describeErr(e)+" (a pooler in transaction mode sits in between and the driver prepares statements)", preparedFix)
+}
+
+// role is the current role, quoted, for GRANT fixes.
+func (d *deployment) role() string {
+	if d.user == "" {
+		return "<the service's role>"
+	}
+	return rules.QuoteIdent(d.user)
 }
 
 func (d *deployment) connection() error {
 	var version, user, dbname string
-	err := d.db.QueryRowContext(d.ctx, `SELECT current_setting('server_version'), current_user::text, current_database()::text`).
-		Scan(&version, &user, &dbname)
+	var err error
+	// A prepared-statement clash (pgx's statement cache behind a
+	// transaction-mode pooler) is not an unreachable database: the server
+	// answered. Each retry may reach another server session.
+	for range 3 {
+		err = d.db.QueryRowContext(d.ctx, `SELECT current_setting('server_version'), current_user::text, current_database()::text`).
+			Scan(&version, &user, &dbname)
+		if err == nil || !preparedLost(d.cl.wrap(d.ctx, "checkDeployment", err)) {
+			break
+		}
+	}
 	if err != nil {
 		e := d.cl.wrap(d.ctx, "checkDeployment", err)
-		d.add("connection", statusFail, fmt.Sprintf("%s: %s", e.Code, e.Msg),
+		if preparedLost(e) {
+			d.add("connection", statusOK, "the server answered, but the first query failed: "+describeErr(e)+" (see prepared statements)", "")
+			d.preparedFailure(e)
+			return nil
+		}
+		d.add("connection", statusFail, describeErr(e),
 			"check the connection settings, that the server is up and accepts connections from here, and the credentials")
 		return e
 	}
@@ -400,8 +460,8 @@ func (d *deployment) privileges(check, table string, oid int64, privs []string) 
 		}
 	}
 	if len(missing) > 0 {
-		d.add(check, statusFail, fmt.Sprintf("role %s lacks %s on %s", d.user, strings.Join(missing, ", "), rules.QuoteIdent(table)),
-			fmt.Sprintf("GRANT %s ON %s TO %s;", strings.Join(privs, ", "), rules.QuoteIdent(table), rules.QuoteIdent(d.user)))
+		d.add(check, statusFail, fmt.Sprintf("role %s lacks %s on %s", d.role(), strings.Join(missing, ", "), rules.QuoteIdent(table)),
+			fmt.Sprintf("GRANT %s ON %s TO %s;", strings.Join(privs, ", "), rules.QuoteIdent(table), d.role()))
 		return false
 	}
 	d.add(check, statusOK, fmt.Sprintf("%s on %s", strings.Join(privs, ", "), rules.QuoteIdent(table)), "")
@@ -460,7 +520,7 @@ func (d *deployment) durability() {
 	if syncCommit == "off" {
 		d.add("synchronous_commit", statusFail,
 			"off (as this session sees it): a server crash can lose acquires that were already reported, and hand out their fences again",
-			fmt.Sprintf("ALTER ROLE %s SET synchronous_commit = on;  (or set it in postgresql.conf, and keep it out of the applications' connection strings)", rules.QuoteIdent(d.user)))
+			fmt.Sprintf("ALTER ROLE %s SET synchronous_commit = on;  (or set it in postgresql.conf, and keep it out of the applications' connection strings)", d.role()))
 	} else {
 		d.add("synchronous_commit", statusOK, syncCommit, "")
 	}
@@ -513,17 +573,33 @@ func (d *deployment) clock() {
 // statements land in different server sessions, or B gets the session A
 // just used. The same arrangement probes a statement prepared on A, which
 // such a pool may send to a session that never saw it.
+// poolerFailed records a pooler check that could not finish. A prepared
+// statement lost or clashing between server sessions is itself the sign of
+// a transaction-mode pooler.
+func (d *deployment) poolerFailed(err error) {
+	e := d.cl.wrap(d.ctx, "checkDeployment", err)
+	if !preparedLost(e) {
+		d.couldNot("pooler", err)
+		return
+	}
+	d.add("pooler", statusWarn, "a prepared statement went missing or clashed between server sessions ("+describeErr(e)+
+		"): a pooler in transaction or statement mode (PgBouncer, pgcat, RDS Proxy, ...) is in the way", poolerFix)
+	d.preparedFailure(e)
+}
+
+const poolerFix = "lease locks (Backend) work through it if prepared statements do (see below); session-scoped advisory locks do not: connect directly or through a session-mode pool for those"
+
 func (d *deployment) pooler() {
 	ctx := d.ctx
 	a, err := d.db.Conn(ctx)
 	if err != nil {
-		d.couldNot("pooler", err)
+		d.poolerFailed(err)
 		return
 	}
 	defer a.Close()
 	b, err := d.db.Conn(ctx)
 	if err != nil {
-		d.couldNot("pooler", err)
+		d.poolerFailed(err)
 		return
 	}
 	defer b.Close()
@@ -539,21 +615,21 @@ func (d *deployment) pooler() {
 	aPIDs, bPIDs := map[int64]bool{}, map[int64]bool{}
 	first, err := pid(a)
 	if err != nil {
-		d.couldNot("pooler", err)
+		d.poolerFailed(err)
 		return
 	}
 	aPIDs[first] = true
 	for range rounds {
 		tx, err := b.BeginTx(ctx, nil)
 		if err != nil {
-			d.couldNot("pooler", err)
+			d.poolerFailed(err)
 			return
 		}
 		pb, err1 := pid(tx)
 		pa, err2 := pid(a)
 		_ = tx.Rollback()
 		if err := errors.Join(err1, err2); err != nil {
-			d.couldNot("pooler", err)
+			d.poolerFailed(err)
 			return
 		}
 		aPIDs[pa], bPIDs[pb] = true, true
@@ -565,11 +641,14 @@ func (d *deployment) pooler() {
 	if len(aPIDs) > 1 || shared {
 		d.add("pooler", statusWarn,
 			fmt.Sprintf("one client connection's statements ran in %d different server sessions, or shared one with another client connection: a pooler in transaction or statement mode (PgBouncer, pgcat, RDS Proxy, ...) is in the way", len(aPIDs)),
-			"lease locks (Backend) work through it if prepared statements do (see below); session-scoped advisory locks do not: connect directly or through a session-mode pool for those")
+			poolerFix)
 	} else {
 		d.add("pooler", statusOK, fmt.Sprintf("no transaction-mode pooler seen (one connection stayed in server session pid %d while another held a transaction)", first), "")
 	}
 
+	if d.preparedFailed {
+		return // failed already, in an earlier check
+	}
 	if d.cfg.noPrepare {
 		d.add("prepared statements", statusOK, "not used (Config.DisablePrepare)", "")
 		return
@@ -596,8 +675,7 @@ func (d *deployment) pooler() {
 	}
 	if err != nil {
 		e := d.cl.wrap(ctx, "prepare", err)
-		d.add("prepared statements", statusFail, fmt.Sprintf("a statement prepared on a connection failed there later: %s: %s", e.Code, e.Msg),
-			"set Config.DisablePrepare (and default_query_exec_mode=exec in pgx connection strings; CLI: --no-prepare), or enable prepared statements in the pooler (PgBouncer 1.21+: max_prepared_statements)")
+		d.add("prepared statements", statusFail, "a statement prepared on a connection failed there later: "+describeErr(e), preparedFix)
 		return
 	}
 	d.add("prepared statements", statusOK, fmt.Sprintf("a prepared statement ran %d times on its connection", rounds), "")

@@ -2,6 +2,7 @@ package syncguard
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 
 	"github.com/syncguard/syncguard-go/internal/rules"
@@ -152,4 +153,12 @@ func CodeOf(err error) Code {
 
 func invalidArg(op, msg string) *Error {
 	return &Error{Op: op, Code: CodeInvalidArgument, Msg: msg}
+}
+
+// plural is "1 attempt", "2 attempts": n and noun, plural unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }

@@ -171,7 +171,7 @@ func logReleaseError(logger *slog.Logger) func(error, ReleaseErrorInfo) {
 
 // WithLock runs fn while holding the lock on key and releases the lock
 // afterwards. It is the helper most programs should use; the backend's
-// methods are single attempts (ADR-009).
+// methods are single attempts (docs/spec.md, rules O1 and H1).
 //
 // Acquisition waits on contention within the limits of opts.Acquisition
 // (MaxRetries scheduled retries, Timeout), woken when the key is released
@@ -382,7 +382,7 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 				return timeout(context.Cause(ctx))
 			}
 			return AcquireResult{}, time.Time{}, &Error{Op: "lock", Code: CodeAborted, Key: key,
-				Msg: fmt.Sprintf("context cancelled while waiting for the lock after %d attempts", attempts), Err: context.Cause(ctx)}
+				Msg: fmt.Sprintf("context cancelled while waiting for the lock after %s", plural(attempts, "attempt")), Err: context.Cause(ctx)}
 		}
 		if !time.Now().Before(deadline) {
 			return timeout(nil)
@@ -429,7 +429,7 @@ func stoppedTimer() *time.Timer {
 
 func acquisitionTimeout(key string, attempts int, elapsed time.Duration, cause error) *Error {
 	return &Error{Op: "lock", Code: CodeAcquisitionTimeout, Key: key, Err: cause,
-		Msg: fmt.Sprintf("lock still held by another owner after %d attempts in %v", attempts, elapsed.Round(time.Millisecond))}
+		Msg: fmt.Sprintf("lock still held by another owner after %s in %v", plural(attempts, "attempt"), elapsed.Round(time.Millisecond))}
 }
 
 const maxDelay = time.Duration(1 << 62)

@@ -224,6 +224,9 @@ func TestAcquireNoRetries(t *testing.T) {
 		if n := f.Calls("acquire") - 1; n != 1 || time.Since(start) != 0 {
 			t.Errorf("-1: want one attempt and no wait, got %d attempts in %v", n, time.Since(start))
 		}
+		if !strings.Contains(err.Error(), "after 1 attempt in ") {
+			t.Errorf("the message counts in English: want %q in %v", "after 1 attempt in ", err)
+		}
 	})
 }
 

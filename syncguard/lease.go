@@ -56,7 +56,7 @@ var ErrLeaseReleased = errors.New("syncguard: lease released")
 // time, and client and server wall clocks cannot be compared. So the lease
 // never compares ExpiresAt with time.Now. It translates the lifetime the
 // server granted onto the local monotonic clock instead. The server set
-// ExpiresAt to its statement time + ttl (ADR-010), with its now truncated
+// ExpiresAt to its statement time + ttl (docs/spec.md, rule T1), with its now truncated
 // to the millisecond, and that statement cannot have started before this
 // process sent the request. The lock is therefore held at least until
 //

@@ -46,7 +46,8 @@ func renderText(text, table, fenceTable string) (string, error) {
 }
 
 // schemaNames are the table and index names of one configuration, by
-// their placeholder in the statement files, unquoted.
+// their placeholder in the statement files ({{locks}}, {{fences}},
+// {{lock_id_index}}, {{expires_index}}), unquoted.
 func schemaNames(table, fenceTable string) map[string]string {
 	return map[string]string{
 		"locks":         table,
@@ -116,7 +117,10 @@ const schemaLockID = 0x73796e6367756172 // "syncguar"
 
 // SetupSchema creates the lock and fence tables and their indexes if they
 // do not exist. It is idempotent and safe to call concurrently from many
-// processes. cfg may be nil for the default names.
+// processes. cfg may be nil for the default names. When every table and
+// index already exists in the current schema it returns nil after one
+// query, so a role without CREATE on the schema may call it; otherwise the
+// role needs CREATE there.
 func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	const op = "setupSchema"
 	ddl, err := SchemaSQL(cfg)
@@ -134,6 +138,19 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	cl := classifier{dialect: r.dialect, table: r.table, fenceTable: r.fenceTable}
 	if cl.dialect == nil {
 		cl.dialect, _ = driver.Lookup(db.Driver())
+	}
+	// PostgreSQL checks CREATE on the schema before IF NOT EXISTS, so a
+	// role without it (a service role, once the owner created the tables)
+	// would fail on DDL that has nothing to do: look first, in one
+	// statement, and stop when every table and index exists.
+	// Exec, no arguments, the answer in the row count: the simple query
+	// protocol, no prepared statement (see below).
+	res, err := db.ExecContext(ctx, existsQuery(r.table, r.fenceTable))
+	if err != nil {
+		return cl.wrap(ctx, op, err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 1 {
+		return nil
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -153,8 +170,9 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 				// The schema, not the lock tables, is what the role lacks a
 				// privilege on (PostgreSQL 15 lets only its owner create in
 				// public).
-				e.Msg = "insufficient privilege to create the lock tables: the role needs CREATE on the schema " +
-					"(GRANT CREATE ON SCHEMA ... TO ...), or let the schema's owner run SetupSchema (or apply SchemaSQL in a migration)"
+				_ = tx.Rollback()
+				e.Msg = "insufficient privilege to create the lock tables: " + createGrantHint(ctx, db) +
+					", or let the schema's owner run SetupSchema (or apply SchemaSQL in a migration)"
 			}
 			return e
 		}
@@ -163,6 +181,31 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 		return cl.wrap(ctx, op, err)
 	}
 	return nil
+}
+
+// existsQuery is one statement that returns one row when every table and
+// index of the schema already exists in the current schema (where
+// SetupSchema's DDL creates), and none otherwise. No arguments: the names
+// are plain identifiers (Config checks them).
+func existsQuery(table, fenceTable string) string {
+	names := schemaNames(table, fenceTable)
+	var conds []string
+	for _, k := range []string{"locks", "fences", "lock_id_index", "expires_index"} {
+		conds = append(conds, fmt.Sprintf("to_regclass(quote_ident(current_schema()) || '.' || '%s') IS NOT NULL", rules.QuoteIdent(names[k])))
+	}
+	return "SELECT 1 WHERE current_schema() IS NOT NULL AND " + strings.Join(conds, " AND ")
+}
+
+// createGrantHint names the role and the schema in the GRANT that lets
+// SetupSchema create, read after the failure (a query only on this path).
+func createGrantHint(ctx context.Context, db *sql.DB) string {
+	var user, schemaName string
+	err := db.QueryRowContext(ctx, `SELECT current_user::text, coalesce(current_schema()::text, '')`).Scan(&user, &schemaName)
+	if err != nil || schemaName == "" {
+		return "the role needs CREATE on the schema (GRANT CREATE ON SCHEMA ... TO ...)"
+	}
+	return fmt.Sprintf("role %s needs CREATE on schema %s (as the schema's owner: GRANT CREATE ON SCHEMA %s TO %s;)",
+		rules.QuoteIdent(user), rules.QuoteIdent(schemaName), rules.QuoteIdent(schemaName), rules.QuoteIdent(user))
 }
 
 // splitStatements splits the schema file on semicolons at line ends and

@@ -109,7 +109,7 @@ var (
 )
 
 // WithTelemetry wraps backend so that each completed operation emits one
-// LockEvent to opts.OnEvent (ADR-007). Without the wrapper nothing is
+// LockEvent to opts.OnEvent (docs/spec.md, rule TE1). Without the wrapper nothing is
 // hashed or emitted. The result also forwards LookupKeyDebug and
 // LookupIDDebug when backend has them (a *Backend does), and leases made
 // on it use the wrapped Backend's Config.ReleaseTimeout.

@@ -2,6 +2,7 @@ package itest_test
 
 import (
 	"context"
+	"database/sql"
 	"os"
 	"strings"
 	"testing"
@@ -159,6 +160,87 @@ func TestCheckDeploymentSeesTransactionPooler(t *testing.T) {
 	// Notifications do not come through: waiting polls, and doctor says so.
 	if f, ok := byCheck["notifications"]; !ok || f.Status != "warn" || !strings.Contains(f.Detail, "falls back to polling") || !strings.Contains(f.Fix, "session-mode pool") {
 		t.Errorf("through PgBouncer in transaction mode the notifications check warns that waiting polls; got %+v", f)
+	}
+}
+
+// TestCheckDeploymentPgxCacheBehindTransactionPooler: pgx's default
+// statement cache behind PgBouncer in transaction mode. Two server sessions
+// already hold the statement CheckDeployment starts with (prepared there by
+// another client), so its first query clashes (42P05) and later ones may
+// find their statement missing (26000). That is a deployment finding, not an
+// error of the call: a failed "prepared statements" with its fix, and every
+// check that could not run names the SQLSTATE.
+func TestCheckDeploymentPgxCacheBehindTransactionPooler(t *testing.T) {
+	if os.Getenv(helperEnv) != "" {
+		t.Skip("helper run")
+	}
+	srv := pgtest.Require(t)
+	if srv.Kind == pgtest.KindEnv {
+		t.Skip("PgBouncer is started in front of a local or docker server only")
+	}
+	bouncer := pgtest.RequirePgBouncer(t, srv, pgtest.PgBouncerOptions{PoolMode: "transaction", DefaultPoolSize: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := open(t, srv.DSN)
+	if err := syncguard.SetupSchema(ctx, admin, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Another client prepares CheckDeployment's first statement in both
+	// server sessions: two transactions open at once hold both.
+	other := open(t, bouncer.DSN)
+	var txs []*sql.Tx
+	for range 2 {
+		tx, err := other.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v, u, db string
+		if err := tx.QueryRowContext(ctx, `SELECT current_setting('server_version'), current_user::text, current_database()::text`).Scan(&v, &u, &db); err != nil {
+			t.Fatal(err)
+		}
+		txs = append(txs, tx)
+	}
+	for _, tx := range txs {
+		_ = tx.Rollback()
+	}
+
+	db := open(t, bouncer.DSN) // pgx's default: the statement cache
+	report, err := syncguard.CheckDeployment(ctx, db, nil)
+	if err != nil {
+		t.Fatalf("rule: CheckDeployment's error is only for checks that could not run at all; a prepared-statement clash behind a pooler is a finding; got %v", err)
+	}
+	var prepared *syncguard.Finding
+	for i, f := range report.Findings {
+		t.Logf("%-22s %-4s %s", f.Check, f.Status, f.Detail)
+		if f.Check == "prepared statements" {
+			if prepared != nil {
+				t.Errorf("two prepared statements findings: %+v and %+v", *prepared, f)
+			}
+			prepared = &report.Findings[i]
+		}
+		if strings.Contains(f.Detail, "could not check") && !strings.Contains(f.Detail, "SQLSTATE") {
+			t.Errorf("rule: a check that could not run names the SQLSTATE; %s: %s", f.Check, f.Detail)
+		}
+	}
+	if prepared == nil || prepared.Status != "fail" || !strings.Contains(prepared.Detail, "SQLSTATE 42P05") ||
+		!strings.Contains(prepared.Fix, "DisablePrepare") || !strings.Contains(prepared.Fix, "default_query_exec_mode=exec") {
+		t.Errorf("rule: a prepared-statement clash behind a pooler fails the prepared statements check with its fix; got %+v", prepared)
+	}
+	for _, f := range report.Findings {
+		if f.Check == "pooler" && f.Status != "warn" {
+			t.Errorf("rule: through PgBouncer in transaction mode the pooler check warns (a prepared-statement clash is a sign of it); got %+v", f)
+		}
+	}
+	// SetupSchema sends no prepared statement: through the same pooler,
+	// with pgx's statement cache, from several client connections, it
+	// works whatever another client prepared.
+	for i := range 4 {
+		if err := syncguard.SetupSchema(ctx, db, nil); err != nil {
+			t.Errorf("rule: SetupSchema works behind a transaction-mode pooler whatever the driver's settings; call %d: %v", i+1, err)
+		}
+		if err := syncguard.SetupSchema(ctx, other, nil); err != nil {
+			t.Errorf("rule: SetupSchema works behind a transaction-mode pooler whatever the driver's settings; other client, call %d: %v", i+1, err)
+		}
 	}
 }
 

@@ -140,7 +140,7 @@ func TestSetupSchemaWithoutCreatePrivilege(t *testing.T) {
 	admin := open(t, srv.DSN)
 	roleDSN := roleWithoutCreate(ctx, t, srv, admin, "sgc_nocreate", "sgc-nocreate-pw")
 	err := syncguard.SetupSchema(ctx, open(t, roleDSN), &syncguard.Config{TableName: "nocreate_locks", FenceTableName: "nocreate_fences"})
-	if !errors.Is(err, syncguard.ErrAuthFailed) || !strings.Contains(err.Error(), "CREATE on the schema") {
+	if !errors.Is(err, syncguard.ErrAuthFailed) || !strings.Contains(err.Error(), `GRANT CREATE ON SCHEMA "public" TO "sgc_nocreate";`) {
 		t.Errorf("SetupSchema without CREATE on the schema: %v", err)
 	}
 }

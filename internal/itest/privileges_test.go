@@ -83,7 +83,8 @@ func TestPrivilegeErrorsNameTheObject(t *testing.T) {
 			exec(`GRANT USAGE ON SCHEMA sg_priv_empty TO sg_priv_user`)
 			db, _ := open("sg_priv_empty")
 			check("SetupSchema without CREATE on the schema", syncguard.SetupSchema(ctx, db, &syncguard.Config{Dialect: d.Dialect}),
-				syncguard.CodeAuthFailed, "needs CREATE on the schema", "schema sg_priv_empty")
+				syncguard.CodeAuthFailed, `role "sg_priv_user" needs CREATE on schema "sg_priv_empty"`,
+				`GRANT CREATE ON SCHEMA "sg_priv_empty" TO "sg_priv_user";`)
 
 			// No USAGE on the schema holding the tables: search_path skips it.
 			exec(`REVOKE ALL ON SCHEMA sg_priv FROM sg_priv_user`)
@@ -99,5 +100,80 @@ func TestPrivilegeErrorsNameTheObject(t *testing.T) {
 				"privilege on table syncguard_", "acquire needs USAGE on the schema of", "SELECT, INSERT, UPDATE on both")
 			exec(`REVOKE ALL ON SCHEMA sg_priv, sg_priv_empty FROM sg_priv_user`)
 		})
+	}
+}
+
+// TestSetupSchemaWithoutCreateWhenTablesExist: PostgreSQL checks CREATE on
+// the schema before IF NOT EXISTS, so SetupSchema (and `syncguard setup`)
+// run by a service role without CREATE must look first: with every table
+// and index there it succeeds and changes nothing; with one index missing
+// it fails naming the real schema and role in the GRANT.
+func TestSetupSchemaWithoutCreateWhenTablesExist(t *testing.T) {
+	srv := pgtest.Require(t)
+	if srv.Kind == pgtest.KindEnv {
+		t.Skip("creates a role and a schema; not on a server given by " + pgtest.EnvDSN)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin, err := sql.Open("pgx", srv.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	exec := func(q string) {
+		t.Helper()
+		if _, err := admin.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	cleanup := func() {
+		_, _ = admin.Exec(`DROP SCHEMA IF EXISTS sg_nocreate CASCADE`)
+		_, _ = admin.Exec(`DROP ROLE IF EXISTS sg_nocreate_user`)
+	}
+	cleanup()
+	t.Cleanup(cleanup)
+	exec(`CREATE SCHEMA sg_nocreate`)
+	exec(`CREATE ROLE sg_nocreate_user LOGIN PASSWORD 'sg-nc-pw'`)
+	ddl, err := syncguard.SchemaSQL(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(`SET search_path = sg_nocreate; ` + ddl + `; RESET search_path`)
+	exec(`GRANT USAGE ON SCHEMA sg_nocreate TO sg_nocreate_user`)
+	exec(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA sg_nocreate TO sg_nocreate_user`)
+	exec(`ALTER ROLE sg_nocreate_user SET search_path = sg_nocreate`)
+
+	for _, d := range []suite.Driver{pqDriver, pgxDriver} {
+		t.Run(d.Name, func(t *testing.T) {
+			db, err := sql.Open(d.Name, srv.DSNFor("sg_nocreate_user", "sg-nc-pw", ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			cfg := &syncguard.Config{Dialect: d.Dialect}
+			if err := syncguard.SetupSchema(ctx, db, cfg); err != nil {
+				t.Fatalf("rule: SetupSchema with every table and index in place needs no CREATE; got %v", err)
+			}
+			b, err := syncguard.New(db, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, err := b.Acquire(ctx, "nocreate:"+d.Name, time.Minute); err != nil || !r.OK {
+				t.Fatalf("acquire after SetupSchema: %+v, %v", r, err)
+			}
+		})
+	}
+
+	exec(`DROP INDEX sg_nocreate.idx_syncguard_locks_expires`)
+	t.Cleanup(func() { _, _ = admin.Exec(`SET search_path = sg_nocreate; ` + ddl + `; RESET search_path`) })
+	db, err := sql.Open("pgx", srv.DSNFor("sg_nocreate_user", "sg-nc-pw", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = syncguard.SetupSchema(ctx, db, nil)
+	if syncguard.CodeOf(err) != syncguard.CodeAuthFailed ||
+		!strings.Contains(err.Error(), `GRANT CREATE ON SCHEMA "sg_nocreate" TO "sg_nocreate_user";`) {
+		t.Errorf("rule: SetupSchema with an index to create and no CREATE names the schema and role in the GRANT; got %v", err)
 	}
 }

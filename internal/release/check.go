@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 )
 
 //go:embed consumer/*.txt
@@ -56,7 +57,10 @@ func (ws *workspace) check() error {
 			}
 		}
 	}
-	version := base + "-releasecheck"
+	// A version of its own each run: the go command indexes module cache
+	// directories in its build cache (GOCACHE) on the assumption that a
+	// module version never changes, so reusing one would read a stale index.
+	version := fmt.Sprintf("%s-releasecheck.%d", base, time.Now().Unix())
 	tmp, err := os.MkdirTemp("", "syncguard-release-check-")
 	if err != nil {
 		return err

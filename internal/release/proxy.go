@@ -112,7 +112,7 @@ func moduleFiles(root string, gomod []byte) ([]modzip.File, error) {
 			}
 			return nil
 		}
-		if !d.Type().IsRegular() || rel == "go.work" || rel == "go.work.sum" {
+		if !d.Type().IsRegular() || rel == "go.work" || rel == "go.work.sum" || rel == ".git" {
 			return nil
 		}
 		if rel == "go.mod" {

@@ -27,14 +27,17 @@ func (ws *workspace) tidy() error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	if err := ws.buildProxy(tmp, v, ws.Modules); err != nil {
+	if err := ws.buildProxy(filepath.Join(tmp, "proxy"), v, ws.Modules); err != nil {
 		return err
 	}
 	// The module cache must not serve an older copy of the same version.
 	if err := forgetSiblings(strings.TrimSpace(goOutput("env", "GOMODCACHE"))); err != nil {
 		return err
 	}
-	env := goEnv(tmp, "")
+	// The working tree is served at the same version every time, so the
+	// go command's index of module cache directories (kept in GOCACHE, and
+	// assumed never to change for a version) must start empty too.
+	env := append(goEnv(filepath.Join(tmp, "proxy"), ""), "GOCACHE="+filepath.Join(tmp, "gocache"))
 	for _, m := range ws.Modules {
 		fmt.Printf("tidy %s\n", m.Dir)
 		dir := filepath.Join(ws.Root, m.Dir)

@@ -20,7 +20,7 @@ import (
 // plus the names the caller passes (table and index identifiers).
 
 // NowMsSQL is the server's clock as every statement reads it: the start of
-// the current statement (ADR-010: the server is the time authority; one
+// the current statement (docs/spec.md T1: the server is the time authority; one
 // instant per statement), in whole milliseconds since the Unix epoch.
 const NowMsSQL = `floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint`
 

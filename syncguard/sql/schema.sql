@@ -1,6 +1,6 @@
--- SyncGuard PostgreSQL schema. Idempotent. SchemaSQL renders the table and
--- index placeholders with the configured names, quoted (by default
--- syncguard_locks, syncguard_fence_counters and idx_syncguard_locks_*).
+-- SyncGuard PostgreSQL schema: the lock table, the fence counter table and
+-- their indexes, under the configured names. Idempotent (IF NOT EXISTS):
+-- safe to run again.
 CREATE TABLE IF NOT EXISTS {{locks}} (
   "key" TEXT PRIMARY KEY,
   "lock_id" TEXT NOT NULL,

@@ -249,12 +249,17 @@ func (w *WaitEnv) Contention(ctx context.Context, p ContentionParams, variants [
 			}
 		}
 	}
+	// Each segment starts with segmentWarm unmeasured: the variant's
+	// Backends were closed after its last segment (see below), and their
+	// first waits open LISTEN connections again, as a process's first wait
+	// does once. Waits that began before the window are not counted.
+	const segmentWarm = 300 * time.Millisecond
 	seg := func(v *vstate, key string, d time.Duration, acc *contentionAcc) {
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		start := time.Now()
+		start := time.Now().Add(segmentWarm)
 		end := start.Add(d)
-		time.AfterFunc(d, cancel) // waits still running at the end are not counted
+		time.AfterFunc(segmentWarm+d, cancel) // waits still running at the end are not counted
 		var wg sync.WaitGroup
 		for i := range p.Workers {
 			pr := v.procs[i%len(v.procs)]
@@ -271,11 +276,17 @@ func (w *WaitEnv) Contention(ctx context.Context, p ContentionParams, variants [
 					acc.mu.Lock()
 					switch {
 					case err == nil:
-						acc.waits = append(acc.waits, h0.Sub(t0))
+						if !t0.Before(start) { // not begun during the warm-up
+							acc.waits = append(acc.waits, h0.Sub(t0))
+						}
 						if h1.After(end) { // the window is [start, end]
 							h1 = end
 						}
-						acc.held += h1.Sub(h0)
+						if h0.Before(start) {
+							h0 = start
+						}
+						acc.held += max(h1.Sub(h0), 0)
+					case t0.Before(start):
 					case errors.Is(err, syncguard.ErrAcquisitionTimeout) && sctx.Err() == nil:
 						acc.timeouts++
 					case sctx.Err() != nil:

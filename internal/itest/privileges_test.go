@@ -18,23 +18,7 @@ import (
 // table (no table privileges), and that a schema without USAGE (which
 // search_path silently skips) is named as a possible cause of "missing".
 func TestPrivilegeErrorsNameTheObject(t *testing.T) {
-	srv := pgtest.Require(t)
-	if srv.Kind == pgtest.KindEnv {
-		t.Skip("creates a role and schemas; not on a server given by " + pgtest.EnvDSN)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	admin, err := sql.Open("pgx", srv.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	exec := func(q string) {
-		t.Helper()
-		if _, err := admin.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	srv, ctx, admin, exec := asAdmin(t, "creates a role and schemas")
 	cleanup := func() {
 		_, _ = admin.Exec(`DROP SCHEMA IF EXISTS sg_priv, sg_priv_empty CASCADE`)
 		_, _ = admin.Exec(`DROP ROLE IF EXISTS sg_priv_user`)
@@ -109,23 +93,7 @@ func TestPrivilegeErrorsNameTheObject(t *testing.T) {
 // and index there it succeeds and changes nothing; with one index missing
 // it fails naming the real schema and role in the GRANT.
 func TestSetupSchemaWithoutCreateWhenTablesExist(t *testing.T) {
-	srv := pgtest.Require(t)
-	if srv.Kind == pgtest.KindEnv {
-		t.Skip("creates a role and a schema; not on a server given by " + pgtest.EnvDSN)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	admin, err := sql.Open("pgx", srv.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	exec := func(q string) {
-		t.Helper()
-		if _, err := admin.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	srv, ctx, admin, exec := asAdmin(t, "creates a role and a schema")
 	cleanup := func() {
 		_, _ = admin.Exec(`DROP SCHEMA IF EXISTS sg_nocreate CASCADE`)
 		_, _ = admin.Exec(`DROP ROLE IF EXISTS sg_nocreate_user`)
@@ -175,5 +143,29 @@ func TestSetupSchemaWithoutCreateWhenTablesExist(t *testing.T) {
 	if syncguard.CodeOf(err) != syncguard.CodeAuthFailed ||
 		!strings.Contains(err.Error(), `GRANT CREATE ON SCHEMA "sg_nocreate" TO "sg_nocreate_user";`) {
 		t.Errorf("rule: SetupSchema with an index to create and no CREATE names the schema and role in the GRANT; got %v", err)
+	}
+}
+
+// asAdmin is the set-up of the tests that create roles and schemas: the
+// throwaway server (skipped on one given by pgtest.EnvDSN, named in what),
+// a one-minute context, a superuser pool and an exec that fails the test.
+func asAdmin(t *testing.T, what string) (*pgtest.Server, context.Context, *sql.DB, func(q string)) {
+	t.Helper()
+	srv := pgtest.Require(t)
+	if srv.Kind == pgtest.KindEnv {
+		t.Skip(what + "; not on a server given by " + pgtest.EnvDSN)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	admin, err := sql.Open("pgx", srv.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	return srv, ctx, admin, func(q string) {
+		t.Helper()
+		if _, err := admin.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
 	}
 }

@@ -83,7 +83,7 @@ func (a *app) cmdDoctor(args []string) error {
 			case f.Status == statusFail:
 				f.Fix = "drop --no-prepare=false (or SYNCGUARD_NO_PREPARE=false): syncguard's commands do not prepare by default\n" +
 					"or enable prepared statements in the pooler (PgBouncer 1.21+: max_prepared_statements = 100)\n" +
-					"programs that use the library through this path: set syncguard.Config.DisablePrepare = true and, with pgx, add default_query_exec_mode=exec to their connection string"
+					"programs that use the library through this path need nothing for syncguard's statements (a Backend detects the pooler and stops preparing); with pgx, their own SQL on the same pool needs default_query_exec_mode=exec in the connection string"
 			}
 		}
 		d.findings = append(d.findings, finding{Check: f.Check, Status: f.Status, Detail: oneLine(f.Detail), Fix: f.Fix})

@@ -70,6 +70,41 @@ func init() {
 }
 
 func init() {
+	// A statement the session lost (a pooler ran the next use on another
+	// server connection, or DEALLOCATE ALL ran there) is run again
+	// unprepared and the Backend goes on unprepared on that very
+	// connection: the unprepared text must not be one the driver still
+	// maps to the lost statement (pgx's database/sql driver runs any query
+	// whose text was prepared on the connection as that statement).
+	registerSQL("Statements/LostPreparedStatementDoesNotStick", func(e *sqlEnv) {
+		e.needSessionState("DEALLOCATE ALL must reach the session that prepared the statements")
+		if e.cfg.DisablePrepare {
+			e.t.Skip("the harness's Config turns prepared statements off (DisablePrepare)")
+		}
+		db := e.h.Open(e.t)
+		db.SetMaxOpenConns(1) // one connection: the one that prepared
+		b := e.newBackend(db, nil)
+		k := e.key("lost")
+		r := e.mustAcquire(b, k, 30*time.Second) // prepares acquire on the connection
+		if rel := e.release(b, r.LockID); !rel.OK {
+			e.t.Fatalf("setup: release: %+v", rel)
+		}
+		if _, err := db.ExecContext(e.ctx, "DEALLOCATE ALL"); err != nil {
+			e.t.Fatalf("setup: DEALLOCATE ALL: %v", err)
+		}
+		for round := range 3 {
+			r, err := b.Acquire(e.ctx, k, 30*time.Second)
+			if err != nil || !r.OK {
+				e.t.Fatalf("rule: after the session lost a prepared statement, operations go on unprepared on the same connection; round %d acquire of a free key: %+v, %v", round, r, err)
+			}
+			if rel, err := b.Release(e.ctx, r.LockID); err != nil || !rel.OK {
+				e.t.Fatalf("rule: after the session lost a prepared statement, operations go on unprepared on the same connection; round %d release: %+v, %v", round, rel, err)
+			}
+		}
+	})
+}
+
+func init() {
 	// Unprepared statements (Config.DisablePrepare, or after a pooler was
 	// detected) carry the same values as prepared ones: some drivers send
 	// them as literals, which must survive any character a key may hold.

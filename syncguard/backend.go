@@ -39,6 +39,9 @@ func New(db *sql.DB, cfg *Config) (*Backend, error) {
 		r.logger = slog.Default()
 	}
 	s := &shared{db: db, cfg: r, sql: renderStatements(r.table, r.fenceTable), cl: classifier{dialect: r.dialect, table: r.table, fenceTable: r.fenceTable}}
+	for i := range s.unprep {
+		s.unprep[i] = unpreparedMark + s.text(i)
+	}
 	if os, ok := r.dialect.(driver.OneShot); ok {
 		s.oneShotArgs = os.OneShotArgs()
 	}

@@ -115,7 +115,7 @@ func (b *Backend) attempt(ctx context.Context, i int, args, dest []any) (prepare
 			// The probe just switched prepared statements off.
 		}
 	}
-	return false, b.oneShot(ctx, s.text(i), args, dest)
+	return false, b.oneShot(ctx, s.unpreparedText(i), args, dest)
 }
 
 // oneShot runs query unprepared, in one round trip: with the dialect's
@@ -303,9 +303,10 @@ func (s *shared) runReadCommitted(ctx context.Context, i int, args, dest []any) 
 }
 
 // prepared returns the *sql.Stmt for statement i, preparing it on first
-// use; nil, with a nil error, when the pooler probe just switched prepared
-// statements off. database/sql then prepares it again, once, on each
-// pooled connection that runs it. A failed prepare (a missing table, say)
+// use; nil, with a nil error, when prepared statements are off (switched
+// off by the pooler probe, or by another goroutine since the caller
+// looked). database/sql then prepares it again, once, on each pooled
+// connection that runs it. A failed prepare (a missing table, say)
 // is not cached. No lock is held while preparing: two first calls may both
 // prepare, and the loser closes its copy.
 func (s *shared) prepared(ctx context.Context, i int) (*sql.Stmt, error) {
@@ -317,9 +318,11 @@ func (s *shared) prepared(ctx context.Context, i int) (*sql.Stmt, error) {
 		if err := s.probe(ctx); err != nil {
 			return nil, err
 		}
-		if s.prep.Load() == prepOff {
-			return nil, nil
-		}
+	}
+	if s.prep.Load() == prepOff {
+		// Switched off by the probe just run, or by another goroutine's
+		// since the caller looked: nothing may be prepared any more.
+		return nil, nil
 	}
 	st, err := s.db.PrepareContext(ctx, s.text(i))
 	if err != nil {

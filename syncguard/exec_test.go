@@ -115,3 +115,25 @@ func TestLostPreparedStatementInTx(t *testing.T) {
 		t.Fatal("the Backend must be unprepared after a lost statement")
 	}
 }
+
+// Once prepared statements are off nothing is prepared any more, even by a
+// caller that looked before another goroutine's probe switched them off
+// (and so reaches prepared with the mode already off): the statement would
+// stay on its connection, where the driver may keep using it.
+func TestNothingPreparedAfterSwitchOff(t *testing.T) {
+	db, mock, err := sqlmock.New() // no ExpectPrepare: a prepare fails the test
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	b, _ := New(db, &Config{Dialect: fakeDialect{}, Logger: discardLogger()})
+	b.shared.switchOff(slog.LevelInfo, "test")
+	for i := range numStmts {
+		if st, err := b.shared.prepared(context.Background(), i); st != nil || err != nil {
+			t.Fatalf("statement %d: prepared after the switch: %v, %v", i, st, err)
+		}
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -49,7 +49,8 @@ type shared struct {
 	sql      statements
 	cl       classifier
 	stmts    [numStmts]lazyStmt
-	lastSwep atomic.Int64 // unix nanos of the last background cleanup
+	unprep   [numStmts]string // the statements' unprepared text (see unpreparedText)
+	lastSwep atomic.Int64     // unix nanos of the last background cleanup
 
 	orphans     orphanQueue  // background release (orphans.go)
 	prep        atomic.Int32 // prepUnknown, prepOn or prepOff (exec.go)
@@ -86,6 +87,23 @@ func (s *shared) text(i int) string {
 	default:
 		return s.sql.lookupID
 	}
+}
+
+// unpreparedMark starts the text of every statement syncguard sends
+// unprepared. pgx's database/sql driver runs a query whose exact text was
+// prepared on the connection as that named statement, whatever exec mode
+// the call asks for; behind a transaction-mode pooler that statement lives
+// on another server connection (26000), on every attempt. A different text
+// keeps a one-shot statement one-shot on a connection where the prepared
+// one was made before the Backend switched prepared statements off.
+const unpreparedMark = "/* syncguard: unprepared */ "
+
+// unpreparedText is statement i as sent unprepared.
+func (s *shared) unpreparedText(i int) string {
+	if s.unprep[i] == "" {
+		panic("syncguard: internal: unprepared text not rendered") // set in New
+	}
+	return s.unprep[i]
 }
 
 type orphan struct {

@@ -573,3 +573,28 @@ func TestPrivilegeErrorSaysWhatLacksWhich(t *testing.T) {
 		}
 	}
 }
+
+// pqNamedDialect is a dialect named as lib/pq's plain one, without
+// driver.Listener.
+type pqNamedDialect struct{ fakeDialect }
+
+func (pqNamedDialect) Name() string { return "lib/pq" }
+
+// A lib/pq Backend that cannot LISTEN says how to get wake-on-release.
+func TestPlainPQDialectNamesListenDialect(t *testing.T) {
+	db, _, _ := sqlmock.New()
+	defer db.Close()
+	for _, c := range []struct {
+		d    driver.Dialect
+		hint bool
+	}{{pqNamedDialect{}, true}, {fakeDialect{}, false}} {
+		b, err := New(db, &Config{Dialect: c.d, Logger: discardLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := b.NotificationStatus(context.Background(), false)
+		if st.Active || !strings.Contains(st.Reason, "driver.Listener") || strings.Contains(st.Reason, "pq.ListenDialect(dsn)") != c.hint {
+			t.Errorf("dialect %q: status %+v; want inactive, the reason naming driver.Listener, pq.ListenDialect named: %v", c.d.Name(), st, c.hint)
+		}
+	}
+}

@@ -220,6 +220,11 @@ func newHub(db *sql.DB, cfg resolved, cl classifier) *hub {
 	h.lst, _ = cfg.dialect.(driver.Listener)
 	if h.lst == nil {
 		h.reason = "the dialect " + strconv.Quote(cfg.dialect.Name()) + " cannot LISTEN (it does not implement driver.Listener)"
+		if cfg.dialect.Name() == "lib/pq" {
+			// lib/pq opens a LISTEN connection from a DSN, which its
+			// plain dialect does not know.
+			h.reason += "; use Config.Dialect: pq.ListenDialect(dsn) to be woken on release"
+		}
 	} else {
 		h.reason = "no waiter has waited yet"
 	}

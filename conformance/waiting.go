@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
@@ -40,6 +41,18 @@ func polling() *syncguard.LockOptions {
 	return &syncguard.LockOptions{TTL: 30 * time.Second, Acquisition: syncguard.AcquisitionOptions{
 		MaxRetries: 1 << 20, RetryDelay: 100 * time.Millisecond, Backoff: "fixed",
 		Jitter: "none", Timeout: waitTimeout}}
+}
+
+// callersLocker is a Locker of a caller's own around a Backend, as a team
+// writes for tracing: it counts acquires and passes ctx on.
+type callersLocker struct {
+	syncguard.Locker
+	acquires atomic.Int64
+}
+
+func (c *callersLocker) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {
+	c.acquires.Add(1)
+	return c.Locker.Acquire(ctx, key, ttl)
 }
 
 // noListen hides a dialect's optional capabilities (driver.Listener).
@@ -85,7 +98,7 @@ type lockOutcome struct {
 }
 
 // lockAsync starts Lock on b in a goroutine.
-func (e *env) lockAsync(b syncguard.LockBackend, key string, opts *syncguard.LockOptions) <-chan lockOutcome {
+func (e *env) lockAsync(b syncguard.Locker, key string, opts *syncguard.LockOptions) <-chan lockOutcome {
 	ch := make(chan lockOutcome, 1)
 	go func() {
 		l, err := syncguard.Lock(e.ctx, b, key, opts)
@@ -147,6 +160,30 @@ func init() {
 			e.t.Fatalf("rule: the holder's release succeeds; got %+v", r)
 		}
 		e.mustGet(ch, held.Fence, rule, e.pb2).Close()
+	})
+
+	registerSQL("Waiting/WakeThroughCallersWrapper", func(e *sqlEnv) {
+		// The waiter's Backend is wrapped in a Locker of the caller's own
+		// (tracing, metrics): waiting through it is woken on release as
+		// on the Backend itself, and every attempt goes through the
+		// wrapper.
+		st := e.notifications(e.pb2)
+		k := e.key("wrapped")
+		held := e.mustAcquire(e.pb, k, 60*time.Second)
+		opts, rule := wakeOnly(), "a release wakes a waiter whose Backend is wrapped in a Locker of the caller's own (its only retry was an hour away, the holder's TTL a minute)"
+		if !st.Active {
+			opts, rule = polling(), "without notifications, a waiter through a caller's wrapper finds the release by its next retry"
+		}
+		w := &callersLocker{Locker: e.pb2}
+		ch := e.lockAsync(w, k, opts)
+		e.pause(200 * time.Millisecond)
+		if r := e.release(e.pb, held.LockID); !r.OK {
+			e.t.Fatalf("rule: the holder's release succeeds; got %+v", r)
+		}
+		e.mustGet(ch, held.Fence, rule, e.pb2).Close()
+		if n := w.acquires.Load(); n < 2 {
+			e.t.Errorf("rule: Lock's attempts go through the caller's wrapper; it saw %d acquires, want at least 2 (the failed one and the one after the release)", n)
+		}
 	})
 
 	registerSQL("Waiting/WakeAfterCrashedHolderExpiry", func(e *sqlEnv) {

@@ -116,7 +116,13 @@ func (b *Backend) releaseTimeout() time.Duration { return b.shared.cfg.releaseTi
 // Acquire implements LockBackend. It is a single attempt: OK == false
 // means the key is held; use the lock helper for retries.
 func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
-	return b.acquire(ctx, key, ttl, "")
+	note := ""
+	if a := attemptOf(ctx); a != nil { // an attempt of Lock or WithLock
+		a.seq.Store(b.shared.hub.seqNow())
+		a.hub.Store(b.shared.hub)
+		note = a.note
+	}
+	return b.acquire(ctx, key, ttl, note)
 }
 
 // acquire is Acquire; note, when not empty, is the prefix of the

@@ -1,20 +1,12 @@
 package syncguard
 
-import (
-	"context"
-	"time"
-)
+import "context"
 
 // The Backend's side of waiting (wake.go): the helper's hooks and the
 // LISTEN connection's controls.
 
 // waitHub implements waitable.
 func (b *Backend) waitHub() *hub { return b.shared.hub }
-
-// acquireNoted implements waitable.
-func (b *Backend) acquireNoted(ctx context.Context, key string, ttl time.Duration, note string) (AcquireResult, error) {
-	return b.acquire(ctx, key, ttl, note)
-}
 
 // NotificationStatus reports whether Lock and WithLock on b are woken by
 // notifications when a contended key is released (Active), or fall back to

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncguard/syncguard-go/internal/rules"
@@ -246,13 +247,31 @@ func Lock(ctx context.Context, backend Locker, key string, opts *LockOptions) (*
 	return newLease(ctx, backend, key, res, sent, cfg), nil
 }
 
-// waitable is a backend whose waiting can be woken on release: *Backend,
-// and the wrappers of this package around it.
+// waitable is a backend whose hub is known before the first attempt:
+// *Backend, and the wrappers of this package around it. Lock and WithLock
+// then queue a new caller behind this process's waiters at once.
 type waitable interface {
 	waitHub() *hub // nil: none (a wrapper around another backend)
-	// acquireNoted is Acquire that, when it takes the key, also sends the
-	// notification note + expiry (see wake.go); note "" sends none.
-	acquireNoted(ctx context.Context, key string, ttl time.Duration, note string) (AcquireResult, error)
+}
+
+// attemptInfo travels in the context of each attempt Lock and WithLock
+// make, through any Locker that passes its ctx on, down to the *Backend
+// that runs it. The Backend sends note (see wake.go) when it takes the
+// key, and leaves its hub and the hub's event count from before the
+// attempt, so that waiting on a wrapper of a user's own (tracing, metrics)
+// is woken on release as on the Backend itself.
+type attemptInfo struct {
+	note string
+	hub  atomic.Pointer[hub]
+	seq  atomic.Uint64 // hub.seqNow() when the Backend was called
+}
+
+type attemptKey struct{}
+
+// attemptOf returns the attemptInfo in ctx, or nil.
+func attemptOf(ctx context.Context) *attemptInfo {
+	a, _ := ctx.Value(attemptKey{}).(*attemptInfo)
+	return a
 }
 
 // acquire is the retry loop. It returns the successful result and the
@@ -277,15 +296,14 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 	deadline := start.Add(c.timeout)
 	var h *hub
 	var kh, note string
-	wb, ok := b.(waitable)
-	if ok {
-		if h = wb.waitHub(); h != nil {
-			if k, kerr := checkKey("lock", key); kerr == nil {
-				kh = wakeKeyHash(k.Storage)
-			} else {
-				h = nil // the attempt reports the error
-			}
-		}
+	var since uint64 // h.seqNow() from before the last attempt
+	useHub := func(hb *hub) {
+		if k, kerr := checkKey("lock", key); kerr == nil && hb != nil {
+			h, kh = hb, wakeKeyHash(k.Storage)
+		} // else the attempt reports the error
+	}
+	if wb, ok := b.(waitable); ok {
+		useHub(wb.waitHub())
 	}
 	attempts := 0
 	try := func() (AcquireResult, time.Time, error) {
@@ -295,14 +313,17 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 		// it would otherwise wait as long as ctx allows (forever without a
 		// deadline), and ctx must outlive Lock for AutoExtend.
 		actx, cancel := context.WithDeadline(ctx, deadline)
-		var res AcquireResult
-		var err error
-		if note != "" {
-			res, err = wb.acquireNoted(actx, key, c.ttl, note)
-		} else {
-			res, err = b.Acquire(actx, key, c.ttl)
-		}
+		a := &attemptInfo{note: note}
+		res, err := b.Acquire(context.WithValue(actx, attemptKey{}, a), key, c.ttl)
 		cancel()
+		if h == nil {
+			// A wrapper of the caller's own: the Backend beneath it, if any,
+			// said which hub it has.
+			if hb := a.hub.Load(); hb != nil {
+				useHub(hb)
+				since = a.seq.Load()
+			}
+		}
 		if err != nil {
 			if ctx.Err() == nil && !time.Now().Before(deadline) {
 				return AcquireResult{}, time.Time{}, &Error{Op: "lock", Code: CodeAcquisitionTimeout, Key: key, Err: err,
@@ -316,7 +337,6 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 		return AcquireResult{}, time.Time{}, acquisitionTimeout(key, attempts, time.Since(start), cause)
 	}
 
-	var since uint64
 	if h != nil {
 		since = h.seqNow()
 	}

@@ -136,17 +136,6 @@ func (t *TelemetryBackend) waitHub() *hub {
 	return nil
 }
 
-// acquireNoted implements waitable, emitting the acquire's event.
-func (t *TelemetryBackend) acquireNoted(ctx context.Context, key string, ttl time.Duration, note string) (AcquireResult, error) {
-	w, ok := t.inner.(waitable)
-	if !ok {
-		return t.Acquire(ctx, key, ttl)
-	}
-	r, err := w.acquireNoted(ctx, key, ttl, note)
-	t.emitAcquire(key, r, err)
-	return r, err
-}
-
 // Unwrap returns the wrapped backend.
 func (t *TelemetryBackend) Unwrap() LockBackend { return t.inner }
 

@@ -7,7 +7,10 @@ import (
 
 // Locker is the part of a LockBackend that Lock, WithLock and a Lease use:
 // the three operations that take, give back and prolong a lock. Wrap a
-// backend in a Locker of your own to add tracing or metrics around them.
+// backend in a Locker of your own to add tracing or metrics around them;
+// pass ctx on to the wrapped Locker (or a context derived from it): Lock
+// and WithLock carry in it what lets a *Backend beneath wake their waiting
+// on release. A wrapper that drops ctx's values still works, by polling.
 //
 // Every method validates its input before any I/O and returns a *Error on
 // failure. Contention is not an error: Acquire returns OK == false.

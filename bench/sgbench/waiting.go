@@ -67,11 +67,18 @@ var WaitVariants = []string{VarNotify, VarNotifyOne, VarFallback, VarPollBefore,
 type noListen struct{ driver.Dialect }
 
 // pollingOnly is a Locker without the hub and without the holder's expiry:
-// Lock retries on its schedule only, as it did before issue 15.
+// Lock retries on its schedule only, as it did before issue 15. It hides
+// the attempt's context values, through which Lock finds the hub of a
+// Backend inside a wrapper.
 type pollingOnly struct{ b *syncguard.Backend }
 
+// noValues is ctx without its values (deadline and cancellation kept).
+type noValues struct{ context.Context }
+
+func (noValues) Value(any) any { return nil }
+
 func (p pollingOnly) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {
-	r, err := p.b.Acquire(ctx, key, ttl)
+	r, err := p.b.Acquire(noValues{ctx}, key, ttl)
 	return syncguard.AcquireResult{OK: r.OK, Reason: r.Reason, LockID: r.LockID, Fence: r.Fence, ExpiresAt: r.ExpiresAt}, err
 }
 func (p pollingOnly) Release(ctx context.Context, id string) (syncguard.ReleaseResult, error) {

@@ -489,6 +489,10 @@ func TestThroughPgBouncer(t *testing.T) {
 		p := start(t, env(d), "run", "--key", k, "--ttl", "4", "--", "sh", "-c",
 			fmt.Sprintf(`echo "$SYNCGUARD_FENCE" > %[1]s/fence; while [ ! -e %[1]s/go ]; do sleep 0.05; done`, dir))
 		waitFile(t, filepath.Join(dir, "fence"), time.Minute)
+		// A second run waits for the key meanwhile: no notification comes
+		// through the pooler, so its waiting polls, silently, and it gets
+		// the key after the release.
+		waiter := start(t, env(d), "run", "--key", k, "--wait", "5m", "--", "sh", "-c", `echo "$SYNCGUARD_FENCE"`)
 		db := openDB(t, direct)
 		seen := map[int64]bool{}
 		deadline := time.Now().Add(2 * time.Minute)
@@ -520,6 +524,11 @@ func TestThroughPgBouncer(t *testing.T) {
 		wantCode(t, r, 0)
 		if r.stderr != "" {
 			t.Errorf("run through PgBouncer printed on stderr: %s", r)
+		}
+		r = waiter.wait(t, time.Minute)
+		wantCode(t, r, 0)
+		if r.stderr != "" || len(strings.TrimSpace(r.stdout)) != 15 {
+			t.Errorf("a run waiting through PgBouncer must get the key after the release, print its fence and nothing on stderr: %s", r)
 		}
 		for range 3 {
 			r := sg(t, d, "status", "--json", k)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -24,12 +25,15 @@ const (
 	// numSuffix names the variable with the fence as a plain decimal
 	// number: $SYNCGUARD_FENCE_NUM.
 	numSuffix = "_NUM"
-	// pollDelay is the base delay between attempts on a busy lock (with
-	// equal jitter: 125 to 250 ms). A contended attempt reads one index
-	// entry and writes nothing, so polling is cheap, and a short delay
-	// keeps hand-offs quick. Polling (rather than a notification) works
-	// through every pooler.
+	// pollDelay is the base delay between attempts on a busy lock, and
+	// after a transient error (with equal jitter: 125 to 250 ms). Waiting
+	// on a busy lock is woken sooner by the holder's release or expiry;
+	// the retries are what finds a release where notifications cannot
+	// come (behind PgBouncer in transaction mode). A contended attempt
+	// reads one index entry and writes nothing, so they are cheap.
 	pollDelay = 250 * time.Millisecond
+	// waitChunk bounds one Lock call of --wait forever.
+	waitChunk = time.Hour
 
 	defaultTTL   = 30 * time.Second
 	defaultWait  = 5 * time.Second
@@ -162,7 +166,7 @@ func (a *app) lockOptions(o *runOpts) *syncguard.LockOptions {
 		// confirmed expiry on this machine's clock (see keeper).
 		AutoExtend: false,
 		Acquisition: syncguard.AcquisitionOptions{
-			MaxRetries: -1, // one attempt: acquire polls itself Timeout: a.timeout,
+			MaxRetries: -1, Timeout: a.timeout, // --wait 0: one attempt; acquire sets the waiting
 		},
 		ReleaseTimeout: a.timeout,
 		// runHolding releases explicitly and reports the error itself.
@@ -205,29 +209,60 @@ func (a *app) lock(b *syncguard.Backend, o *runOpts, sigs <-chan os.Signal) (*sy
 	}
 }
 
-// acquire tries once, then every 125 to 250 ms until --wait runs out.
-// Each attempt is bounded by --timeout. A transient database error is
-// retried within --wait too, with one warning per outage.
+// acquire takes the lock, waiting for up to --wait while it is busy. The
+// library's Lock does the waiting: woken when the holder releases the key
+// (from any process, through a LISTEN connection), when its lock expires,
+// or at the latest every 125 to 250 ms; behind a pooler that does not
+// forward notifications it just polls. Each attempt is bounded by
+// --timeout. A transient database error is retried within --wait too, with
+// one warning per outage.
 func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts) (*syncguard.Lease, time.Time, error) {
 	start := time.Now()
 	var deadline time.Time
 	if o.wait != Forever {
 		deadline = start.Add(o.wait)
 	}
+	remaining := func() time.Duration {
+		if o.wait == Forever {
+			return Forever
+		}
+		return time.Until(deadline)
+	}
+	// The LISTEN connection the waiting may have opened is of no use once
+	// the wait is over; the Backend stays usable.
+	defer b.Close()
 	announced, warned := false, false
 	var outage error // the last transient error, nil after a real answer
 	var outageStart time.Time
-	for {
-		sent := time.Now()
-		lease, err := syncguard.Lock(ctx, b, o.key, a.lockOptions(o))
-		if err == nil {
-			if outage != nil && warned && !o.quiet {
+	l := &attempts{b: b, timeout: a.timeout}
+	l.answered = func(r syncguard.AcquireResult) {
+		if outage != nil && warned && !o.quiet {
+			if r.OK {
 				a.notef("PostgreSQL answers again after %v; acquired %s", short(time.Since(outageStart)), displayKey(o.key))
+			} else {
+				a.notef("PostgreSQL answers again after %v", short(time.Since(outageStart)))
 			}
+		}
+		outage, warned = nil, false
+		if !r.OK && o.verbose && !announced && o.wait > 0 {
+			announced = true
+			a.notef("%s is busy (%s); waiting %s", displayKey(o.key), a.holder(b, o), retryingFor(remaining()))
+		}
+	}
+	for {
+		opts := a.lockOptions(o)
+		if o.wait > 0 {
+			opts.Acquisition = syncguard.AcquisitionOptions{
+				MaxRetries: math.MaxInt32, RetryDelay: pollDelay, Backoff: "fixed", Jitter: "equal",
+				Timeout: max(min(remaining(), waitChunk), time.Millisecond),
+			}
+		}
+		lease, err := syncguard.Lock(ctx, l, o.key, opts)
+		if err == nil {
 			if o.verbose {
 				a.notef("acquired %s with fence %s (ttl %v, after %v)", displayKey(o.key), lease.Fence(), fmtDuration(o.ttl), time.Since(start).Round(time.Millisecond))
 			}
-			return lease, sent, nil
+			return lease, l.sent, nil
 		}
 		if ctx.Err() != nil {
 			return nil, time.Time{}, err
@@ -236,10 +271,6 @@ func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts) (*s
 		isErr := errors.As(err, &se)
 		switch {
 		case isErr && se.Code == syncguard.CodeAcquisitionTimeout && se.Err == nil: // busy
-			if outage != nil && warned && !o.quiet {
-				a.notef("PostgreSQL answers again after %v", short(time.Since(outageStart)))
-			}
-			outage, warned = nil, false
 		case isErr && (se.Retryable() || se.Code == syncguard.CodeAcquisitionTimeout): // no answer, or transient
 			if outage == nil {
 				outageStart = time.Now()
@@ -248,27 +279,23 @@ func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts) (*s
 		default:
 			return nil, time.Time{}, err
 		}
-		remaining := time.Until(deadline)
-		if o.wait == Forever {
-			remaining = Forever
-		}
-		if remaining <= 0 {
+		left := remaining()
+		if left <= 0 {
 			if outage != nil {
 				return nil, time.Time{}, a.unavailable(o, outage)
 			}
 			return nil, time.Time{}, a.busy(b, o, time.Since(start))
 		}
-		switch {
-		case outage != nil && !warned && !o.quiet:
+		if outage == nil {
+			continue // busy for a whole waitChunk of --wait forever
+		}
+		if !warned && !o.quiet {
 			warned = true
 			_, code, msg := describe(outage)
-			a.errorf("warning", "cannot acquire %s yet (%s: %s); retrying %s", displayKey(o.key), code, trim(msg, 160), retryingFor(remaining))
-		case outage == nil && o.verbose && !announced:
-			announced = true
-			a.notef("%s is busy (%s); waiting %s", displayKey(o.key), a.holder(b, o), retryingFor(remaining))
+			a.errorf("warning", "cannot acquire %s yet (%s: %s); retrying %s", displayKey(o.key), code, trim(msg, 160), retryingFor(left))
 		}
 		d := pollDelay/2 + rand.N(pollDelay/2+1)
-		t := time.NewTimer(min(d, remaining))
+		t := time.NewTimer(min(d, left))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -276,6 +303,47 @@ func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts) (*s
 			return nil, time.Time{}, ctx.Err()
 		}
 	}
+}
+
+// attempts is the Locker run's Lock goes through: it bounds each attempt
+// by --timeout, notes when the successful one was sent (the lock is held
+// at least until then + ttl) and reports every answer. It passes ctx on,
+// so Lock's waiting is woken on release as on the Backend itself. Lock
+// calls it from one goroutine at a time.
+type attempts struct {
+	b        *syncguard.Backend
+	timeout  time.Duration
+	sent     time.Time                       // of the attempt that took the lock
+	answered func(r syncguard.AcquireResult) // after each attempt PostgreSQL answered
+}
+
+func (l *attempts) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {
+	actx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	sent := time.Now()
+	r, err := l.b.Acquire(actx, key, ttl)
+	if err != nil {
+		if ctx.Err() == nil && actx.Err() != nil {
+			// --timeout ran out, not the wait: an outage, reported as
+			// the single attempts of --wait 0 report it.
+			return r, &syncguard.Error{Op: "lock", Code: syncguard.CodeAcquisitionTimeout, Key: key, Err: err,
+				Msg: "no answer within --timeout " + fmtDuration(l.timeout)}
+		}
+		return r, err
+	}
+	if r.OK {
+		l.sent = sent
+	}
+	l.answered(r)
+	return r, nil
+}
+
+func (l *attempts) Release(ctx context.Context, lockID string) (syncguard.ReleaseResult, error) {
+	return l.b.Release(ctx, lockID)
+}
+
+func (l *attempts) Extend(ctx context.Context, lockID string, ttl time.Duration) (syncguard.ExtendResult, error) {
+	return l.b.Extend(ctx, lockID, ttl)
 }
 
 func retryingFor(d time.Duration) string {

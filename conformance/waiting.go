@@ -43,6 +43,28 @@ func polling() *syncguard.LockOptions {
 		Jitter: "none", Timeout: waitTimeout}}
 }
 
+// wakeOnRelease holds a key on pb, lets waiter (on pb2's Backend) wait for
+// it with its only retry an hour away, releases, and checks that the
+// waiter gets the key: woken by the release (rule), or, when pb2 gets no
+// notifications, found by polling (fallbackRule).
+func (e *sqlEnv) wakeOnRelease(waiter syncguard.Locker, rule, fallbackRule string) {
+	e.t.Helper()
+	st := e.notifications(e.pb2)
+	k := e.key("wake")
+	held := e.mustAcquire(e.pb, k, 60*time.Second)
+	opts := wakeOnly()
+	rule += " (its only retry was an hour away, the holder's TTL a minute)"
+	if !st.Active {
+		opts, rule = polling(), fallbackRule
+	}
+	ch := e.lockAsync(waiter, k, opts)
+	e.pause(200 * time.Millisecond)
+	if r := e.release(e.pb, held.LockID); !r.OK {
+		e.t.Fatalf("rule: the holder's release succeeds; got %+v", r)
+	}
+	e.mustGet(ch, held.Fence, rule, e.pb2).Close()
+}
+
 // callersLocker is a Locker of a caller's own around a Backend, as a team
 // writes for tracing: it counts acquires and passes ctx on.
 type callersLocker struct {
@@ -147,19 +169,8 @@ func init() {
 		// A holder on one pool releases; a waiter on another pool (another
 		// process, as far as the library can tell) whose only retry is an
 		// hour away gets the key, so it was woken by the release.
-		st := e.notifications(e.pb2)
-		k := e.key("wake")
-		held := e.mustAcquire(e.pb, k, 60*time.Second)
-		opts, rule := wakeOnly(), "a release on one pool wakes a waiter on another pool (its only retry was an hour away, the holder's TTL a minute)"
-		if !st.Active {
-			opts, rule = polling(), "without notifications, a release on another pool is found by the waiter's next retry"
-		}
-		ch := e.lockAsync(e.pb2, k, opts)
-		e.pause(200 * time.Millisecond)
-		if r := e.release(e.pb, held.LockID); !r.OK {
-			e.t.Fatalf("rule: the holder's release succeeds; got %+v", r)
-		}
-		e.mustGet(ch, held.Fence, rule, e.pb2).Close()
+		e.wakeOnRelease(e.pb2, "a release on one pool wakes a waiter on another pool",
+			"without notifications, a release on another pool is found by the waiter's next retry")
 	})
 
 	registerSQL("Waiting/WakeThroughCallersWrapper", func(e *sqlEnv) {
@@ -167,20 +178,9 @@ func init() {
 		// (tracing, metrics): waiting through it is woken on release as
 		// on the Backend itself, and every attempt goes through the
 		// wrapper.
-		st := e.notifications(e.pb2)
-		k := e.key("wrapped")
-		held := e.mustAcquire(e.pb, k, 60*time.Second)
-		opts, rule := wakeOnly(), "a release wakes a waiter whose Backend is wrapped in a Locker of the caller's own (its only retry was an hour away, the holder's TTL a minute)"
-		if !st.Active {
-			opts, rule = polling(), "without notifications, a waiter through a caller's wrapper finds the release by its next retry"
-		}
 		w := &callersLocker{Locker: e.pb2}
-		ch := e.lockAsync(w, k, opts)
-		e.pause(200 * time.Millisecond)
-		if r := e.release(e.pb, held.LockID); !r.OK {
-			e.t.Fatalf("rule: the holder's release succeeds; got %+v", r)
-		}
-		e.mustGet(ch, held.Fence, rule, e.pb2).Close()
+		e.wakeOnRelease(w, "a release wakes a waiter whose Backend is wrapped in a Locker of the caller's own",
+			"without notifications, a waiter through a caller's wrapper finds the release by its next retry")
 		if n := w.acquires.Load(); n < 2 {
 			e.t.Errorf("rule: Lock's attempts go through the caller's wrapper; it saw %d acquires, want at least 2 (the failed one and the one after the release)", n)
 		}

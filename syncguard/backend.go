@@ -116,22 +116,18 @@ func (b *Backend) releaseTimeout() time.Duration { return b.shared.cfg.releaseTi
 // Acquire implements LockBackend. It is a single attempt: OK == false
 // means the key is held; use the lock helper for retries.
 func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
-	note := ""
-	if a := attemptOf(ctx); a != nil { // an attempt of Lock or WithLock
-		a.seq.Store(b.shared.hub.seqNow())
-		a.hub.Store(b.shared.hub)
-		note = a.note
-	}
-	return b.acquire(ctx, key, ttl, note)
-}
-
-// acquire is Acquire; note, when not empty, is the prefix of the
-// notification a successful attempt sends (see wake.go).
-func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, note string) (AcquireResult, error) {
 	const op = "acquire"
 	k, e := checkKey(op, key)
 	if e != nil {
 		return AcquireResult{}, e
+	}
+	note := ""
+	if a := attemptOf(ctx); a != nil && a.kh == wakeKeyHash(k.Storage) {
+		// An attempt of Lock or WithLock for this very key (a wrapper
+		// may lock another one): leave the hub, take the notification.
+		a.seq.Store(b.shared.hub.seqNow())
+		a.hub.Store(b.shared.hub)
+		note = a.note
 	}
 	ttlMs, e := ttlMillis(op, ttl)
 	if e != nil {

@@ -598,3 +598,27 @@ func TestPlainPQDialectNamesListenDialect(t *testing.T) {
 		}
 	}
 }
+
+// An attempt of Lock passes its notification and learns the hub only when
+// the Backend is asked for Lock's own key: a wrapper that locks another
+// key (a namespace prefix, say) must not announce Lock's waiter for it.
+func TestAttemptInfoOnlyForLocksKey(t *testing.T) {
+	b, mock := newMock(t, &Config{})
+	k, _ := checkKey("lock", "k")
+	for _, c := range []struct {
+		key, note string
+	}{{"k", "a kh wid "}, {"ns:k", ""}} {
+		a := &attemptInfo{kh: wakeKeyHash(k.Storage), note: "a kh wid "}
+		mock.ExpectQuery("INSERT INTO").WithArgs(sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), c.note).
+			WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000)))
+		if _, err := b.Acquire(context.WithValue(context.Background(), attemptKey{}, a), c.key, time.Second); err != nil {
+			t.Fatalf("key %q: %v", c.key, err)
+		}
+		if got := a.hub.Load() != nil; got != (c.note != "") {
+			t.Errorf("key %q: hub learnt %v, want %v", c.key, got, c.note != "")
+		}
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -261,6 +261,7 @@ type waitable interface {
 // attempt, so that waiting on a wrapper of a user's own (tracing, metrics)
 // is woken on release as on the Backend itself.
 type attemptInfo struct {
+	kh   string // wakeKeyHash of the key Lock waits for
 	note string
 	hub  atomic.Pointer[hub]
 	seq  atomic.Uint64 // hub.seqNow() when the Backend was called
@@ -297,10 +298,13 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 	var h *hub
 	var kh, note string
 	var since uint64 // h.seqNow() from before the last attempt
+	if k, kerr := checkKey("lock", key); kerr == nil {
+		kh = wakeKeyHash(k.Storage)
+	} // else the attempt reports the error, and there is no waiting
 	useHub := func(hb *hub) {
-		if k, kerr := checkKey("lock", key); kerr == nil && hb != nil {
-			h, kh = hb, wakeKeyHash(k.Storage)
-		} // else the attempt reports the error
+		if kh != "" {
+			h = hb
+		}
 	}
 	if wb, ok := b.(waitable); ok {
 		useHub(wb.waitHub())
@@ -313,7 +317,7 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 		// it would otherwise wait as long as ctx allows (forever without a
 		// deadline), and ctx must outlive Lock for AutoExtend.
 		actx, cancel := context.WithDeadline(ctx, deadline)
-		a := &attemptInfo{note: note}
+		a := &attemptInfo{kh: kh, note: note}
 		res, err := b.Acquire(context.WithValue(actx, attemptKey{}, a), key, c.ttl)
 		cancel()
 		if h == nil {

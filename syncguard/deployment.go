@@ -266,26 +266,23 @@ var (
 )
 
 func (d *deployment) lockTable() {
-	l := schema().locks
-	oid := d.table("lock table", d.cfg.table, l)
-	if oid == 0 {
-		return
-	}
-	d.indexes(oid, d.cfg.table, l)
-	if d.privileges("lock table", d.cfg.table, oid, lockTablePrivileges) {
-		d.lockRows()
-	}
+	d.checkTable("lock table", d.cfg.table, schema().locks, lockTablePrivileges, d.lockRows)
 }
 
 func (d *deployment) fenceTable() {
-	f := schema().fences
-	oid := d.table("fence table", d.cfg.fenceTable, f)
+	d.checkTable("fence table", d.cfg.fenceTable, schema().fences, fenceTablePrivileges, d.fenceCounters)
+}
+
+// checkTable checks one of the tables: its columns, its indexes and the
+// role's privileges, and then, if they are granted, its rows.
+func (d *deployment) checkTable(check, name string, want tableLayout, privs []string, rows func()) {
+	oid := d.table(check, name, want)
 	if oid == 0 {
 		return
 	}
-	d.indexes(oid, d.cfg.fenceTable, f)
-	if d.privileges("fence table", d.cfg.fenceTable, oid, fenceTablePrivileges) {
-		d.fenceCounters()
+	d.indexes(oid, name, want)
+	if d.privileges(check, name, oid, privs) {
+		rows()
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,37 +71,42 @@ func preflight(t *testing.T, h Harness) {
 	sweepLeftovers(ctx, t, db)
 }
 
-// sweepLeftovers drops the suite's tables in the current schema that are
-// older than leftoverAge. A table it cannot drop (another role's) is
-// logged and kept.
+// sweepLeftovers drops the suite's tables (and the trigger functions of
+// Statements/ReleaseSkipsOnlyItsOwnFlush) in the current schema that are
+// older than leftoverAge. One it cannot drop (another role's) is logged
+// and kept.
 func sweepLeftovers(ctx context.Context, t *testing.T, db *sql.DB) {
 	t.Helper()
-	rows, err := db.QueryContext(ctx, `SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname LIKE 'sgc\_%'`)
+	rows, err := db.QueryContext(ctx, `SELECT 'TABLE', c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname LIKE 'sgc\_%'
+UNION ALL
+SELECT 'FUNCTION', p.proname::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE n.nspname = current_schema() AND p.proname LIKE 'sgc\_%'`)
 	if err != nil {
 		t.Logf("conformance: preflight: listing leftover tables: %v", err)
 		return
 	}
-	var old []string
+	type object struct{ kind, name string }
+	var old []object
 	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
+		var o object
+		if err := rows.Scan(&o.kind, &o.name); err != nil {
 			t.Logf("conformance: preflight: listing leftover tables: %v", err)
 			break
 		}
-		if leftover(name, time.Now()) {
-			old = append(old, name)
+		if leftover(o.name, time.Now()) {
+			old = append(old, o)
 		}
 	}
 	rows.Close()
-	for _, name := range old {
-		if _, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS `+rules.QuoteIdent(name)); err != nil {
-			t.Logf("conformance: preflight: dropping leftover table %s: %v", name, err)
+	for _, o := range old {
+		if _, err := db.ExecContext(ctx, `DROP `+o.kind+` IF EXISTS `+rules.QuoteIdent(o.name)+` CASCADE`); err != nil {
+			t.Logf("conformance: preflight: dropping leftover %s %s: %v", strings.ToLower(o.kind), o.name, err)
 			continue
 		}
 	}
 	if len(old) > 0 {
-		t.Logf("conformance: preflight: dropped %d tables left by earlier runs (older than %v)", len(old), leftoverAge)
+		t.Logf("conformance: preflight: dropped %d tables and functions left by earlier runs (older than %v)", len(old), leftoverAge)
 	}
 }
 

@@ -1,9 +1,11 @@
 package conformance
 
 import (
+	"context"
 	"fmt"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -125,6 +127,63 @@ func init() {
 				}
 				e.release(b, r.LockID)
 			}
+		}
+	})
+}
+
+func init() {
+	// A release on the pool is its own transaction, and its commit does
+	// not wait for the WAL flush: a release lost in a crash leaves the lock
+	// held until its TTL, which is safe, and the next acquire's commit
+	// flushes it anyway. Inside the caller's transaction (WithTx) the
+	// commit is the caller's, and its durability is left alone. An AFTER
+	// DELETE trigger on the case's lock table records the setting the
+	// releasing transaction runs with.
+	registerSQL("Statements/ReleaseSkipsOnlyItsOwnFlush", func(e *sqlEnv) {
+		seen, fn := suiteTable("sc"), suiteTable("scfn")
+		e.exec(`CREATE TABLE ` + rules.QuoteIdent(seen) + ` ("sc" text NOT NULL)`)
+		e.dropLater(seen)
+		e.exec(`CREATE FUNCTION ` + rules.QuoteIdent(fn) + `() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO ` +
+			rules.QuoteIdent(seen) + ` VALUES (current_setting('synchronous_commit')); RETURN NULL; END $$`)
+		e.t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, _ = e.db.ExecContext(ctx, `DROP FUNCTION IF EXISTS `+rules.QuoteIdent(fn)+` CASCADE`)
+		})
+		e.exec(`CREATE TRIGGER "sc" AFTER DELETE ON ` + e.locksTable() + ` FOR EACH ROW EXECUTE FUNCTION ` + rules.QuoteIdent(fn) + `()`)
+		var role string
+		e.must(e.db.QueryRowContext(e.ctx, `SELECT current_setting('synchronous_commit')`).Scan(&role), "reading synchronous_commit")
+		if role == "off" {
+			e.t.Skip("the role's synchronous_commit is off: every commit skips the flush (CheckDeployment fails that setting)")
+		}
+		last := func() string {
+			var sc string
+			e.must(e.db.QueryRowContext(e.ctx, `SELECT "sc" FROM `+rules.QuoteIdent(seen)+` ORDER BY ctid DESC LIMIT 1`).Scan(&sc), "reading the recorded setting")
+			return sc
+		}
+
+		r := e.mustAcquire(e.pb, e.key("sc"), 30*time.Second)
+		if rel := e.release(e.pb, r.LockID); !rel.OK {
+			e.t.Fatalf("setup: release: %+v", rel)
+		}
+		if sc := last(); sc != "off" {
+			e.t.Errorf("rule: a release on the pool commits without waiting for the WAL flush (synchronous_commit off for its own transaction); it ran with %q", sc)
+		}
+
+		tx := e.begin(e.db)
+		defer func() { _ = tx.Rollback() }()
+		r2, err := e.pb.WithTx(tx).Acquire(e.ctx, e.key("sctx"), 30*time.Second)
+		if err != nil || !r2.OK {
+			e.t.Fatalf("setup: acquire in a transaction: %+v, %v", r2, err)
+		}
+		if rel, err := e.pb.WithTx(tx).Release(e.ctx, r2.LockID); err != nil || !rel.OK {
+			e.t.Fatalf("setup: release in a transaction: %+v, %v", rel, err)
+		}
+		var inTx, recorded string
+		e.must(tx.QueryRowContext(e.ctx, `SELECT current_setting('synchronous_commit')`).Scan(&inTx), "reading synchronous_commit in the transaction")
+		e.must(tx.QueryRowContext(e.ctx, `SELECT "sc" FROM `+rules.QuoteIdent(seen)+` ORDER BY ctid DESC LIMIT 1`).Scan(&recorded), "reading the recorded setting in the transaction")
+		if inTx != role || recorded != role {
+			e.t.Errorf("rule: a release inside the caller's transaction leaves that transaction's durability alone (synchronous_commit %q); after it the transaction has %q, the release ran with %q", role, inTx, recorded)
 		}
 	})
 }

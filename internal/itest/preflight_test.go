@@ -53,9 +53,9 @@ func TestHelperRestrictedRole(t *testing.T) {
 	conformance.Run(t, conformance.Harness{DriverName: "pgx", DSN: os.Getenv("SYNCGUARD_ITEST_ROLE_DSN")})
 }
 
-// TestConformanceDropsLeftoverTables: tables of the suite older than an
-// hour (a crashed run's) are dropped before the cases run; recent ones (a
-// run going on right now) are kept.
+// TestConformanceDropsLeftoverTables: tables (and trigger functions) of
+// the suite older than an hour (a crashed run's) are dropped before the
+// cases run; recent ones (a run going on right now) are kept.
 func TestConformanceDropsLeftoverTables(t *testing.T) {
 	if os.Getenv(helperEnv) != "" {
 		t.Skip("helper run")
@@ -66,9 +66,11 @@ func TestConformanceDropsLeftoverTables(t *testing.T) {
 	db := open(t, srv.DSN)
 	old := fmt.Sprintf("sgc_%08x_0badc0_locks", time.Now().Add(-2*time.Hour).Unix())
 	recent := fmt.Sprintf("sgc_%08x_0badc0_locks", time.Now().Add(-10*time.Minute).Unix())
+	oldFn := fmt.Sprintf("sgc_%08x_0badc0_scfn", time.Now().Add(-2*time.Hour).Unix())
 	for _, name := range []string{old, recent} {
 		mustExec(ctx, t, db, `CREATE TABLE IF NOT EXISTS "`+name+`" (x int)`)
 	}
+	mustExec(ctx, t, db, `CREATE OR REPLACE FUNCTION "`+oldFn+`"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$`)
 	t.Cleanup(func() { _, _ = db.Exec(`DROP TABLE IF EXISTS "` + recent + `"`) })
 	conformance.Run(t, conformance.Harness{DriverName: "pgx", DSN: srv.DSN, Groups: []string{"Lifecycle"}})
 	exists := func(name string) bool {
@@ -80,6 +82,13 @@ func TestConformanceDropsLeftoverTables(t *testing.T) {
 	}
 	if exists(old) {
 		t.Errorf("a suite table created two hours ago (%s) survives the preflight", old)
+	}
+	var fnLeft bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regproc($1) IS NOT NULL`, `"`+oldFn+`"`).Scan(&fnLeft); err != nil {
+		t.Fatal(err)
+	}
+	if fnLeft {
+		t.Errorf("a suite trigger function created two hours ago (%s) survives the preflight", oldFn)
 	}
 	if !exists(recent) {
 		t.Errorf("a suite table created ten minutes ago (%s) was dropped; it may belong to a run going on now", recent)

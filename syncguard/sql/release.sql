@@ -12,9 +12,18 @@
 -- PostgreSQL: a release nobody waits for must not notify.) The hash is also
 -- returned: the releasing Backend wakes its own waiters at once, and knows
 -- its notification by the token.
+-- sc: on the pool path ($2 <> '': the statement is its own transaction)
+-- the commit does not wait for the WAL flush (synchronous_commit off for
+-- this transaction only). A release lost in a crash leaves the lock held
+-- until its TTL, which is safe; and the commit of any later write that
+-- depends on the release (the next acquire of the key) flushes the WAL up
+-- to itself, the release included. One fsync per hand-off instead of two
+-- (docs/design.md, "Durability of a release"). Inside the caller's
+-- transaction ($2 = '') nothing changes: that commit is the caller's.
 WITH
 t AS (
-  SELECT {{now_ms}} AS now_ms
+  SELECT {{now_ms}} AS now_ms,
+    CASE WHEN $2::text <> '' THEN set_config('synchronous_commit', 'off', true) END AS sc
 ),
 d AS (
   DELETE FROM {{locks}} AS l USING t

@@ -6,6 +6,7 @@ import (
 	sqldriver "database/sql/driver"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -30,6 +31,8 @@ type pgBouncerErr struct{ pgErr }
 
 func (e *pgBouncerErr) Error() string { return `FATAL: password authentication failed for user "app"` }
 func (e *pgBouncerErr) Unwrap() error { return &e.pgErr }
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 type fakeDialect struct{}
 

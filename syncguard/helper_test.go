@@ -1,4 +1,9 @@
-package syncguard
+package syncguard_test
+
+// The lock helper's tests run on syncguardtest's in-memory backend, which
+// is why they are in the external test package: syncguardtest imports
+// syncguard, so package syncguard's own tests cannot import it. What needs
+// unexported code (the delay and schedule arithmetic) is in timing_test.go.
 
 import (
 	"bytes"
@@ -13,27 +18,89 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/syncguardtest"
 )
 
-// --- shared test helpers for the helper, lease, telemetry and diagnostics tests.
+// --- shared test helpers for the helper, lease and telemetry tests.
 
-func requireCode(t *testing.T, err error, code Code) *Error {
+// The lock helper's defaults, as documented on LockOptions and
+// AcquisitionOptions.
+const (
+	defaultTTL            = 30 * time.Second
+	defaultRetryDelay     = 100 * time.Millisecond
+	defaultAcquireTimeout = 5 * time.Second
+)
+
+// sentinels is each Code's sentinel, as documented on the Err variables.
+var sentinels = map[syncguard.Code]error{
+	syncguard.CodeServiceUnavailable: syncguard.ErrServiceUnavailable,
+	syncguard.CodeAuthFailed:         syncguard.ErrAuthFailed,
+	syncguard.CodeInvalidArgument:    syncguard.ErrInvalidArgument,
+	syncguard.CodeRateLimited:        syncguard.ErrRateLimited,
+	syncguard.CodeNetworkTimeout:     syncguard.ErrNetworkTimeout,
+	syncguard.CodeAcquisitionTimeout: syncguard.ErrAcquisitionTimeout,
+	syncguard.CodeAborted:            syncguard.ErrAborted,
+	syncguard.CodeInternal:           syncguard.ErrInternal,
+}
+
+func requireCode(t *testing.T, err error, code syncguard.Code) *syncguard.Error {
 	t.Helper()
-	var e *Error
-	if !errors.As(err, &e) || e.Code != code || !errors.Is(err, code.sentinel()) {
+	var e *syncguard.Error
+	if !errors.As(err, &e) || e.Code != code || !errors.Is(err, sentinels[code]) {
 		t.Fatalf("want a *Error with code %s, got %T %v", code, err, err)
 	}
 	return e
 }
 
-// hold takes key on f for an hour, as another process would.
-func hold(t *testing.T, f *FakeBackend, key string) AcquireResult {
+// hold takes key on b for an hour, as another process would.
+func hold(t *testing.T, b *syncguardtest.Backend, key string) syncguard.AcquireResult {
 	t.Helper()
-	r, err := f.Acquire(context.Background(), key, time.Hour)
+	r, err := b.Acquire(context.Background(), key, time.Hour)
 	if err != nil || !r.OK {
 		t.Fatalf("setup: holding %q: %+v %v", key, r, err)
 	}
 	return r
+}
+
+// sendTimes makes b record when each call of op is sent (its hook, which
+// it replaces, runs then) and returns the recorded times, in order.
+func sendTimes(b *syncguardtest.Backend, op syncguardtest.Op) func() []time.Time {
+	var mu sync.Mutex
+	var times []time.Time
+	b.SetHook(func(_ context.Context, c syncguardtest.Call) error {
+		if c.Op == op {
+			mu.Lock()
+			defer mu.Unlock()
+			times = append(times, time.Now())
+		}
+		return nil
+	})
+	return func() []time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]time.Time(nil), times...)
+	}
+}
+
+// serverExpiry returns the expiry of lockID's row on b, which must be live.
+func serverExpiry(t *testing.T, b *syncguardtest.Backend, lockID string) time.Time {
+	t.Helper()
+	info, err := b.LookupID(context.Background(), lockID)
+	if err != nil || info == nil {
+		t.Fatalf("no live row for the lease on the server: %+v %v", info, err)
+	}
+	return info.ExpiresAt
+}
+
+// failOp is a hook that fails every call of op with err.
+func failOp(op syncguardtest.Op, err error) func(context.Context, syncguardtest.Call) error {
+	return func(_ context.Context, c syncguardtest.Call) error {
+		if c.Op == op {
+			return err
+		}
+		return nil
+	}
 }
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
@@ -83,12 +150,12 @@ var errFn = errors.New("fn failed")
 // --- WithLock basics
 
 func TestWithLockRunsFnHoldingTheLockAndReleases(t *testing.T) {
-	f := NewFakeBackend()
+	b := syncguardtest.New()
 	ctx := context.Background()
 	ran := false
-	err := WithLock(ctx, f, "job:1", func(ctx context.Context, l *Lease) error {
+	err := syncguard.WithLock(ctx, b, "job:1", func(ctx context.Context, l *syncguard.Lease) error {
 		ran = true
-		if locked, _ := f.IsLocked(ctx, "job:1"); !locked {
+		if locked, _ := b.IsLocked(ctx, "job:1"); !locked {
 			t.Error("the key must be locked while fn runs")
 		}
 		if l.Key() != "job:1" || rules.ValidateLockID(l.LockID()) != nil || l.Fence() != "000000000000001" || l.ExpiresAt().IsZero() {
@@ -99,18 +166,18 @@ func TestWithLockRunsFnHoldingTheLockAndReleases(t *testing.T) {
 	if err != nil || !ran {
 		t.Fatalf("WithLock: ran=%v err=%v", ran, err)
 	}
-	if locked, _ := f.IsLocked(ctx, "job:1"); locked {
+	if locked, _ := b.IsLocked(ctx, "job:1"); locked {
 		t.Error("the key must be free after WithLock returns")
 	}
-	if n := f.Calls("release"); n != 1 {
+	if n := b.Calls(syncguardtest.OpRelease); n != 1 {
 		t.Errorf("want exactly one release, got %d", n)
 	}
 }
 
 func TestWithLockDefaultTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		_ = WithLock(t.Context(), f, "k", func(ctx context.Context, l *Lease) error {
+		b := syncguardtest.New()
+		_ = syncguard.WithLock(t.Context(), b, "k", func(ctx context.Context, l *syncguard.Lease) error {
 			if got := l.ExpiresAt().Sub(time.Now()); got != defaultTTL {
 				t.Errorf("default TTL: want %v, got %v", defaultTTL, got)
 			}
@@ -120,53 +187,53 @@ func TestWithLockDefaultTTL(t *testing.T) {
 }
 
 func TestWithLockReturnsFnErrorUnchangedAndReleases(t *testing.T) {
-	f := NewFakeBackend()
-	err := WithLock(context.Background(), f, "k", func(context.Context, *Lease) error { return errFn }, nil)
+	b := syncguardtest.New()
+	err := syncguard.WithLock(context.Background(), b, "k", func(context.Context, *syncguard.Lease) error { return errFn }, nil)
 	if err != errFn {
 		t.Fatalf("want fn's error itself, got %v", err)
 	}
-	if f.Calls("release") != 1 {
+	if b.Calls(syncguardtest.OpRelease) != 1 {
 		t.Fatal("the lock must be released after fn fails")
 	}
 }
 
 func TestWithLockReleasesOnPanicAndRepanics(t *testing.T) {
-	f := NewFakeBackend()
+	b := syncguardtest.New()
 	defer func() {
 		r := recover()
 		if r != "boom" {
 			t.Fatalf("the panic must continue after the release; recovered %v", r)
 		}
-		if f.Calls("release") != 1 {
+		if b.Calls(syncguardtest.OpRelease) != 1 {
 			t.Fatal("the lock must be released before the panic continues")
 		}
-		if locked, _ := f.IsLocked(context.Background(), "k"); locked {
+		if locked, _ := b.IsLocked(context.Background(), "k"); locked {
 			t.Fatal("the key must be free after a panicking fn")
 		}
 	}()
-	_ = WithLock(context.Background(), f, "k", func(context.Context, *Lease) error { panic("boom") }, nil)
+	_ = syncguard.WithLock(context.Background(), b, "k", func(context.Context, *syncguard.Lease) error { panic("boom") }, nil)
 	t.Fatal("unreachable")
 }
 
 func TestWithLockValidatesBeforeIO(t *testing.T) {
-	f := NewFakeBackend()
+	b := syncguardtest.New()
 	ctx := context.Background()
-	fn := func(context.Context, *Lease) error { t.Error("fn must not run"); return nil }
-	for name, opts := range map[string]*LockOptions{
+	fn := func(context.Context, *syncguard.Lease) error { t.Error("fn must not run"); return nil }
+	for name, opts := range map[string]*syncguard.LockOptions{
 		"negative TTL":     {TTL: -time.Second},
-		"negative timeout": {Acquisition: AcquisitionOptions{Timeout: -1}},
-		"negative delay":   {Acquisition: AcquisitionOptions{RetryDelay: -1}},
-		"bad backoff":      {Acquisition: AcquisitionOptions{Backoff: "linear"}},
-		"bad jitter":       {Acquisition: AcquisitionOptions{Jitter: "some"}},
+		"negative timeout": {Acquisition: syncguard.AcquisitionOptions{Timeout: -1}},
+		"negative delay":   {Acquisition: syncguard.AcquisitionOptions{RetryDelay: -1}},
+		"bad backoff":      {Acquisition: syncguard.AcquisitionOptions{Backoff: "linear"}},
+		"bad jitter":       {Acquisition: syncguard.AcquisitionOptions{Jitter: "some"}},
 		"sub-ms TTL":       {TTL: time.Microsecond},
 	} {
-		requireCode(t, WithLock(ctx, f, "k", fn, opts), CodeInvalidArgument)
+		requireCode(t, syncguard.WithLock(ctx, b, "k", fn, opts), syncguard.CodeInvalidArgument)
 		_ = name
 	}
-	requireCode(t, WithLock(ctx, f, "", fn, nil), CodeInvalidArgument)
-	requireCode(t, WithLock(ctx, f, "k", nil, nil), CodeInvalidArgument)
-	requireCode(t, WithLock(ctx, nil, "k", fn, nil), CodeInvalidArgument)
-	if n := f.Calls("acquire"); n != 0 {
+	requireCode(t, syncguard.WithLock(ctx, b, "", fn, nil), syncguard.CodeInvalidArgument)
+	requireCode(t, syncguard.WithLock(ctx, b, "k", nil, nil), syncguard.CodeInvalidArgument)
+	requireCode(t, syncguard.WithLock(ctx, nil, "k", fn, nil), syncguard.CodeInvalidArgument)
+	if n := b.Calls(syncguardtest.OpAcquire); n != 0 {
 		t.Fatalf("invalid input must fail before any I/O; %d acquires ran", n)
 	}
 }
@@ -175,14 +242,15 @@ func TestWithLockValidatesBeforeIO(t *testing.T) {
 
 func TestAcquireExponentialDelaysExactAndTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		hold(t, f, "k")
+		b := syncguardtest.New()
+		hold(t, b, "k")
+		attempts := sendTimes(b, syncguardtest.OpAcquire)
 		start := time.Now()
-		_, err := Lock(t.Context(), f, "k", &LockOptions{Acquisition: AcquisitionOptions{Jitter: jitterNone}})
-		e := requireCode(t, err, CodeAcquisitionTimeout)
+		_, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Jitter: "none"}})
+		e := requireCode(t, err, syncguard.CodeAcquisitionTimeout)
 		// Defaults: 10 retries, 100 ms base, exponential, 5 s timeout. Waits
 		// 100, 200, 400, 800, 1600, then 3200 clamped to the 1900 left.
-		if got, want := gaps(f.Times("acquire"))[1:], ms(100, 200, 400, 800, 1600); fmt.Sprint(got) != fmt.Sprint(want) {
+		if got, want := gaps(attempts()), ms(100, 200, 400, 800, 1600); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("delays between attempts: want %v, got %v", want, got)
 		}
 		if el := time.Since(start); el != defaultAcquireTimeout {
@@ -196,16 +264,17 @@ func TestAcquireExponentialDelaysExactAndTimeout(t *testing.T) {
 
 func TestAcquireMaxRetriesCountsAttempts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		hold(t, f, "k")
+		b := syncguardtest.New()
+		hold(t, b, "k")
+		attempts := sendTimes(b, syncguardtest.OpAcquire)
 		start := time.Now()
-		_, err := Lock(t.Context(), f, "k", &LockOptions{Acquisition: AcquisitionOptions{
-			MaxRetries: 3, RetryDelay: 200 * time.Millisecond, Backoff: backoffFixed, Jitter: jitterNone, Timeout: time.Hour}})
-		e := requireCode(t, err, CodeAcquisitionTimeout)
-		if got, want := gaps(f.Times("acquire"))[1:], ms(200, 200, 200); fmt.Sprint(got) != fmt.Sprint(want) {
+		_, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{
+			MaxRetries: 3, RetryDelay: 200 * time.Millisecond, Backoff: "fixed", Jitter: "none", Timeout: time.Hour}})
+		e := requireCode(t, err, syncguard.CodeAcquisitionTimeout)
+		if got, want := gaps(attempts()), ms(200, 200, 200); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("fixed backoff: want delays %v, got %v", want, got)
 		}
-		if n := len(f.Times("acquire")) - 1; n != 4 || !strings.Contains(e.Msg, "after 4 attempts") {
+		if n := len(attempts()); n != 4 || !strings.Contains(e.Msg, "after 4 attempts") {
 			t.Errorf("total attempts = retries + 1 = 4; made %d: %v", n, err)
 		}
 		if el := time.Since(start); el != 600*time.Millisecond {
@@ -216,12 +285,12 @@ func TestAcquireMaxRetriesCountsAttempts(t *testing.T) {
 
 func TestAcquireNoRetries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		hold(t, f, "k")
+		b := syncguardtest.New()
+		hold(t, b, "k")
 		start := time.Now()
-		_, err := Lock(t.Context(), f, "k", &LockOptions{Acquisition: AcquisitionOptions{MaxRetries: -1}})
-		requireCode(t, err, CodeAcquisitionTimeout)
-		if n := f.Calls("acquire") - 1; n != 1 || time.Since(start) != 0 {
+		_, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{MaxRetries: -1}})
+		requireCode(t, err, syncguard.CodeAcquisitionTimeout)
+		if n := b.Calls(syncguardtest.OpAcquire) - 1; n != 1 || time.Since(start) != 0 {
 			t.Errorf("-1: want one attempt and no wait, got %d attempts in %v", n, time.Since(start))
 		}
 		if !strings.Contains(err.Error(), "after 1 attempt in ") {
@@ -231,22 +300,23 @@ func TestAcquireNoRetries(t *testing.T) {
 }
 
 func TestAcquireJitterBounds(t *testing.T) {
-	for _, jitter := range []string{jitterEqual, jitterFull} {
-		t.Run(string(jitter), func(t *testing.T) {
+	for _, jitter := range []string{"equal", "full"} {
+		t.Run(jitter, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				f := NewFakeBackend()
-				hold(t, f, "k")
-				_, err := Lock(t.Context(), f, "k", &LockOptions{Acquisition: AcquisitionOptions{
+				b := syncguardtest.New()
+				hold(t, b, "k")
+				attempts := sendTimes(b, syncguardtest.OpAcquire)
+				_, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{
 					MaxRetries: 8, Jitter: jitter, Timeout: time.Hour}})
-				requireCode(t, err, CodeAcquisitionTimeout)
-				got := gaps(f.Times("acquire"))[1:]
+				requireCode(t, err, syncguard.CodeAcquisitionTimeout)
+				got := gaps(attempts())
 				if len(got) != 8 {
 					t.Fatalf("want 8 waits, got %v", got)
 				}
 				for i, g := range got {
 					d := defaultRetryDelay << i
 					lo := d / 2
-					if jitter == jitterFull {
+					if jitter == "full" {
 						lo = 0
 					}
 					if g < lo || g > d {
@@ -258,41 +328,21 @@ func TestAcquireJitterBounds(t *testing.T) {
 	}
 }
 
-func TestAcquireDelaysAreRandomized(t *testing.T) {
-	c, _ := (&LockOptions{}).resolve()
-	seen := map[time.Duration]bool{}
-	for range 50 {
-		seen[c.delay(3)] = true
-	}
-	if len(seen) < 10 {
-		t.Fatalf("equal jitter must randomize delays; 50 draws gave %d values", len(seen))
-	}
-}
-
-func TestAcquireHugeBackoffDoesNotOverflow(t *testing.T) {
-	c, _ := (&LockOptions{Acquisition: AcquisitionOptions{RetryDelay: time.Duration(1<<62 + 1)}}).resolve()
-	for _, n := range []int{1, 2, 64, 1000} {
-		if d := c.delay(n); d < 0 {
-			t.Fatalf("delay(%d) overflowed: %v", n, d)
-		}
-	}
-}
-
 func TestAcquireSucceedsWhenHolderReleases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		h := hold(t, f, "k")
+		b := syncguardtest.New()
+		h := hold(t, b, "k")
 		go func() {
 			time.Sleep(250 * time.Millisecond)
-			_, _ = f.Release(context.Background(), h.LockID)
+			_, _ = b.Release(context.Background(), h.LockID)
 		}()
 		start := time.Now()
-		err := WithLock(t.Context(), f, "k", func(context.Context, *Lease) error {
+		err := syncguard.WithLock(t.Context(), b, "k", func(context.Context, *syncguard.Lease) error {
 			if el := time.Since(start); el != 300*time.Millisecond {
 				t.Errorf("want the third attempt (after 100+200ms) to win, won at %v", el)
 			}
 			return nil
-		}, &LockOptions{Acquisition: AcquisitionOptions{Jitter: jitterNone}})
+		}, &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Jitter: "none"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -301,18 +351,18 @@ func TestAcquireSucceedsWhenHolderReleases(t *testing.T) {
 
 func TestAcquireBackendErrorReturnedAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		boom := &Error{Op: "acquire", Code: CodeServiceUnavailable, Msg: "down"}
+		b := syncguardtest.New()
+		boom := &syncguard.Error{Op: "acquire", Code: syncguard.CodeServiceUnavailable, Msg: "down"}
 		attempts := 0
-		f.SetFail(func(_ context.Context, op string) error {
-			if op == "acquire" {
+		b.SetHook(func(_ context.Context, c syncguardtest.Call) error {
+			if c.Op == syncguardtest.OpAcquire {
 				attempts++
 				return boom
 			}
 			return nil
 		})
 		start := time.Now()
-		_, err := Lock(t.Context(), f, "k", nil)
+		_, err := syncguard.Lock(t.Context(), b, "k", nil)
 		if err != boom || attempts != 1 || time.Since(start) != 0 {
 			t.Fatalf("a backend error is returned at once and not retried: err %v, %d attempts, %v", err, attempts, time.Since(start))
 		}
@@ -321,20 +371,20 @@ func TestAcquireBackendErrorReturnedAtOnce(t *testing.T) {
 
 func TestAcquireCancelWhileWaitingAbortsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		hold(t, f, "k")
+		b := syncguardtest.New()
+		hold(t, b, "k")
 		ctx, cancel := context.WithCancel(t.Context())
 		time.AfterFunc(150*time.Millisecond, cancel)
 		start := time.Now()
-		_, err := Lock(ctx, f, "k", &LockOptions{Acquisition: AcquisitionOptions{Jitter: jitterNone}})
-		requireCode(t, err, CodeAborted)
+		_, err := syncguard.Lock(ctx, b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Jitter: "none"}})
+		requireCode(t, err, syncguard.CodeAborted)
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("the cause must be context.Canceled: %v", err)
 		}
 		if el := time.Since(start); el != 150*time.Millisecond {
 			t.Errorf("cancellation must stop the wait at once (150ms), returned at %v", el)
 		}
-		if n := f.Calls("acquire") - 1; n != 2 {
+		if n := b.Calls(syncguardtest.OpAcquire) - 1; n != 2 {
 			t.Errorf("attempts at 0 and 100ms only; got %d", n)
 		}
 	})
@@ -342,12 +392,12 @@ func TestAcquireCancelWhileWaitingAbortsAtOnce(t *testing.T) {
 
 func TestAcquireContextDeadlineWhileWaiting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		hold(t, f, "k")
+		b := syncguardtest.New()
+		hold(t, b, "k")
 		ctx, cancel := context.WithTimeout(t.Context(), 250*time.Millisecond)
 		defer cancel()
-		_, err := Lock(ctx, f, "k", &LockOptions{Acquisition: AcquisitionOptions{Jitter: jitterNone}})
-		requireCode(t, err, CodeAcquisitionTimeout)
+		_, err := syncguard.Lock(ctx, b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Jitter: "none"}})
+		requireCode(t, err, syncguard.CodeAcquisitionTimeout)
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("the caller's deadline is the cause: %v", err)
 		}
@@ -356,14 +406,11 @@ func TestAcquireContextDeadlineWhileWaiting(t *testing.T) {
 
 func TestAcquireAttemptBoundedByTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		f.SetFail(func(ctx context.Context, op string) error {
-			<-ctx.Done() // an acquire that never answers (half-open connection)
-			return fromContext(ctx, op, nil)
-		})
+		b := syncguardtest.New()
+		b.SetLatency(time.Hour) // an acquire that never answers (half-open connection)
 		start := time.Now()
-		_, err := Lock(t.Context(), f, "k", &LockOptions{Acquisition: AcquisitionOptions{Timeout: time.Second}})
-		requireCode(t, err, CodeAcquisitionTimeout)
+		_, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: time.Second}})
+		requireCode(t, err, syncguard.CodeAcquisitionTimeout)
 		if el := time.Since(start); el != time.Second {
 			t.Fatalf("a hanging attempt ends at the acquisition timeout (1s), not at ctx's end; returned at %v", el)
 		}
@@ -374,38 +421,33 @@ func TestAcquireAttemptBoundedByTimeout(t *testing.T) {
 
 func TestWithLockReleasesAfterContextCancelledDuringFn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
+		b := syncguardtest.New()
 		ctx, cancel := context.WithCancel(t.Context())
-		err := WithLock(ctx, f, "k", func(ctx context.Context, _ *Lease) error {
+		err := syncguard.WithLock(ctx, b, "k", func(ctx context.Context, _ *syncguard.Lease) error {
 			cancel()
 			return ctx.Err()
 		}, nil)
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("fn's error is returned: %v", err)
 		}
-		if locked, _ := f.IsLocked(context.Background(), "k"); locked || f.Calls("release") != 1 {
+		if locked, _ := b.IsLocked(context.Background(), "k"); locked || b.Calls(syncguardtest.OpRelease) != 1 {
 			t.Fatal("the lock must be released at once even though ctx was cancelled during fn")
 		}
 	})
 }
 
 func TestWithLockReleaseErrorGoesToCallbackNotResult(t *testing.T) {
-	f := NewFakeBackend()
-	relErr := &Error{Op: "release", Code: CodeServiceUnavailable, Msg: "down"}
-	f.SetFail(func(_ context.Context, op string) error {
-		if op == "release" {
-			return relErr
-		}
-		return nil
-	})
+	b := syncguardtest.New()
+	relErr := &syncguard.Error{Op: "release", Code: syncguard.CodeServiceUnavailable, Msg: "down"}
+	b.SetHook(failOp(syncguardtest.OpRelease, relErr))
 	for _, fnErr := range []error{nil, errFn} {
-		var got []ReleaseErrorInfo
+		var got []syncguard.ReleaseErrorInfo
 		var lockID string
-		err := WithLock(context.Background(), f, "k", func(_ context.Context, l *Lease) error {
+		err := syncguard.WithLock(context.Background(), b, "k", func(_ context.Context, l *syncguard.Lease) error {
 			lockID = l.LockID()
-			f.Delete(lockID) // let the next iteration acquire
+			b.Delete(lockID) // let the next iteration acquire
 			return fnErr
-		}, &LockOptions{OnReleaseError: func(err error, info ReleaseErrorInfo) {
+		}, &syncguard.LockOptions{OnReleaseError: func(err error, info syncguard.ReleaseErrorInfo) {
 			if err != relErr {
 				t.Errorf("callback gets the release error, got %v", err)
 			}
@@ -414,32 +456,27 @@ func TestWithLockReleaseErrorGoesToCallbackNotResult(t *testing.T) {
 		if err != fnErr {
 			t.Errorf("a release failure never replaces fn's result: want %v, got %v", fnErr, err)
 		}
-		if len(got) != 1 || got[0].Source != releaseSourceWithLock || got[0].Key != "k" || got[0].LockID != lockID {
-			t.Errorf("want one callback with source %q, key and lockId; got %+v", releaseSourceWithLock, got)
+		if len(got) != 1 || got[0].Source != "withLock" || got[0].Key != "k" || got[0].LockID != lockID {
+			t.Errorf("want one callback with source %q, key and lockId; got %+v", "withLock", got)
 		}
 	}
 }
 
 func TestDefaultReleaseErrorHandlerLogsWithoutKeyOrLockID(t *testing.T) {
-	f := NewFakeBackend()
-	f.SetFail(func(_ context.Context, op string) error {
-		if op == "release" {
-			return &Error{Op: "release", Code: CodeServiceUnavailable, Msg: "down"}
-		}
-		return nil
-	})
+	b := syncguardtest.New()
+	b.SetHook(failOp(syncguardtest.OpRelease, &syncguard.Error{Op: "release", Code: syncguard.CodeServiceUnavailable, Msg: "down"}))
 	logger, buf := captureLogger()
 	const key = "customer:alice@example.com"
 	var lockID string
-	err := WithLock(context.Background(), f, key, func(_ context.Context, l *Lease) error {
+	err := syncguard.WithLock(context.Background(), b, key, func(_ context.Context, l *syncguard.Lease) error {
 		lockID = l.LockID()
 		return nil
-	}, &LockOptions{Logger: logger})
+	}, &syncguard.LockOptions{Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()
-	if !strings.Contains(out, `"level":"ERROR"`) || !strings.Contains(out, "ServiceUnavailable") || !strings.Contains(out, HashKey(key)) {
+	if !strings.Contains(out, `"level":"ERROR"`) || !strings.Contains(out, "ServiceUnavailable") || !strings.Contains(out, syncguard.HashKey(key)) {
 		t.Errorf("the default handler must log the failure visibly, with code and key hash; got %s", out)
 	}
 	if strings.Contains(out, key) || strings.Contains(out, lockID) {
@@ -449,40 +486,37 @@ func TestDefaultReleaseErrorHandlerLogsWithoutKeyOrLockID(t *testing.T) {
 
 func TestWithLockReleaseBoundedByReleaseTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		f.SetFail(func(ctx context.Context, op string) error {
-			if op == "release" {
-				<-ctx.Done() // a release that hangs until its context ends
-				return fromContext(ctx, op, nil)
-			}
-			return nil
-		})
+		b := syncguardtest.New()
 		var got error
 		start := time.Now()
-		err := WithLock(t.Context(), f, "k", func(context.Context, *Lease) error { return nil },
-			&LockOptions{ReleaseTimeout: 2 * time.Second, OnReleaseError: func(err error, _ ReleaseErrorInfo) { got = err }})
+		err := syncguard.WithLock(t.Context(), b, "k", func(context.Context, *syncguard.Lease) error {
+			b.SetLatency(time.Hour) // the release hangs until its context ends
+			return nil
+		}, &syncguard.LockOptions{ReleaseTimeout: 2 * time.Second, OnReleaseError: func(err error, _ syncguard.ReleaseErrorInfo) { got = err }})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if el := time.Since(start); el != 2*time.Second {
 			t.Errorf("the release must be bounded by ReleaseTimeout (2s); WithLock took %v", el)
 		}
-		requireCode(t, got, CodeNetworkTimeout)
+		requireCode(t, got, syncguard.CodeNetworkTimeout)
 	})
 }
 
 func TestHelperDoesNotRepeatFenceWarning(t *testing.T) {
 	// Backend.Acquire logs the fence warning itself; the helper must not
 	// add a second record. (The conformance suite checks the core's one.)
-	f := NewFakeBackend()
-	f.SetFence("k", rules.FenceWarn+10)
+	b := syncguardtest.New()
+	if err := b.SetFence("k", rules.FenceWarn+10); err != nil {
+		t.Fatal(err)
+	}
 	logger, buf := captureLogger()
-	err := WithLock(context.Background(), f, "k", func(_ context.Context, l *Lease) error {
+	err := syncguard.WithLock(context.Background(), b, "k", func(_ context.Context, l *syncguard.Lease) error {
 		if n, _ := l.Fence().Int64(); n != rules.FenceWarn+11 {
 			t.Errorf("setup: fence %s", l.Fence())
 		}
 		return nil
-	}, &LockOptions{Logger: logger})
+	}, &syncguard.LockOptions{Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

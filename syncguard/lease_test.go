@@ -1,4 +1,4 @@
-package syncguard
+package syncguard_test
 
 import (
 	"context"
@@ -9,27 +9,30 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/syncguardtest"
 )
 
 // --- handle: release and close
 
 func TestLeaseCloseIsIdempotent(t *testing.T) {
-	f := NewFakeBackend()
-	l, err := Lock(context.Background(), f, "k", nil)
+	b := syncguardtest.New()
+	l, err := syncguard.Lock(context.Background(), b, "k", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.Close()
 	l.Close()
 	l.Close()
-	if n := f.Calls("release"); n != 1 {
+	if n := b.Calls(syncguardtest.OpRelease); n != 1 {
 		t.Fatalf("Close releases at most once; %d releases ran", n)
 	}
 	r, err := l.Release(context.Background())
-	if err != nil || !r.OK || f.Calls("release") != 1 {
-		t.Fatalf("Release after Close returns the first result without I/O; got %+v %v, %d releases", r, err, f.Calls("release"))
+	if err != nil || !r.OK || b.Calls(syncguardtest.OpRelease) != 1 {
+		t.Fatalf("Release after Close returns the first result without I/O; got %+v %v, %d releases", r, err, b.Calls(syncguardtest.OpRelease))
 	}
-	if !errors.Is(l.Err(), ErrLeaseReleased) {
+	if !errors.Is(l.Err(), syncguard.ErrLeaseReleased) {
 		t.Fatalf("Err after release: %v", l.Err())
 	}
 	select {
@@ -41,12 +44,12 @@ func TestLeaseCloseIsIdempotent(t *testing.T) {
 
 func TestLeaseConcurrentCloseWaitsForTheOneRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		l, err := Lock(t.Context(), f, "k", nil)
+		b := syncguardtest.New()
+		l, err := syncguard.Lock(t.Context(), b, "k", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.Latency = 10 * time.Millisecond // the release takes 20ms
+		b.SetLatency(10 * time.Millisecond) // the release takes 20ms
 		start := time.Now()
 		var wg sync.WaitGroup
 		for range 10 {
@@ -58,7 +61,7 @@ func TestLeaseConcurrentCloseWaitsForTheOneRelease(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		if n := f.Calls("release"); n != 1 {
+		if n := b.Calls(syncguardtest.OpRelease); n != 1 {
 			t.Fatalf("10 concurrent Closes must release once, got %d", n)
 		}
 	})
@@ -66,9 +69,9 @@ func TestLeaseConcurrentCloseWaitsForTheOneRelease(t *testing.T) {
 
 func TestLeaseCloseWaitsForReleaseInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		l, _ := Lock(t.Context(), f, "k", nil)
-		f.Latency = 10 * time.Millisecond
+		b := syncguardtest.New()
+		l, _ := syncguard.Lock(t.Context(), b, "k", nil)
+		b.SetLatency(10 * time.Millisecond)
 		start := time.Now()
 		done := make(chan struct{})
 		go func() {
@@ -78,53 +81,53 @@ func TestLeaseCloseWaitsForReleaseInFlight(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 		l.Close()
 		<-done
-		if el := time.Since(start); el != 20*time.Millisecond || f.Calls("release") != 1 {
-			t.Fatalf("Close during a release waits for it (20ms) without a second release; returned at %v after %d releases", el, f.Calls("release"))
+		if el := time.Since(start); el != 20*time.Millisecond || b.Calls(syncguardtest.OpRelease) != 1 {
+			t.Fatalf("Close during a release waits for it (20ms) without a second release; returned at %v after %d releases", el, b.Calls(syncguardtest.OpRelease))
 		}
 	})
 }
 
 func TestLeaseCloseErrorGoesToOnReleaseError(t *testing.T) {
-	f := NewFakeBackend()
-	var calls []ReleaseErrorInfo
-	l, _ := Lock(context.Background(), f, "k", &LockOptions{OnReleaseError: func(err error, info ReleaseErrorInfo) {
-		requireCode(t, err, CodeServiceUnavailable)
+	b := syncguardtest.New()
+	var calls []syncguard.ReleaseErrorInfo
+	l, _ := syncguard.Lock(context.Background(), b, "k", &syncguard.LockOptions{OnReleaseError: func(err error, info syncguard.ReleaseErrorInfo) {
+		requireCode(t, err, syncguard.CodeServiceUnavailable)
 		calls = append(calls, info)
 	}})
-	f.SetFail(func(context.Context, string) error {
-		return &Error{Op: "release", Code: CodeServiceUnavailable}
+	b.SetHook(func(context.Context, syncguardtest.Call) error {
+		return &syncguard.Error{Op: "release", Code: syncguard.CodeServiceUnavailable}
 	})
 	l.Close()
 	l.Close()
-	if len(calls) != 1 || calls[0].Source != releaseSourceClose || calls[0].LockID != l.LockID() {
-		t.Fatalf("one callback with source %q; got %+v", releaseSourceClose, calls)
+	if len(calls) != 1 || calls[0].Source != "close" || calls[0].LockID != l.LockID() {
+		t.Fatalf("one callback with source %q; got %+v", "close", calls)
 	}
 	if l.Err() != nil {
 		t.Fatalf("a failed release does not end the lease: %v", l.Err())
 	}
 	// An explicit Release may try again.
-	f.SetFail(nil)
+	b.SetHook(nil)
 	if r, err := l.Release(context.Background()); err != nil || !r.OK {
 		t.Fatalf("Release after a failed release retries: %+v %v", r, err)
 	}
 }
 
 func TestLeaseCloseDetachedFromAcquireCancellation(t *testing.T) {
-	f := NewFakeBackend()
+	b := syncguardtest.New()
 	ctx, cancel := context.WithCancel(context.Background())
-	l, _ := Lock(ctx, f, "k", nil)
+	l, _ := syncguard.Lock(ctx, b, "k", nil)
 	cancel()
 	l.Close()
-	if locked, _ := f.IsLocked(context.Background(), "k"); locked {
+	if locked, _ := b.IsLocked(context.Background(), "k"); locked {
 		t.Fatal("Close must release even when the acquire's ctx is cancelled")
 	}
 }
 
 func TestLeaseReleaseWaitRespectsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		l, _ := Lock(t.Context(), f, "k", nil)
-		f.Latency = time.Second
+		b := syncguardtest.New()
+		l, _ := syncguard.Lock(t.Context(), b, "k", nil)
+		b.SetLatency(time.Second)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -134,21 +137,21 @@ func TestLeaseReleaseWaitRespectsContext(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
 		defer cancel()
 		_, err := l.Release(ctx)
-		requireCode(t, err, CodeNetworkTimeout)
+		requireCode(t, err, syncguard.CodeNetworkTimeout)
 		<-done
 	})
 }
 
 func TestFailedLockYieldsNoLeaseAndNoLaterIO(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		hold(t, f, "k")
-		l, err := Lock(t.Context(), f, "k", &LockOptions{AutoExtend: true, Acquisition: AcquisitionOptions{MaxRetries: -1}})
+		b := syncguardtest.New()
+		hold(t, b, "k")
+		l, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{AutoExtend: true, Acquisition: syncguard.AcquisitionOptions{MaxRetries: -1}})
 		if l != nil || err == nil {
 			t.Fatalf("a failed acquire yields no lease: %v %v", l, err)
 		}
 		time.Sleep(time.Hour)
-		if f.Calls("release")+f.Calls("extend") != 0 {
+		if b.Calls(syncguardtest.OpRelease)+b.Calls(syncguardtest.OpExtend) != 0 {
 			t.Fatal("a failed acquire must make no I/O later")
 		}
 	})
@@ -156,40 +159,24 @@ func TestFailedLockYieldsNoLeaseAndNoLaterIO(t *testing.T) {
 
 // --- loss and timing
 
-func TestScheduleFromSendTime(t *testing.T) {
-	sent := time.Unix(1000, 0)
-	lostAt, extendAt := schedule(sent, 30*time.Second)
-	// granted 29.999s, margin min(2.9999s, 1s) = 1s
-	if got := lostAt.Sub(sent); got != 28999*time.Millisecond {
-		t.Errorf("lostAt: sent + ttl - 1ms - 1s margin = 28.999s, got %v", got)
-	}
-	if got := extendAt.Sub(sent); got != 9999666666*time.Nanosecond {
-		t.Errorf("extendAt: a third of the granted lifetime, got %v", got)
-	}
-	lostAt, _ = schedule(sent, time.Second)
-	if got := lostAt.Sub(sent); got != 999*time.Millisecond-99900*time.Microsecond {
-		t.Errorf("short ttl margin is a tenth: got %v", got)
-	}
-}
-
 func TestLeaseWithoutAutoExtendReportsLossBeforeExpiry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		f.Latency = 50 * time.Millisecond
-		l, err := Lock(t.Context(), f, "k", &LockOptions{TTL: 10 * time.Second})
+		b := syncguardtest.New()
+		b.SetLatency(50 * time.Millisecond)
+		l, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{TTL: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer l.Close()
 		<-l.Done()
-		if !errors.Is(l.Err(), ErrLockLost) {
+		if !errors.Is(l.Err(), syncguard.ErrLockLost) {
 			t.Fatalf("Err: %v", l.Err())
 		}
-		serverExpiry := f.ExpiresAt(l.LockID())
-		if !time.Now().Before(serverExpiry) {
-			t.Fatalf("loss must be reported before the server-side expiry %v; reported at %v", serverExpiry, time.Now())
+		at := time.Now()
+		if serverExpiry := serverExpiry(t, b, l.LockID()); !at.Before(serverExpiry) {
+			t.Fatalf("loss must be reported before the server-side expiry %v; reported at %v", serverExpiry, at)
 		}
-		if f.Calls("extend") != 0 {
+		if b.Calls(syncguardtest.OpExtend) != 0 {
 			t.Fatal("no extension without AutoExtend")
 		}
 	})
@@ -197,30 +184,31 @@ func TestLeaseWithoutAutoExtendReportsLossBeforeExpiry(t *testing.T) {
 
 func TestAutoExtendKeepsLockPastTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		f.Latency = 20 * time.Millisecond
+		b := syncguardtest.New()
+		b.SetLatency(20 * time.Millisecond)
+		sent := sendTimes(b, syncguardtest.OpExtend)
 		const ttl = 3 * time.Second
-		err := WithLock(t.Context(), f, "k", func(ctx context.Context, l *Lease) error {
+		err := syncguard.WithLock(t.Context(), b, "k", func(ctx context.Context, l *syncguard.Lease) error {
 			first := l.ExpiresAt()
 			time.Sleep(10 * ttl)
 			if ctx.Err() != nil || l.Err() != nil {
 				t.Errorf("fn's context must stay live while extensions succeed: %v %v", context.Cause(ctx), l.Err())
 			}
-			if locked, _ := f.IsLocked(context.Background(), "k"); !locked {
+			if locked, _ := b.IsLocked(context.Background(), "k"); !locked {
 				t.Error("the key must still be locked after 10 TTLs")
 			}
 			if !l.ExpiresAt().After(first.Add(9 * ttl)) {
 				t.Errorf("ExpiresAt must follow the extensions: first %v now %v", first, l.ExpiresAt())
 			}
 			return nil
-		}, &LockOptions{TTL: ttl, AutoExtend: true})
+		}, &syncguard.LockOptions{TTL: ttl, AutoExtend: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Each extend is sent a third of the lifetime (999.666ms) after
-		// the previous request was sent; requests take 40ms round trip and
-		// run on the server 20ms after they are sent.
-		times := f.Times("extend")
+		// the previous request was sent (requests take 40ms round trip),
+		// not after its answer came back.
+		times := sent()
 		if len(times) < 29 || len(times) > 31 {
 			t.Fatalf("want an extend every ~1s over 30s, got %d", len(times))
 		}
@@ -229,12 +217,12 @@ func TestAutoExtendKeepsLockPastTTL(t *testing.T) {
 				t.Errorf("extend %d: sent a third of the granted lifetime after the previous one, got %v", i+1, g)
 			}
 		}
-		extends := f.Calls("extend")
+		extends := b.Calls(syncguardtest.OpExtend)
 		time.Sleep(time.Minute)
-		if f.Calls("extend") != extends {
+		if b.Calls(syncguardtest.OpExtend) != extends {
 			t.Error("extension must stop when the lease is released")
 		}
-		if locked, _ := f.IsLocked(context.Background(), "k"); locked {
+		if locked, _ := b.IsLocked(context.Background(), "k"); locked {
 			t.Error("released after fn")
 		}
 	})
@@ -244,9 +232,9 @@ func TestAutoExtendKeepsLockPastTTL(t *testing.T) {
 // sabotage at its start, and waits for fn's context to end. It returns the
 // cause, when it came, and the server-side expiry of the acquire (no
 // extension succeeds after the sabotage).
-func lostCase(t *testing.T, f *FakeBackend, sabotage func(l *Lease)) (cause error, at, serverExpiry time.Time, l *Lease) {
+func lostCase(t *testing.T, b *syncguardtest.Backend, sabotage func(l *syncguard.Lease)) (cause error, at, serverExpiry time.Time, l *syncguard.Lease) {
 	t.Helper()
-	err := WithLock(t.Context(), f, "k", func(ctx context.Context, lease *Lease) error {
+	err := syncguard.WithLock(t.Context(), b, "k", func(ctx context.Context, lease *syncguard.Lease) error {
 		l = lease
 		sabotage(lease)
 		serverExpiry = lease.ExpiresAt()
@@ -257,11 +245,11 @@ func lostCase(t *testing.T, f *FakeBackend, sabotage func(l *Lease)) (cause erro
 		}
 		at, cause = time.Now(), context.Cause(ctx)
 		return nil
-	}, &LockOptions{TTL: 3 * time.Second, AutoExtend: true, Logger: discardLogger()})
+	}, &syncguard.LockOptions{TTL: 3 * time.Second, AutoExtend: true, Logger: discardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !errors.Is(cause, ErrLockLost) || !errors.Is(l.Err(), ErrLockLost) {
+	if !errors.Is(cause, syncguard.ErrLockLost) || !errors.Is(l.Err(), syncguard.ErrLockLost) {
 		t.Fatalf("the cause must be ErrLockLost; ctx cause %v, lease Err %v", cause, l.Err())
 	}
 	if !at.Before(serverExpiry) {
@@ -272,9 +260,9 @@ func lostCase(t *testing.T, f *FakeBackend, sabotage func(l *Lease)) (cause erro
 
 func TestAutoExtendLossWhenRowDeleted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
+		b := syncguardtest.New()
 		start := time.Now()
-		cause, at, _, _ := lostCase(t, f, func(l *Lease) { f.Delete(l.LockID()) })
+		cause, at, _, _ := lostCase(t, b, func(l *syncguard.Lease) { b.Delete(l.LockID()) })
 		if !strings.Contains(cause.Error(), "gone") || at.Sub(start) != 999666666 {
 			t.Fatalf("loss is detected by the first extend (at 999.67ms): %v at %v", cause, at.Sub(start))
 		}
@@ -283,8 +271,8 @@ func TestAutoExtendLossWhenRowDeleted(t *testing.T) {
 
 func TestAutoExtendLossWhenRowExpired(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		cause, _, _, _ := lostCase(t, f, func(l *Lease) { f.Expire(l.LockID()) })
+		b := syncguardtest.New()
+		cause, _, _, _ := lostCase(t, b, func(l *syncguard.Lease) { b.Expire(l.LockID()) })
 		if !strings.Contains(cause.Error(), "expired") {
 			t.Fatalf("the cause says the lock expired: %v", cause)
 		}
@@ -295,18 +283,13 @@ func TestAutoExtendLossWhenExtendsKeepFailing(t *testing.T) {
 	for _, latency := range []time.Duration{0, 100 * time.Millisecond, 400 * time.Millisecond} {
 		t.Run(latency.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				f := NewFakeBackend()
-				f.Latency = latency
-				down := &Error{Op: "extend", Code: CodeServiceUnavailable, Msg: "down"}
-				cause, at, serverExpiry, l := lostCase(t, f, func(*Lease) {
-					f.SetFail(func(_ context.Context, op string) error {
-						if op == "extend" {
-							return down
-						}
-						return nil
-					})
+				b := syncguardtest.New()
+				b.SetLatency(latency)
+				down := &syncguard.Error{Op: "extend", Code: syncguard.CodeServiceUnavailable, Msg: "down"}
+				cause, at, serverExpiry, l := lostCase(t, b, func(*syncguard.Lease) {
+					b.SetHook(failOp(syncguardtest.OpExtend, down))
 				})
-				if !errors.Is(cause, ErrServiceUnavailable) {
+				if !errors.Is(cause, syncguard.ErrServiceUnavailable) {
 					t.Errorf("the cause carries the last extend error: %v", cause)
 				}
 				// Lost at sent + granted - margin: well before expiry, but
@@ -314,7 +297,7 @@ func TestAutoExtendLossWhenExtendsKeepFailing(t *testing.T) {
 				if early := serverExpiry.Sub(at); early > 2*latency+400*time.Millisecond {
 					t.Errorf("declared lost %v before the server-side expiry; more than latency + margin", early)
 				}
-				f.SetFail(nil)
+				b.SetHook(nil)
 				if r, err := l.Release(context.Background()); err != nil || !r.OK {
 					// The server still holds the lock: WithLock released it,
 					// so this second call returns the cached result.
@@ -327,12 +310,12 @@ func TestAutoExtendLossWhenExtendsKeepFailing(t *testing.T) {
 
 func TestAutoExtendHangingExtendCutAtDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		lostCase(t, f, func(*Lease) {
-			f.SetFail(func(ctx context.Context, op string) error {
-				if op == "extend" {
-					<-ctx.Done()
-					return fromContext(ctx, op, nil)
+		b := syncguardtest.New()
+		lostCase(t, b, func(*syncguard.Lease) {
+			b.SetHook(func(ctx context.Context, c syncguardtest.Call) error {
+				if c.Op == syncguardtest.OpExtend {
+					<-ctx.Done() // an extend that never answers
+					return syncguardtest.Err(c.Op, syncguard.CodeNetworkTimeout)
 				}
 				return nil
 			})
@@ -342,13 +325,13 @@ func TestAutoExtendHangingExtendCutAtDeadline(t *testing.T) {
 
 func TestAutoExtendRetriesTransientFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
+		b := syncguardtest.New()
 		failures := 0
-		err := WithLock(t.Context(), f, "k", func(ctx context.Context, l *Lease) error {
-			f.SetFail(func(_ context.Context, op string) error {
-				if op == "extend" && failures < 3 {
+		err := syncguard.WithLock(t.Context(), b, "k", func(ctx context.Context, l *syncguard.Lease) error {
+			b.SetHook(func(_ context.Context, c syncguardtest.Call) error {
+				if c.Op == syncguardtest.OpExtend && failures < 3 {
 					failures++
-					return &Error{Op: op, Code: CodeNetworkTimeout}
+					return &syncguard.Error{Op: string(c.Op), Code: syncguard.CodeNetworkTimeout}
 				}
 				return nil
 			})
@@ -357,7 +340,7 @@ func TestAutoExtendRetriesTransientFailure(t *testing.T) {
 				t.Errorf("three failed extends within the lifetime are retried, not a loss: %v", context.Cause(ctx))
 			}
 			return nil
-		}, &LockOptions{TTL: 3 * time.Second, AutoExtend: true, Logger: discardLogger()})
+		}, &syncguard.LockOptions{TTL: 3 * time.Second, AutoExtend: true, Logger: discardLogger()})
 		if err != nil || failures != 3 {
 			t.Fatalf("err %v failures %d", err, failures)
 		}
@@ -366,14 +349,14 @@ func TestAutoExtendRetriesTransientFailure(t *testing.T) {
 
 func TestAutoExtendStopsWhenAcquireContextEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
+		b := syncguardtest.New()
 		ctx, cancel := context.WithCancel(t.Context())
-		l, _ := Lock(ctx, f, "k", &LockOptions{TTL: 3 * time.Second, AutoExtend: true})
+		l, _ := syncguard.Lock(ctx, b, "k", &syncguard.LockOptions{TTL: 3 * time.Second, AutoExtend: true})
 		defer l.Close()
 		time.Sleep(1500 * time.Millisecond)
 		cancel()
 		<-l.Done()
-		if n := f.Calls("extend"); n != 1 || !errors.Is(l.Err(), ErrLockLost) {
+		if n := b.Calls(syncguardtest.OpExtend); n != 1 || !errors.Is(l.Err(), syncguard.ErrLockLost) {
 			t.Fatalf("auto-extension stops with the acquire's ctx; %d extends, Err %v", n, l.Err())
 		}
 	})
@@ -381,8 +364,8 @@ func TestAutoExtendStopsWhenAcquireContextEnds(t *testing.T) {
 
 func TestManualExtend(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		l, _ := Lock(t.Context(), f, "k", &LockOptions{TTL: time.Second})
+		b := syncguardtest.New()
+		l, _ := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{TTL: time.Second})
 		defer l.Close()
 		time.Sleep(500 * time.Millisecond)
 		r, err := l.Extend(t.Context(), 10*time.Second)
@@ -393,21 +376,21 @@ func TestManualExtend(t *testing.T) {
 		if l.Err() != nil {
 			t.Fatalf("a manual extend moves the guaranteed lifetime: %v", l.Err())
 		}
-		f.Delete(l.LockID())
-		if r, err := l.Extend(t.Context(), time.Second); err != nil || r.OK || !errors.Is(l.Err(), ErrLockLost) {
+		b.Delete(l.LockID())
+		if r, err := l.Extend(t.Context(), time.Second); err != nil || r.OK || !errors.Is(l.Err(), syncguard.ErrLockLost) {
 			t.Fatalf("an extend that finds the lock gone ends the lease as lost: %+v %v %v", r, err, l.Err())
 		}
 	})
 }
 
 func TestLeaseContextCancelledOnRelease(t *testing.T) {
-	f := NewFakeBackend()
-	l, _ := Lock(context.Background(), f, "k", nil)
+	b := syncguardtest.New()
+	l, _ := syncguard.Lock(context.Background(), b, "k", nil)
 	ctx, cancel := l.Context(context.Background())
 	defer cancel()
 	l.Close()
 	<-ctx.Done()
-	if !errors.Is(context.Cause(ctx), ErrLeaseReleased) {
+	if !errors.Is(context.Cause(ctx), syncguard.ErrLeaseReleased) {
 		t.Fatalf("cause %v", context.Cause(ctx))
 	}
 }
@@ -419,9 +402,10 @@ func TestLeaseContextCancelledOnRelease(t *testing.T) {
 // instead of keeping its old timer (which fired after the lease was lost).
 func TestAutoExtendReschedulesAfterShorterManualExtend(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
+		b := syncguardtest.New()
+		sent := sendTimes(b, syncguardtest.OpExtend)
 		start := time.Now()
-		l, err := Lock(t.Context(), f, "k", &LockOptions{TTL: 3 * time.Second, AutoExtend: true, Logger: discardLogger()})
+		l, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{TTL: 3 * time.Second, AutoExtend: true, Logger: discardLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -434,7 +418,7 @@ func TestAutoExtendReschedulesAfterShorterManualExtend(t *testing.T) {
 		if err := l.Err(); err != nil {
 			t.Fatalf("the backend is healthy; the lease must not be lost: %v", err)
 		}
-		times := f.Times("extend")
+		times := sent()
 		if len(times) < 2 {
 			t.Fatalf("want the manual extend and automatic ones, got %v", times)
 		}
@@ -456,9 +440,10 @@ func TestAutoExtendReschedulesAfterShorterManualExtend(t *testing.T) {
 // (a third of the current lifetime), which would otherwise shorten it.
 func TestAutoExtendReschedulesAfterLongerManualExtend(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
+		b := syncguardtest.New()
+		sent := sendTimes(b, syncguardtest.OpExtend)
 		start := time.Now()
-		l, _ := Lock(t.Context(), f, "k", &LockOptions{TTL: 3 * time.Second, AutoExtend: true, Logger: discardLogger()})
+		l, _ := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{TTL: 3 * time.Second, AutoExtend: true, Logger: discardLogger()})
 		defer l.Close()
 		time.Sleep(200 * time.Millisecond)
 		r, err := l.Extend(t.Context(), 30*time.Second)
@@ -466,11 +451,11 @@ func TestAutoExtendReschedulesAfterLongerManualExtend(t *testing.T) {
 			t.Fatalf("manual extend: %+v %v", r, err)
 		}
 		time.Sleep(5 * time.Second)
-		if n := f.Calls("extend"); n != 1 || l.Err() != nil || !f.ExpiresAt(l.LockID()).Equal(r.ExpiresAt) {
+		if n := b.Calls(syncguardtest.OpExtend); n != 1 || l.Err() != nil || !serverExpiry(t, b, l.LockID()).Equal(r.ExpiresAt) {
 			t.Fatalf("no automatic extend before a third of the 30s lifetime: %d extends, Err %v", n, l.Err())
 		}
 		time.Sleep(10 * time.Second)
-		times := f.Times("extend")
+		times := sent()
 		if len(times) < 2 || times[1].Sub(start) != 200*time.Millisecond+29999*time.Millisecond/3 {
 			t.Fatalf("automatic extend a third of the manual lifetime after it: %v", times)
 		}
@@ -485,16 +470,24 @@ func TestAutoExtendReschedulesAfterLongerManualExtend(t *testing.T) {
 // on the manual extend's (stale) schedule.
 func TestAutoExtendFailureAfterManualExtendKeepsRetryDelay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		f.Latency = 50 * time.Millisecond
+		b := syncguardtest.New()
+		b.SetLatency(50 * time.Millisecond)
 		start := time.Now()
-		l, _ := Lock(t.Context(), f, "k", &LockOptions{TTL: 3 * time.Second, AutoExtend: true, Logger: discardLogger()})
+		l, _ := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{TTL: 3 * time.Second, AutoExtend: true, Logger: discardLogger()})
 		defer l.Close()
 		var n atomic.Int32
-		f.SetFail(func(_ context.Context, op string) error {
-			if op == "extend" && n.Add(1) == 2 { // the automatic extend after the manual one
-				return &Error{Op: op, Code: CodeServiceUnavailable}
+		var mu sync.Mutex
+		var times []time.Time // when the extends that reached the server were sent
+		b.SetHook(func(_ context.Context, c syncguardtest.Call) error {
+			if c.Op != syncguardtest.OpExtend {
+				return nil
 			}
+			if n.Add(1) == 2 { // the automatic extend after the manual one
+				return &syncguard.Error{Op: string(c.Op), Code: syncguard.CodeServiceUnavailable}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			times = append(times, time.Now())
 			return nil
 		})
 		time.Sleep(950*time.Millisecond - time.Since(start))
@@ -504,11 +497,13 @@ func TestAutoExtendFailureAfterManualExtendKeepsRetryDelay(t *testing.T) {
 			t.Fatalf("manual extend: %+v %v", r, err)
 		}
 		time.Sleep(time.Second)
-		// Automatic extend fails at 1050ms; retried 300ms later (runs on the
-		// server at 1400ms), not at the manual extend's 950ms + 999.67ms.
-		times := f.Times("extend")
-		if len(times) != 2 || times[0].Sub(start) != time.Second || times[1].Sub(start) != 1400*time.Millisecond {
-			t.Fatalf("extends ran at %v (from start %v)", times, start)
+		// Automatic extend fails at 1050ms; retried 300ms later (sent at
+		// 1350ms), not at the manual extend's 950ms + 999.67ms.
+		mu.Lock()
+		got := append([]time.Time(nil), times...)
+		mu.Unlock()
+		if len(got) != 2 || got[0].Sub(start) != 950*time.Millisecond || got[1].Sub(start) != 1350*time.Millisecond {
+			t.Fatalf("extends sent at %v (from start %v)", got, start)
 		}
 		if l.Err() != nil {
 			t.Fatal(l.Err())
@@ -519,47 +514,37 @@ func TestAutoExtendFailureAfterManualExtendKeepsRetryDelay(t *testing.T) {
 // Close (or Release) from inside OnReleaseError must not deadlock.
 func TestLeaseCloseInsideOnReleaseError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		down := func(_ context.Context, op string) error {
-			if op == "release" {
-				return &Error{Op: op, Code: CodeServiceUnavailable}
-			}
-			return nil
-		}
-		var l *Lease
+		b := syncguardtest.New()
+		down := failOp(syncguardtest.OpRelease, &syncguard.Error{Op: "release", Code: syncguard.CodeServiceUnavailable})
+		var l *syncguard.Lease
 		calls := 0
-		l, _ = Lock(t.Context(), f, "k", &LockOptions{OnReleaseError: func(err error, info ReleaseErrorInfo) {
+		l, _ = syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{OnReleaseError: func(err error, info syncguard.ReleaseErrorInfo) {
 			calls++
 			l.Close() // nested: a no-op, must return
-			f.SetFail(nil)
+			b.SetHook(nil)
 			if r, err := l.Release(context.Background()); err != nil || !r.OK {
 				t.Errorf("Release from the callback retries the release: %+v %v", r, err)
 			}
 		}})
-		f.SetFail(down)
+		b.SetHook(down)
 		l.Close()
 		l.Close()
-		if calls != 1 || !errors.Is(l.Err(), ErrLeaseReleased) || f.Calls("release") != 1 {
-			t.Fatalf("callbacks %d, Err %v, releases %d", calls, l.Err(), f.Calls("release"))
+		if calls != 1 || !errors.Is(l.Err(), syncguard.ErrLeaseReleased) || b.Calls(syncguardtest.OpRelease) != 1 {
+			t.Fatalf("callbacks %d, Err %v, releases %d", calls, l.Err(), b.Calls(syncguardtest.OpRelease))
 		}
 	})
 }
 
 func TestWithLockCloseInsideOnReleaseError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		var lease *Lease
+		b := syncguardtest.New()
+		var lease *syncguard.Lease
 		calls := 0
-		err := WithLock(t.Context(), f, "k", func(ctx context.Context, l *Lease) error {
+		err := syncguard.WithLock(t.Context(), b, "k", func(ctx context.Context, l *syncguard.Lease) error {
 			lease = l
-			f.SetFail(func(_ context.Context, op string) error {
-				if op == "release" {
-					return &Error{Op: op, Code: CodeServiceUnavailable}
-				}
-				return nil
-			})
+			b.SetHook(failOp(syncguardtest.OpRelease, &syncguard.Error{Op: "release", Code: syncguard.CodeServiceUnavailable}))
 			return nil
-		}, &LockOptions{AutoExtend: true, OnReleaseError: func(error, ReleaseErrorInfo) {
+		}, &syncguard.LockOptions{AutoExtend: true, OnReleaseError: func(error, syncguard.ReleaseErrorInfo) {
 			calls++
 			lease.Close()
 		}})
@@ -573,26 +558,26 @@ func TestWithLockCloseInsideOnReleaseError(t *testing.T) {
 // Err, and never reports OK.
 func TestExtendOnEndedLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		l, _ := Lock(t.Context(), f, "k", &LockOptions{TTL: time.Second})
+		b := syncguardtest.New()
+		l, _ := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{TTL: time.Second})
 		defer l.Close()
 		<-l.Done() // lost: never extended
-		if d, _ := f.LookupIDDebug(t.Context(), l.LockID()); d == nil {
+		if d, _ := b.LookupIDDebug(t.Context(), l.LockID()); d == nil {
 			t.Fatal("the row is still live on the server (the lease is lost before the server-side expiry)")
 		}
 		r, err := l.Extend(t.Context(), time.Minute)
-		if r.OK || !errors.Is(err, ErrLockLost) || !errors.Is(err, ErrInvalidArgument) || f.Calls("extend") != 0 {
-			t.Fatalf("Extend on a lost lease: %+v %v, %d extends", r, err, f.Calls("extend"))
+		if r.OK || !errors.Is(err, syncguard.ErrLockLost) || !errors.Is(err, syncguard.ErrInvalidArgument) || b.Calls(syncguardtest.OpExtend) != 0 {
+			t.Fatalf("Extend on a lost lease: %+v %v, %d extends", r, err, b.Calls(syncguardtest.OpExtend))
 		}
-		if !errors.Is(l.Err(), ErrLockLost) {
+		if !errors.Is(l.Err(), syncguard.ErrLockLost) {
 			t.Fatalf("Err stays lost: %v", l.Err())
 		}
 
-		l2, _ := Lock(t.Context(), f, "k2", nil)
+		l2, _ := syncguard.Lock(t.Context(), b, "k2", nil)
 		l2.Close()
 		r, err = l2.Extend(t.Context(), time.Minute)
-		if r.OK || !errors.Is(err, ErrLeaseReleased) || f.Calls("extend") != 0 {
-			t.Fatalf("Extend on a released lease: %+v %v, %d extends", r, err, f.Calls("extend"))
+		if r.OK || !errors.Is(err, syncguard.ErrLeaseReleased) || b.Calls(syncguardtest.OpExtend) != 0 {
+			t.Fatalf("Extend on a released lease: %+v %v, %d extends", r, err, b.Calls(syncguardtest.OpExtend))
 		}
 	})
 }
@@ -601,16 +586,16 @@ func TestExtendOnEndedLease(t *testing.T) {
 // report OK, and the lease stays ended.
 func TestExtendLeaseEndsWhileInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		l, _ := Lock(t.Context(), f, "k", &LockOptions{TTL: time.Second})
+		b := syncguardtest.New()
+		l, _ := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{TTL: time.Second})
 		defer l.Close()
 		time.Sleep(800 * time.Millisecond)
-		f.Latency = 200 * time.Millisecond // the watchdog fires (at ~899ms) mid-flight
+		b.SetLatency(200 * time.Millisecond) // the watchdog fires (at ~899ms) mid-flight
 		r, err := l.Extend(t.Context(), time.Minute)
-		if f.Calls("extend") != 1 {
+		if b.Calls(syncguardtest.OpExtend) != 1 {
 			t.Fatal("the extend ran on the server")
 		}
-		if r.OK || !errors.Is(err, ErrLockLost) || !errors.Is(l.Err(), ErrLockLost) {
+		if r.OK || !errors.Is(err, syncguard.ErrLockLost) || !errors.Is(l.Err(), syncguard.ErrLockLost) {
 			t.Fatalf("an extend answered after the lease ended: %+v %v; Err %v", r, err, l.Err())
 		}
 	})

@@ -1,41 +1,37 @@
-package syncguard
+package syncguard_test
 
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/syncguardtest"
 )
 
-// errLostAnswer is what a driver returns when the connection breaks after
-// the server committed: the caller cannot tell whether the extend ran.
-var errLostAnswer = &Error{Op: "extend", Code: CodeServiceUnavailable, Msg: "connection to PostgreSQL failed"}
-
-// loseNext makes the next answer of op be lost after the server ran it.
-func loseNext(f *FakeBackend, op string) {
-	var done bool
-	f.SetLoseAnswer(func(o string) error {
-		if o != op || done {
-			return nil
-		}
-		done = true
-		return errLostAnswer
-	})
+// loseNextExtend makes the next extend's answer be lost after the server
+// ran it, as when the connection breaks after the commit: the caller cannot
+// tell whether the extend ran.
+func loseNextExtend(b *syncguardtest.Backend) {
+	b.FailAfter(syncguardtest.OpExtend, syncguard.CodeServiceUnavailable, 1)
 }
 
 // waitLoss waits for the lease to end and checks that it ended as lost
 // before the server-side expiry of its row.
-func waitLoss(t *testing.T, f *FakeBackend, l *Lease) {
+func waitLoss(t *testing.T, b *syncguardtest.Backend, l *syncguard.Lease) {
 	t.Helper()
 	<-l.Done()
-	serverExpiry := f.ExpiresAt(l.LockID()) // nothing extends it after the loss
-	if !errors.Is(l.Err(), ErrLockLost) {
+	at := time.Now()
+	expiry := serverExpiry(t, b, l.LockID()) // nothing extends it after the loss
+	if !errors.Is(l.Err(), syncguard.ErrLockLost) {
 		t.Fatalf("the lease must end as lost; Err = %v", l.Err())
 	}
-	if !time.Now().Before(serverExpiry) {
+	if !at.Before(expiry) {
 		t.Fatalf("rule: loss is signalled before the server-side expiry, never after; the row expired at %v, loss reported at %v",
-			serverExpiry.Format("15:04:05.000"), time.Now().Format("15:04:05.000"))
+			expiry.Format("15:04:05.000"), at.Format("15:04:05.000"))
 	}
 }
 
@@ -44,23 +40,24 @@ func waitLoss(t *testing.T, f *FakeBackend, l *Lease) {
 // earlier of the current one and send time + ttl - margin.
 func TestLeaseUnknownOutcomeExtendShortensLifetime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		l, err := Lock(t.Context(), f, "k", &LockOptions{TTL: 30 * time.Second})
+		b := syncguardtest.New()
+		sent := sendTimes(b, syncguardtest.OpExtend)
+		l, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{TTL: 30 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer l.Close()
 		time.Sleep(time.Second)
-		loseNext(f, "extend")
+		loseNextExtend(b)
 		if _, err := l.Extend(t.Context(), 2*time.Second); err == nil {
 			t.Fatal("the extend's answer was lost; Extend must return its error")
 		}
 		if l.Err() != nil {
 			t.Fatalf("the lease still holds right after the unknown extend: %v", l.Err())
 		}
-		waitLoss(t, f, l)
+		waitLoss(t, b, l)
 		// 2 s - 1 ms granted, a tenth kept back: lost 1.7991 s after the send.
-		if got, want := time.Since(f.Times("extend")[0]), 2*time.Second-time.Millisecond-(2*time.Second-time.Millisecond)/10; got != want {
+		if got, want := time.Since(sent()[0]), 2*time.Second-time.Millisecond-(2*time.Second-time.Millisecond)/10; got != want {
 			t.Errorf("lost %v after the extend was sent, want %v", got, want)
 		}
 	})
@@ -69,11 +66,11 @@ func TestLeaseUnknownOutcomeExtendShortensLifetime(t *testing.T) {
 // A longer unknown-outcome extend does not move the guaranteed lifetime.
 func TestLeaseUnknownOutcomeLongerExtendKeepsLifetime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
+		b := syncguardtest.New()
 		start := time.Now()
-		l, _ := Lock(t.Context(), f, "k", &LockOptions{TTL: 3 * time.Second})
+		l, _ := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{TTL: 3 * time.Second})
 		defer l.Close()
-		loseNext(f, "extend")
+		loseNextExtend(b)
 		if _, err := l.Extend(t.Context(), time.Minute); err == nil {
 			t.Fatal("want the lost answer's error")
 		}
@@ -89,8 +86,8 @@ func TestLeaseUnknownOutcomeLongerExtendKeepsLifetime(t *testing.T) {
 // extend's lifetime.
 func TestAutoExtendUnknownOutcomeAfterLongManualExtend(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		l, err := Lock(t.Context(), f, "k", &LockOptions{TTL: 3 * time.Second, AutoExtend: true, Logger: discardLogger()})
+		b := syncguardtest.New()
+		l, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{TTL: 3 * time.Second, AutoExtend: true, Logger: discardLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,37 +96,43 @@ func TestAutoExtendUnknownOutcomeAfterLongManualExtend(t *testing.T) {
 			t.Fatalf("manual extend: %+v %v", r, err)
 		}
 		// The first automatic extend commits but its answer is lost; the
-		// database is unreachable after that.
-		f.SetLoseAnswer(func(op string) error {
-			if op != "extend" {
+		// database is unreachable after that (but for the test's lookup).
+		loseNextExtend(b)
+		var lost atomic.Bool
+		b.SetHook(func(_ context.Context, c syncguardtest.Call) error {
+			switch {
+			case c.Op == syncguardtest.OpLookup:
 				return nil
+			case lost.Load():
+				return syncguardtest.Err(c.Op, syncguard.CodeServiceUnavailable)
+			case c.Op == syncguardtest.OpExtend:
+				lost.Store(true)
 			}
-			f.SetFail(func(context.Context, string) error { return errLostAnswer })
-			return errLostAnswer
+			return nil
 		})
-		waitLoss(t, f, l)
+		waitLoss(t, b, l)
 	})
 }
 
 // WithLock's fn context follows the corrected lifetime.
 func TestWithLockContextFollowsUnknownOutcomeExtend(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
-		err := WithLock(t.Context(), f, "k", func(ctx context.Context, l *Lease) error {
-			loseNext(f, "extend")
+		b := syncguardtest.New()
+		err := syncguard.WithLock(t.Context(), b, "k", func(ctx context.Context, l *syncguard.Lease) error {
+			loseNextExtend(b)
 			if _, err := l.Extend(ctx, 2*time.Second); err == nil {
 				t.Error("want the lost answer's error")
 			}
-			serverExpiry := f.ExpiresAt(l.LockID())
+			expiry := serverExpiry(t, b, l.LockID())
 			<-ctx.Done()
-			if !errors.Is(context.Cause(ctx), ErrLockLost) {
+			if !errors.Is(context.Cause(ctx), syncguard.ErrLockLost) {
 				t.Errorf("fn's context must end with the lease's loss; cause %v", context.Cause(ctx))
 			}
-			if !time.Now().Before(serverExpiry) {
-				t.Errorf("fn's context ended at %v, after the server-side expiry %v", time.Now(), serverExpiry)
+			if !time.Now().Before(expiry) {
+				t.Errorf("fn's context ended at %v, after the server-side expiry %v", time.Now(), expiry)
 			}
 			return nil
-		}, &LockOptions{TTL: 30 * time.Second, AutoExtend: true, Logger: discardLogger()})
+		}, &syncguard.LockOptions{TTL: 30 * time.Second, AutoExtend: true, Logger: discardLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package syncguard
+package syncguard_test
 
 import (
 	"context"
@@ -8,27 +8,30 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/syncguardtest"
 )
 
 // recorder collects events.
 type recorder struct {
 	mu     sync.Mutex
-	events []LockEvent
+	events []syncguard.LockEvent
 }
 
-func (r *recorder) on(e LockEvent) {
+func (r *recorder) on(e syncguard.LockEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, e)
 }
 
-func (r *recorder) all() []LockEvent {
+func (r *recorder) all() []syncguard.LockEvent {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]LockEvent(nil), r.events...)
+	return append([]syncguard.LockEvent(nil), r.events...)
 }
 
-func flush(t *testing.T, tb *TelemetryBackend) {
+func flush(t *testing.T, tb *syncguard.TelemetryBackend) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -38,9 +41,9 @@ func flush(t *testing.T, tb *TelemetryBackend) {
 }
 
 func TestTelemetryEventPerOperation(t *testing.T) {
-	f := NewFakeBackend()
+	b := syncguardtest.New()
 	rec := &recorder{}
-	tb := WithTelemetry(f, TelemetryOptions{OnEvent: rec.on})
+	tb := syncguard.WithTelemetry(b, syncguard.TelemetryOptions{OnEvent: rec.on})
 	ctx := context.Background()
 	const key = "user:42"
 
@@ -55,28 +58,28 @@ func TestTelemetryEventPerOperation(t *testing.T) {
 	_, _ = tb.Extend(ctx, a.LockID, time.Minute)
 	_, _ = tb.IsLocked(ctx, key)
 	_, _ = tb.LookupKey(ctx, key)
-	b, _ := tb.Acquire(ctx, "other", time.Minute)
-	f.Expire(b.LockID)
-	_, _ = tb.Release(ctx, b.LockID)
+	o, _ := tb.Acquire(ctx, "other", time.Minute)
+	b.Expire(o.LockID)
+	_, _ = tb.Release(ctx, o.LockID)
 	_, err := tb.Acquire(ctx, "", time.Minute)
 	flush(t, tb)
 
-	kh, ih := HashKey(key), HashKey(a.LockID)
-	want := []LockEvent{
-		{Type: eventAcquire, OK: true, KeyHash: kh, LockIDHash: ih},
-		{Type: eventAcquire, KeyHash: kh, Reason: ReasonLocked},
-		{Type: eventIsLocked, OK: true, KeyHash: kh},
-		{Type: eventLookup, OK: true, KeyHash: kh},
-		{Type: eventLookup, OK: true, LockIDHash: ih},
-		{Type: eventExtend, OK: true, LockIDHash: ih},
-		{Type: eventRelease, OK: true, LockIDHash: ih},
-		{Type: eventRelease, LockIDHash: ih, Reason: ReasonNotFound},
-		{Type: eventExtend, LockIDHash: ih, Reason: ReasonNotFound},
-		{Type: eventIsLocked, KeyHash: kh},
-		{Type: eventLookup, KeyHash: kh},
-		{Type: eventAcquire, OK: true, KeyHash: HashKey("other"), LockIDHash: HashKey(b.LockID)},
-		{Type: eventRelease, LockIDHash: HashKey(b.LockID), Reason: ReasonExpired},
-		{Type: eventAcquire, Err: err},
+	kh, ih := syncguard.HashKey(key), syncguard.HashKey(a.LockID)
+	want := []syncguard.LockEvent{
+		{Type: "acquire", OK: true, KeyHash: kh, LockIDHash: ih},
+		{Type: "acquire", KeyHash: kh, Reason: syncguard.ReasonLocked},
+		{Type: "isLocked", OK: true, KeyHash: kh},
+		{Type: "lookup", OK: true, KeyHash: kh},
+		{Type: "lookup", OK: true, LockIDHash: ih},
+		{Type: "extend", OK: true, LockIDHash: ih},
+		{Type: "release", OK: true, LockIDHash: ih},
+		{Type: "release", LockIDHash: ih, Reason: syncguard.ReasonNotFound},
+		{Type: "extend", LockIDHash: ih, Reason: syncguard.ReasonNotFound},
+		{Type: "isLocked", KeyHash: kh},
+		{Type: "lookup", KeyHash: kh},
+		{Type: "acquire", OK: true, KeyHash: syncguard.HashKey("other"), LockIDHash: syncguard.HashKey(o.LockID)},
+		{Type: "release", LockIDHash: syncguard.HashKey(o.LockID), Reason: syncguard.ReasonExpired},
+		{Type: "acquire", Err: err},
 	}
 	got := rec.all()
 	if len(got) != len(want) {
@@ -90,12 +93,12 @@ func TestTelemetryEventPerOperation(t *testing.T) {
 }
 
 func TestTelemetryIncludeRaw(t *testing.T) {
-	f := NewFakeBackend()
+	b := syncguardtest.New()
 	ctx := context.Background()
-	run := func(opts TelemetryOptions) ([]LockEvent, string) {
+	run := func(opts syncguard.TelemetryOptions) ([]syncguard.LockEvent, string) {
 		rec := &recorder{}
 		opts.OnEvent = rec.on
-		tb := WithTelemetry(f, opts)
+		tb := syncguard.WithTelemetry(b, opts)
 		a, _ := tb.Acquire(ctx, "raw", time.Minute)
 		_, _ = tb.Acquire(ctx, "raw", time.Minute)
 		_, _ = tb.Release(ctx, a.LockID)
@@ -103,17 +106,17 @@ func TestTelemetryIncludeRaw(t *testing.T) {
 		return rec.all(), a.LockID
 	}
 
-	evs, _ := run(TelemetryOptions{})
+	evs, _ := run(syncguard.TelemetryOptions{})
 	for _, e := range evs {
 		if e.Key != "" || e.LockID != "" {
 			t.Errorf("no raw values by default: %+v", e)
 		}
 	}
-	evs, id := run(TelemetryOptions{IncludeRaw: true})
+	evs, id := run(syncguard.TelemetryOptions{IncludeRaw: true})
 	if evs[0].Key != "raw" || evs[0].LockID != id || evs[1].Key != "raw" || evs[2].LockID != id {
 		t.Errorf("IncludeRaw adds the raw key and lockId: %+v", evs)
 	}
-	evs, id = run(TelemetryOptions{IncludeRaw: true, IncludeRawFunc: func(e LockEvent) bool {
+	evs, id = run(syncguard.TelemetryOptions{IncludeRaw: true, IncludeRawFunc: func(e syncguard.LockEvent) bool {
 		if e.Key != "" || e.LockID != "" {
 			t.Error("the predicate sees the event without raw values")
 		}
@@ -122,7 +125,7 @@ func TestTelemetryIncludeRaw(t *testing.T) {
 	if evs[0].Key != "" || evs[1].Key != "raw" || evs[2].LockID != "" {
 		t.Errorf("IncludeRawFunc decides per event (only the failed acquire here): %+v, %s", evs, id)
 	}
-	evs, _ = run(TelemetryOptions{IncludeRawFunc: func(LockEvent) bool { panic("bad predicate") }})
+	evs, _ = run(syncguard.TelemetryOptions{IncludeRawFunc: func(syncguard.LockEvent) bool { panic("bad predicate") }})
 	if len(evs) != 3 || evs[0].Key != "" {
 		t.Errorf("a panicking predicate means no raw values, and events still flow: %+v", evs)
 	}
@@ -130,14 +133,14 @@ func TestTelemetryIncludeRaw(t *testing.T) {
 
 func TestTelemetrySlowCallbackNeverDelaysOperations(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := NewFakeBackend()
+		b := syncguardtest.New()
 		delivered := 0
-		tb := WithTelemetry(f, TelemetryOptions{OnEvent: func(LockEvent) {
+		tb := syncguard.WithTelemetry(b, syncguard.TelemetryOptions{OnEvent: func(syncguard.LockEvent) {
 			time.Sleep(time.Hour)
 			delivered++
 		}})
 		start := time.Now()
-		err := WithLock(t.Context(), tb, "k", func(context.Context, *Lease) error { return nil }, nil)
+		err := syncguard.WithLock(t.Context(), tb, "k", func(context.Context, *syncguard.Lease) error { return nil }, nil)
 		if err != nil || time.Since(start) != 0 {
 			t.Fatalf("operations must not wait for OnEvent: took %v, err %v", time.Since(start), err)
 		}
@@ -151,16 +154,16 @@ func TestTelemetrySlowCallbackNeverDelaysOperations(t *testing.T) {
 }
 
 func TestTelemetryPanickingCallbackIsContained(t *testing.T) {
-	f := NewFakeBackend()
+	b := syncguardtest.New()
 	logger, buf := captureLogger()
 	n := 0
-	tb := WithTelemetry(f, TelemetryOptions{Logger: logger, OnEvent: func(e LockEvent) {
+	tb := syncguard.WithTelemetry(b, syncguard.TelemetryOptions{Logger: logger, OnEvent: func(e syncguard.LockEvent) {
 		n++
-		if e.Type == eventAcquire {
+		if e.Type == "acquire" {
 			panic("callback bug")
 		}
 	}})
-	err := WithLock(context.Background(), tb, "k", func(context.Context, *Lease) error { return nil }, nil)
+	err := syncguard.WithLock(context.Background(), tb, "k", func(context.Context, *syncguard.Lease) error { return nil }, nil)
 	flush(t, tb)
 	if err != nil || n != 2 {
 		t.Fatalf("a panicking OnEvent breaks nothing: err %v, %d events delivered", err, n)
@@ -171,11 +174,11 @@ func TestTelemetryPanickingCallbackIsContained(t *testing.T) {
 }
 
 func TestTelemetryDropsAndCountsWhenFull(t *testing.T) {
-	f := NewFakeBackend()
+	b := syncguardtest.New()
 	entered, gate := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	delivered := 0
-	tb := WithTelemetry(f, TelemetryOptions{BufferSize: 2, OnEvent: func(LockEvent) {
+	tb := syncguard.WithTelemetry(b, syncguard.TelemetryOptions{BufferSize: 2, OnEvent: func(syncguard.LockEvent) {
 		once.Do(func() { close(entered) })
 		<-gate
 		delivered++
@@ -197,16 +200,16 @@ func TestTelemetryDropsAndCountsWhenFull(t *testing.T) {
 }
 
 func TestTelemetryErrorsAndSlogSink(t *testing.T) {
-	f := NewFakeBackend()
-	f.SetFail(func(_ context.Context, op string) error {
-		return &Error{Op: op, Code: CodeServiceUnavailable, Key: "secret-key", Msg: "down"}
+	b := syncguardtest.New()
+	b.SetHook(func(_ context.Context, c syncguardtest.Call) error {
+		return &syncguard.Error{Op: string(c.Op), Code: syncguard.CodeServiceUnavailable, Key: "secret-key", Msg: "down"}
 	})
 	logger, buf := captureLogger()
-	tb := WithTelemetry(f, TelemetryOptions{OnEvent: SlogSink(logger, slog.LevelDebug)})
+	tb := syncguard.WithTelemetry(b, syncguard.TelemetryOptions{OnEvent: syncguard.SlogSink(logger, slog.LevelDebug)})
 	_, _ = tb.Acquire(context.Background(), "secret-key", time.Second)
 	flush(t, tb)
 	out := buf.String()
-	for _, want := range []string{`"level":"WARN"`, `"type":"acquire"`, `"result":"fail"`, `"code":"ServiceUnavailable"`, HashKey("secret-key")} {
+	for _, want := range []string{`"level":"WARN"`, `"type":"acquire"`, `"result":"fail"`, `"code":"ServiceUnavailable"`, syncguard.HashKey("secret-key")} {
 		if !strings.Contains(out, want) {
 			t.Errorf("slog sink output lacks %s: %s", want, out)
 		}
@@ -220,18 +223,18 @@ func TestTelemetryIdleWrapperHoldsNoGoroutine(t *testing.T) {
 	// Inside a synctest bubble every goroutine must have exited when the
 	// test function returns; an idle wrapper must not keep one.
 	synctest.Test(t, func(t *testing.T) {
-		tb := WithTelemetry(NewFakeBackend(), TelemetryOptions{OnEvent: func(LockEvent) {}})
+		tb := syncguard.WithTelemetry(syncguardtest.New(), syncguard.TelemetryOptions{OnEvent: func(syncguard.LockEvent) {}})
 		_, _ = tb.IsLocked(t.Context(), "k")
 		synctest.Wait()
 	})
 }
 
 func TestTelemetryForwardsDebugLookups(t *testing.T) {
-	f := NewFakeBackend()
+	b := syncguardtest.New()
 	rec := &recorder{}
-	tb := WithTelemetry(f, TelemetryOptions{OnEvent: rec.on})
+	tb := syncguard.WithTelemetry(b, syncguard.TelemetryOptions{OnEvent: rec.on})
 	ctx := context.Background()
-	a, _ := f.Acquire(ctx, "k", time.Minute)
+	a, _ := b.Acquire(ctx, "k", time.Minute)
 	d, err := tb.LookupKeyDebug(ctx, "k")
 	if err != nil || d == nil || d.LockID != a.LockID {
 		t.Fatalf("LookupKeyDebug through the wrapper: %+v %v", d, err)
@@ -241,16 +244,16 @@ func TestTelemetryForwardsDebugLookups(t *testing.T) {
 		t.Fatalf("LookupIDDebug through the wrapper: %+v %v", d, err)
 	}
 	flush(t, tb)
-	if evs := rec.all(); len(evs) != 2 || evs[0].Type != eventLookup || evs[1].LockIDHash != HashKey(a.LockID) {
+	if evs := rec.all(); len(evs) != 2 || evs[0].Type != "lookup" || evs[1].LockIDHash != syncguard.HashKey(a.LockID) {
 		t.Errorf("raw lookups emit lookup events: %+v", evs)
 	}
-	plain := WithTelemetry(lookupOnly{f}, TelemetryOptions{})
+	plain := syncguard.WithTelemetry(lookupOnly{b}, syncguard.TelemetryOptions{})
 	_, err = plain.LookupKeyDebug(ctx, "k")
-	requireCode(t, err, CodeInvalidArgument)
-	if plain.Unwrap() != (lookupOnly{f}) {
+	requireCode(t, err, syncguard.CodeInvalidArgument)
+	if plain.Unwrap() != (lookupOnly{b}) {
 		t.Error("Unwrap returns the wrapped backend")
 	}
 }
 
-// lookupOnly hides the fake's debug lookups.
-type lookupOnly struct{ LockBackend }
+// lookupOnly hides the backend's debug lookups.
+type lookupOnly struct{ syncguard.LockBackend }

@@ -55,12 +55,13 @@ type runOpts struct {
 }
 
 const runHelp = `
-Acquires the lock on KEY (retrying for up to --wait while it is busy), runs
-COMMAND with the fence in $SYNCGUARD_FENCE (15 digits, zero-padded) and
-$SYNCGUARD_FENCE_NUM (plain decimal; see --fence-env) and the key in
-$SYNCGUARD_KEY, extends the lease while COMMAND runs, releases the lock
-when COMMAND and every process it started have exited, and exits with
-COMMAND's status (128+N if signal N killed it).
+Acquires the lock on KEY, waiting for up to --wait while it is busy (woken
+when the holder releases it or its lock expires, retrying every 125 to 250
+ms in any case); runs COMMAND with the fence in $SYNCGUARD_FENCE (15
+digits, zero-padded) and $SYNCGUARD_FENCE_NUM (plain decimal; see
+--fence-env) and the key in $SYNCGUARD_KEY; extends the lease while COMMAND
+runs; releases the lock when COMMAND and every process it started have
+exited; and exits with COMMAND's status (128+N if signal N killed it).
 
 The lock covers COMMAND's whole process tree: on Linux, background and
 orphaned descendants too (run waits for all of them), and a kill -9 of

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 
@@ -184,6 +185,52 @@ func init() {
 		e.must(tx.QueryRowContext(e.ctx, `SELECT "sc" FROM `+rules.QuoteIdent(seen)+` ORDER BY ctid DESC LIMIT 1`).Scan(&recorded), "reading the recorded setting in the transaction")
 		if inTx != role || recorded != role {
 			e.t.Errorf("rule: a release inside the caller's transaction leaves that transaction's durability alone (synchronous_commit %q); after it the transaction has %q, the release ran with %q", role, inTx, recorded)
+		}
+	})
+}
+
+func init() {
+	// A Backend with prepared statements off (Config.DisablePrepare, or
+	// switched off behind a pooler) leaves nothing prepared on its pool's
+	// connections: not its operations, nor the notifications and the probe
+	// of its waiting (a driver's statement cache, such as pgx's default,
+	// would prepare those, which a transaction-mode pooler cannot route).
+	registerSQL("Statements/NothingPreparedWhenOff", func(e *sqlEnv) {
+		e.needSessionState("pg_prepared_statements is per server session")
+		db := e.h.Open(e.t)
+		db.SetMaxOpenConns(2) // the LISTEN connection may take one while waiting
+		b := e.newBackend(db, func(c *syncguard.Config) { c.DisablePrepare = true })
+		k := e.key("noprep")
+		held := e.mustAcquire(e.pb, k, 60*time.Second)
+		ch := e.lockAsync(b, k, polling()) // waits: LISTEN, probe, q, then a
+		e.pause(300 * time.Millisecond)
+		if r := e.release(e.pb, held.LockID); !r.OK {
+			e.t.Fatalf("setup: release: %+v", r)
+		}
+		lease := e.mustGet(ch, held.Fence, "the waiter gets the key after the release", b)
+		if x, err := lease.Extend(e.ctx, 30*time.Second); err != nil || !x.OK {
+			e.t.Fatalf("setup: extend: %+v, %v", x, err)
+		}
+		if _, err := b.LookupKey(e.ctx, k); err != nil {
+			e.t.Fatalf("setup: LookupKey: %v", err)
+		}
+		lease.Close()
+		e.must(b.Close(), "Backend.Close")
+		var conns []*sql.Conn // every connection of the pool, held at once
+		for range 2 {
+			c, err := db.Conn(e.ctx)
+			e.must(err, "taking a connection")
+			defer c.Close()
+			conns = append(conns, c)
+		}
+		for i, c := range conns {
+			var n int
+			var stmts sql.NullString
+			e.must(c.QueryRowContext(e.ctx, `SELECT count(*), string_agg(left("statement", 60), ' | ') FROM pg_prepared_statements
+WHERE "statement" NOT LIKE '%pg_prepared_statements%'`).Scan(&n, &stmts), "reading pg_prepared_statements")
+			if n != 0 {
+				e.t.Errorf("rule: with prepared statements off nothing is prepared on the pool's connections; connection %d has %d: %s", i, n, stmts.String)
+			}
 		}
 	})
 }

@@ -49,6 +49,9 @@ func New(db *sql.DB, cfg *Config) (*Backend, error) {
 		s.prep.Store(prepOff)
 	}
 	s.hub = newHub(db, r, s.cl)
+	s.hub.exec = func(ctx context.Context, query string, args ...any) error {
+		return (&Backend{shared: s}).oneShot(ctx, query, args, nil)
+	}
 	return &Backend{shared: s}, nil
 }
 

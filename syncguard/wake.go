@@ -133,6 +133,10 @@ type hub struct {
 	token          string                                    // marks this hub's own releases (r), which it handles when they return
 	lst            driver.Listener                           // nil: the dialect cannot listen
 	send           func(ctx context.Context, payload string) // a notification on the channel (tests replace it)
+	// exec runs one of the hub's statements on the pool, unprepared as the
+	// Backend runs its one-shot statements (a pgx statement cache would
+	// prepare it, which a transaction-mode pooler cannot route).
+	exec func(ctx context.Context, query string, args ...any) error
 	skewMs         atomic.Int64                              // server clock minus local clock, ms, as last seen
 	logged         bool                                      // the fallback was logged (once per hub)
 
@@ -217,6 +221,10 @@ func newHub(db *sql.DB, cfg resolved, cl classifier) *hub {
 	h := &hub{db: db, table: cfg.table, logger: cfg.logger, cl: cl, releaseTimeout: cfg.releaseTimeout,
 		keys: map[string]*keyq{}, retryWait: listenRetryMin, token: randToken(), class: waitClass(cfg.table)}
 	h.send = h.sendPool
+	h.exec = func(ctx context.Context, query string, args ...any) error {
+		_, err := db.ExecContext(ctx, query, args...)
+		return err
+	}
 	h.lst, _ = cfg.dialect.(driver.Listener)
 	if h.lst == nil {
 		h.reason = "the dialect " + strconv.Quote(cfg.dialect.Name()) + " cannot LISTEN (it does not implement driver.Listener)"
@@ -424,7 +432,7 @@ func (h *hub) announce(payload string) {
 // commits without waiting for the WAL flush (nothing in it needs to be
 // durable), so it costs a round trip, not an fsync.
 func (h *hub) sendPool(ctx context.Context, payload string) {
-	_, _ = h.db.ExecContext(ctx, "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)",
+	_ = h.exec(ctx, "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1::text, $2::text)",
 		wakeChannel(h.table), payload)
 }
 
@@ -845,14 +853,18 @@ func (h *hub) runListener(life context.Context) {
 
 	token := randToken()
 	pctx, cancel := context.WithTimeout(life, listenProbeTimeout)
-	_, err = h.db.ExecContext(pctx, "SELECT pg_notify($1, $2)", wakeChannel(h.table), "p "+token)
+	err = h.exec(pctx, "SELECT pg_notify($1::text, $2::text)", wakeChannel(h.table), "p "+token)
+	var sendErr error
+	if err != nil {
+		sendErr = h.cl.wrap(pctx, "listen", err) // before cancel: the error is not a cancellation
+	}
 	cancel()
 	if life.Err() != nil {
 		h.setState(lnOff, "")
 		return
 	}
-	if err != nil {
-		h.setState(lnOff, "sending the probe notification failed: "+h.cl.wrap(pctx, "listen", err).Error())
+	if sendErr != nil {
+		h.setState(lnOff, "sending the probe notification failed: "+sendErr.Error())
 		return
 	}
 	probeBy := time.Now().Add(listenProbeTimeout)

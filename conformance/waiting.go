@@ -65,16 +65,43 @@ func (e *sqlEnv) wakeOnRelease(waiter syncguard.Locker, rule, fallbackRule strin
 	e.mustGet(ch, held.Fence, rule, e.pb2).Close()
 }
 
+// takeOverCrashed holds a key on pb with a TTL of 1.5 s and never releases
+// it; waiter (on pb2's Backend), whose only retry is an hour away, must get
+// it once the lock is no longer live, and not before.
+func (e *sqlEnv) takeOverCrashed(waiter syncguard.Locker, rule string) {
+	e.t.Helper()
+	e.notifications(e.pb2)
+	k := e.key("crashed")
+	held := e.mustAcquire(e.pb, k, 1500*time.Millisecond)
+	lease := e.mustGet(e.lockAsync(waiter, k, wakeOnly()), held.Fence,
+		rule+" (the holder's TTL was 1.5 s, the waiter's only retry an hour away)")
+	defer lease.Close()
+	info, err := e.pb.LookupKey(e.ctx, k)
+	e.must(err, "LookupKey")
+	if info == nil {
+		e.t.Fatalf("rule: the waiter holds the key; LookupKey found no live lock")
+	}
+	if !info.AcquiredAt.After(held.ExpiresAt.Add(tolMs * time.Millisecond)) {
+		e.t.Errorf("rule: a waiter takes over only once the holder's lock is no longer live (expires_at_ms + %d ms); acquired at %d, holder expired at %d",
+			tolMs, ms(info.AcquiredAt), ms(held.ExpiresAt))
+	}
+}
+
 // callersLocker is a Locker of a caller's own around a Backend, as a team
 // writes for tracing: it counts acquires and passes ctx on.
 type callersLocker struct {
 	syncguard.Locker
+	rebuild  bool // return a result of its own making, field by field
 	acquires atomic.Int64
 }
 
 func (c *callersLocker) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {
 	c.acquires.Add(1)
-	return c.Locker.Acquire(ctx, key, ttl)
+	r, err := c.Locker.Acquire(ctx, key, ttl)
+	if c.rebuild {
+		r = syncguard.AcquireResult{OK: r.OK, Reason: r.Reason, LockID: r.LockID, Fence: r.Fence, ExpiresAt: r.ExpiresAt}
+	}
+	return r, err
 }
 
 // noListen hides a dialect's optional capabilities (driver.Listener).
@@ -191,21 +218,15 @@ func init() {
 		// holder's expiry from its failed attempt and tries again once the
 		// lock is no longer live: never before, and without waiting for its
 		// retry, due in an hour.
-		e.notifications(e.pb2)
-		k := e.key("crashed")
-		held := e.mustAcquire(e.pb, k, 1500*time.Millisecond)
-		lease := e.mustGet(e.lockAsync(e.pb2, k, wakeOnly()), held.Fence,
-			"a waiter gets the key of a crashed holder once that lock expired (the holder's TTL was 1.5 s, the waiter's only retry an hour away)")
-		defer lease.Close()
-		info, err := e.pb.LookupKey(e.ctx, k)
-		e.must(err, "LookupKey")
-		if info == nil {
-			e.t.Fatalf("rule: the waiter holds the key; LookupKey found no live lock")
-		}
-		if !info.AcquiredAt.After(held.ExpiresAt.Add(tolMs * time.Millisecond)) {
-			e.t.Errorf("rule: a waiter takes over only once the holder's lock is no longer live (expires_at_ms + %d ms); acquired at %d, holder expired at %d",
-				tolMs, ms(info.AcquiredAt), ms(held.ExpiresAt))
-		}
+		e.takeOverCrashed(e.pb2, "a waiter gets the key of a crashed holder once that lock expired")
+	})
+
+	registerSQL("Waiting/WakeAfterExpiryThroughRebuildingWrapper", func(e *sqlEnv) {
+		// The same through a caller's wrapper that returns results of its
+		// own making: what the failed attempt learned of the holder's
+		// expiry still reaches the waiting.
+		e.takeOverCrashed(&callersLocker{Locker: e.pb2, rebuild: true},
+			"a waiter through a wrapper that rebuilds its results gets the key of a crashed holder once that lock expired")
 	})
 
 	registerSQL("Waiting/FallbackWhenNotificationsUnavailable", func(e *sqlEnv) {

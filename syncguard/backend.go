@@ -125,12 +125,15 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		return AcquireResult{}, e
 	}
 	note := ""
-	if a := attemptOf(ctx); a != nil && a.kh == wakeKeyHash(k.Storage) {
+	a := attemptOf(ctx)
+	if a != nil && a.kh == wakeKeyHash(k.Storage) {
 		// An attempt of Lock or WithLock for this very key (a wrapper
 		// may lock another one): leave the hub, take the notification.
 		a.seq.Store(b.shared.hub.seqNow())
 		a.hub.Store(b.shared.hub)
 		note = a.note
+	} else {
+		a = nil
 	}
 	ttlMs, e := ttlMillis(op, ttl)
 	if e != nil {
@@ -189,6 +192,9 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		if d.expires.Valid {
 			// The holder's lock can be taken once it is no longer live.
 			res.retryIn = time.Duration(d.expires.Int64+rules.ToleranceMs+1-d.now) * time.Millisecond
+			if a != nil {
+				a.retryIn.Store(int64(res.retryIn)) // for a wrapper that rebuilds the result
+			}
 		}
 		return res, nil
 	}

@@ -265,6 +265,9 @@ type attemptInfo struct {
 	note string
 	hub  atomic.Pointer[hub]
 	seq  atomic.Uint64 // hub.seqNow() when the Backend was called
+	// retryIn is AcquireResult.retryIn of a failed attempt, for a wrapper
+	// that returns a result of its own making (the field is unexported).
+	retryIn atomic.Int64
 }
 
 type attemptKey struct{}
@@ -327,6 +330,9 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 				useHub(hb)
 				since = a.seq.Load()
 			}
+		}
+		if err == nil && !res.OK && res.retryIn == 0 {
+			res.retryIn = time.Duration(a.retryIn.Load())
 		}
 		if err != nil {
 			if ctx.Err() == nil && !time.Now().Before(deadline) {

@@ -136,9 +136,9 @@ type hub struct {
 	// exec runs one of the hub's statements on the pool, unprepared as the
 	// Backend runs its one-shot statements (a pgx statement cache would
 	// prepare it, which a transaction-mode pooler cannot route).
-	exec func(ctx context.Context, query string, args ...any) error
-	skewMs         atomic.Int64                              // server clock minus local clock, ms, as last seen
-	logged         bool                                      // the fallback was logged (once per hub)
+	exec   func(ctx context.Context, query string, args ...any) error
+	skewMs atomic.Int64 // server clock minus local clock, ms, as last seen
+	logged bool         // the fallback was logged (once per hub)
 
 	mu     sync.Mutex
 	keys   map[string]*keyq

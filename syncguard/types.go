@@ -10,7 +10,10 @@ import (
 // backend in a Locker of your own to add tracing or metrics around them;
 // pass ctx on to the wrapped Locker (or a context derived from it): Lock
 // and WithLock carry in it what lets a *Backend beneath wake their waiting
-// on release. A wrapper that drops ctx's values still works, by polling.
+// on release, and the deadline of each attempt. A wrapper that drops ctx
+// still works, by polling, but Lock can then neither end an attempt at
+// its Timeout nor cancel it; one that locks another key than it was given
+// (a prefix, say) is not woken by releases of that key either.
 //
 // Every method validates its input before any I/O and returns a *Error on
 // failure. Contention is not an error: Acquire returns OK == false.

@@ -134,9 +134,9 @@ func init() {
 
 func init() {
 	// A release on the pool is its own transaction, and its commit does
-	// not wait for the WAL flush: a release lost in a crash leaves the lock
-	// held until its TTL, which is safe, and the next acquire's commit
-	// flushes it anyway. Inside the caller's transaction (WithTx) the
+	// not wait for the WAL flush when the lock had at most a minute left: a
+	// release lost in a crash leaves the lock held until its TTL, which is
+	// safe, and the next acquire's commit flushes it anyway. Inside the caller's transaction (WithTx) the
 	// commit is the caller's, and its durability is left alone. An AFTER
 	// DELETE trigger on the case's lock table records the setting the
 	// releasing transaction runs with.
@@ -169,6 +169,15 @@ func init() {
 		}
 		if sc := last(); sc != "off" {
 			e.t.Errorf("rule: a release on the pool commits without waiting for the WAL flush (synchronous_commit off for its own transaction); it ran with %q", sc)
+		}
+		// A lock with long to live keeps a durable release: a crash must not
+		// bring it back for that long.
+		r = e.mustAcquire(e.pb, e.key("sclong"), 5*time.Minute)
+		if rel := e.release(e.pb, r.LockID); !rel.OK {
+			e.t.Fatalf("setup: release: %+v", rel)
+		}
+		if sc := last(); sc != role {
+			e.t.Errorf("rule: the release of a lock with more than a minute to live waits for the flush (synchronous_commit %q); it ran with %q", role, sc)
 		}
 
 		tx := e.begin(e.db)

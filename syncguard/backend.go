@@ -246,10 +246,10 @@ func unconfirmed(ctx context.Context, op string) *Error {
 }
 
 // Release implements LockBackend. At most one Release of a lock succeeds.
-// On the pool its commit does not wait for the WAL flush: should the
-// server crash right after, the lock may come back, unowned, until its
-// TTL (never two holders; see "Durability of a release" in
-// docs/design.md). Inside WithTx it commits with the caller's transaction.
+// On the pool, for a lock with at most a minute left, its commit does
+// not wait for the WAL flush: should the server crash right after, the
+// lock may come back, unowned, until its expiry (never two holders; see
+// "Durability of a release" in docs/design.md). Inside WithTx it commits with the caller's transaction.
 func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, error) {
 	const op = "release"
 	if e := checkLockID(op, lockID); e != nil {

@@ -65,6 +65,11 @@ const (
 	// deletes only rows that expired more than this long ago, well past the
 	// tolerance, so it never races an extend of a live lock.
 	CleanupGraceMs = 2000
+	// AsyncReleaseMaxMs: a release on the pool commits without waiting for
+	// the WAL flush only if the lock it deletes had at most this long left
+	// to live, which bounds how long a crash can bring a released lock
+	// back (syncguard's docs/design.md, "Durability of a release").
+	AsyncReleaseMaxMs = 60000
 )
 
 // ArgError is a rule's rejection of its input. Msg is the reference

@@ -16,6 +16,7 @@ import (
 //	{{fence_text(expr)}}        the fence number expr as fence text
 //	{{fence_max}}               FenceMax
 //	{{cleanup_grace}}           CleanupGraceMs
+//	{{async_release_max}}       AsyncReleaseMaxMs
 //
 // plus the names the caller passes (table and index identifiers).
 
@@ -92,6 +93,8 @@ func expand(name string, args []string, call bool, names map[string]string) (str
 		return strconv.FormatInt(FenceMax, 10), want(0)
 	case "cleanup_grace":
 		return strconv.Itoa(CleanupGraceMs), want(0)
+	case "async_release_max":
+		return strconv.Itoa(AsyncReleaseMaxMs), want(0)
 	}
 	if s, ok := names[name]; ok && !call {
 		return s, nil

@@ -13,6 +13,7 @@ func TestRender(t *testing.T) {
 		`{{live(l, EXCLUDED."acquired_at_ms")}}`: `l."expires_at_ms" > EXCLUDED."acquired_at_ms" - 1000`,
 		`{{fence_text(f."fence")}}`:              `lpad((f."fence")::text, 15, '0')`,
 		`{{fence_max}} {{cleanup_grace}}`:        "900000000000000 2000",
+		`{{async_release_max}}`:                  "60000",
 		`DELETE FROM {{locks}}`:                  `DELETE FROM "L"`,
 	} {
 		got, err := Render(in, names)

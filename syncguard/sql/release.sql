@@ -12,23 +12,28 @@
 -- PostgreSQL: a release nobody waits for must not notify.) The hash is also
 -- returned: the releasing Backend wakes its own waiters at once, and knows
 -- its notification by the token.
--- sc: on the pool path ($2 <> '': the statement is its own transaction)
--- the commit does not wait for the WAL flush (synchronous_commit off for
--- this transaction only). A release lost in a crash leaves the lock held
--- until its TTL, which is safe; and the commit of any later write that
--- depends on the release (the next acquire of the key) flushes the WAL up
--- to itself, the release included. One fsync per hand-off instead of two
--- (docs/design.md, "Durability of a release"). Inside the caller's
--- transaction ($2 = '') nothing changes: that commit is the caller's.
+-- sc: on the pool path ($2 <> '': the statement is its own transaction),
+-- when the deleted lock had at most {{async_release_max}} ms left, the
+-- commit does not wait for the WAL flush (synchronous_commit off for this
+-- transaction only; it is read at commit). A release lost in a crash
+-- leaves the lock held until its TTL, which is safe, and that bounds how
+-- long; the commit of any later write that depends on the release (the
+-- next acquire of the key) flushes the WAL up to itself, the release
+-- included. One fsync per hand-off instead of two (docs/design.md,
+-- "Durability of a release"). Inside the caller's transaction ($2 = '')
+-- nothing changes: that commit is the caller's.
 WITH
 t AS (
-  SELECT {{now_ms}} AS now_ms,
-    CASE WHEN $2::text <> '' THEN set_config('synchronous_commit', 'off', true) END AS sc
+  SELECT {{now_ms}} AS now_ms
 ),
 d AS (
   DELETE FROM {{locks}} AS l USING t
   WHERE l."lock_id" = $1::text AND {{live(l)}}
-  RETURNING l."lock_id", {{wake_hash(l."key")}} AS kh
+  RETURNING l."lock_id", {{wake_hash(l."key")}} AS kh, l."expires_at_ms" - t.now_ms AS left_ms
+),
+sc AS (
+  SELECT set_config('synchronous_commit', 'off', true) AS v FROM d
+  WHERE $2::text <> '' AND d.left_ms <= {{async_release_max}}
 ),
 n AS (
   SELECT pg_notify({{channel}}, 'r ' || d.kh || CASE WHEN $2::text <> '' THEN ' ' || $2::text ELSE '' END) AS v FROM d
@@ -41,3 +46,4 @@ SELECT d."lock_id",
 FROM t
 LEFT JOIN d ON true
 LEFT JOIN n ON true
+LEFT JOIN sc ON true

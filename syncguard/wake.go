@@ -33,20 +33,27 @@ import (
 //
 //	r <kh>                  a lock row was deleted (release, cleanup)
 //	x <kh> <expires>        an extend shortened the lock
-//	q <kh> <wid> <ms>       waiter wid queues for the key, for at most ms
+//	q <kh> <wid> <ms> <pos> waiter wid queues for the key, for at most ms, at pos
 //	a <kh> <wid> <expires>  queued waiter wid acquired the key (sent by its acquire)
 //	c <kh> <wid>            queued waiter wid gave up
 //	p <token>               a hub's probe of its own LISTEN connection
+//	s <token>               a hub just started listening: the others announce their queued waiters again
 //
 // kh is wakeKeyHash of the storage key (16 hex digits of its SHA-256: keys
 // never appear on the channel, which any role can LISTEN to); wid is a
-// random waiter id.
+// random waiter id; pos is the waiter's place in the queue: the server's
+// clock (microseconds) when its first q was sent, filled in by the
+// statement that sends it, and carried unchanged by every q of the waiter
+// after that.
 //
 // # The queue
 //
-// Every hub sees the same notifications in the same order, so every hub
-// keeps the same queue per key: the queued waiters of all processes, in the
-// order of their q. When the key may be free (a release, a shortened
+// Every hub keeps the same queue per key: the queued waiters of all
+// processes, ordered by the pos of their q (then by arrival), which every
+// hub reads from the same payload. A hub that starts listening misses the
+// q sent before; so once its LISTEN connection is confirmed it asks (s),
+// and every other hub sends the q of each of its queued waiters again,
+// with the same pos. When the key may be free (a release, a shortened
 // extend, the holder's expiry as learned from a failed attempt or an a, a
 // release by this process, the LISTEN connection (re)starting), an
 // "episode" hands out turns: the first waiter of the queue attempts at
@@ -130,9 +137,11 @@ type hub struct {
 	logger         *slog.Logger
 	cl             classifier
 	releaseTimeout time.Duration
-	token          string                                    // marks this hub's own releases (r), which it handles when they return
-	lst            driver.Listener                           // nil: the dialect cannot listen
-	send           func(ctx context.Context, payload string) // a notification on the channel (tests replace it)
+	token          string          // marks this hub's own releases (r) and sync request (s)
+	lst            driver.Listener // nil: the dialect cannot listen
+	// send sends a notification on the channel; with stamp, the server's
+	// clock in microseconds is appended to the payload (tests replace it).
+	send func(ctx context.Context, payload string, stamp bool)
 	// exec runs one of the hub's statements on the pool, unprepared as the
 	// Backend runs its one-shot statements (a pgx statement cache would
 	// prepare it, which a transaction-mode pooler cannot route).
@@ -172,7 +181,7 @@ type freeEvent struct {
 type keyq struct {
 	kh      string
 	waiters []*waiter // this process's, in arrival order
-	queue   []*entry  // announced waiters of all processes, in q order
+	queue   []*entry  // announced waiters of all processes, by (pos, arrival)
 	seq     uint64    // free events seen for this key
 	// known: the current holder took the key through Lock here, or
 	// announced it (a), so its release or expiry wakes the waiters: they
@@ -183,6 +192,10 @@ type keyq struct {
 	// their a or c): those are not news, and their q must not queue a
 	// waiter that is no longer there. Deleted at the a or c.
 	gone map[string]bool
+	// left: the waiters (of any process) whose a or c came last, newest
+	// last: a q of theirs that comes after (an answer to a sync request
+	// that crossed their acquire) queues nobody.
+	left []string
 	// reg: whether this process's LISTEN connection holds the key's
 	// registration (a shared advisory lock on (class, waitID(kh))), without
 	// which releases of the key notify nobody. Kept for regLinger after the
@@ -192,19 +205,27 @@ type keyq struct {
 	regIdle time.Time
 	expiry  *time.Timer
 	expAt   time.Time
-	// the current episode
+	// the current episode: turns go, in candidate order, to those that
+	// have not had one in it (turnEp != ep), so that a waiter inserted
+	// into the queue during the episode neither shifts a turn onto one
+	// that had it nor is passed over.
 	ep      uint64 // its number; 0: none yet
-	epNext  int    // index (in candidates) of the next turn
+	epLast  string // wid of the latest turn's waiter
 	epTimer *time.Timer
 	epOpen  bool
 }
+
+// leftMax bounds keyq.left.
+const leftMax = 32
 
 // entry is one announced waiter in a key's queue.
 type entry struct {
 	wid      string
 	w        *waiter // nil: another process's
+	pos      int64   // its place: the server clock (µs) at its first q
 	deadline time.Time
 	misses   int
+	turnEp   uint64 // the last episode that gave it a turn
 }
 
 type waiter struct {
@@ -214,6 +235,9 @@ type waiter struct {
 	nudge     chan struct{} // capacity 1: the LISTEN connection is confirmed; queue
 	announced bool          // its q was sent
 	queued    bool          // its q came back: it is in kq.queue
+	pos       int64         // its place, from its first q that came back; 0: none yet
+	deadline  time.Time     // when it gives up (set when it announces itself)
+	turnEp    uint64        // the last episode that gave it a turn
 }
 
 // newHub returns the hub of a Backend on db with configuration cfg.
@@ -380,11 +404,7 @@ func (h *hub) unqueueLocked(kq *keyq, wid string) (found, current bool) {
 		return false, false
 	}
 	kq.queue = slices.Delete(kq.queue, i, i+1)
-	if kq.epOpen && i < kq.epNext {
-		kq.epNext--
-		current = i == kq.epNext
-	}
-	return true, current
+	return true, kq.epOpen && kq.epLast == wid
 }
 
 // pruneLocked drops queued waiters whose own timeout has passed.
@@ -406,14 +426,21 @@ func (h *hub) pruneLocked(kq *keyq) {
 func (h *hub) prepare(ctx context.Context, w *waiter, timeout time.Duration) (note string) {
 	h.mu.Lock()
 	send := h.state == lnOn && !w.announced && timeout > 0
+	pos := w.pos
 	if send {
 		w.announced = true
+		w.deadline = time.Now().Add(timeout)
 	}
 	announced := w.announced
 	h.mu.Unlock()
 	if send {
-		ms := max(timeout.Milliseconds(), 1)
-		h.send(ctx, "q "+w.kq.kh+" "+w.wid+" "+strconv.FormatInt(ms, 10))
+		q := "q " + w.kq.kh + " " + w.wid + " " + strconv.FormatInt(max(timeout.Milliseconds(), 1), 10) + " "
+		if pos != 0 {
+			// Announced again (a new LISTEN connection): same place.
+			h.send(ctx, q+strconv.FormatInt(pos, 10), false)
+		} else {
+			h.send(ctx, q, true)
+		}
 	}
 	if !announced {
 		return ""
@@ -421,19 +448,28 @@ func (h *hub) prepare(ctx context.Context, w *waiter, timeout time.Duration) (no
 	return "a " + w.kq.kh + " " + w.wid + " "
 }
 
-// announce sends one notification through the pool, in the background.
-func (h *hub) announce(payload string) {
-	ctx, cancel := context.WithTimeout(context.Background(), h.releaseTimeout)
-	defer cancel()
-	h.send(ctx, payload)
+// announce sends notifications through the pool, one after the other; it
+// is run in the background.
+func (h *hub) announce(payloads ...string) {
+	for _, p := range payloads {
+		ctx, cancel := context.WithTimeout(context.Background(), h.releaseTimeout)
+		h.send(ctx, p, false)
+		cancel()
+	}
 }
 
 // sendPool sends one notification through the pool. Its transaction
 // commits without waiting for the WAL flush (nothing in it needs to be
-// durable), so it costs a round trip, not an fsync.
-func (h *hub) sendPool(ctx context.Context, payload string) {
-	_ = h.exec(ctx, "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1::text, $2::text)",
-		wakeChannel(h.table), payload)
+// durable), so it costs a round trip, not an fsync. With stamp, the
+// statement appends the server's clock, in microseconds: the position of a
+// q, the same for every hub that reads it.
+func (h *hub) sendPool(ctx context.Context, payload string, stamp bool) {
+	q := "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1::text, $2::text)"
+	if stamp {
+		q = "SELECT set_config('synchronous_commit', 'off', true), " +
+			"pg_notify($1::text, $2::text || (floor(extract(epoch FROM clock_timestamp()) * 1000000))::bigint::text)"
+	}
+	_ = h.exec(ctx, q, wakeChannel(h.table), payload)
 }
 
 // attemptSeq returns the key's event count, read before an attempt.
@@ -533,7 +569,7 @@ func (h *hub) episodeLocked(kq *keyq) {
 	kq.seq++
 	kq.known = false
 	kq.ep++
-	kq.epNext, kq.epOpen = 0, true
+	kq.epLast, kq.epOpen = "", true
 	h.advanceLocked(kq, kq.ep)
 }
 
@@ -550,14 +586,27 @@ func (h *hub) advanceLocked(kq *keyq, ep uint64) {
 	if kq.epTimer != nil {
 		kq.epTimer.Stop()
 	}
-	cands := h.candidatesLocked(kq)
-	if !kq.epOpen || kq.ep != ep || kq.epNext >= len(cands) {
-		kq.epOpen = kq.epOpen && kq.epNext < len(cands)
+	if !kq.epOpen || kq.ep != ep {
 		return
 	}
-	c := cands[kq.epNext]
-	kq.epNext++
+	var c candidate
+	for _, cand := range h.candidatesLocked(kq) {
+		if cand.e != nil && cand.e.turnEp != ep || cand.e == nil && cand.w.turnEp != ep {
+			c = cand
+			break
+		}
+	}
+	if c.e == nil && c.w == nil {
+		kq.epOpen = false // everyone had a turn
+		return
+	}
+	if c.e != nil {
+		c.e.turnEp = ep
+		kq.epLast = c.e.wid
+	}
 	if c.w != nil {
+		c.w.turnEp = ep
+		kq.epLast = c.w.wid
 		select {
 		case c.w.turn <- struct{}{}:
 		default:
@@ -641,6 +690,10 @@ func (h *hub) dispatch(payload string) (probe string) {
 		// The lock was shortened: the first waiter's attempt takes the key
 		// or learns the new expiry.
 		h.freeLocked(kh)
+	case "s":
+		if kh != h.token {
+			h.resendLocked()
+		}
 	case "q":
 		if len(f) < 4 {
 			return ""
@@ -650,24 +703,41 @@ func (h *hub) dispatch(payload string) (probe string) {
 			return ""
 		}
 		kq := h.keyLocked(kh)
-		if kq.gone[f[2]] {
-			return "" // a waiter of this process that already left
+		if kq.gone[f[2]] || slices.Contains(kq.left, f[2]) {
+			return "" // a waiter that already left
 		}
 		if slices.ContainsFunc(kq.queue, func(e *entry) bool { return e.wid == f[2] }) {
-			return "" // announced again after a reconnect: keep its place
+			return "" // announced again (a reconnect, a sync): keep its place
 		}
-		e := &entry{wid: f[2], deadline: time.Now().Add(time.Duration(ms) * time.Millisecond)}
+		var pos int64
+		if len(f) >= 5 {
+			pos, _ = strconv.ParseInt(f[4], 10, 64)
+		}
+		if pos == 0 && len(kq.queue) > 0 {
+			pos = kq.queue[len(kq.queue)-1].pos // no place given: last
+		}
+		e := &entry{wid: f[2], pos: pos, deadline: time.Now().Add(time.Duration(ms) * time.Millisecond)}
 		for _, w := range kq.waiters {
 			if w.wid == e.wid {
 				e.w, w.queued = w, true
+				e.turnEp = w.turnEp
+				if w.pos == 0 {
+					w.pos = pos
+				}
 			}
 		}
-		kq.queue = append(kq.queue, e)
+		// After every entry at the same place or before: ties go by arrival.
+		i := len(kq.queue)
+		for i > 0 && kq.queue[i-1].pos > pos {
+			i--
+		}
+		kq.queue = slices.Insert(kq.queue, i, e)
 	case "a":
 		kq := h.keys[kh]
 		if kq == nil || len(f) < 4 {
 			return ""
 		}
+		kq.leftLocked(f[2])
 		if kq.gone[f[2]] {
 			delete(kq.gone, f[2]) // ours, handled when it acquired
 			return ""
@@ -688,6 +758,7 @@ func (h *hub) dispatch(payload string) (probe string) {
 		h.dropIfIdleLocked(kq)
 	case "c":
 		if kq := h.keys[kh]; kq != nil && len(f) >= 3 {
+			kq.leftLocked(f[2])
 			if kq.gone[f[2]] {
 				delete(kq.gone, f[2])
 				return ""
@@ -700,6 +771,34 @@ func (h *hub) dispatch(payload string) (probe string) {
 		}
 	}
 	return ""
+}
+
+// leftLocked records that waiter wid left the queue (its a or c came).
+func (kq *keyq) leftLocked(wid string) {
+	if len(kq.left) >= leftMax {
+		kq.left = slices.Delete(kq.left, 0, 1)
+	}
+	kq.left = append(kq.left, wid)
+}
+
+// resendLocked answers another hub's sync request (s): it announces again,
+// in the background, each of this process's queued waiters, at its place
+// and for the rest of its timeout. Hubs that know them keep them where
+// they are; the hub that asked learns their places.
+func (h *hub) resendLocked() {
+	var qs []string
+	for _, kq := range h.keys {
+		for _, w := range kq.waiters {
+			left := time.Until(w.deadline).Milliseconds()
+			if !w.queued || w.pos == 0 || left <= 0 {
+				continue
+			}
+			qs = append(qs, "q "+kq.kh+" "+w.wid+" "+strconv.FormatInt(left, 10)+" "+strconv.FormatInt(w.pos, 10))
+		}
+	}
+	if len(qs) > 0 {
+		go h.announce(qs...)
+	}
 }
 
 // isHead reports whether w is the first of this process's waiters for its
@@ -827,6 +926,15 @@ func (h *hub) setState(state int, reason string) {
 	}
 }
 
+// confirm is called when the probe came back: the LISTEN connection is
+// confirmed. It asks the other hubs (s) to announce their queued waiters
+// again, so that this one learns the places of those that queued before it
+// listened: once per LISTEN connection.
+func (h *hub) confirm() {
+	h.setState(lnOn, "")
+	go h.announce("s " + h.token)
+}
+
 // runListener owns the LISTEN connection from opening to closing, which
 // happens after listenIdle without waiters, on a failure, or when life ends
 // (Backend.Close).
@@ -932,7 +1040,7 @@ func (h *hub) runListener(life context.Context) {
 		}
 		heard = time.Now()
 		if p := h.dispatch(payload); p != "" && p == token && state == lnProbing {
-			h.setState(lnOn, "")
+			h.confirm()
 		}
 	}
 }

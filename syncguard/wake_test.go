@@ -2,6 +2,8 @@ package syncguard
 
 import (
 	"context"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -23,13 +25,21 @@ func (nullDialect) Inspect(error) driver.ErrorInfo { return driver.ErrorInfo{} }
 
 // bus delivers each notification to every hub, in the order sent.
 type bus struct {
-	mu   sync.Mutex
-	hubs []*hub
+	mu    sync.Mutex
+	hubs  []*hub
+	clock int64 // the server's clock, for stamped payloads: one tick a stamp
 }
 
-func (b *bus) send(_ context.Context, payload string) {
+func (b *bus) send(ctx context.Context, payload string) { b.deliver(ctx, payload, false) }
+
+// deliver is hub.send on the bus: a stamp is the server's clock.
+func (b *bus) deliver(_ context.Context, payload string, stamp bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if stamp {
+		b.clock++
+		payload += strconv.FormatInt(100+b.clock, 10)
+	}
 	for _, h := range b.hubs {
 		h.dispatch(payload)
 	}
@@ -39,10 +49,18 @@ func (b *bus) send(_ context.Context, payload string) {
 func (b *bus) process() *hub {
 	h := newHub(nil, resolved{table: "t", dialect: nullDialect{}, logger: discardLogger(), releaseTimeout: time.Second}, classifier{})
 	h.state = lnOn
-	h.send = b.send
+	h.send = b.deliver
 	b.mu.Lock()
 	b.hubs = append(b.hubs, h)
 	b.mu.Unlock()
+	return h
+}
+
+// newcomer returns a hub on b whose LISTEN connection listens but is not
+// confirmed yet: it has heard nothing sent before.
+func (b *bus) newcomer() *hub {
+	h := b.process()
+	h.state, h.settled = lnProbing, make(chan struct{})
 	return h
 }
 
@@ -305,4 +323,74 @@ func TestWaitEchoesOfDepartedWaitersQueueNobody(t *testing.T) {
 		t.Error("rule: while the key is handed on (a release, a waiter's turn), a newcomer queues instead of trying")
 	}
 	hasTurn(w2)
+}
+
+func TestWaitNewcomerLearnsTheQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var b bus
+		A, B := b.process(), b.process()
+		kh := wakeKeyHash("k")
+		a1 := wait(A, kh)
+		b1 := wait(B, kh)
+		// C starts listening after a1 and b1 queued: it heard neither q.
+		C := b.newcomer()
+		c1 := C.join(kh, C.seqNow(), 0)
+		hasTurn(c1) // the LISTEN connection's start: c1 attempts, finds the key held
+		C.failed(c1, C.attemptSeq(c1), 0)
+		C.confirm()
+		C.prepare(context.Background(), c1, time.Minute)
+		synctest.Wait() // the sync request's answers
+		for name, h := range map[string]*hub{"A": A, "B": B, "C": C} {
+			var got []string
+			for _, e := range h.keys[kh].queue {
+				got = append(got, e.wid)
+			}
+			if want := []string{a1.wid, b1.wid, c1.wid}; !slices.Equal(got, want) {
+				t.Errorf("hub %s: rule: a process that starts listening late learns the places of the waiters queued before (sync), "+
+					"and every process keeps the same queue; got %v, want %v", name, got, want)
+			}
+		}
+		ws := map[string]*waiter{"a1": a1, "b1": b1, "c1": c1}
+		b.send(context.Background(), "r "+kh)
+		turns(t, "first release", map[string]bool{"a1": true}, ws) // not c1: it queued last
+		holdAndRelease(&b, A, a1)
+		turns(t, "a1's release", map[string]bool{"b1": true}, ws)
+		holdAndRelease(&b, B, b1)
+		turns(t, "b1's release", map[string]bool{"c1": true}, ws)
+		synctest.Wait()
+	})
+}
+
+func TestWaitPlaceLearnedDuringEpisodeGrantsNoTurnTwice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var b bus
+		C := b.process()
+		kh := wakeKeyHash("k")
+		c1 := wait(C, kh)
+		c2 := wait(C, kh)
+		b.send(context.Background(), "r "+kh)
+		if !hasTurn(c1) {
+			t.Fatal("rule: a release gives the first queued waiter its turn")
+		}
+		// While c1 attempts, the places of two older waiters of other
+		// processes arrive (answers to C's sync request): they go ahead.
+		b.send(context.Background(), "q "+kh+" o1 60000 1")
+		b.send(context.Background(), "q "+kh+" o2 60000 2")
+		got := map[string]int{}
+		for range 6 {
+			time.Sleep(grantStagger)
+			synctest.Wait()
+			for name, w := range map[string]*waiter{"c1": c1, "c2": c2} {
+				if hasTurn(w) {
+					got[name]++
+				}
+			}
+		}
+		if got["c1"] != 0 || got["c2"] != 1 {
+			t.Errorf("rule: in one episode every waiter gets one turn, whatever is inserted in the queue meanwhile; "+
+				"later turns: c1 %d (want 0, it had its turn), c2 %d (want 1)", got["c1"], got["c2"])
+		}
+		C.failed(c2, C.attemptSeq(c2), 0)
+		synctest.Wait()
+	})
 }

@@ -2,8 +2,10 @@ package conformance
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -271,6 +273,40 @@ func init() {
 		}
 	})
 
+	registerSQL("Waiting/OrderAcrossLateListeners", func(e *sqlEnv) {
+		// Four processes (a Backend on a pool of its own each) start
+		// waiting for a held key one after the other; each one's LISTEN
+		// connection starts with its first wait, after the earlier ones
+		// queued, so it never heard their q. The key must still go to them
+		// in the order they started waiting (their q): a late listener
+		// learns the earlier places by its sync request. The order is read
+		// from the fences, not from timing. A waiter that does not attempt
+		// within 20 ms of its turn loses it to the next, by design (a
+		// stall on a loaded machine can do that), so the case plays
+		// several rounds and asks for the order in most of them; a process
+		// that ignores the queue breaks it in most rounds.
+		if !e.notifications(e.pb2).Active {
+			e.t.Logf("notifications unavailable here: the queue across processes needs them (see the claim in docs/design.md)")
+			return
+		}
+		const rounds, need = 5, 3
+		inOrder := 0
+		var ranks [][]int
+		for range rounds {
+			got := e.lateListenersRound(4)
+			ranks = append(ranks, got)
+			if slices.IsSorted(got) {
+				inOrder++
+			}
+		}
+		e.t.Logf("acquisition rank of waiters 1..4 (by fence), per round: %v", ranks)
+		if inOrder < need {
+			e.t.Errorf("rule: the key is handed on in the order the waiters started waiting (their q), across processes, "+
+				"even to processes that started listening after others queued; in order in %d of %d rounds (want at least %d); "+
+				"rank of waiters 1..4 per round: %v", inOrder, rounds, need, ranks)
+		}
+	})
+
 	registerSQL("Waiting/NoLostWakeupWhenReleaseRacesWaiter", func(e *sqlEnv) {
 		// The release lands anywhere from before the waiter's first attempt
 		// to after it started waiting. Whatever the interleaving, the waiter
@@ -306,4 +342,110 @@ func init() {
 			}
 		}
 	})
+}
+
+// lateListenersRound is one round of Waiting/OrderAcrossLateListeners with
+// n waiting processes; it returns each waiter's rank in the acquisition
+// order (1: first), read from the fences. Pacing (no rule depends on it):
+// the round watches the channel itself, starts the next waiter once the
+// last one's q is committed, and releases once every late listener's sync
+// request was answered (so every process gets the answers before the
+// release), and a while after.
+func (e *sqlEnv) lateListenersRound(n int) []int {
+	e.t.Helper()
+	lst, _ := e.dialect().(driver.Listener)
+	lctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	nc, err := lst.Listen(lctx, e.db, "syncguard:"+e.cfg.TableName)
+	cancel()
+	e.must(err, "LISTEN on the lock table's channel (the case's own)")
+	defer nc.Close()
+	var order []string       // wids, in the order of their first q
+	seen := map[string]int{} // q notifications seen, per wid
+	k := e.key("order")
+	kh := ""
+	// awaitQ reads the channel until m wids are known and the i-th has
+	// been announced times(i) times.
+	awaitQ := func(m int, times func(i int) int, what string) {
+		for {
+			done := len(order) >= m
+			for i := 0; done && i < m; i++ {
+				done = seen[order[i]] >= times(i)
+			}
+			if done {
+				return
+			}
+			p, err := nc.Wait(e.ctx)
+			if err != nil {
+				e.t.Fatalf("rule: %s; the channel had not shown it when the case ended (%v); q seen: %v", what, err, seen)
+			}
+			f := strings.Fields(p)
+			if len(f) < 4 || f[0] != "q" || (kh != "" && f[1] != kh) {
+				continue
+			}
+			kh = f[1]
+			if seen[f[2]] == 0 {
+				order = append(order, f[2])
+			}
+			seen[f[2]]++
+		}
+	}
+	held := e.mustAcquire(e.pb, k, 60*time.Second)
+	chs := make([]<-chan lockOutcome, n)
+	for i := range n {
+		db := e.h.Open(e.t)
+		defer db.Close()
+		// Connections opened ahead, so that no turn is spent dialling.
+		var conns []*sql.Conn
+		for range 2 {
+			c, err := db.Conn(e.ctx)
+			e.must(err, "opening a connection of a waiter's pool")
+			conns = append(conns, c)
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+		b := e.newBackend(db, nil)
+		defer b.Close()
+		chs[i] = e.lockAsync(b, k, wakeOnly())
+		awaitQ(i+1, func(int) int { return 1 }, fmt.Sprintf("waiter %d announces itself (q) once its LISTEN connection is confirmed", i+1))
+	}
+	// Waiter j's process answers the sync request of each later one.
+	awaitQ(n, func(j int) int { return 1 + (n - 1 - j) },
+		"a process that starts listening asks the others to announce their queued waiters again (s), and each does (q)")
+	e.pause(300 * time.Millisecond) // the last process's attempts before it learned the queue end
+	if r := e.release(e.pb, held.LockID); !r.OK {
+		e.t.Fatalf("rule: the holder's release succeeds; got %+v", r)
+	}
+	fences := make([]syncguard.Fence, n)
+	for pending := n; pending > 0; {
+		for i, ch := range chs {
+			if ch == nil {
+				continue
+			}
+			select {
+			case o := <-ch:
+				chs[i] = nil
+				pending--
+				if o.err != nil {
+					e.t.Fatalf("rule: every waiter gets the key in turn; waiter %d got %v", i+1, o.err)
+				}
+				fences[i] = o.lease.Fence()
+				if _, err := o.lease.Release(e.ctx); err != nil {
+					e.t.Fatalf("rule: the holder's release succeeds; waiter %d got %v", i+1, err)
+				}
+			default:
+			}
+		}
+		e.pause(5 * time.Millisecond)
+	}
+	rank := make([]int, n)
+	for i := range n {
+		rank[i] = 1
+		for j := range n {
+			if fences[j] < fences[i] {
+				rank[i]++
+			}
+		}
+	}
+	return rank
 }

@@ -566,6 +566,7 @@ func (h *hub) candidatesLocked(kq *keyq) []candidate {
 
 // episodeLocked starts a new episode of kq: the key may be free.
 func (h *hub) episodeLocked(kq *keyq) {
+	drainTurnsLocked(kq)
 	kq.seq++
 	kq.known = false
 	kq.ep++
@@ -574,9 +575,24 @@ func (h *hub) episodeLocked(kq *keyq) {
 }
 
 func (h *hub) endEpisodeLocked(kq *keyq) {
+	drainTurnsLocked(kq)
 	kq.epOpen = false
 	if kq.epTimer != nil {
 		kq.epTimer.Stop()
+	}
+}
+
+// drainTurnsLocked takes back the turns that this process's waiters of kq
+// have not used yet: when an episode ends (the key is held) or a new one
+// starts (it gives the turns again, in queue order), a turn left over from
+// before would let its waiter attempt out of order, and take the key ahead
+// of the queue if a release came just then.
+func drainTurnsLocked(kq *keyq) {
+	for _, w := range kq.waiters {
+		select {
+		case <-w.turn:
+		default:
+		}
 	}
 }
 
@@ -926,14 +942,13 @@ func (h *hub) setState(state int, reason string) {
 	}
 }
 
-// confirm is called when the probe came back: the LISTEN connection is
-// confirmed. It asks the other hubs (s) to announce their queued waiters
-// again, so that this one learns the places of those that queued before it
-// listened: once per LISTEN connection.
-func (h *hub) confirm() {
-	h.setState(lnOn, "")
-	go h.announce("s " + h.token)
-}
+// askSync asks the other hubs (s) to announce their queued waiters again,
+// so that this one learns the places of those that queued before it
+// listened. Sent once per LISTEN connection, once it is confirmed and has
+// registered its keys: a release of a key that commits after the answers
+// reaches this hub after them, whatever the order it runs its listener
+// loop in.
+func (h *hub) askSync() { go h.announce("s " + h.token) }
 
 // runListener owns the LISTEN connection from opening to closing, which
 // happens after listenIdle without waiters, on a failure, or when life ends
@@ -977,6 +992,7 @@ func (h *hub) runListener(life context.Context) {
 	}
 	probeBy := time.Now().Add(listenProbeTimeout)
 	heard, pruned := time.Now(), time.Now()
+	asked := false // the sync request (s) was sent
 	for {
 		h.mu.Lock()
 		state, idle := h.state, h.nwait == 0 && time.Since(h.idleSince) >= listenIdle
@@ -998,6 +1014,10 @@ func (h *hub) runListener(life context.Context) {
 			if err := h.syncRegistrations(life, nc); err != nil {
 				h.setState(lnOff, "registering the waited-for keys on the LISTEN connection failed: "+h.cl.wrap(life, "listen", err).Error())
 				return
+			}
+			if !asked {
+				asked = true
+				h.askSync()
 			}
 		}
 		wctx, cancel := context.WithTimeout(life, min(slice, listenIdle))
@@ -1040,7 +1060,7 @@ func (h *hub) runListener(life context.Context) {
 		}
 		heard = time.Now()
 		if p := h.dispatch(payload); p != "" && p == token && state == lnProbing {
-			h.confirm()
+			h.setState(lnOn, "")
 		}
 	}
 }

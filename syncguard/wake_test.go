@@ -337,7 +337,8 @@ func TestWaitNewcomerLearnsTheQueue(t *testing.T) {
 		c1 := C.join(kh, C.seqNow(), 0)
 		hasTurn(c1) // the LISTEN connection's start: c1 attempts, finds the key held
 		C.failed(c1, C.attemptSeq(c1), 0)
-		C.confirm()
+		C.setState(lnOn, "") // the probe came back
+		C.askSync()          // after the keys' registration
 		C.prepare(context.Background(), c1, time.Minute)
 		synctest.Wait() // the sync request's answers
 		for name, h := range map[string]*hub{"A": A, "B": B, "C": C} {
@@ -391,6 +392,32 @@ func TestWaitPlaceLearnedDuringEpisodeGrantsNoTurnTwice(t *testing.T) {
 				"later turns: c1 %d (want 0, it had its turn), c2 %d (want 1)", got["c1"], got["c2"])
 		}
 		C.failed(c2, C.attemptSeq(c2), 0)
+		synctest.Wait()
+	})
+}
+
+func TestWaitLeftoverTurnIsTakenBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var b bus
+		A, B := b.process(), b.process()
+		kh := wakeKeyHash("k")
+		b1 := wait(B, kh)
+		a1 := wait(A, kh)
+		b.send(context.Background(), "r "+kh)
+		time.Sleep(grantStagger)
+		synctest.Wait() // b1 let its turn pass (slow): a1 has one too, and does not use it yet
+		// b1 takes the key after all: a1's turn is stale.
+		B.acquired(b1, time.Minute)
+		B.leave(b1, true)
+		b.send(context.Background(), "a "+kh+" "+b1.wid+" 1000")
+		if hasTurn(a1) {
+			t.Error("rule: once someone took the key, a turn not used yet is taken back (it would let its waiter attempt out of queue order at the next release)")
+		}
+		B.released(kh)
+		b.send(context.Background(), "r "+kh+" "+B.token)
+		if !hasTurn(a1) {
+			t.Error("rule: the next release gives the next waiter its turn")
+		}
 		synctest.Wait()
 	})
 }

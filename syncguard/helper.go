@@ -380,7 +380,9 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 	retries, skipped := 0, 0
 	for {
 		if w != nil {
-			note = h.prepare(ctx, w, time.Until(deadline))
+			pctx, cancel := context.WithDeadline(ctx, deadline) // the announcement too ends at the Timeout
+			note = h.prepare(pctx, w, time.Until(deadline))
+			cancel()
 		}
 		polled, final := false, false
 		select {

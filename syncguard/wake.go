@@ -169,6 +169,9 @@ type hub struct {
 	// (syncRegistrations) at once; nil while it does not wait.
 	kick  context.CancelFunc
 	class int32 // waitClass of the table
+	// resending: a goroutine answers sync requests (resendLocked);
+	// resendAgain: another came meanwhile.
+	resending, resendAgain bool
 }
 
 type freeEvent struct {
@@ -261,6 +264,28 @@ func newHub(db *sql.DB, cfg resolved, cl classifier) *hub {
 		h.reason = "no waiter has waited yet"
 	}
 	return h
+}
+
+// Bounds on what notifications can make a hub remember: any role can
+// NOTIFY on the channel. Far above any real use: a waiter's q lasts at most
+// its Timeout.
+const (
+	maxQueuedMs = int64(24 * time.Hour / time.Millisecond) // a q's timeout
+	maxKeys     = 10000                                    // keys known
+	maxQueue    = 1000                                     // queued waiters per key
+)
+
+// isHex reports whether s is n lowercase hex digits (a key hash or an id).
+func isHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func randToken() string {
@@ -711,12 +736,16 @@ func (h *hub) dispatch(payload string) (probe string) {
 			h.resendLocked()
 		}
 	case "q":
-		if len(f) < 4 {
-			return ""
+		if len(f) < 4 || !isHex(kh, 16) || !isHex(f[2], 16) {
+			return "" // not a q of ours: any role can NOTIFY on the channel
 		}
 		ms, err := strconv.ParseInt(f[3], 10, 64)
-		if err != nil {
+		if err != nil || ms <= 0 {
 			return ""
+		}
+		ms = min(ms, maxQueuedMs)
+		if kq := h.keys[kh]; kq == nil && len(h.keys) >= maxKeys || kq != nil && len(kq.queue) >= maxQueue {
+			return "" // bounded memory
 		}
 		kq := h.keyLocked(kh)
 		if kq.gone[f[2]] || slices.Contains(kq.left, f[2]) {
@@ -801,20 +830,41 @@ func (kq *keyq) leftLocked(wid string) {
 // in the background, each of this process's queued waiters, at its place
 // and for the rest of its timeout. Hubs that know them keep them where
 // they are; the hub that asked learns their places.
+//
+// One goroutine at a time does it: requests that come while it runs (any
+// role can NOTIFY on the channel, as often as it likes) make it run once
+// more, not start another.
 func (h *hub) resendLocked() {
-	var qs []string
-	for _, kq := range h.keys {
-		for _, w := range kq.waiters {
-			left := time.Until(w.deadline).Milliseconds()
-			if !w.queued || w.pos == 0 || left <= 0 {
-				continue
+	if h.resending {
+		h.resendAgain = true
+		return
+	}
+	h.resending = true
+	go func() {
+		for {
+			h.mu.Lock()
+			h.resendAgain = false
+			var qs []string
+			for _, kq := range h.keys {
+				for _, w := range kq.waiters {
+					left := time.Until(w.deadline).Milliseconds()
+					if !w.queued || w.pos == 0 || left <= 0 {
+						continue
+					}
+					qs = append(qs, "q "+kq.kh+" "+w.wid+" "+strconv.FormatInt(left, 10)+" "+strconv.FormatInt(w.pos, 10))
+				}
 			}
-			qs = append(qs, "q "+kq.kh+" "+w.wid+" "+strconv.FormatInt(left, 10)+" "+strconv.FormatInt(w.pos, 10))
+			h.mu.Unlock()
+			h.announce(qs...)
+			h.mu.Lock()
+			again := h.resendAgain
+			h.resending = again
+			h.mu.Unlock()
+			if !again {
+				return
+			}
 		}
-	}
-	if len(qs) > 0 {
-		go h.announce(qs...)
-	}
+	}()
 }
 
 // isHead reports whether w is the first of this process's waiters for its

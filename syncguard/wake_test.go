@@ -2,6 +2,7 @@ package syncguard
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -138,7 +139,7 @@ func TestWaitStaggerPassesADeadWaiter(t *testing.T) {
 		A := b.process()
 		kh := wakeKeyHash("k")
 		// A waiter whose process died queued first.
-		b.send(context.Background(), "q "+kh+" dead 600000")
+		b.send(context.Background(), "q "+kh+" 00000000000000de 600000")
 		a1 := wait(A, kh)
 		for ep := 1; ep <= missLimit; ep++ {
 			b.send(context.Background(), "r "+kh)
@@ -375,8 +376,8 @@ func TestWaitPlaceLearnedDuringEpisodeGrantsNoTurnTwice(t *testing.T) {
 		}
 		// While c1 attempts, the places of two older waiters of other
 		// processes arrive (answers to C's sync request): they go ahead.
-		b.send(context.Background(), "q "+kh+" o1 60000 1")
-		b.send(context.Background(), "q "+kh+" o2 60000 2")
+		b.send(context.Background(), "q "+kh+" 00000000000000a1 60000 1")
+		b.send(context.Background(), "q "+kh+" 00000000000000a2 60000 2")
 		got := map[string]int{}
 		for range 6 {
 			time.Sleep(grantStagger)
@@ -418,6 +419,45 @@ func TestWaitLeftoverTurnIsTakenBack(t *testing.T) {
 		if !hasTurn(a1) {
 			t.Error("rule: the next release gives the next waiter its turn")
 		}
+		synctest.Wait()
+	})
+}
+
+// Any role can NOTIFY on the channel: a q that is not one of ours is
+// ignored, and what q's can make a hub remember is bounded.
+func TestWaitForeignQueueNotificationsAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var b bus
+		A := b.process()
+		kh := wakeKeyHash("k")
+		for _, p := range []string{
+			"q not-a-hash 00000000000000a1 60000",
+			"q " + kh + " not-hex-wid!!!!! 60000",
+			"q " + kh + " 00000000000000a1 -5",
+			"q " + kh + " 00000000000000a1 x",
+		} {
+			b.send(context.Background(), p)
+		}
+		if n := len(A.keys); n != 0 {
+			t.Fatalf("rule: a malformed q queues nobody; the hub knows %d keys", n)
+		}
+		for i := range maxQueue + 10 {
+			b.send(context.Background(), fmt.Sprintf("q %s %016x 9999999999999", kh, i+1))
+		}
+		kq := A.keys[kh]
+		if kq == nil || len(kq.queue) != maxQueue {
+			t.Fatalf("rule: a key's queue is bounded (%d); got %v", maxQueue, kq)
+		}
+		if d := time.Until(kq.queue[0].deadline); d > time.Duration(maxQueuedMs)*time.Millisecond {
+			t.Errorf("rule: a q's timeout is capped at %v; got %v", time.Duration(maxQueuedMs)*time.Millisecond, d)
+		}
+		for i := range maxKeys + 10 {
+			b.send(context.Background(), fmt.Sprintf("q %016x 00000000000000a1 1000", i+1))
+		}
+		if n := len(A.keys); n > maxKeys {
+			t.Errorf("rule: the keys a hub learns from q's are bounded (%d); it knows %d", maxKeys, n)
+		}
+		A.pruneAll()
 		synctest.Wait()
 	})
 }

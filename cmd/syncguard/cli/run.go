@@ -32,7 +32,9 @@ const (
 	// come (behind PgBouncer in transaction mode). A contended attempt
 	// reads one index entry and writes nothing, so they are cheap.
 	pollDelay = 250 * time.Millisecond
-	// waitChunk bounds one Lock call of --wait forever.
+	// waitChunk bounds one Lock call of --wait forever. Each chunk waits
+	// anew: it takes a new place at the end of the queue across processes
+	// (docs/cli.md).
 	waitChunk = time.Hour
 
 	defaultTTL   = 30 * time.Second
@@ -230,8 +232,9 @@ func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts) (*s
 		return time.Until(deadline)
 	}
 	// The LISTEN connection the waiting may have opened is of no use once
-	// the wait is over; the Backend stays usable.
-	defer b.Close()
+	// the wait is over; the Backend stays usable. In the background: its
+	// goroutine may be in a ping, which must not delay COMMAND.
+	defer func() { go b.Close() }()
 	announced, warned := false, false
 	var outage error // the last transient error, nil after a real answer
 	var outageStart time.Time
@@ -251,6 +254,7 @@ func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts) (*s
 		}
 	}
 	for {
+		l.cutByWait = false
 		opts := a.lockOptions(o)
 		if o.wait > 0 {
 			opts.Acquisition = syncguard.AcquisitionOptions{
@@ -271,7 +275,10 @@ func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts) (*s
 		var se *syncguard.Error
 		isErr := errors.As(err, &se)
 		switch {
-		case isErr && se.Code == syncguard.CodeAcquisitionTimeout && se.Err == nil: // busy
+		case isErr && se.Code == syncguard.CodeAcquisitionTimeout && (se.Err == nil || l.cutByWait && outage == nil):
+			// Busy: the key stayed held until the wait ran out (an attempt
+			// still in flight then is cut short; the answer before it was
+			// "held").
 		case isErr && (se.Retryable() || se.Code == syncguard.CodeAcquisitionTimeout): // no answer, or transient
 			if outage == nil {
 				outageStart = time.Now()
@@ -312,10 +319,11 @@ func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts) (*s
 // so Lock's waiting is woken on release as on the Backend itself. Lock
 // calls it from one goroutine at a time.
 type attempts struct {
-	b        *syncguard.Backend
-	timeout  time.Duration
-	sent     time.Time                       // of the attempt that took the lock
-	answered func(r syncguard.AcquireResult) // after each attempt PostgreSQL answered
+	b         *syncguard.Backend
+	timeout   time.Duration
+	sent      time.Time                       // of the attempt that took the lock
+	answered  func(r syncguard.AcquireResult) // after each attempt PostgreSQL answered
+	cutByWait bool                            // an attempt was cut short by the end of Lock's wait
 }
 
 func (l *attempts) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {
@@ -324,6 +332,7 @@ func (l *attempts) Acquire(ctx context.Context, key string, ttl time.Duration) (
 	sent := time.Now()
 	r, err := l.b.Acquire(actx, key, ttl)
 	if err != nil {
+		l.cutByWait = l.cutByWait || ctx.Err() != nil
 		if ctx.Err() == nil && actx.Err() != nil {
 			// --timeout ran out, not the wait: an outage, reported as
 			// the single attempts of --wait 0 report it.

@@ -275,10 +275,10 @@ func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts) (*s
 		var se *syncguard.Error
 		isErr := errors.As(err, &se)
 		switch {
-		case isErr && se.Code == syncguard.CodeAcquisitionTimeout && (se.Err == nil || l.cutByWait && outage == nil):
+		case isErr && se.Code == syncguard.CodeAcquisitionTimeout && (se.Err == nil || l.cutByWait && outage == nil && l.heldSeen):
 			// Busy: the key stayed held until the wait ran out (an attempt
-			// still in flight then is cut short; the answer before it was
-			// "held").
+			// still in flight then is cut short; PostgreSQL's last answer
+			// before it was "held").
 		case isErr && (se.Retryable() || se.Code == syncguard.CodeAcquisitionTimeout): // no answer, or transient
 			if outage == nil {
 				outageStart = time.Now()
@@ -324,6 +324,7 @@ type attempts struct {
 	sent      time.Time                       // of the attempt that took the lock
 	answered  func(r syncguard.AcquireResult) // after each attempt PostgreSQL answered
 	cutByWait bool                            // an attempt was cut short by the end of Lock's wait
+	heldSeen  bool                            // PostgreSQL answered "held" at least once
 }
 
 func (l *attempts) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {
@@ -343,6 +344,8 @@ func (l *attempts) Acquire(ctx context.Context, key string, ttl time.Duration) (
 	}
 	if r.OK {
 		l.sent = sent
+	} else {
+		l.heldSeen = true
 	}
 	l.answered(r)
 	return r, nil

@@ -133,29 +133,22 @@ func (n *notifyConn) Wait(ctx context.Context) (string, error) {
 	}
 }
 
-// Ping sends an empty query. ListenerConn.Ping takes no context: when ctx
-// ends first, the connection is closed, which ends the Ping.
-func (n *notifyConn) Ping(ctx context.Context) error {
-	done := make(chan error, 1)
-	go func() { done <- n.lc.Ping() }()
-	select {
-	case err := <-done:
+// Ping sends an empty query.
+func (n *notifyConn) Ping(ctx context.Context) error { return n.bounded(ctx, n.lc.Ping) }
+
+// Exec runs sql with ListenerConn.ExecSimpleQuery.
+func (n *notifyConn) Exec(ctx context.Context, sql string) error {
+	return n.bounded(ctx, func() error {
+		_, err := n.lc.ExecSimpleQuery(sql)
 		return err
-	case <-ctx.Done():
-		n.lc.Close()
-		<-done
-		return ctx.Err()
-	}
+	})
 }
 
-// Exec runs sql with ListenerConn.ExecSimpleQuery. It takes no context:
-// when ctx ends first, the connection is closed, which ends the query.
-func (n *notifyConn) Exec(ctx context.Context, sql string) error {
+// bounded runs call, a ListenerConn method that takes no context: when ctx
+// ends first, the connection is closed, which ends the call.
+func (n *notifyConn) bounded(ctx context.Context, call func() error) error {
 	done := make(chan error, 1)
-	go func() {
-		_, err := n.lc.ExecSimpleQuery(sql)
-		done <- err
-	}()
+	go func() { done <- call() }()
 	select {
 	case err := <-done:
 		return err

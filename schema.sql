@@ -20,3 +20,22 @@ CREATE TABLE IF NOT EXISTS "syncguard_fence_counters" (
   "fence" BIGINT NOT NULL DEFAULT 0,
   "key_debug" TEXT
 );
+
+-- The queue of waiters of syncguard-go's Lock and WithLock (not in the
+-- spec; the reference implementation neither reads nor needs it). A
+-- release hands the key to the first live waiter in the same commit.
+-- UNLOGGED: a crash or a failover empties it (no WAL, no fsync for a
+-- waiter's renewals), and waiters queue again at their next attempt.
+CREATE UNLOGGED TABLE IF NOT EXISTS "syncguard_locks_waiters" (
+  "key" TEXT NOT NULL,
+  "lock_id" TEXT NOT NULL,
+  "place" BIGINT NOT NULL,
+  "deadline_ms" BIGINT NOT NULL,
+  "ttl_ms" BIGINT NOT NULL,
+  "user_key" TEXT NOT NULL,
+  "fence_key" TEXT NOT NULL
+);
+
+CREATE UNIQUE INDEX IF NOT EXISTS "idx_syncguard_locks_wid" ON "syncguard_locks_waiters" ("lock_id");
+
+CREATE INDEX IF NOT EXISTS "idx_syncguard_locks_wkey" ON "syncguard_locks_waiters" ("key", "place", "lock_id");

@@ -2,7 +2,7 @@ package conformance
 
 import (
 	"context"
-	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -129,7 +130,7 @@ func (e *sqlEnv) notifications(b *syncguard.Backend) syncguard.NotificationStatu
 	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 	defer cancel()
 	e.t.Cleanup(func() { b.Close() }) // its LISTEN connection would linger 30 s
-	st := b.NotificationStatus(ctx, true)
+	st := b.NotificationStatus(ctx)
 	_, can := e.dialect().(driver.Listener)
 	switch {
 	case st.Active:
@@ -165,7 +166,9 @@ func (e *env) mustGet(ch <-chan lockOutcome, after syncguard.Fence, rule string,
 	status := func() string {
 		var b strings.Builder
 		for _, w := range waiters {
-			fmt.Fprintf(&b, "; waiter's Backend: %+v", w.NotificationStatus(e.ctx, false))
+			ctx, cancel := context.WithTimeout(e.ctx, time.Second)
+			fmt.Fprintf(&b, "; waiter's Backend: %+v", w.NotificationStatus(ctx))
+			cancel()
 		}
 		return b.String()
 	}
@@ -239,7 +242,7 @@ func init() {
 			c.Dialect = noListen{e.dialect()}
 			c.Logger = slog.New(logs)
 		})
-		if st := bf.NotificationStatus(e.ctx, true); st.Active || !strings.Contains(st.Reason, "driver.Listener") {
+		if st := bf.NotificationStatus(e.ctx); st.Active || !strings.Contains(st.Reason, "driver.Listener") {
 			e.t.Errorf("rule: a Backend whose dialect lacks driver.Listener reports that waiting polls, and why; got %+v", st)
 		}
 
@@ -273,38 +276,66 @@ func init() {
 		}
 	})
 
-	registerSQL("Waiting/OrderAcrossLateListeners", func(e *sqlEnv) {
+	registerSQL("Waiting/OrderAcrossProcesses", func(e *sqlEnv) {
 		// Four processes (a Backend on a pool of its own each) start
-		// waiting for a held key one after the other; each one's LISTEN
-		// connection starts with its first wait, after the earlier ones
-		// queued, so it never heard their q. The key must still go to them
-		// in the order they started waiting (their q): a late listener
-		// learns the earlier places by its sync request. The order is read
-		// from the fences, not from timing. A waiter that does not attempt
-		// within 20 ms of its turn loses it to the next, by design (a
-		// stall on a loaded machine can do that), so the case plays
-		// several rounds and asks for the order in most of them; a process
-		// that ignores the queue breaks it in most rounds.
-		if !e.notifications(e.pb2).Active {
-			e.t.Logf("notifications unavailable here: the queue across processes needs them (see the claim in docs/design.md)")
-			return
-		}
-		const rounds, need = 5, 3
-		inOrder := 0
-		var ranks [][]int
-		for range rounds {
-			got := e.lateListenersRound(4)
-			ranks = append(ranks, got)
-			if slices.IsSorted(got) {
-				inOrder++
+		// waiting for a held key one after the other, each once the one
+		// before has queued. The key goes to them in that order, every
+		// round: the queue is rows in the tables, whatever each process
+		// hears (the order is read from the fences, not from timing).
+		const rounds = 3
+		for r := range rounds {
+			if got := e.orderRound(4); !slices.IsSorted(got) {
+				e.t.Fatalf("rule: the key is handed on in the order the waiters queued, across processes; round %d: rank of waiters 1..4 by fence: %v", r+1, got)
 			}
 		}
-		e.t.Logf("acquisition rank of waiters 1..4 (by fence), per round: %v", ranks)
-		if inOrder < need {
-			e.t.Errorf("rule: the key is handed on in the order the waiters started waiting (their q), across processes, "+
-				"even to processes that started listening after others queued; in order in %d of %d rounds (want at least %d); "+
-				"rank of waiters 1..4 per round: %v", inOrder, rounds, need, ranks)
+	})
+
+	registerSQL("Waiting/HandOffInTheReleaseCommit", func(e *sqlEnv) {
+		// The release hands the key to the first waiter in its own commit:
+		// right after it returns, the key is held again, with a greater
+		// fence, although the waiter (polling, its only retry an hour
+		// away) has not attempted since.
+		bf := e.newBackend(e.db2, func(c *syncguard.Config) { c.Dialect = noListen{e.dialect()} })
+		k := e.key("handoff")
+		held := e.mustAcquire(e.pb, k, 60*time.Second)
+		ch := e.lockAsync(bf, k, wakeOnly())
+		e.awaitQueued(k, 1)
+		if r := e.release(e.pb, held.LockID); !r.OK {
+			e.t.Fatalf("rule: the holder's release succeeds; got %+v", r)
 		}
+		info, err := e.pb.LookupKey(e.ctx, k)
+		e.must(err, "LookupKey")
+		if info == nil || info.Fence <= held.Fence {
+			e.t.Fatalf("rule: a release hands the key to the first live waiter in the same commit; right after it the key has %+v (released fence %s)", info, held.Fence)
+		}
+		lease := e.mustGet(ch, held.Fence, "the waiter finds the key handed to it (its renewal attempt, within a third of the queue window)")
+		if lease.Fence() != info.Fence {
+			e.t.Errorf("rule: the waiter holds the lock the release created for it; fence %s, created %s", lease.Fence(), info.Fence)
+		}
+		lease.Close()
+	})
+
+	registerSQL("Waiting/GivingUpLeavesTheQueue", func(e *sqlEnv) {
+		// A waiter that gives up (its context cancelled) leaves the queue:
+		// the release hands the key to the waiter behind it.
+		k := e.key("giveup")
+		held := e.mustAcquire(e.pb, k, 60*time.Second)
+		ctx, cancel := context.WithCancel(e.ctx)
+		first := make(chan error, 1)
+		go func() {
+			_, err := syncguard.Lock(ctx, e.pb2, k, wakeOnly())
+			first <- err
+		}()
+		e.awaitQueued(k, 1)
+		ch := e.lockAsync(e.pb2, k, wakeOnly())
+		e.awaitQueued(k, 2)
+		cancel()
+		if err := <-first; !errors.Is(err, syncguard.ErrAborted) {
+			e.t.Fatalf("rule: a cancelled wait ends with Aborted; got %v", err)
+		}
+		e.awaitQueued(k, 1)
+		e.release(e.pb, held.LockID)
+		e.mustGet(ch, held.Fence, "the key goes to the waiter behind one that gave up").Close()
 	})
 
 	registerSQL("Waiting/NoLostWakeupWhenReleaseRacesWaiter", func(e *sqlEnv) {
@@ -344,75 +375,22 @@ func init() {
 	})
 }
 
-// lateListenersRound is one round of Waiting/OrderAcrossLateListeners with
-// n waiting processes; it returns each waiter's rank in the acquisition
-// order (1: first), read from the fences. Pacing (no rule depends on it):
-// the round watches the channel itself, starts the next waiter once the
-// last one's q is committed, and releases once every late listener's sync
-// request was answered (so every process gets the answers before the
-// release), and a while after.
-func (e *sqlEnv) lateListenersRound(n int) []int {
+// orderRound is one round of Waiting/OrderAcrossProcesses with n waiting
+// processes; it returns each waiter's rank in the acquisition order (1:
+// first), read from the fences.
+func (e *sqlEnv) orderRound(n int) []int {
 	e.t.Helper()
-	lst, _ := e.dialect().(driver.Listener)
-	lctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
-	nc, err := lst.Listen(lctx, e.db, "syncguard:"+e.cfg.TableName)
-	cancel()
-	e.must(err, "LISTEN on the lock table's channel (the case's own)")
-	defer nc.Close()
-	var order []string       // wids, in the order of their first q
-	seen := map[string]int{} // q notifications seen, per wid
 	k := e.key("order")
-	kh := ""
-	// awaitQ reads the channel until m wids are known and the i-th has
-	// been announced times(i) times.
-	awaitQ := func(m int, times func(i int) int, what string) {
-		for {
-			done := len(order) >= m
-			for i := 0; done && i < m; i++ {
-				done = seen[order[i]] >= times(i)
-			}
-			if done {
-				return
-			}
-			p, err := nc.Wait(e.ctx)
-			if err != nil {
-				e.t.Fatalf("rule: %s; the channel had not shown it when the case ended (%v); q seen: %v", what, err, seen)
-			}
-			f := strings.Fields(p)
-			if len(f) < 4 || f[0] != "q" || (kh != "" && f[1] != kh) {
-				continue
-			}
-			kh = f[1]
-			if seen[f[2]] == 0 {
-				order = append(order, f[2])
-			}
-			seen[f[2]]++
-		}
-	}
 	held := e.mustAcquire(e.pb, k, 60*time.Second)
 	chs := make([]<-chan lockOutcome, n)
 	for i := range n {
 		db := e.h.Open(e.t)
 		defer db.Close()
-		// Connections opened ahead, so that no turn is spent dialling.
-		var conns []*sql.Conn
-		for range 2 {
-			c, err := db.Conn(e.ctx)
-			e.must(err, "opening a connection of a waiter's pool")
-			conns = append(conns, c)
-		}
-		for _, c := range conns {
-			c.Close()
-		}
 		b := e.newBackend(db, nil)
 		defer b.Close()
 		chs[i] = e.lockAsync(b, k, wakeOnly())
-		awaitQ(i+1, func(int) int { return 1 }, fmt.Sprintf("waiter %d announces itself (q) once its LISTEN connection is confirmed", i+1))
+		e.awaitQueued(k, i+1)
 	}
-	// Waiter j's process answers the sync request of each later one.
-	awaitQ(n, func(j int) int { return 1 + (n - 1 - j) },
-		"a process that starts listening asks the others to announce their queued waiters again (s), and each does (q)")
-	e.pause(300 * time.Millisecond) // the last process's attempts before it learned the queue end
 	if r := e.release(e.pb, held.LockID); !r.OK {
 		e.t.Fatalf("rule: the holder's release succeeds; got %+v", r)
 	}
@@ -436,7 +414,7 @@ func (e *sqlEnv) lateListenersRound(n int) []int {
 			default:
 			}
 		}
-		e.pause(5 * time.Millisecond)
+		e.pause(2 * time.Millisecond)
 	}
 	rank := make([]int, n)
 	for i := range n {
@@ -448,4 +426,24 @@ func (e *sqlEnv) lateListenersRound(n int) []int {
 		}
 	}
 	return rank
+}
+
+// awaitQueued waits until key has n rows in the queue of waiters (pacing
+// between waiters that must queue in a known order).
+func (e *sqlEnv) awaitQueued(key string, n int) {
+	e.t.Helper()
+	_, sk, _ := e.derive(key)
+	q := fmt.Sprintf(`SELECT count(*) FROM %s WHERE "key" = $1`, rules.QuoteIdent(e.cfg.TableName+"_waiters"))
+	for {
+		var got int
+		e.must(e.db.QueryRowContext(e.ctx, q, sk).Scan(&got), "counting the queue of waiters")
+		if got == n {
+			return
+		}
+		select {
+		case <-time.After(2 * time.Millisecond):
+		case <-e.ctx.Done():
+			e.t.Fatalf("rule: a waiter whose attempt failed queues (a row in %s_waiters); %d rows for the key, want %d", e.cfg.TableName, got, n)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"database/sql"
+	"sync"
 )
 
 // Listener is an optional Dialect capability: receiving PostgreSQL
@@ -31,12 +32,15 @@ type Listener interface {
 // from one goroutine at a time: its methods need not be safe for concurrent
 // use.
 type NotifyConn interface {
-	// Wait blocks until the next notification arrives on the channel and
-	// returns its payload, or until ctx is done (returning an error for
-	// which ctx.Err() != nil; the connection stays usable), or until the
-	// connection fails (any other error; the core then closes it).
-	// Notifications that arrive while nobody waits are kept, in order, for
-	// the next call.
+	// Wait blocks until the next notification arrives on any channel the
+	// connection listens on (the one Listen opened it with, and those of
+	// LISTEN statements run by Exec) and returns its payload, or until ctx
+	// is done (returning an error for which ctx.Err() != nil; the
+	// connection stays usable), or until the connection fails (any other
+	// error; the core then closes it). Notifications that arrive while
+	// nobody waits are kept, in order, for the next call, up to a bound
+	// (NotifyQueue): any role can NOTIFY, so beyond it the oldest are
+	// dropped. The core treats notifications as hints only.
 	Wait(ctx context.Context) (payload string, err error)
 	// Ping checks the connection with a round trip.
 	Ping(ctx context.Context) error
@@ -48,4 +52,66 @@ type NotifyConn interface {
 	Exec(ctx context.Context, sql string) error
 	// Close closes the connection.
 	Close() error
+}
+
+// NotifyQueueMax is how many undelivered notifications a NotifyQueue keeps.
+const NotifyQueueMax = 1024
+
+// NotifyQueue is a bounded FIFO of notification payloads, safe for
+// concurrent use, for NotifyConn implementations: past NotifyQueueMax the
+// oldest is dropped, so a flood of notifications from another role costs a
+// listening process a fixed amount of memory. The zero value is ready.
+type NotifyQueue struct {
+	mu    sync.Mutex
+	items []string
+	head  int
+	ready chan struct{} // capacity 1: something was pushed
+}
+
+func (q *NotifyQueue) init() {
+	if q.ready == nil {
+		q.ready = make(chan struct{}, 1)
+	}
+}
+
+// Push adds a payload.
+func (q *NotifyQueue) Push(p string) {
+	q.mu.Lock()
+	q.init()
+	if len(q.items)-q.head >= NotifyQueueMax {
+		q.items[q.head] = ""
+		q.head++
+	}
+	if q.head > NotifyQueueMax {
+		q.items = append(q.items[:0], q.items[q.head:]...)
+		q.head = 0
+	}
+	q.items = append(q.items, p)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// Pop removes and returns the oldest payload, if any.
+func (q *NotifyQueue) Pop() (string, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+		return "", false
+	}
+	p := q.items[q.head]
+	q.items[q.head] = ""
+	q.head++
+	return p, true
+}
+
+// Ready is signalled (coalesced) after a Push.
+func (q *NotifyQueue) Ready() <-chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.init()
+	return q.ready
 }

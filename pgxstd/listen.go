@@ -3,7 +3,6 @@ package pgxstd
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -33,17 +32,19 @@ func (dialect) Listen(ctx context.Context, db *sql.DB, channel string) (driver.N
 		return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
 	}
 	// The copy carries the pooled connection's notification handler (pgx
-	// sets it to that connection's buffer); ours must buffer for itself.
-	cfg.OnNotification = nil
+	// sets it to that connection's buffer); ours buffers, bounded.
+	n := &notifyConn{}
+	cfg.OnNotification = func(_ *pgconn.PgConn, nt *pgconn.Notification) { n.queue.Push(nt.Payload) }
 	c, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
+	n.c = c
 	if _, err := c.PgConn().Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()).ReadAll(); err != nil {
 		closeQuietly(c)
 		return nil, err
 	}
-	return &notifyConn{c: c, channel: channel}, nil
+	return n, nil
 }
 
 // connConfig returns a copy of the configuration of one of db's
@@ -73,21 +74,19 @@ func closeQuietly(c *pgx.Conn) {
 }
 
 type notifyConn struct {
-	c       *pgx.Conn
-	channel string
+	c     *pgx.Conn
+	queue driver.NotifyQueue
 }
 
+// Wait returns the next notification on any channel the connection
+// listens on.
 func (n *notifyConn) Wait(ctx context.Context) (string, error) {
 	for {
-		nt, err := n.c.WaitForNotification(ctx)
-		if err != nil {
+		if p, ok := n.queue.Pop(); ok {
+			return p, nil
+		}
+		if err := n.c.PgConn().WaitForNotification(ctx); err != nil {
 			return "", err
-		}
-		if nt == nil {
-			return "", errors.New("pgxstd: no notification buffered after WaitForNotification")
-		}
-		if nt.Channel == n.channel {
-			return nt.Payload, nil
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"sync"
 
 	"github.com/lib/pq"
 
@@ -64,7 +63,7 @@ func openListener(dsn, channel string) (*notifyConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &notifyConn{lc: lc, channel: channel, signal: make(chan struct{}, 1), pumped: make(chan struct{})}
+	n := &notifyConn{lc: lc, pumped: make(chan struct{})}
 	go n.pump(ch)
 	if _, err := lc.Listen(channel); err != nil {
 		n.Close()
@@ -73,31 +72,21 @@ func openListener(dsn, channel string) (*notifyConn, error) {
 	return n, nil
 }
 
-// notifyConn moves notifications from the ListenerConn's channel to an
-// unbounded queue at once, so that the ListenerConn's reader never blocks
-// on a full channel (it would then never read the reply to a Ping).
+// notifyConn moves notifications, of every channel it listens on, from the
+// ListenerConn's channel to a bounded queue at once, so that the
+// ListenerConn's reader never blocks on a full channel (it would then never
+// read the reply to a Ping).
 type notifyConn struct {
-	lc      *pq.ListenerConn
-	channel string
-	signal  chan struct{} // capacity 1: something was queued, or the pump ended
-	pumped  chan struct{} // closed when the ListenerConn's channel is closed
-
-	mu    sync.Mutex
-	queue []string
+	lc     *pq.ListenerConn
+	pumped chan struct{} // closed when the ListenerConn's channel is closed
+	queue  driver.NotifyQueue
 }
 
 func (n *notifyConn) pump(ch <-chan *pq.Notification) {
 	defer close(n.pumped)
 	for nt := range ch {
-		if nt == nil || nt.Channel != n.channel {
-			continue
-		}
-		n.mu.Lock()
-		n.queue = append(n.queue, nt.Extra)
-		n.mu.Unlock()
-		select {
-		case n.signal <- struct{}{}:
-		default:
+		if nt != nil {
+			n.queue.Push(nt.Extra)
 		}
 	}
 }
@@ -106,27 +95,19 @@ var errListenerClosed = errors.New("pq: LISTEN connection closed")
 
 func (n *notifyConn) Wait(ctx context.Context) (string, error) {
 	for {
-		n.mu.Lock()
-		if len(n.queue) > 0 {
-			p := n.queue[0]
-			n.queue[0] = ""
-			n.queue = n.queue[1:]
-			n.mu.Unlock()
+		if p, ok := n.queue.Pop(); ok {
 			return p, nil
 		}
-		n.mu.Unlock()
 		select {
-		case <-n.signal:
+		case <-n.queue.Ready():
 		case <-n.pumped:
-			n.mu.Lock()
-			empty := len(n.queue) == 0
-			n.mu.Unlock()
-			if empty {
-				if err := n.lc.Err(); err != nil {
-					return "", err
-				}
-				return "", errListenerClosed
+			if p, ok := n.queue.Pop(); ok {
+				return p, nil
 			}
+			if err := n.lc.Err(); err != nil {
+				return "", err
+			}
+			return "", errListenerClosed
 		case <-ctx.Done():
 			return "", ctx.Err()
 		}

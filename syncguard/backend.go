@@ -38,6 +38,11 @@ func New(db *sql.DB, cfg *Config) (*Backend, error) {
 	if r.logger == nil {
 		r.logger = slog.Default()
 	}
+	return &Backend{shared: newShared(db, r)}, nil
+}
+
+// newShared makes the state of a Backend of configuration r on db.
+func newShared(db *sql.DB, r resolved) *shared {
 	s := &shared{db: db, cfg: r, sql: renderStatements(r.table, r.fenceTable), cl: classifier{dialect: r.dialect, table: r.table, fenceTable: r.fenceTable}}
 	for i := range s.unprep {
 		s.unprep[i] = unpreparedMark + s.text(i)
@@ -48,11 +53,9 @@ func New(db *sql.DB, cfg *Config) (*Backend, error) {
 	if r.noPrepare {
 		s.prep.Store(prepOff)
 	}
-	s.hub = newHub(db, r, s.cl)
-	s.hub.exec = func(ctx context.Context, query string, args ...any) error {
-		return (&Backend{shared: s}).oneShot(ctx, query, args, nil)
-	}
-	return &Backend{shared: s}, nil
+	s.waitCfg.window = defaultWaitWindow
+	s.hub = newHub(s)
+	return s
 }
 
 func lookupDialect(db *sql.DB) (driver.Dialect, bool) {
@@ -124,17 +127,6 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 	if e != nil {
 		return AcquireResult{}, e
 	}
-	note := ""
-	a := attemptOf(ctx)
-	if a != nil && a.kh == wakeKeyHash(k.Storage) {
-		// An attempt of Lock or WithLock for this very key (a wrapper
-		// may lock another one): leave the hub, take the notification.
-		a.seq.Store(b.shared.hub.seqNow())
-		a.hub.Store(b.shared.hub)
-		note = a.note
-	} else {
-		a = nil
-	}
 	ttlMs, e := ttlMillis(op, ttl)
 	if e != nil {
 		e.Key = key
@@ -144,7 +136,28 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		e.Key = key
 		return AcquireResult{}, e
 	}
-	lockID := rules.GenerateLockID()
+	// A waiter of Lock on this key, on the pool: its attempt keeps its
+	// place in the queue, under its own lockId (wait.go).
+	rec := recordOf(ctx)
+	if rec != nil && (rec.storage != k.Storage || b.tx != nil || b.shared.noQueue.Load()) {
+		rec = nil
+	}
+	lockID, stmt := rules.GenerateLockID(), stmtAcquire
+	args := []any{k.Storage, nil, k.Fence, k.Norm, ttlMs}
+	if rec != nil {
+		lockID, stmt = rec.lockID, stmtAcquireWait
+		args = append(args, b.shared.waitCfg.window.Milliseconds())
+		wid := rec.lockID
+		rec.join(b.shared, func() {
+			// A release of the waiter's lockId deletes its queue row and
+			// passes on a key handed to it meanwhile.
+			ctx, cancel := context.WithTimeout(context.Background(), b.shared.cfg.releaseTimeout)
+			defer cancel()
+			if _, err := (&Backend{shared: b.shared}).Release(ctx, wid); err != nil {
+				b.shared.releaseInBackground(wid, time.Duration(ttlMs)*time.Millisecond)
+			}
+		})
+	}
 	// One struct, so the scan destinations escape as one allocation.
 	var d struct {
 		gotID             sql.NullString
@@ -155,12 +168,21 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 	}
 	// sent records whether the statement may have gone out (see sentArg).
 	sent := &sentArg{v: lockID}
-	err := b.run(ctx, stmtAcquire, []any{k.Storage, sent, k.Fence, k.Norm, ttlMs, note},
-		&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted, &d.now)
+	args[1] = sent
+	dest := []any{&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted, &d.now}
+	err := b.run(ctx, stmt, args, dest...)
+	if err != nil && rec != nil && ctx.Err() == nil && b.shared.queueLost(err) {
+		// No waiters table: a plain attempt, polling.
+		rec, lockID = nil, rules.GenerateLockID()
+		sent = &sentArg{v: lockID}
+		err = b.run(ctx, stmtAcquire, []any{k.Storage, sent, k.Fence, k.Norm, ttlMs}, dest...)
+	}
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
 		e.Key = key
-		if b.tx == nil && sent.sent.Load() && outcomeUnknown(ctx, e) {
+		// A waiter's lockId is Lock's to withdraw when it gives up: it may
+		// still take the key with it.
+		if b.tx == nil && rec == nil && sent.sent.Load() && outcomeUnknown(ctx, e) {
 			// The statement may have committed on the server although we
 			// got no answer: cancelled or timed out after sending (pgx
 			// cancels asynchronously), or the connection broke. Release our
@@ -177,7 +199,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		// background.
 		e := unconfirmed(ctx, op)
 		e.Key = key
-		if d.gotID.Valid && d.gotID.String == lockID {
+		if rec == nil && d.gotID.Valid && d.gotID.String == lockID {
 			b.shared.releaseInBackground(lockID, time.Duration(ttlMs)*time.Millisecond)
 		}
 		return AcquireResult{}, e
@@ -187,20 +209,24 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 			Msg: fmt.Sprintf("fence counter for this key reached its maximum (%d); nothing was committed", int64(rules.FenceMax))}
 	}
 	if !d.gotID.Valid || d.gotID.String != lockID {
-		res := AcquireResult{OK: false, Reason: ReasonLocked}
-		b.shared.hub.sawServerTime(d.now, time.Now())
-		if d.expires.Valid {
-			// The holder's lock can be taken once it is no longer live.
-			res.retryIn = time.Duration(d.expires.Int64+rules.ToleranceMs+1-d.now) * time.Millisecond
-			if a != nil {
-				a.retryIn.Store(int64(res.retryIn)) // for a wrapper that rebuilds the result
+		if rec != nil {
+			var retryIn time.Duration
+			if d.expires.Valid {
+				// The holder's lock can be taken once it is no longer live.
+				retryIn = time.Duration(d.expires.Int64+rules.ToleranceMs+1-d.now) * time.Millisecond
 			}
+			rec.contended(retryIn)
 		}
-		return res, nil
+		return AcquireResult{OK: false, Reason: ReasonLocked}, nil
 	}
 	fence, ferr := rules.ParseFence(d.fence.String)
 	if !d.expires.Valid || !d.fence.Valid || ferr != nil {
 		return AcquireResult{}, &Error{Op: op, Code: CodeInternal, Key: key, Msg: "malformed row returned by acquire"}
+	}
+	if rec != nil && d.acquired.Valid {
+		rec.mu.Lock()
+		rec.age = time.Duration(max(d.now-d.acquired.Int64, 0)) * time.Millisecond
+		rec.mu.Unlock()
 	}
 	if fence > rules.FenceWarn {
 		b.shared.cfg.logger.Warn("syncguard: fence above warning threshold; plan a key rotation before it reaches the maximum",
@@ -263,13 +289,17 @@ func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, er
 		deleted     sql.NullString
 		seenExpires sql.NullInt64
 		now         int64
-		keyHash     sql.NullString
+		woke        sql.NullString
 	}
-	token := "" // inside a transaction the notification wakes this process too
-	if b.tx == nil {
-		token = b.shared.hub.token
+	stmt := stmtRelease
+	if b.shared.noQueue.Load() {
+		stmt = stmtReleasePlain
 	}
-	err := b.run(ctx, stmtRelease, []any{lockID, token}, &d.deleted, &d.seenExpires, &d.now, &d.keyHash)
+	args, dest := []any{lockID, b.tx == nil}, []any{&d.deleted, &d.seenExpires, &d.now, &d.woke}
+	err := b.run(ctx, stmt, args, dest...)
+	if err != nil && stmt == stmtRelease && ctx.Err() == nil && b.tx == nil && b.shared.queueLost(err) {
+		err = b.run(ctx, stmtReleasePlain, args, dest...)
+	}
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
 		e.LockID = lockID
@@ -277,11 +307,11 @@ func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, er
 	}
 	// Explicit ownership verification (docs/spec.md, rule O2): the deleted row must be ours.
 	if d.deleted.Valid && d.deleted.String == lockID {
-		if b.tx == nil && d.keyHash.Valid {
-			// Wake this process's waiters at once; other processes get the
-			// statement's notification. (Inside a transaction they wait
-			// for the notification, delivered at commit.)
-			b.shared.hub.released(d.keyHash.String)
+		if b.tx == nil && d.woke.Valid {
+			// The key was handed to a waiter: if it is this process's,
+			// wake it now (others get the statement's notification; inside
+			// a transaction, everyone waits for it, sent at commit).
+			b.shared.hub.Wake(d.woke.String)
 		}
 		return ReleaseResult{OK: true}, nil
 	}

@@ -300,19 +300,23 @@ func TestAcquireOutcomesFromRow(t *testing.T) {
 	// longer live, expires + tolerance, 1 ms after.
 	b, mock := newMock(t, nil)
 	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow("BBBBBBBBBBBBBBBBBBBBBB", int64(2000), int64(1000), "000000000000007", false, int64(1500)))
-	r, err := b.Acquire(context.Background(), "k", time.Second)
+	rec := waitRecordFor("k")
+	r, err := b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), "k", time.Second)
 	if err != nil || r.OK || r.Reason != ReasonLocked || r.Fence != "" || r.LockID != "" {
 		t.Fatalf("contention: got %+v, %v", r, err)
 	}
-	if want := (2000 + rules.ToleranceMs + 1 - 1500) * time.Millisecond; r.retryIn != want {
-		t.Errorf("contention: retry in %v, want %v (holder expires 2000, server now 1500)", r.retryIn, want)
+	if _, _, retryIn := rec.state(); retryIn != (2000+rules.ToleranceMs+1-1500)*time.Millisecond {
+		t.Errorf("contention: retry in %v, want %v (holder expires 2000, server now 1500)", retryIn, (2000+rules.ToleranceMs+1-1500)*time.Millisecond)
 	}
+	rec.end(true)
 	// Nobody and no fence: contention (a lost race), expiry unknown.
 	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, false, int64(1500)))
-	r, err = b.Acquire(context.Background(), "k", time.Second)
-	if err != nil || r.OK || r.Reason != ReasonLocked || r.retryIn != 0 {
-		t.Fatalf("lost race: got %+v, %v", r, err)
+	rec = waitRecordFor("k")
+	r, err = b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), "k", time.Second)
+	if _, _, retryIn := rec.state(); err != nil || r.OK || r.Reason != ReasonLocked || retryIn != 0 {
+		t.Fatalf("lost race: got %+v, %v, retry in %v", r, err, retryIn)
 	}
+	rec.end(true)
 	// Fence counter at its maximum: Internal, and the statement committed nothing.
 	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, true, int64(1500)))
 	_, err = b.Acquire(context.Background(), "k", time.Second)
@@ -326,7 +330,7 @@ func TestAcquireArgumentsAndTTLRounding(t *testing.T) {
 	b, mock := newMock(t, nil)
 	k, _ := rules.DeriveKey("café")
 	mock.ExpectQuery("INSERT INTO").
-		WithArgs(k.Storage, sqlmock.AnyArg(), k.Fence, "café", int64(1), "").
+		WithArgs(k.Storage, sqlmock.AnyArg(), k.Fence, "café", int64(1)).
 		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f"}).AddRow(nil, nil, nil, nil, false, int64(1000)))
 	// Decomposed input is normalized; 1.9 ms counts as 1 ms.
 	if _, err := b.Acquire(context.Background(), "cafe\u0301", 1900*time.Microsecond); err != nil {
@@ -411,7 +415,8 @@ func TestSchemaSQLQuotesAndNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{`CREATE TABLE IF NOT EXISTS "AppLocks"`, `"idx_AppLocks_lock_id" ON "AppLocks" ("lock_id")`,
-		`"idx_AppLocks_expires" ON "AppLocks" ("expires_at_ms")`, `CREATE TABLE IF NOT EXISTS "AppFences"`, `"key_debug" TEXT`} {
+		`"idx_AppLocks_expires" ON "AppLocks" ("expires_at_ms")`, `CREATE TABLE IF NOT EXISTS "AppFences"`, `"key_debug" TEXT`,
+		`CREATE UNLOGGED TABLE IF NOT EXISTS "AppLocks_waiters"`, `"idx_AppLocks_wkey" ON "AppLocks_waiters" ("key", "place", "lock_id")`} {
 		if !strings.Contains(ddl, want) {
 			t.Errorf("DDL lacks %s", want)
 		}
@@ -421,8 +426,8 @@ func TestSchemaSQLQuotesAndNames(t *testing.T) {
 	if strings.Contains(ddl, "{{") || strings.Contains(strings.ToLower(ddl), "placeholder") {
 		t.Errorf("the rendered DDL mentions the template it came from:\n%s", ddl)
 	}
-	if n := len(splitStatements(ddl)); n != 4 {
-		t.Errorf("want 4 statements, got %d", n)
+	if n := len(splitStatements(ddl)); n != 7 {
+		t.Errorf("want 7 statements (the spec's 4 and the waiters table's 3), got %d", n)
 	}
 	// The repository's schema.sql is the default rendering.
 	def, _ := SchemaSQL(nil)
@@ -577,49 +582,44 @@ func TestPrivilegeErrorSaysWhatLacksWhich(t *testing.T) {
 	}
 }
 
-// pqNamedDialect is a dialect named as lib/pq's plain one, without
-// driver.Listener.
-type pqNamedDialect struct{ fakeDialect }
-
-func (pqNamedDialect) Name() string { return "lib/pq" }
-
-// A lib/pq Backend that cannot LISTEN says how to get wake-on-release.
-func TestPlainPQDialectNamesListenDialect(t *testing.T) {
+// A Backend that cannot LISTEN says why, and how to get prompt hand-offs.
+func TestNoListenerNamesTheWay(t *testing.T) {
 	db, _, _ := sqlmock.New()
 	defer db.Close()
-	for _, c := range []struct {
-		d    driver.Dialect
-		hint bool
-	}{{pqNamedDialect{}, true}, {fakeDialect{}, false}} {
-		b, err := New(db, &Config{Dialect: c.d, Logger: discardLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st := b.NotificationStatus(context.Background(), false)
-		if st.Active || !strings.Contains(st.Reason, "driver.Listener") || strings.Contains(st.Reason, "pq.ListenDialect(dsn)") != c.hint {
-			t.Errorf("dialect %q: status %+v; want inactive, the reason naming driver.Listener, pq.ListenDialect named: %v", c.d.Name(), st, c.hint)
-		}
+	b, err := New(db, &Config{Dialect: fakeDialect{}, Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := b.NotificationStatus(context.Background())
+	if st.Active || !strings.Contains(st.Reason, "driver.Listener") || !strings.Contains(st.Reason, "pq.ListenDialect(dsn)") {
+		t.Errorf("status %+v; want inactive, the reason naming driver.Listener and the lib/pq ways", st)
 	}
 }
 
-// An attempt of Lock passes its notification and learns the hub only when
-// the Backend is asked for Lock's own key: a wrapper that locks another
-// key (a namespace prefix, say) must not announce Lock's waiter for it.
-func TestAttemptInfoOnlyForLocksKey(t *testing.T) {
+// A waiter's record is used only when the Backend is asked for Lock's own
+// key: a wrapper that locks another key (a namespace prefix, say) must
+// not queue Lock's waiter for it. The waiter's attempt carries its own
+// lockId and the queue window.
+func TestWaitRecordOnlyForLocksKey(t *testing.T) {
 	b, mock := newMock(t, &Config{})
-	k, _ := checkKey("lock", "k")
-	for _, c := range []struct {
-		key, note string
-	}{{"k", "a kh wid "}, {"ns:k", ""}} {
-		a := &attemptInfo{kh: wakeKeyHash(k.Storage), note: "a kh wid "}
-		mock.ExpectQuery("INSERT INTO").WithArgs(sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), c.note).
+	for _, key := range []string{"k", "ns:k"} {
+		rec := waitRecordFor("k")
+		args := []sqldriver.Value{sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg()}
+		if key == "k" {
+			args = []sqldriver.Value{sqlmock.AnyArg(), rec.lockID, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), defaultWaitWindow.Milliseconds()}
+		}
+		mock.ExpectQuery("INSERT INTO").WithArgs(args...).
 			WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000)))
-		if _, err := b.Acquire(context.WithValue(context.Background(), attemptKey{}, a), c.key, time.Second); err != nil {
-			t.Fatalf("key %q: %v", c.key, err)
+		if _, err := b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), key, time.Second); err != nil {
+			t.Fatalf("key %q: %v", key, err)
 		}
-		if got := a.hub.Load() != nil; got != (c.note != "") {
-			t.Errorf("key %q: hub learnt %v, want %v", c.key, got, c.note != "")
+		if joined := rec.wakeC() != nil; joined != (key == "k") {
+			t.Errorf("key %q: the waiter joined the queue: %v, want %v", key, joined, key == "k")
 		}
+		rec.mu.Lock()
+		rec.withdraw = func() {}
+		rec.mu.Unlock()
+		rec.end(false)
 	}
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Fatal(err)

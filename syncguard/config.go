@@ -143,6 +143,9 @@ func checkCollisions(table, fenceTable string) error {
 		{"idx_" + table + "_lock_id", "the lock table's lock_id index"},
 		{"idx_" + table + "_expires", "the lock table's expires_at_ms index"},
 		{table + "_pkey", "the lock table's primary-key index"},
+		{waitersTable(table), "the waiters table"},
+		{"idx_" + table + "_wid", "the waiters table's lock_id index"},
+		{"idx_" + table + "_wkey", "the waiters table's key index"},
 	}
 	for _, o := range objects {
 		if fenceTable == o.name {
@@ -164,3 +167,6 @@ func checkIdent(field, name string) error {
 	}
 	return nil
 }
+
+// waitersTable is the name of the queue of waiters of a lock table.
+func waitersTable(table string) string { return table + "_waiters" }

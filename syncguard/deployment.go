@@ -136,6 +136,7 @@ func CheckDeployment(ctx context.Context, db *sql.DB, cfg *Config) (Report, erro
 var deploymentChecks = []func(d *deployment){
 	(*deployment).lockTable,
 	(*deployment).fenceTable,
+	(*deployment).waitersTableCheck,
 	(*deployment).durability,
 	(*deployment).replication,
 	(*deployment).clock,
@@ -143,9 +144,40 @@ var deploymentChecks = []func(d *deployment){
 	(*deployment).notifications,
 }
 
+// waitersTablePrivileges: a waiter's attempt inserts, updates and deletes
+// its row; a release reads and deletes the first one.
+var waitersTablePrivileges = []string{"SELECT", "INSERT", "UPDATE", "DELETE"}
+
+// waitersTableCheck is CheckDeployment's "waiters table" check: the queue
+// of waiters exists and the role may use it. Without it every operation
+// still works, but waiting polls and keeps no order (wait.go).
+func (d *deployment) waitersTableCheck() {
+	name := waitersTable(d.cfg.table)
+	var missing sql.NullString
+	var exists bool
+	err := d.db.QueryRowContext(d.ctx, `SELECT to_regclass($1::text) IS NOT NULL,
+  (SELECT string_agg(p, ', ') FROM unnest($2::text[]) AS p
+   WHERE to_regclass($1::text) IS NOT NULL AND NOT has_table_privilege(to_regclass($1::text), p))`,
+		rules.QuoteIdent(name), "{"+strings.Join(waitersTablePrivileges, ",")+"}").Scan(&exists, &missing)
+	switch {
+	case err != nil:
+		d.couldNot("waiters table", err)
+	case !exists:
+		d.add("waiters table", "warn", fmt.Sprintf("table %s is missing: Lock and WithLock wait by polling, without a queue (no arrival order, no hand-off in the release's commit)", name),
+			"run syncguard setup (or syncguard.SetupSchema, or apply SchemaSQL): it creates only what is missing")
+	case missing.Valid:
+		d.add("waiters table", "warn", fmt.Sprintf("role %s lacks %s on %s: Lock and WithLock wait by polling, without a queue", d.role(), missing.String, name),
+			fmt.Sprintf("GRANT %s ON %s TO %s;", strings.Join(waitersTablePrivileges, ", "), rules.QuoteIdent(name), rules.QuoteIdent(d.role())))
+	default:
+		d.add("waiters table", "ok", fmt.Sprintf("%s exists and the role may queue in it", name), "")
+	}
+}
+
 // notifications: whether waiting is woken on release (deployment_wait.go).
 func (d *deployment) notifications() {
-	status, detail, fix := checkNotifications(d.ctx, d.db, d.cfg, d.cl)
+	ctx, cancel := context.WithTimeout(d.ctx, 15*time.Second)
+	defer cancel()
+	status, detail, fix := checkNotifications(ctx, d.db, d.cfg)
 	d.add("notifications", status, detail, fix)
 }
 

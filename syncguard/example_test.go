@@ -44,6 +44,9 @@ func ExampleSchemaSQL() {
 	// CREATE UNIQUE INDEX IF NOT EXISTS "idx_app_locks_lock_id" ON "app_locks" ("lock_id");
 	// CREATE INDEX IF NOT EXISTS "idx_app_locks_expires" ON "app_locks" ("expires_at_ms");
 	// CREATE TABLE IF NOT EXISTS "app_fences" (
+	// CREATE UNLOGGED TABLE IF NOT EXISTS "app_locks_waiters" (
+	// CREATE UNIQUE INDEX IF NOT EXISTS "idx_app_locks_wid" ON "app_locks_waiters" ("lock_id");
+	// CREATE INDEX IF NOT EXISTS "idx_app_locks_wkey" ON "app_locks_waiters" ("key", "place", "lock_id");
 }
 
 func ExampleNew_invalidConfig() {

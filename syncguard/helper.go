@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
-	"sync/atomic"
 	"time"
 
 	"github.com/syncguard/syncguard-go/internal/rules"
@@ -17,7 +17,6 @@ import (
 // documented on its option field.
 const (
 	defaultTTL            = 30 * time.Second
-	defaultMaxRetries     = 10
 	defaultRetryDelay     = 100 * time.Millisecond
 	defaultAcquireTimeout = 5 * time.Second
 )
@@ -43,16 +42,17 @@ const (
 // of waiting.
 type AcquisitionOptions struct {
 	// MaxRetries is the number of scheduled retries after the first
-	// attempt. A retry may be skipped while the holder is known to
-	// announce its release, but the last one is always attempted before
-	// the acquisition gives up. Default 10; any negative value makes a
-	// single attempt, and no wait.
+	// attempt; when they have run out the acquisition gives up. Default:
+	// no limit, so Timeout (or ctx) is the wait limit, as the wait of
+	// etcd's Mutex.Lock(ctx) is. Set it to keep the reference
+	// implementation's numbers (its default is 10); any negative value
+	// makes a single attempt, and no wait.
 	MaxRetries int
 	// RetryDelay is the base delay between attempts. Default 100 ms.
 	RetryDelay time.Duration
 	// Backoff says how the delay grows: "exponential" (the default) waits
-	// RetryDelay * 2^(n-1) before retry n, "fixed" waits RetryDelay every
-	// time. Any other value fails Lock with ErrInvalidArgument.
+	// RetryDelay * 2^(n-1) before retry n (without MaxRetries, at most 1 s
+	// or RetryDelay), "fixed" waits RetryDelay every time. Any other value fails Lock with ErrInvalidArgument.
 	Backoff string
 	// Jitter randomizes each delay d: "equal" (the default) waits
 	// d/2 + rand*d/2, "full" waits rand*d, "none" waits exactly d. Any
@@ -61,6 +61,11 @@ type AcquisitionOptions struct {
 	// Timeout bounds the whole acquisition, attempts and waits together.
 	// A wait never extends past it. Default 5 s.
 	Timeout time.Duration
+	// FailFast returns an outage's error (ServiceUnavailable,
+	// NetworkTimeout) at once. By default waiting rides an outage out
+	// within Timeout, attempting on the retry schedule, and the
+	// AcquisitionTimeout it ends with wraps the last such error.
+	FailFast bool
 }
 
 // LockOptions configures Lock and WithLock. A nil *LockOptions, or the zero
@@ -111,7 +116,7 @@ func (o *LockOptions) resolve() (lockConfig, error) {
 	a := opts.Acquisition
 	c := lockConfig{
 		ttl: opts.TTL, maxRetries: a.MaxRetries, retryDelay: a.RetryDelay,
-		backoff: a.Backoff, jitter: a.Jitter, timeout: a.Timeout,
+		backoff: a.Backoff, jitter: a.Jitter, timeout: a.Timeout, failFast: a.FailFast,
 		autoExtend: opts.AutoExtend, releaseTimeout: opts.ReleaseTimeout,
 		onReleaseError: opts.OnReleaseError, logger: opts.Logger,
 	}
@@ -134,7 +139,7 @@ func (o *LockOptions) resolve() (lockConfig, error) {
 	}
 	switch {
 	case c.maxRetries == 0:
-		c.maxRetries = defaultMaxRetries
+		c.maxRetries = math.MaxInt // Timeout (and ctx) is the limit
 	case c.maxRetries < 0:
 		c.maxRetries = 0
 	}
@@ -247,72 +252,40 @@ func Lock(ctx context.Context, backend Locker, key string, opts *LockOptions) (*
 	return newLease(ctx, backend, key, res, sent, cfg), nil
 }
 
-// waitable is a backend whose hub is known before the first attempt:
-// *Backend, and the wrappers of this package around it. Lock and WithLock
-// then queue a new caller behind this process's waiters at once.
-type waitable interface {
-	waitHub() *hub // nil: none (a wrapper around another backend)
-}
-
-// attemptInfo travels in the context of each attempt Lock and WithLock
-// make, through any Locker that passes its ctx on, down to the *Backend
-// that runs it. The Backend sends note (see wake.go) when it takes the
-// key, and leaves its hub and the hub's event count from before the
-// attempt, so that waiting on a wrapper of a user's own (tracing, metrics)
-// is woken on release as on the Backend itself.
-type attemptInfo struct {
-	kh   string // wakeKeyHash of the key Lock waits for
-	note string
-	hub  atomic.Pointer[hub]
-	seq  atomic.Uint64 // hub.seqNow() when the Backend was called
-	// retryIn is AcquireResult.retryIn of a failed attempt, for a wrapper
-	// that returns a result of its own making (the field is unexported).
-	retryIn atomic.Int64
-}
-
-type attemptKey struct{}
-
-// attemptOf returns the attemptInfo in ctx, or nil.
-func attemptOf(ctx context.Context) *attemptInfo {
-	a, _ := ctx.Value(attemptKey{}).(*attemptInfo)
-	return a
-}
-
-// acquire is the retry loop. It returns the successful result and the
-// local time its request was sent (see Lease for why that time matters).
+// acquire is the waiting loop of Lock and WithLock. It returns the
+// successful result and the local time its request was sent, moved back by
+// the lock's age when a release handed it over before this attempt (see
+// Lease for why that time matters).
 //
-// Attempts happen (see "Waiting" in docs/design.md):
-//   - at once, unless this process already has waiters for the key (then
-//     the caller queues behind them);
-//   - when the caller is the first of this process's waiters for the key
-//     and the hub gives it a turn: the key was released (by this process,
-//     or as notified), its holder's lock expired, or an extend shortened it;
-//   - when the caller's retry delay (AcquisitionOptions) runs out: the
-//     first waiter then attempts, on behalf of the caller unless the caller
-//     is the first, or this is its last retry;
-//   - for a backend without a hub: when the retry delay runs out, or when
-//     the holder's lock, as the last attempt saw it, expires.
+// Every attempt goes through b with a waitRecord in its context (wait.go):
+// on a *Backend beneath, the waiter keeps one place in the queue of the
+// key, and a release hands it the key in the release's own commit. After a
+// failed attempt the waiter attempts again when:
+//   - a release handed it the key (its wake-up: the Backend's own release,
+//     or the notification naming it), or the key's channel starts being
+//     listened on, or the LISTEN connection fails (a hint may be lost);
+//   - the holder's lock, as the last attempt saw it, is no longer live (a
+//     crashed holder: the first live waiter takes the key);
+//   - a third of the queue window has passed (the attempt renews the
+//     waiter's place; a release skips a waiter that stopped renewing);
+//   - a scheduled retry is due (AcquisitionOptions).
 //
-// Only the attempts made when a retry delay ran out count as retries, so
-// MaxRetries and Timeout bound the wait exactly as they bound polling.
+// Only scheduled retries count against MaxRetries. Wake-ups that find
+// nothing (forged or replayed notifications) are spaced out, from 5 ms
+// doubling to 1 s. An error that an outage causes (ServiceUnavailable,
+// NetworkTimeout) is retried on the schedule within Timeout unless
+// FailFast; the timeout then wraps the last one. A waiter that gives up
+// leaves the queue with one statement (a release of its lockId, which
+// passes on a key handed to it meanwhile).
 func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res AcquireResult, sent time.Time, err error) {
 	start := time.Now()
 	deadline := start.Add(c.timeout)
-	var h *hub
-	var kh, note string
-	var since uint64 // h.seqNow() from before the last attempt
-	if k, kerr := checkKey("lock", key); kerr == nil {
-		kh = wakeKeyHash(k.Storage)
-	} // else the attempt reports the error, and there is no waiting
-	useHub := func(hb *hub) {
-		if kh != "" {
-			h = hb
-		}
-	}
-	if wb, ok := b.(waitable); ok {
-		useHub(wb.waitHub())
+	var rec *waitRecord
+	if c.maxRetries > 0 {
+		rec = waitRecordFor(key)
 	}
 	attempts := 0
+	var lastErr error // the last outage error, while riding it out
 	try := func() (AcquireResult, time.Time, error) {
 		attempts++
 		sent := time.Now()
@@ -320,95 +293,94 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 		// it would otherwise wait as long as ctx allows (forever without a
 		// deadline), and ctx must outlive Lock for AutoExtend.
 		actx, cancel := context.WithDeadline(ctx, deadline)
-		a := &attemptInfo{kh: kh, note: note}
-		res, err := b.Acquire(context.WithValue(actx, attemptKey{}, a), key, c.ttl)
+		if rec != nil {
+			actx = context.WithValue(actx, waitKey{}, rec)
+		}
+		res, err := b.Acquire(actx, key, c.ttl)
 		cancel()
-		if h == nil {
-			// A wrapper of the caller's own: the Backend beneath it, if any,
-			// said which hub it has.
-			if hb := a.hub.Load(); hb != nil {
-				useHub(hb)
-				since = a.seq.Load()
-			}
+		if err != nil && ctx.Err() == nil && !time.Now().Before(deadline) {
+			return AcquireResult{}, time.Time{}, &Error{Op: "lock", Code: CodeAcquisitionTimeout, Key: key, Err: err,
+				Msg: fmt.Sprintf("attempt %d got no answer before the acquisition timeout (%v)", attempts, time.Since(start).Round(time.Millisecond))}
 		}
-		if err == nil && !res.OK && res.retryIn == 0 {
-			res.retryIn = time.Duration(a.retryIn.Load())
+		if err == nil && res.OK {
+			sent = sent.Add(-rec.grantAge())
 		}
-		if err != nil {
-			if ctx.Err() == nil && !time.Now().Before(deadline) {
-				return AcquireResult{}, time.Time{}, &Error{Op: "lock", Code: CodeAcquisitionTimeout, Key: key, Err: err,
-					Msg: fmt.Sprintf("attempt %d got no answer before the acquisition timeout (%v)", attempts, time.Since(start).Round(time.Millisecond))}
-			}
-			return AcquireResult{}, time.Time{}, err
-		}
-		return res, sent, nil
+		return res, sent, err
 	}
 	timeout := func(cause error) (AcquireResult, time.Time, error) {
 		return AcquireResult{}, time.Time{}, acquisitionTimeout(key, attempts, time.Since(start), cause)
 	}
-
-	if h != nil {
-		since = h.seqNow()
+	// outage tells whether err is ridden out (lastErr) rather than returned.
+	outage := func(err error) bool {
+		code := CodeOf(err)
+		if c.failFast || (code != CodeServiceUnavailable && code != CodeNetworkTimeout) {
+			return false
+		}
+		lastErr = err
+		return true
 	}
-	if h == nil || c.maxRetries == 0 || !h.busy(kh) {
-		res, sent, err = try()
-		if err != nil || res.OK {
-			return res, sent, err
-		}
-		if c.maxRetries == 0 || !time.Now().Before(deadline) {
-			return timeout(nil)
-		}
+	if rec != nil {
+		defer func() { rec.end(err == nil && res.OK) }()
+	}
+
+	res, sent, err = try()
+	if err == nil && res.OK {
+		return res, sent, nil
+	}
+	if err != nil && (c.maxRetries == 0 || !outage(err)) {
+		return AcquireResult{}, time.Time{}, err
+	}
+	if c.maxRetries == 0 || !time.Now().Before(deadline) {
+		return timeout(lastErr)
 	}
 
 	// Wait.
-	var w *waiter
-	var turn, nudge <-chan struct{}
-	if h != nil {
-		w = h.join(kh, since, res.retryIn)
-		turn, nudge = w.turn, w.nudge
-		defer func() { h.leave(w, err == nil && res.OK) }()
-	}
-	expiry := stoppedTimer()
+	var wake <-chan struct{}
+	var renewEvery time.Duration
+	expiry, renew, hintOK := stoppedTimer(), stoppedTimer(), stoppedTimer()
 	defer expiry.Stop()
-	if h == nil && res.retryIn > 0 {
-		expiry.Reset(res.retryIn)
+	defer renew.Stop()
+	defer hintOK.Stop()
+	hintGap, paused := time.Duration(0), false
+	learn := func() {
+		if rec == nil {
+			return
+		}
+		w, every, retryIn := rec.state()
+		if !paused {
+			wake = w
+		}
+		renewEvery = every
+		if retryIn > 0 {
+			expiry.Reset(retryIn)
+		}
+		if renewEvery > 0 {
+			renew.Reset(renewEvery)
+		}
 	}
-	poll := time.NewTimer(c.delay(1))
-	defer poll.Stop()
+	learn()
+	retry := time.NewTimer(c.delay(1))
+	defer retry.Stop()
 	end := time.NewTimer(time.Until(deadline))
 	defer end.Stop()
-	retries, skipped := 0, 0
+	retries := 0
 	for {
-		if w != nil {
-			pctx, cancel := context.WithDeadline(ctx, deadline) // the announcement too ends at the Timeout
-			note = h.prepare(pctx, w, time.Until(deadline))
-			cancel()
-		}
-		polled, final := false, false
+		hinted, final := false, false
 		select {
-		case <-nudge:
+		case <-wake:
+			hinted = true
+		case <-hintOK.C:
+			paused = false
+			wake = rec.wakeC()
 			continue
-		case <-turn:
 		case <-expiry.C:
-		case <-poll.C:
+		case <-renew.C:
+		case <-retry.C:
 			retries++
-			polled, final = true, retries >= c.maxRetries
-			if !final && w != nil && skipped < maxSkippedRetries && h.holderAnnounced(w) {
-				// The holder's release or expiry will wake us.
-				skipped++
-				poll.Reset(c.delay(retries + 1))
-				continue
-			}
-			if !final && w != nil && !h.isHead(w) {
-				// Without notifications, the first waiter attempts on our
-				// behalf, in arrival order (as often as our own retries
-				// would). With them, its own retries are enough.
-				h.pollFor(w)
-				poll.Reset(c.delay(retries + 1))
-				continue
-			}
+			final = retries >= c.maxRetries
+			retry.Reset(c.delay(retries + 1))
 		case <-end.C:
-			return timeout(nil)
+			return timeout(lastErr)
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return timeout(context.Cause(ctx))
@@ -417,41 +389,30 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 				Msg: fmt.Sprintf("context cancelled while waiting for the lock after %s", plural(attempts, "attempt")), Err: context.Cause(ctx)}
 		}
 		if !time.Now().Before(deadline) {
-			return timeout(nil)
+			return timeout(lastErr)
 		}
-		var seq uint64
-		if w != nil {
-			seq = h.attemptSeq(w)
-		}
-		skipped = 0
 		res, sent, err = try()
-		if err != nil {
+		switch {
+		case err == nil && res.OK:
+			return res, sent, nil
+		case err == nil:
+			lastErr = nil
+		case !outage(err):
 			return AcquireResult{}, time.Time{}, err
 		}
-		if res.OK {
-			if w != nil {
-				h.acquired(w, c.ttl+rules.ToleranceMs*time.Millisecond)
-			}
-			return res, sent, nil
-		}
 		if final {
-			return timeout(nil)
+			return timeout(lastErr)
 		}
-		if w != nil {
-			h.failed(w, seq, res.retryIn)
-		} else if res.retryIn > 0 {
-			expiry.Reset(res.retryIn)
-		}
-		if polled {
-			poll.Reset(c.delay(retries + 1))
+		learn()
+		if hinted && err == nil {
+			// A wake-up that found the key still held: the next one is
+			// heeded only after a pause (forged or replayed hints).
+			hintGap = min(max(2*hintGap, 5*time.Millisecond), time.Second)
+			wake, paused = nil, true
+			hintOK.Reset(hintGap)
 		}
 	}
 }
-
-// maxSkippedRetries bounds the retries skipped in a row because the holder
-// announced itself: a safety net should the announcement mislead (a
-// notification lost with a LISTEN connection that broke silently).
-const maxSkippedRetries = 3
 
 func stoppedTimer() *time.Timer {
 	t := time.NewTimer(time.Hour)
@@ -466,6 +427,9 @@ func acquisitionTimeout(key string, attempts int, elapsed time.Duration, cause e
 
 const maxDelay = time.Duration(1 << 62)
 
+// unboundedMaxDelay caps the retry delay when MaxRetries is not set.
+const unboundedMaxDelay = time.Second
+
 // delay returns the wait before retry n (1-based), before clamping to the
 // remaining time.
 func (c *lockConfig) delay(n int) time.Duration {
@@ -476,6 +440,11 @@ func (c *lockConfig) delay(n int) time.Duration {
 		}
 	}
 	d = min(d, maxDelay) // no overflow below, whatever the options
+	if c.maxRetries == math.MaxInt {
+		// Without MaxRetries the schedule is a safety net, not a budget:
+		// it stops growing at unboundedMaxDelay.
+		d = min(d, max(c.retryDelay, unboundedMaxDelay))
+	}
 	switch c.jitter {
 	case jitterEqual:
 		d = d/2 + rand.N(d-d/2+1)

@@ -241,25 +241,37 @@ func TestWithLockValidatesBeforeIO(t *testing.T) {
 // --- acquisition: retries, delays, timeout, cancellation
 
 func TestAcquireExponentialDelaysExactAndTimeout(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := syncguardtest.New()
-		hold(t, b, "k")
-		attempts := sendTimes(b, syncguardtest.OpAcquire)
-		start := time.Now()
-		_, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Jitter: "none"}})
-		e := requireCode(t, err, syncguard.CodeAcquisitionTimeout)
-		// Defaults: 10 retries, 100 ms base, exponential, 5 s timeout. Waits
-		// 100, 200, 400, 800, 1600, then 3200 clamped to the 1900 left.
-		if got, want := gaps(attempts()), ms(100, 200, 400, 800, 1600); fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("delays between attempts: want %v, got %v", want, got)
-		}
-		if el := time.Since(start); el != defaultAcquireTimeout {
-			t.Errorf("the last wait is clamped to the remaining time: want to give up at %v, gave up at %v", defaultAcquireTimeout, el)
-		}
-		if !strings.Contains(e.Msg, "after 6 attempts") || e.Key != "k" {
-			t.Errorf("the error says how many attempts were made (6): %v", err)
-		}
-	})
+	for _, c := range []struct {
+		name       string
+		maxRetries int
+		gaps       []time.Duration
+		attempts   int
+	}{
+		// The reference's numbers (MaxRetries 10): waits 100, 200, 400,
+		// 800, 1600, then 3200 clamped to the 1900 left.
+		{"MaxRetries 10", 10, ms(100, 200, 400, 800, 1600), 6},
+		// Without MaxRetries the delay stops growing at 1 s, and Timeout
+		// ends the wait.
+		{"MaxRetries unset", 0, ms(100, 200, 400, 800, 1000, 1000, 1000), 8},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			b := syncguardtest.New()
+			hold(t, b, "k")
+			attempts := sendTimes(b, syncguardtest.OpAcquire)
+			start := time.Now()
+			_, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Jitter: "none", MaxRetries: c.maxRetries}})
+			e := requireCode(t, err, syncguard.CodeAcquisitionTimeout)
+			if got := gaps(attempts()); fmt.Sprint(got) != fmt.Sprint(c.gaps) {
+				t.Errorf("%s: delays between attempts: want %v, got %v", c.name, c.gaps, got)
+			}
+			if el := time.Since(start); el != defaultAcquireTimeout {
+				t.Errorf("%s: the last wait is clamped to the remaining time: want to give up at %v, gave up at %v", c.name, defaultAcquireTimeout, el)
+			}
+			if !strings.Contains(e.Msg, fmt.Sprintf("after %d attempts", c.attempts)) || e.Key != "k" {
+				t.Errorf("%s: the error says how many attempts were made (%d): %v", c.name, c.attempts, err)
+			}
+		})
+	}
 }
 
 func TestAcquireMaxRetriesCountsAttempts(t *testing.T) {
@@ -350,22 +362,89 @@ func TestAcquireSucceedsWhenHolderReleases(t *testing.T) {
 }
 
 func TestAcquireBackendErrorReturnedAtOnce(t *testing.T) {
+	// An error that is no outage (here AuthFailed), and an outage with
+	// FailFast, are returned at once, not retried.
+	for _, c := range []struct {
+		code     syncguard.Code
+		failFast bool
+	}{{syncguard.CodeAuthFailed, false}, {syncguard.CodeInternal, false}, {syncguard.CodeServiceUnavailable, true}, {syncguard.CodeNetworkTimeout, true}} {
+		synctest.Test(t, func(t *testing.T) {
+			b := syncguardtest.New()
+			boom := &syncguard.Error{Op: "acquire", Code: c.code, Msg: "down"}
+			attempts := 0
+			b.SetHook(func(_ context.Context, call syncguardtest.Call) error {
+				if call.Op == syncguardtest.OpAcquire {
+					attempts++
+					return boom
+				}
+				return nil
+			})
+			start := time.Now()
+			_, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{FailFast: c.failFast}})
+			if err != boom || attempts != 1 || time.Since(start) != 0 {
+				t.Fatalf("%s (FailFast %v): a backend error is returned at once and not retried: err %v, %d attempts, %v", c.code, c.failFast, err, attempts, time.Since(start))
+			}
+		})
+	}
+}
+
+// An outage while waiting is ridden out within Timeout: a server that comes
+// back after 3 s is waited for, and one that does not ends the wait at the
+// Timeout with an AcquisitionTimeout that wraps the outage's error.
+func TestAcquireRidesOutAnOutage(t *testing.T) {
+	for _, down := range []time.Duration{3 * time.Second, time.Hour} {
+		synctest.Test(t, func(t *testing.T) {
+			b := syncguardtest.New()
+			boom := &syncguard.Error{Op: "acquire", Code: syncguard.CodeServiceUnavailable, Msg: "connection refused"}
+			start := time.Now()
+			attempts := 0
+			b.SetHook(func(_ context.Context, call syncguardtest.Call) error {
+				if call.Op == syncguardtest.OpAcquire {
+					attempts++
+					if time.Since(start) < down {
+						return boom
+					}
+				}
+				return nil
+			})
+			lease, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: 30 * time.Second}})
+			if down < time.Hour {
+				if err != nil || time.Since(start) < down {
+					t.Fatalf("rule: a wait rides out a %v outage within its 30 s Timeout; got %v after %v, %d attempts", down, err, time.Since(start), attempts)
+				}
+				lease.Close()
+				return
+			}
+			if !errors.Is(err, syncguard.ErrAcquisitionTimeout) || !errors.Is(err, boom) || time.Since(start) != 30*time.Second || attempts < 3 {
+				t.Fatalf("rule: an outage longer than Timeout ends at the Timeout with AcquisitionTimeout wrapping the last error; got %v after %v, %d attempts", err, time.Since(start), attempts)
+			}
+		})
+	}
+}
+
+// Without MaxRetries, Timeout is the wait limit: a key held for 9 minutes
+// is waited for with a 10-minute Timeout (the reference's 10 retries would
+// have given up after about 1.5 minutes).
+func TestAcquireTimeoutIsTheLimitWithoutMaxRetries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := syncguardtest.New()
-		boom := &syncguard.Error{Op: "acquire", Code: syncguard.CodeServiceUnavailable, Msg: "down"}
-		attempts := 0
-		b.SetHook(func(_ context.Context, c syncguardtest.Call) error {
-			if c.Op == syncguardtest.OpAcquire {
-				attempts++
-				return boom
-			}
-			return nil
-		})
-		start := time.Now()
-		_, err := syncguard.Lock(t.Context(), b, "k", nil)
-		if err != boom || attempts != 1 || time.Since(start) != 0 {
-			t.Fatalf("a backend error is returned at once and not retried: err %v, %d attempts, %v", err, attempts, time.Since(start))
+		held, err := b.Acquire(t.Context(), "k", 9*time.Minute)
+		if err != nil || !held.OK {
+			t.Fatal(held, err)
 		}
+		start := time.Now()
+		lease, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: 10 * time.Minute}})
+		if err != nil {
+			t.Fatalf("rule: without MaxRetries, Timeout is the wait limit; gave up after %v: %v", time.Since(start), err)
+		}
+		lease.Close()
+		// With MaxRetries set, the reference's numbers hold.
+		held, _ = b.Acquire(t.Context(), "k2", 9*time.Minute)
+		_, err = syncguard.Lock(t.Context(), b, "k2", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{MaxRetries: 10, Timeout: 10 * time.Minute}})
+		if !errors.Is(err, syncguard.ErrAcquisitionTimeout) || !strings.Contains(err.Error(), "11 attempts") {
+			t.Fatalf("rule: with MaxRetries 10 the acquisition gives up after 11 attempts; got %v", err)
+		}
+		_ = held
 	})
 }
 

@@ -484,6 +484,7 @@ type lockConfig struct {
 	backoff        string
 	jitter         string
 	timeout        time.Duration
+	failFast       bool
 	autoExtend     bool
 	releaseTimeout time.Duration
 	onReleaseError func(error, ReleaseErrorInfo)

@@ -5,11 +5,13 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/waiting"
 )
 
 //go:embed sql/*.sql
@@ -18,16 +20,24 @@ var sqlFiles embed.FS
 // statements holds the SQL of one Backend, rendered once from the embedded
 // files with its quoted table names.
 type statements struct {
-	acquire, release, extend, lookupKey, lookupID, cleanup string
-	list, lastFence                                        string // inspections (inspect.go)
-	releaseOrphans                                         string // background release (orphans.go)
+	acquire, acquireWait, release, releasePlain, extend string
+	lookupKey, lookupID, cleanup                        string
+	list, lastFence                                     string // inspections (inspect.go)
+	releaseOrphans                                      string // background release (orphans.go)
 }
 
 // render expands a statement file: the rules' SQL fragments ({{now_ms}},
 // {{live(alias)}}, {{fence_text(expr)}}, ...; see internal/rules) and the
 // quoted table and index names of one configuration.
 func render(name, table, fenceTable string) string {
-	out, err := renderText(mustRead(name), table, fenceTable)
+	return renderVariant(name, table, fenceTable, true)
+}
+
+// renderVariant renders a statement file with (queue) or without the
+// lines between "--if queue" and "--end" (and the other way round for
+// "--if !queue").
+func renderVariant(name, table, fenceTable string, queue bool) string {
+	out, err := renderText(variant(mustRead(name), queue), table, fenceTable)
 	if err != nil {
 		panic("syncguard: sql/" + name + ": " + err.Error()) // embedded at build time; TestStatementsRender renders every file
 	}
@@ -40,9 +50,47 @@ func renderText(text, table, fenceTable string) (string, error) {
 	for k, v := range names {
 		names[k] = rules.QuoteIdent(v)
 	}
-	names["channel"] = wakeChannelSQL(table) // a string literal (wake.go)
-	names["wait_class"] = strconv.Itoa(int(waitClass(table)))
-	return rules.Render(renderWake(text), names)
+	names["now_us"] = "floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint"
+	names["waiter_gc"] = strconv.FormatInt(waiterGCMs, 10)
+	prefix := waiting.Prefix(table)
+	text = wakeChannelRE.ReplaceAllStringFunc(text, func(m string) string {
+		return waiting.ChannelSQL(prefix, wakeChannelRE.FindStringSubmatch(m)[1])
+	})
+	text = wakePayloadRE.ReplaceAllString(text, waiting.PayloadSQL("$1"))
+	return rules.Render(text, names)
+}
+
+// The waiting fragments of the statement files: {{wake_channel(key)}} is
+// waiting.Channel over a storage key, {{wake_payload(lockID)}}
+// waiting.Payload over a lockId.
+var (
+	wakeChannelRE = regexp.MustCompile(`\{\{wake_channel\(([^()]*)\)\}\}`)
+	wakePayloadRE = regexp.MustCompile(`\{\{wake_payload\(([^()]*)\)\}\}`)
+)
+
+// waiterGCMs: a waiter's row dead for this long is deleted by the next
+// attempt of a waiter of the same key (a waiter alive again queues anew).
+const waiterGCMs = 60_000
+
+// variant keeps or drops the "--if queue" / "--if !queue" blocks of text.
+func variant(text string, queue bool) string {
+	var b strings.Builder
+	keep := true
+	for _, line := range strings.SplitAfter(text, "\n") {
+		switch strings.TrimSpace(line) {
+		case "--if queue":
+			keep = queue
+		case "--if !queue":
+			keep = !queue
+		case "--end":
+			keep = true
+		default:
+			if keep {
+				b.WriteString(line)
+			}
+		}
+	}
+	return b.String()
 }
 
 // schemaNames are the table and index names of one configuration, by
@@ -54,6 +102,10 @@ func schemaNames(table, fenceTable string) map[string]string {
 		"fences":        fenceTable,
 		"lock_id_index": "idx_" + table + "_lock_id",
 		"expires_index": "idx_" + table + "_expires",
+
+		"waiters":           waitersTable(table),
+		"waiters_id_index":  "idx_" + table + "_wid",
+		"waiters_key_index": "idx_" + table + "_wkey",
 	}
 }
 
@@ -67,15 +119,18 @@ func mustRead(name string) string {
 
 func renderStatements(table, fenceTable string) statements {
 	read := func(name string) string { return stripComments(render(name, table, fenceTable)) }
+	plain := func(name string) string { return stripComments(renderVariant(name, table, fenceTable, false)) }
 	return statements{
-		acquire:   read("acquire.sql"),
-		release:   read("release.sql"),
-		extend:    read("extend.sql"),
-		lookupKey: read("lookup_key.sql"),
-		lookupID:  read("lookup_id.sql"),
-		cleanup:   read("cleanup.sql"),
-		list:      read("list.sql"),
-		lastFence: read("last_fence.sql"),
+		acquire:      plain("acquire.sql"),
+		acquireWait:  read("acquire.sql"),
+		release:      read("release.sql"),
+		releasePlain: plain("release.sql"),
+		extend:       read("extend.sql"),
+		lookupKey:    read("lookup_key.sql"),
+		lookupID:     read("lookup_id.sql"),
+		cleanup:      read("cleanup.sql"),
+		list:         read("list.sql"),
+		lastFence:    read("last_fence.sql"),
 
 		releaseOrphans: read("release_orphans.sql"),
 	}
@@ -190,7 +245,7 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 func existsQuery(table, fenceTable string) string {
 	names := schemaNames(table, fenceTable)
 	var conds []string
-	for _, k := range []string{"locks", "fences", "lock_id_index", "expires_index"} {
+	for _, k := range []string{"locks", "fences", "lock_id_index", "expires_index", "waiters", "waiters_id_index", "waiters_key_index"} {
 		conds = append(conds, fmt.Sprintf("to_regclass(quote_ident(current_schema()) || '.' || '%s') IS NOT NULL", rules.QuoteIdent(names[k])))
 	}
 	return "SELECT 1 WHERE current_schema() IS NOT NULL AND " + strings.Join(conds, " AND ")

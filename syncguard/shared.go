@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/syncguard/syncguard-go/internal/waiting"
 )
 
 // This file holds the state of a Backend, and nothing that acts on it:
@@ -56,12 +58,26 @@ type shared struct {
 	prep        atomic.Int32 // prepUnknown, prepOn or prepOff (exec.go)
 	probeMu     sync.Mutex   // serializes the pooler probe
 	oneShotArgs []any        // the dialect's driver.OneShot arguments, or nil
-	hub         *hub         // waiting: wake-ups on release (wake.go)
+	hub         *waiting.Hub // wakes waiting Lock calls (wait.go)
+	noQueue     atomic.Bool  // the waiters table is missing or not granted (wait.go)
+	queueWarned atomic.Bool
+	waitCfg     waitTunables
+}
+
+// waitTunables are a Backend's waiting parameters (tests shorten them).
+type waitTunables struct {
+	// window: a waiter's row is live for this long after each of its
+	// attempts; a release hands the key only to a live waiter. Waiters
+	// attempt at least every third of it.
+	window time.Duration
+	hub    waiting.Config // timeouts of the LISTEN connection
 }
 
 const (
 	stmtAcquire = iota
+	stmtAcquireWait
 	stmtRelease
+	stmtReleasePlain
 	stmtExtend
 	stmtLookupKey
 	stmtLookupID
@@ -78,8 +94,12 @@ func (s *shared) text(i int) string {
 	switch i {
 	case stmtAcquire:
 		return s.sql.acquire
+	case stmtAcquireWait:
+		return s.sql.acquireWait
 	case stmtRelease:
 		return s.sql.release
+	case stmtReleasePlain:
+		return s.sql.releasePlain
 	case stmtExtend:
 		return s.sql.extend
 	case stmtLookupKey:

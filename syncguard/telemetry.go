@@ -127,15 +127,6 @@ func WithTelemetry(backend LockBackend, opts TelemetryOptions) *TelemetryBackend
 	return t
 }
 
-// waitHub implements waitable: Lock and WithLock on the wrapper wait as on
-// the wrapped Backend.
-func (t *TelemetryBackend) waitHub() *hub {
-	if w, ok := t.inner.(waitable); ok {
-		return w.waitHub()
-	}
-	return nil
-}
-
 // Unwrap returns the wrapped backend.
 func (t *TelemetryBackend) Unwrap() LockBackend { return t.inner }
 

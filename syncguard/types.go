@@ -67,11 +67,6 @@ type AcquireResult struct {
 	// ExpiresAt is the server-computed expiry (server now + ttl),
 	// millisecond precision. The lock stays exclusive until then.
 	ExpiresAt time.Time
-
-	// retryIn, on a failed attempt, is how long (by the server's clock)
-	// until the holder's lock, as the attempt saw it, stops being live;
-	// 0 when unknown. The lock helper waits at most that long.
-	retryIn time.Duration
 }
 
 // ReleaseResult is the outcome of Release.

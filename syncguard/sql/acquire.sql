@@ -1,7 +1,24 @@
 -- acquire: one statement, one round trip.
--- $1 storage key, $2 lockId, $3 fence key, $4 normalized user key, $5 ttl in ms,
--- $6 '' or, for a waiter of Lock/WithLock, the prefix of its "acquired"
--- notification ("a <key hash> <waiter id> ", see wake.go).
+-- $1 storage key, $2 lockId, $3 fence key, $4 normalized user key, $5 ttl in ms.
+-- The lines between "--if queue" and "--end" are the attempt of a waiter
+-- of Lock and WithLock (stmtAcquireWait), which keeps its place in the
+-- queue of waiters: $2 is then the waiter's own lockId, the same for all
+-- its attempts, and $6 its queue window in ms (see "Waiting" in
+-- docs/design.md).
+--
+--if queue
+-- me:    the waiter's row in the queue, if it has one (its place).
+-- ahead: a live waiter queued before this one (before now, for a waiter
+--        not queued yet). While there is one, the key is not free for this
+--        waiter even when no lock is live: a crashed holder's key goes to
+--        the first waiter, not to whoever attempts first.
+-- q:     a waiter that did not get the key queues, at its place (the
+--        server's clock in microseconds at its first attempt, kept), or
+--        renews its row: live for $6 ms more. A release hands the key only
+--        to a live waiter.
+-- dq:    a waiter that holds the key (taken now, or granted by a release)
+--        leaves the queue; rows dead for {{waiter_gc}} ms go too.
+--end
 --
 -- cur:  the live row for the key in this statement's snapshot, if any.
 -- free: one row (carrying now_ms) when the snapshot shows no live lock and
@@ -25,8 +42,6 @@
 -- ins:  writes the lock row. On conflict it overwrites only a row that is
 --       still expired in its latest committed version, under that row's lock
 --       (never a lock whose extend just committed).
--- n:    a waiter that got the lock says so, with the new expiry, to the other
---       waiters (in every process listening on the table's channel).
 -- The final SELECT always returns one row. A row of our own lockId in cur
 -- means this statement already ran (database/sql re-ran it after
 -- driver.ErrBadConn): report that success again. now_ms lets a failed
@@ -40,9 +55,23 @@ cur AS (
   FROM {{locks}} AS l, t
   WHERE l."key" = $1::text AND {{live(l)}}
 ),
+--if queue
+me AS (
+  SELECT w."place" FROM {{waiters}} AS w WHERE w."lock_id" = $2::text
+),
+ahead AS (
+  SELECT 1 FROM {{waiters}} AS w, t
+  WHERE w."key" = $1::text AND w."lock_id" <> $2::text AND w."deadline_ms" > t.now_ms
+    AND (w."place", w."lock_id") < (COALESCE((SELECT me."place" FROM me), {{now_us}}), $2::text)
+  LIMIT 1
+),
+--end
 free AS (
   SELECT t.now_ms FROM t
   WHERE CASE WHEN EXISTS (SELECT 1 FROM cur) THEN false
+--if queue
+             WHEN EXISTS (SELECT 1 FROM ahead) THEN false
+--end
              ELSE pg_try_advisory_xact_lock(hashtext($1::text)) END
 ),
 snapf AS (
@@ -67,10 +96,23 @@ ins AS (
     "user_key" = EXCLUDED."user_key"
   WHERE NOT ({{live(l, EXCLUDED."acquired_at_ms")}})
   RETURNING l."lock_id", l."expires_at_ms", l."acquired_at_ms", l."fence"
-),
-n AS (
-  SELECT pg_notify({{channel}}, $6::text || ins."expires_at_ms") AS v FROM ins WHERE $6::text <> ''
 )
+--if queue
+, q AS (
+  INSERT INTO {{waiters}} AS w ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "user_key", "fence_key")
+  SELECT $1::text, $2::text, {{now_us}}, t.now_ms + $6::bigint, $5::bigint, $4::text, $3::text FROM t
+  WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM cur WHERE cur."lock_id" = $2::text)
+  ON CONFLICT ("lock_id") DO UPDATE SET "deadline_ms" = EXCLUDED."deadline_ms", "ttl_ms" = EXCLUDED."ttl_ms"
+  RETURNING 1
+),
+dq AS (
+  DELETE FROM {{waiters}} AS w USING t
+  WHERE (w."lock_id" = $2::text
+         AND (EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM cur WHERE cur."lock_id" = $2::text)))
+     OR (w."key" = $1::text AND w."lock_id" <> $2::text AND w."deadline_ms" < t.now_ms - {{waiter_gc}})
+  RETURNING 1
+)
+--end
 SELECT
   COALESCE(ins."lock_id", cur."lock_id") AS lock_id,
   COALESCE(ins."expires_at_ms", cur."expires_at_ms") AS expires_at_ms,
@@ -82,4 +124,3 @@ SELECT
 FROM t
 LEFT JOIN ins ON true
 LEFT JOIN cur ON true
-LEFT JOIN n ON true

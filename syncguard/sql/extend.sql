@@ -1,10 +1,8 @@
 -- extend: one statement. $1 lockId, $2 ttl in ms.
 -- Sets expiry to server now + ttl, only for a live row of this lockId, under
 -- the row lock; never revives an expired lock. Returns the new expiry.
--- n: an extend that shortens the lock (the new expiry is earlier than the
--- one in the statement's snapshot) tells the waiters ("x <key hash>
--- <expires_at_ms>"), so they try again right after the new expiry, if any
--- process waits for the key (see release.sql).
+-- (Waiters learn a shortened expiry at their next attempt: they renew
+-- their place in the queue at least every third of its window.)
 WITH
 t AS (
   SELECT {{now_ms}} AS now_ms
@@ -13,13 +11,7 @@ u AS (
   UPDATE {{locks}} AS l SET "expires_at_ms" = t.now_ms + $2::bigint
   FROM t
   WHERE l."lock_id" = $1::text AND {{live(l)}}
-  RETURNING l."lock_id", l."expires_at_ms", l."key"
-),
-n AS (
-  SELECT pg_notify({{channel}}, 'x ' || w.kh || ' ' || u."expires_at_ms") AS v
-  FROM u, LATERAL (SELECT {{wake_hash(u."key")}} AS kh) AS w
-  WHERE u."expires_at_ms" < (SELECT s."expires_at_ms" FROM {{locks}} AS s WHERE s."lock_id" = $1::text)
-    AND NOT pg_try_advisory_xact_lock({{wait_class}}, {{wait_id(w.kh)}})
+  RETURNING l."lock_id", l."expires_at_ms"
 )
 SELECT u."lock_id", u."expires_at_ms",
   CASE WHEN u."lock_id" IS NULL THEN
@@ -27,4 +19,3 @@ SELECT u."lock_id", u."expires_at_ms",
   t.now_ms
 FROM t
 LEFT JOIN u ON true
-LEFT JOIN n ON true

@@ -1,27 +1,33 @@
--- release: one statement. $1 lockId, $2 '' or the releasing Backend's
--- wake token (see wake.go).
+-- release: one statement. $1 lockId, $2 true on the pool path (the
+-- statement is its own transaction), false inside the caller's.
 -- Deletes the row only if it belongs to $1 and is live, under the row lock
 -- (a concurrent takeover changes lock_id, and the re-check then fails).
 -- When nothing was deleted, the same row is read from the statement's
 -- snapshot to tell "expired" from "not-found" without another round trip.
--- n: a deleted lock wakes its waiters, in every process listening on the
--- table's channel, when this transaction commits ("r <key hash> [token]";
--- see wake.go), if any process waits for the key: the LISTEN connections
--- of waiting processes hold a shared advisory lock on the key's wait id,
--- so the exclusive try-lock fails. (Notifying commits are serialized by
--- PostgreSQL: a release nobody waits for must not notify.) The hash is also
--- returned: the releasing Backend wakes its own waiters at once, and knows
--- its notification by the token.
--- sc: on the pool path ($2 <> '': the statement is its own transaction),
--- when the deleted lock had at most {{async_release_max}} ms left, the
--- commit does not wait for the WAL flush (synchronous_commit off for this
--- transaction only; it is read at commit). A release lost in a crash
--- leaves the lock held until its TTL, which is safe, and that bounds how
--- long; the commit of any later write that depends on the release (the
--- next acquire of the key) flushes the WAL up to itself, the release
--- included. One fsync per hand-off instead of two (docs/design.md,
--- "Durability of a release"). Inside the caller's transaction ($2 = '')
--- nothing changes: that commit is the caller's.
+--
+-- The lines between "--if queue" and "--end" hand the key over in the same
+-- commit (left out when the waiters table is missing: stmtReleasePlain):
+-- w:   the first live waiter of the released key (by place);
+-- wd:  its row leaves the queue, re-checked under the row lock (a waiter
+--      whose deadline passed meanwhile is not granted);
+-- me:  the releaser's own queue row, if it is a waiter giving up (Lock
+--      withdraws with a release of its lockId, which passes on a key
+--      granted to it meanwhile);
+-- gf:  the waiter's fence: the counter incremented, as an acquire does
+--      (the released lock was live until this statement, so no acquire
+--      can have moved the counter since);
+-- g:   the lock row of the waiter: its lockId, its TTL from now;
+-- n:   a hint on the key's channel naming the waiter (a hash of its
+--      lockId). Any role can send it: it only makes that waiter attempt,
+--      and the attempt finds the row.
+-- sc:  when nothing was handed over, on the pool path, for a lock with at
+--      most {{async_release_max}} ms left, the commit does not wait for the
+--      WAL flush (synchronous_commit off for this transaction only; read at
+--      commit). A release lost in a crash leaves the lock held until its
+--      TTL, which is safe, and that bounds how long; the commit of any later
+--      write that depends on the release (the next acquire of the key)
+--      flushes the WAL up to itself, the release included. A hand-off is
+--      always flushed: its fence must not be handed out twice.
 WITH
 t AS (
   SELECT {{now_ms}} AS now_ms
@@ -29,21 +35,61 @@ t AS (
 d AS (
   DELETE FROM {{locks}} AS l USING t
   WHERE l."lock_id" = $1::text AND {{live(l)}}
-  RETURNING l."lock_id", {{wake_hash(l."key")}} AS kh, l."expires_at_ms" - t.now_ms AS left_ms
+  RETURNING l."lock_id", l."key", l."expires_at_ms" - t.now_ms AS left_ms
 ),
-sc AS (
-  SELECT set_config('synchronous_commit', 'off', true) AS v FROM d
-  WHERE $2::text <> '' AND d.left_ms <= {{async_release_max}}
+--if queue
+w AS (
+  SELECT q."lock_id" FROM {{waiters}} AS q, d, t
+  WHERE q."key" = d."key" AND q."deadline_ms" > t.now_ms AND q."lock_id" <> $1::text
+  ORDER BY q."place", q."lock_id"
+  LIMIT 1
+),
+wd AS (
+  DELETE FROM {{waiters}} AS q USING t
+  WHERE q."lock_id" = (SELECT w."lock_id" FROM w) AND q."deadline_ms" > t.now_ms
+  RETURNING q."key", q."lock_id", q."ttl_ms", q."user_key", q."fence_key"
+),
+me AS (
+  DELETE FROM {{waiters}} AS q WHERE q."lock_id" = $1::text
+  RETURNING 1
+),
+gf AS (
+  INSERT INTO {{fences}} AS c ("fence_key", "fence", "key_debug")
+  SELECT wd."fence_key", 1, wd."user_key" FROM wd
+  ON CONFLICT ("fence_key") DO UPDATE SET "fence" = c."fence" + 1
+  WHERE c."fence" < {{fence_max}}
+  RETURNING c."fence"
+),
+g AS (
+  INSERT INTO {{locks}} ("key", "lock_id", "expires_at_ms", "acquired_at_ms", "fence", "user_key")
+  SELECT wd."key", wd."lock_id", t.now_ms + wd."ttl_ms", t.now_ms, {{fence_text(gf."fence")}}, wd."user_key"
+  FROM wd, gf, t
+  RETURNING "key", "lock_id"
 ),
 n AS (
-  SELECT pg_notify({{channel}}, 'r ' || d.kh || CASE WHEN $2::text <> '' THEN ' ' || $2::text ELSE '' END) AS v FROM d
-  WHERE NOT pg_try_advisory_xact_lock({{wait_class}}, {{wait_id(d.kh)}})
+  SELECT pg_notify({{wake_channel(g."key")}}, {{wake_payload(g."lock_id")}}) AS v FROM g
+),
+--end
+sc AS (
+  SELECT set_config('synchronous_commit', 'off', true) AS v FROM d
+  WHERE $2::boolean AND d.left_ms <= {{async_release_max}}
+--if queue
+    AND NOT EXISTS (SELECT 1 FROM g)
+--end
 )
 SELECT d."lock_id",
   CASE WHEN d."lock_id" IS NULL THEN
     (SELECT s."expires_at_ms" FROM {{locks}} AS s WHERE s."lock_id" = $1::text) END,
-  t.now_ms, d.kh
+  t.now_ms,
+--if queue
+  (SELECT {{wake_payload(g."lock_id")}} FROM g) AS woke
+--end
+--if !queue
+  NULL::text AS woke
+--end
 FROM t
 LEFT JOIN d ON true
-LEFT JOIN n ON true
 LEFT JOIN sc ON true
+--if queue
+LEFT JOIN n ON true
+--end

@@ -494,4 +494,3 @@ func (h *Hub) listened(names []string) {
 }
 
 func quote(name string) string { return `"` + strings.ReplaceAll(name, `"`, `""`) + `"` }
-

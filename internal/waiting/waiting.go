@@ -383,12 +383,13 @@ func (h *Hub) serve() Status {
 			h.Wake(p)
 		}
 	}
+	timedOut := ctx.Err() != nil
 	cancel()
 	if err != nil {
 		if h.ctx.Err() != nil {
 			return Status{Kind: KindClosed}
 		}
-		if ctx.Err() != nil {
+		if timedOut {
 			return Status{Kind: KindProbeLost, Reason: fmt.Sprintf("the LISTEN connection's probe notification did not come back within %v: a pooler in transaction mode does not forward notifications", h.cfg.ProbeTimeout)}
 		}
 		return failed("probing the LISTEN connection", err)
@@ -437,6 +438,7 @@ func (h *Hub) serve() Status {
 		h.kick = cancel
 		h.mu.Unlock()
 		p, err := conn.Wait(ctx)
+		ended := ctx.Err() != nil // a timeout or a kick, not a failure
 		h.mu.Lock()
 		h.kick = nil
 		h.mu.Unlock()
@@ -447,7 +449,7 @@ func (h *Hub) serve() Status {
 			h.Wake(p)
 		case h.ctx.Err() != nil:
 			return Status{Kind: KindClosed}
-		case ctx.Err() == nil:
+		case !ended:
 			return failed("waiting for notifications", err)
 		}
 	}

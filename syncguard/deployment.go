@@ -167,7 +167,7 @@ func (d *deployment) waitersTableCheck() {
 			"run syncguard setup (or syncguard.SetupSchema, or apply SchemaSQL): it creates only what is missing")
 	case missing.Valid:
 		d.add("waiters table", "warn", fmt.Sprintf("role %s lacks %s on %s: Lock and WithLock wait by polling, without a queue", d.role(), missing.String, name),
-			fmt.Sprintf("GRANT %s ON %s TO %s;", strings.Join(waitersTablePrivileges, ", "), rules.QuoteIdent(name), rules.QuoteIdent(d.role())))
+			fmt.Sprintf("GRANT %s ON %s TO %s;", strings.Join(waitersTablePrivileges, ", "), rules.QuoteIdent(name), d.role()))
 	default:
 		d.add("waiters table", "ok", fmt.Sprintf("%s exists and the role may queue in it", name), "")
 	}

@@ -23,15 +23,16 @@ func TestCheckDeploymentAsLeastPrivilegedRole(t *testing.T) {
 	defer cancel()
 	admin := open(t, srv.DSN)
 	cfg := &syncguard.Config{TableName: "deploy_locks", FenceTableName: "deploy_fences"}
-	mustExec(ctx, t, admin, `DROP TABLE IF EXISTS deploy_locks, deploy_fences`)
+	mustExec(ctx, t, admin, `DROP TABLE IF EXISTS deploy_locks, deploy_fences, deploy_locks_waiters`)
 	if err := syncguard.SetupSchema(ctx, admin, cfg); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = admin.Exec(`DROP TABLE IF EXISTS deploy_locks, deploy_fences`) })
+	t.Cleanup(func() { _, _ = admin.Exec(`DROP TABLE IF EXISTS deploy_locks, deploy_fences, deploy_locks_waiters`) })
 	const role = "sg_service"
 	roleDSN := roleWithoutCreate(ctx, t, srv, admin, role, "sg-service-pw")
 	mustExec(ctx, t, admin, `GRANT SELECT, INSERT, UPDATE, DELETE ON deploy_locks TO `+role)
 	mustExec(ctx, t, admin, `GRANT SELECT, INSERT, UPDATE ON deploy_fences TO `+role)
+	mustExec(ctx, t, admin, `GRANT SELECT, INSERT, UPDATE, DELETE ON deploy_locks_waiters TO `+role)
 
 	svc := open(t, roleDSN)
 	objects := func() int {

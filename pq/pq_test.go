@@ -8,13 +8,11 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/lib/pq"
 
 	"github.com/syncguard/syncguard-go/driver"
-	"github.com/syncguard/syncguard-go/syncguard"
 )
 
 // The dialect reports shapes only: what the server sent, a broken
@@ -41,8 +39,9 @@ func TestInspectReportsShapes(t *testing.T) {
 }
 
 // A pool opened with NewConnector finds, by its driver's type, a dialect
-// that can LISTEN, and syncguard.New picks it without Config.Dialect; a
-// pool of lib/pq's own driver finds the plain Dialect, which cannot.
+// that can LISTEN (syncguard.New looks it up so; internal/itest's
+// TestPQConnectorListens checks it against PostgreSQL); a pool of lib/pq's
+// own driver finds the plain Dialect, which cannot.
 func TestConnectorPoolFindsTheListeningDialect(t *testing.T) {
 	c, err := NewConnector("postgres://app@127.0.0.1:1/app?sslmode=disable")
 	if err != nil {
@@ -59,13 +58,6 @@ func TestConnectorPoolFindsTheListeningDialect(t *testing.T) {
 	}
 	if _, ok := d.(driver.BackendPIDReader); !ok {
 		t.Errorf("the dialect of a NewConnector pool cannot read the backend pid (pooler detection)")
-	}
-	locks, err := syncguard.New(db, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st := locks.NotificationStatus(context.Background(), false); strings.Contains(st.Reason, "cannot LISTEN") {
-		t.Errorf("syncguard.New on a NewConnector pool: %+v", st)
 	}
 
 	plain, err := sql.Open("postgres", "postgres://app@127.0.0.1:1/app?sslmode=disable")

@@ -12,7 +12,7 @@ import (
 // connections, so that a caller on a half-open connection gets an error
 // instead of waiting forever. Use it with a connector:
 //
-//	c, err := pq.NewConnector(dsn) // github.com/lib/pq
+//	c, err := sgpq.NewConnector(dsn) // this package's (or lib/pq's pq.NewConnector)
 //	c.Dialer(sgpq.DeadlineDialer{ReadTimeout: 10 * time.Second,
 //		KeepAlive: net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 5 * time.Second, Count: 3},
 //		UserTimeout: 20 * time.Second})

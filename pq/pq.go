@@ -1,13 +1,27 @@
 // Package pq adapts syncguard to github.com/lib/pq.
 //
-// Importing it registers lib/pq's dialect, so syncguard.New finds it from
-// db.Driver() for any *sql.DB opened with sql.Open("postgres", dsn) or
-// sql.OpenDB(pq.NewConnector(...)):
+// Open the pool with this package's NewConnector, which gives syncguard the
+// DSN once:
 //
-//	import _ "github.com/syncguard/syncguard-go/pq"
+//	import sgpq "github.com/syncguard/syncguard-go/pq"
 //
-// Dialect is also exported for Config.Dialect, for programs that wrap the
-// driver.
+//	connector, err := sgpq.NewConnector(dsn)
+//	...
+//	db := sql.OpenDB(connector)
+//	locks, err := syncguard.New(db, nil)
+//
+// syncguard.New finds the dialect from db.Driver(), and with a Connector's
+// pool it is one that can LISTEN: callers of Lock and WithLock waiting for a
+// contended key are woken the moment it is released.
+//
+// Importing the package also registers lib/pq's plain Dialect, which
+// syncguard.New finds for a *sql.DB opened with sql.Open("postgres", dsn)
+// or sql.OpenDB of lib/pq's own connector. lib/pq gives no way to learn
+// such a pool's DSN, so its waiters poll (correct, slower hand-offs) unless
+// Config.Dialect is ListenDialect(dsn).
+//
+// Dialect and ListenDialect are exported for Config.Dialect, for programs
+// that wrap the driver.
 package pq
 
 import (

@@ -2,6 +2,7 @@ package pq
 
 import (
 	"context"
+	"database/sql"
 	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
@@ -34,5 +35,41 @@ func TestInspectReportsShapes(t *testing.T) {
 		if got := Dialect.Inspect(c.err); got != c.want {
 			t.Errorf("%s: Inspect = %+v, want %+v", c.name, got, c.want)
 		}
+	}
+}
+
+// A pool opened with NewConnector finds, by its driver's type, a dialect
+// that can LISTEN (syncguard.New looks it up so; internal/itest's
+// TestPQConnectorListens checks it against PostgreSQL); a pool of lib/pq's
+// own driver finds the plain Dialect, which cannot.
+func TestConnectorPoolFindsTheListeningDialect(t *testing.T) {
+	c, err := NewConnector("postgres://app@127.0.0.1:1/app?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(c) // no connection is opened
+	defer db.Close()
+	d, ok := driver.Lookup(db.Driver())
+	if !ok || d.Name() != "lib/pq" {
+		t.Fatalf("dialect of a NewConnector pool: %v, %v", d, ok)
+	}
+	if _, ok := d.(driver.Listener); !ok {
+		t.Errorf("the dialect of a NewConnector pool cannot LISTEN")
+	}
+	if _, ok := d.(driver.BackendPIDReader); !ok {
+		t.Errorf("the dialect of a NewConnector pool cannot read the backend pid (pooler detection)")
+	}
+
+	plain, err := sql.Open("postgres", "postgres://app@127.0.0.1:1/app?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if d, ok := driver.Lookup(plain.Driver()); !ok || d != Dialect {
+		t.Errorf("dialect of a sql.Open pool: %v, %v; want the plain Dialect", d, ok)
+	}
+
+	if _, err := NewConnector("postgres://app@127.0.0.1:notaport/app"); err == nil {
+		t.Errorf("NewConnector accepted a malformed DSN")
 	}
 }

@@ -90,14 +90,18 @@ func lookupDialect(db *sql.DB) (driver.Dialect, bool) {
 // inside tx are the caller's to retry, with a new transaction. A Lease
 // (Lock, WithLock) made on the view must end before tx does.
 //
-// tx is usually a *sql.Tx; any Tx works (see Tx for the ORMs). A nil tx
-// gives b's pool behaviour.
+// tx is usually a *sql.Tx; any Tx works (see Tx for the ORMs): the
+// statements run on the *sql.Tx it is or embeds. A nil tx gives b's pool
+// behaviour.
 func (b *Backend) WithTx(tx Tx) *Backend {
 	if tx == nil {
 		return &Backend{shared: b.shared}
 	}
 	if t, ok := tx.(*sql.Tx); ok && t == nil {
 		return &Backend{shared: b.shared}
+	}
+	if t := sqlTxIn(tx); t != nil {
+		tx = t // the *sql.Tx under an ORM's wrapper (txunwrap.go)
 	}
 	v := &Backend{shared: b.shared, tx: tx}
 	v.stmtTx, _ = tx.(stmtTx)

@@ -20,7 +20,7 @@ func ExampleWithLock() {
 	err := syncguard.WithLock(ctx, locks, "invoice:42", func(ctx context.Context, lease *syncguard.Lease) error {
 		// Pass the fence to the resource you protect, so that a stale
 		// holder's late write is rejected:
-		//   UPDATE invoices SET ..., fence = $1 WHERE id = 42 AND fence < $1
+		//   UPDATE invoices SET ..., fence = $1 WHERE id = 42 AND (fence IS NULL OR fence < $1)
 		fmt.Println("processing invoice 42 with fence", lease.Fence())
 		return nil
 	}, &syncguard.LockOptions{

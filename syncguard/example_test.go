@@ -74,7 +74,7 @@ func ExampleBackend_Acquire() {
 	}
 	defer locks.Release(ctx, res.LockID)
 	// Write with the fence, so a stale holder's late write is rejected:
-	//   UPDATE invoices SET ..., fence = $1 WHERE id = 42 AND fence < $1
+	//   UPDATE invoices SET ..., fence = $1 WHERE id = 42 AND (fence IS NULL OR fence < $1)
 	_ = res.Fence
 }
 

@@ -31,9 +31,14 @@ type Backend struct {
 // tx.Statement.ConnPool. For bun pass bunTx.Tx (the *sql.Tx inside a
 // bun.Tx); for ent, the *sql.Tx its driver runs on. docs/orm.md shows each.
 //
-// Statements run on tx exactly as written, with PostgreSQL's $n
-// placeholders: tx must not rewrite queries (bun.Tx's own methods expand ?
-// placeholders, hence bunTx.Tx).
+// When tx embeds a *sql.Tx, directly (*sqlx.Tx, bun.Tx) or in an embedded
+// interface field (GORM's *gorm.PreparedStmtTX, with PrepareStmt on),
+// the statements run on that *sql.Tx and not through tx's own query
+// methods, which may prepare what they run (GORM's PrepareStmt) or
+// rewrite it. Any other Tx gets them through its QueryRowContext and
+// QueryContext, and must run them exactly as written, with PostgreSQL's
+// $n placeholders and the arguments as given: neither rewrite queries
+// nor prepare them itself.
 type Tx interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)

@@ -93,3 +93,24 @@ func ExampleNew_validation() {
 	fmt.Println(err)
 	// Output: syncguard: acquire InvalidArgument: Key must not be empty
 }
+
+// WithTx: code that takes a lock inside its own transaction, as
+// docs/orm.md shows, runs on the fake as on syncguard's Backend. The view
+// acts at once and never rolls back (a test simulates a rollback with
+// Delete); the transaction is not used.
+func ExampleBackend_WithTx() {
+	ctx := context.Background()
+	locks := syncguardtest.New()
+	var tx syncguard.Tx = &stubTx{} // the test's transaction (a *sql.Tx in production)
+
+	r, _ := locks.WithTx(tx).Acquire(ctx, "tenant:7:rebuild", time.Minute)
+	fmt.Println("in the transaction:", r.OK, r.Fence)
+
+	// The transaction rolled back: so does the lock, in syncguard.
+	locks.Delete(r.LockID)
+	locked, _ := locks.IsLocked(ctx, "tenant:7:rebuild")
+	fmt.Println("after the rollback:", locked)
+	// Output:
+	// in the transaction: true 000000000000001
+	// after the rollback: false
+}

@@ -27,15 +27,23 @@
 //     before or after they take effect (FailAfter), SetHook runs a function
 //     at the start of every call, SetLatency delays every call;
 //   - contention: Contend makes acquires of a key lose as if other
-//     processes kept winning it.
+//     processes kept winning it;
+//   - transactions: WithTx returns a view shaped as syncguard's
+//     Backend.WithTx, for code that takes locks inside its own
+//     transaction (it does not simulate the transaction: see WithTx);
+//   - logging: leases made on the backend log nothing (failed automatic
+//     extensions under an injected outage would warn every TTL/10) unless
+//     SetLogger gives them a logger.
 //
 // Inspection: Calls counts the calls that reached the store, Len the
-// stored lock records.
+// stored lock records, SetHook sees each call (with the WithTx view's
+// transaction, if any).
 package syncguardtest
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -59,14 +67,21 @@ const (
 // Call describes one operation, for SetHook.
 type Call struct {
 	Op     Op
-	Key    string // the key as passed, for key operations
-	LockID string // the lockId, for lockId operations
+	Key    string       // the key as passed, for key operations
+	LockID string       // the lockId, for lockId operations
+	Tx     syncguard.Tx // the transaction of the WithTx view it was made on; nil on the pool
 }
 
 // Backend is an in-memory syncguard.LockBackend. Make one with New; it is
 // safe for concurrent use. Several goroutines (or "processes") sharing one
 // Backend see the same locks, as several pools on one database do.
 type Backend struct {
+	*store
+	tx syncguard.Tx // non-nil for a WithTx view
+}
+
+// store is the state every view of a Backend shares.
+type store struct {
 	check *validator
 
 	mu      sync.Mutex
@@ -79,6 +94,7 @@ type Backend struct {
 	byID    map[string]string  // lockId -> normalized key
 	fences  map[string]int64   // by normalized key
 	calls   map[Op]int
+	logger  *slog.Logger // LeaseLogger; nil: discard
 }
 
 type record struct {
@@ -97,7 +113,7 @@ var _ syncguard.LockBackend = (*Backend)(nil)
 
 // New returns an empty Backend whose clock is time.Now.
 func New() *Backend {
-	return &Backend{
+	return &Backend{store: &store{
 		check:   newValidator(),
 		fails:   map[Op]*failure{},
 		contend: map[string]int{},
@@ -105,8 +121,53 @@ func New() *Backend {
 		byID:    map[string]string{},
 		fences:  map[string]int64{},
 		calls:   map[Op]int{},
-	}
+	}}
 }
+
+// WithTx returns a view of b for code that takes locks inside its own
+// transaction, shaped as syncguard's Backend.WithTx: code under test calls
+// locks.WithTx(tx).Acquire(...) on either (docs/testing.md shows an
+// interface both satisfy). The view shares b's locks, fences, clock,
+// failures and counts, and tx is never used: the test's transaction can be
+// a fake (any syncguard.Tx, nil included). Calls made on the view carry tx
+// in their Call, for SetHook.
+//
+// The view behaves like the pool: what it does takes effect at once and
+// stays. It does not simulate the transaction: a rollback does not undo
+// the view's acquire (a test simulates it with Delete(lockID)), a lock
+// taken through the view is visible to IsLocked and the lookups before a
+// commit (the real one is not, although its acquirers are told "locked"),
+// and operations after the transaction ended still work (the real ones
+// fail with sql.ErrTxDone). A nil tx gives b's pool behaviour, as in
+// syncguard.
+func (b *Backend) WithTx(tx syncguard.Tx) *Backend {
+	return &Backend{store: b.store, tx: tx}
+}
+
+// SetLogger sets the logger of the leases made on b (and its WithTx views)
+// when their LockOptions.Logger is nil: warnings of failed automatic
+// extensions and failed releases. nil, the default, discards them.
+func (b *Backend) SetLogger(l *slog.Logger) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.logger = l
+}
+
+// LeaseLogger is what syncguard.Lock and WithLock consult for the default
+// LockOptions.Logger of the leases made on b: the logger SetLogger set, or
+// one that discards everything. A test that injects failures (Fail on
+// OpExtend, say) then stays quiet; the warnings a real Backend would log
+// go to slog.Default.
+func (b *Backend) LeaseLogger() *slog.Logger {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.logger == nil {
+		return discard
+	}
+	return b.logger
+}
+
+var discard = slog.New(slog.DiscardHandler)
 
 // --- the clock
 
@@ -285,7 +346,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (s
 	}
 	ttlMs := ttl.Milliseconds()
 	var res syncguard.AcquireResult
-	err = b.do(ctx, Call{Op: OpAcquire, Key: key}, func(now int64) error {
+	err = b.do(ctx, Call{Op: OpAcquire, Key: key, Tx: b.tx}, func(now int64) error {
 		if n := b.contend[norm]; n > 0 {
 			b.contend[norm] = n - 1
 			res = syncguard.AcquireResult{Reason: syncguard.ReasonLocked}
@@ -327,7 +388,7 @@ func (b *Backend) Release(ctx context.Context, lockID string) (syncguard.Release
 		return syncguard.ReleaseResult{}, err
 	}
 	var res syncguard.ReleaseResult
-	err := b.do(ctx, Call{Op: OpRelease, LockID: lockID}, func(now int64) error {
+	err := b.do(ctx, Call{Op: OpRelease, LockID: lockID, Tx: b.tx}, func(now int64) error {
 		r := b.record(lockID)
 		if reason := failReason(r, now); reason != "" {
 			res.Reason = reason
@@ -351,7 +412,7 @@ func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) 
 	}
 	ttlMs := ttl.Milliseconds()
 	var res syncguard.ExtendResult
-	err := b.do(ctx, Call{Op: OpExtend, LockID: lockID}, func(now int64) error {
+	err := b.do(ctx, Call{Op: OpExtend, LockID: lockID, Tx: b.tx}, func(now int64) error {
 		r := b.record(lockID)
 		if reason := failReason(r, now); reason != "" {
 			res.Reason = reason
@@ -374,7 +435,7 @@ func (b *Backend) IsLocked(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	var locked bool
-	err = b.do(ctx, Call{Op: OpIsLocked, Key: key}, func(now int64) error {
+	err = b.do(ctx, Call{Op: OpIsLocked, Key: key, Tx: b.tx}, func(now int64) error {
 		locked = b.live(b.locks[norm], now) != nil
 		return nil
 	})
@@ -407,7 +468,7 @@ func (b *Backend) LookupKeyDebug(ctx context.Context, key string) (*syncguard.Lo
 		return nil, err
 	}
 	var d *syncguard.LockInfoDebug
-	err = b.do(ctx, Call{Op: OpLookup, Key: key}, func(now int64) error {
+	err = b.do(ctx, Call{Op: OpLookup, Key: key, Tx: b.tx}, func(now int64) error {
 		d = info(b.live(b.locks[norm], now))
 		return nil
 	})
@@ -423,7 +484,7 @@ func (b *Backend) LookupIDDebug(ctx context.Context, lockID string) (*syncguard.
 		return nil, err
 	}
 	var d *syncguard.LockInfoDebug
-	err := b.do(ctx, Call{Op: OpLookup, LockID: lockID}, func(now int64) error {
+	err := b.do(ctx, Call{Op: OpLookup, LockID: lockID, Tx: b.tx}, func(now int64) error {
 		d = info(b.live(b.record(lockID), now))
 		return nil
 	})

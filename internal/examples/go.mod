@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	entgo.io/ent v0.14.5
+	github.com/DATA-DOG/go-sqlmock v1.5.2
 	github.com/jmoiron/sqlx v1.4.0
 	github.com/syncguard/syncguard-go v0.1.0
 	github.com/syncguard/syncguard-go/internal/pgtest v0.1.0

@@ -13,7 +13,7 @@ func TestDocsShowTheTests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, file := range []string{"../downstream/handler.go", "../downstream/handler_test.go", "conformance_test.go", "smoke_test.go"} {
+	for _, file := range []string{"../downstream/handler.go", "../downstream/handler_test.go", "../downstream/orders.go", "../downstream/orders_test.go", "conformance_test.go", "smoke_test.go"} {
 		src, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)

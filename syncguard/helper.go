@@ -104,7 +104,8 @@ type LockOptions struct {
 	OnReleaseError func(err error, info ReleaseErrorInfo)
 
 	// Logger receives the default OnReleaseError records and warnings about
-	// failed auto-extensions. Default slog.Default().
+	// failed auto-extensions. Default: the backend's LeaseLogger() when it
+	// has one (syncguardtest's discards), else slog.Default().
 	Logger *slog.Logger
 }
 
@@ -244,6 +245,12 @@ func Lock(ctx context.Context, backend Locker, key string, opts *LockOptions) (*
 	}
 	if cfg.releaseTimeout == 0 {
 		cfg.releaseTimeout = releaseTimeoutOf(backend)
+	}
+	if opts == nil || opts.Logger == nil {
+		cfg.logger = leaseLoggerOf(backend)
+		if opts == nil || opts.OnReleaseError == nil {
+			cfg.onReleaseError = logReleaseError(cfg.logger)
+		}
 	}
 	res, sent, err := acquire(ctx, backend, key, &cfg)
 	if err != nil {

@@ -62,7 +62,7 @@ func newHub(s *shared) *waiting.Hub {
 			return l.Listen(ctx, s.db, channel)
 		}
 	} else {
-		cfg.NoListener = "the dialect has no driver.Listener (lib/pq: open the pool with the pq adapter's connector, or set Config.Dialect to pq.ListenDialect(dsn))"
+		cfg.NoListener = "the dialect has no driver.Listener (lib/pq: open the pool with sql.OpenDB(pq.NewConnector(dsn)) of the syncguard pq adapter, or set Config.Dialect to pq.ListenDialect(dsn))"
 	}
 	cfg.Notify = func(ctx context.Context, channel, payload string) error {
 		return (&Backend{shared: s}).oneShot(ctx, "SELECT pg_notify($1::text, $2::text)", []any{channel, payload}, nil)

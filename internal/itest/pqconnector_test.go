@@ -58,7 +58,7 @@ func TestPQConnectorListens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := locks.NotificationStatus(ctx, true); !st.Active {
+	if st := locks.NotificationStatus(ctx); !st.Active {
 		t.Fatalf("a Backend on a NewConnector pool, no Config.Dialect: notifications %+v, want active", st)
 	}
 	r, err := locks.Acquire(ctx, "pq:connector", time.Minute)

@@ -154,10 +154,18 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		wid := rec.lockID
 		rec.join(b.shared, func() {
 			// A release of the waiter's lockId deletes its queue row and
-			// passes on a key handed to it meanwhile.
+			// passes on a key handed to it meanwhile. When it found
+			// neither, a hand-off may have been committing: its snapshot
+			// missed the lock row, and the queue row was gone when its
+			// delete got to it. A second statement sees that commit.
 			ctx, cancel := context.WithTimeout(context.Background(), b.shared.cfg.releaseTimeout)
 			defer cancel()
-			if _, err := (&Backend{shared: b.shared}).Release(ctx, wid); err != nil {
+			pool := &Backend{shared: b.shared}
+			r, left, err := pool.release(ctx, wid)
+			if err == nil && !r.OK && !left {
+				r, _, err = pool.release(ctx, wid)
+			}
+			if err != nil {
 				b.shared.releaseInBackground(wid, time.Duration(ttlMs)*time.Millisecond)
 			}
 		})
@@ -281,33 +289,43 @@ func unconfirmed(ctx context.Context, op string) *Error {
 // lock may come back, unowned, until its expiry (never two holders; see
 // "Durability of a release" in docs/design.md). Inside WithTx it commits with the caller's transaction.
 func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, error) {
+	r, _, err := b.release(ctx, lockID)
+	return r, err
+}
+
+// release is Release, also telling whether lockID was a waiter that left
+// the queue (withdraw, wait.go).
+func (b *Backend) release(ctx context.Context, lockID string) (ReleaseResult, bool, error) {
 	const op = "release"
 	if e := checkLockID(op, lockID); e != nil {
-		return ReleaseResult{}, e
+		return ReleaseResult{}, false, e
 	}
 	if e := ctxErr(ctx, op); e != nil {
 		e.LockID = lockID
-		return ReleaseResult{}, e
+		return ReleaseResult{}, false, e
 	}
 	var d struct {
 		deleted     sql.NullString
 		seenExpires sql.NullInt64
 		now         int64
 		woke        sql.NullString
+		leftQueue   bool
 	}
 	stmt := stmtRelease
 	if b.shared.noQueue.Load() {
 		stmt = stmtReleasePlain
 	}
-	args, dest := []any{lockID, b.tx == nil}, []any{&d.deleted, &d.seenExpires, &d.now, &d.woke}
+	args, dest := []any{lockID, b.tx == nil}, []any{&d.deleted, &d.seenExpires, &d.now, &d.woke, &d.leftQueue}
 	err := b.run(ctx, stmt, args, dest...)
-	if err != nil && stmt == stmtRelease && ctx.Err() == nil && b.tx == nil && b.shared.queueLost(err) {
+	// Without the waiters table: the plain statement from now on (inside
+	// a transaction, the caller's retry; its transaction is aborted).
+	if err != nil && stmt == stmtRelease && ctx.Err() == nil && b.shared.queueLost(err) && b.tx == nil {
 		err = b.run(ctx, stmtReleasePlain, args, dest...)
 	}
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
 		e.LockID = lockID
-		return ReleaseResult{}, e
+		return ReleaseResult{}, false, e
 	}
 	// Explicit ownership verification (docs/spec.md, rule O2): the deleted row must be ours.
 	if d.deleted.Valid && d.deleted.String == lockID {
@@ -317,9 +335,9 @@ func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, er
 			// a transaction, everyone waits for it, sent at commit).
 			b.shared.hub.Wake(d.woke.String)
 		}
-		return ReleaseResult{OK: true}, nil
+		return ReleaseResult{OK: true}, d.leftQueue, nil
 	}
-	return ReleaseResult{OK: false, Reason: failReason(d.seenExpires, d.now)}, nil
+	return ReleaseResult{OK: false, Reason: failReason(d.seenExpires, d.now)}, d.leftQueue, nil
 }
 
 // failReason tells why a release or extend did nothing, from the snapshot

@@ -343,10 +343,10 @@ func TestAcquireArgumentsAndTTLRounding(t *testing.T) {
 
 func TestReleaseAndExtendReasons(t *testing.T) {
 	b, mock := newMock(t, nil)
-	rc := []string{"lock_id", "seen", "now", "kh"}
-	mock.ExpectQuery("DELETE FROM").WillReturnRows(sqlmock.NewRows(rc).AddRow(goodID, int64(5000), int64(1000), "0123456789abcdef"))
-	mock.ExpectQuery("DELETE FROM").WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, int64(500), int64(2000), nil))
-	mock.ExpectQuery("DELETE FROM").WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000), nil))
+	rc := []string{"lock_id", "seen", "now", "woke", "left_queue"}
+	mock.ExpectQuery("DELETE FROM").WillReturnRows(sqlmock.NewRows(rc).AddRow(goodID, int64(5000), int64(1000), "0123456789abcdef", false))
+	mock.ExpectQuery("DELETE FROM").WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, int64(500), int64(2000), nil, false))
+	mock.ExpectQuery("DELETE FROM").WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000), nil, false))
 	want := []ReleaseResult{{OK: true}, {Reason: ReasonExpired}, {Reason: ReasonNotFound}}
 	for i, w := range want {
 		got, err := b.Release(context.Background(), goodID)
@@ -623,5 +623,36 @@ func TestWaitRecordOnlyForLocksKey(t *testing.T) {
 	}
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A waiter giving up withdraws with a release of its lockId. When that
+// statement finds neither a lock nor its queue row, a hand-off to it may
+// have been committing (its snapshot missed the new lock row): it releases
+// once more, with a new snapshot, so the key is passed on, not left held.
+func TestWithdrawReleasesAgainWhenAHandOffRaced(t *testing.T) {
+	b, mock := newMock(t, &Config{})
+	rec := waitRecordFor("k")
+	mock.ExpectQuery("INSERT INTO").
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000)))
+	if _, err := b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), "k", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	rc := []string{"lock_id", "seen", "now", "woke", "left_queue"}
+	// Neither the lock nor the queue row: released again.
+	mock.ExpectQuery("DELETE FROM").WithArgs(rec.lockID, true).WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000), nil, false))
+	mock.ExpectQuery("DELETE FROM").WithArgs(rec.lockID, true).WillReturnRows(sqlmock.NewRows(rc).AddRow(rec.lockID, nil, int64(2000), nil, false))
+	rec.end(false)
+	// It left the queue: once is enough.
+	rec = waitRecordFor("k")
+	mock.ExpectQuery("INSERT INTO").
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000)))
+	if _, err := b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), "k", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	mock.ExpectQuery("DELETE FROM").WithArgs(rec.lockID, true).WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000), nil, true))
+	rec.end(false)
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Errorf("rule: a withdrawal that found neither its lock nor its queue row releases once more, and only then: %v", err)
 	}
 }

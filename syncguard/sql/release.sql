@@ -12,7 +12,7 @@
 --      whose deadline passed meanwhile is not granted);
 -- me:  the releaser's own queue row, if it is a waiter giving up (Lock
 --      withdraws with a release of its lockId, which passes on a key
---      granted to it meanwhile);
+--      granted to it meanwhile); left_queue says it was there;
 -- gf:  the waiter's fence: the counter incremented, as an acquire does
 --      (the released lock was live until this statement, so no acquire
 --      can have moved the counter since);
@@ -82,10 +82,12 @@ SELECT d."lock_id",
     (SELECT s."expires_at_ms" FROM {{locks}} AS s WHERE s."lock_id" = $1::text) END,
   t.now_ms,
 --if queue
-  (SELECT {{wake_payload(g."lock_id")}} FROM g) AS woke
+  (SELECT {{wake_payload(g."lock_id")}} FROM g) AS woke,
+  EXISTS (SELECT 1 FROM me) AS left_queue
 --end
 --if !queue
-  NULL::text AS woke
+  NULL::text AS woke,
+  false AS left_queue
 --end
 FROM t
 LEFT JOIN d ON true

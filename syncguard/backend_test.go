@@ -308,7 +308,7 @@ func TestAcquireOutcomesFromRow(t *testing.T) {
 	if _, _, retryIn := rec.state(); retryIn != (2000+rules.ToleranceMs+1-1500)*time.Millisecond {
 		t.Errorf("contention: retry in %v, want %v (holder expires 2000, server now 1500)", retryIn, (2000+rules.ToleranceMs+1-1500)*time.Millisecond)
 	}
-	rec.end(true)
+	rec.end(true, false)
 	// Nobody and no fence: contention (a lost race), expiry unknown.
 	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, false, int64(1500)))
 	rec = waitRecordFor("k")
@@ -316,7 +316,7 @@ func TestAcquireOutcomesFromRow(t *testing.T) {
 	if _, _, retryIn := rec.state(); err != nil || r.OK || r.Reason != ReasonLocked || retryIn != 0 {
 		t.Fatalf("lost race: got %+v, %v, retry in %v", r, err, retryIn)
 	}
-	rec.end(true)
+	rec.end(true, false)
 	// Fence counter at its maximum: Internal, and the statement committed nothing.
 	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, true, int64(1500)))
 	_, err = b.Acquire(context.Background(), "k", time.Second)
@@ -619,7 +619,7 @@ func TestWaitRecordOnlyForLocksKey(t *testing.T) {
 		rec.mu.Lock()
 		rec.withdraw = func() {}
 		rec.mu.Unlock()
-		rec.end(false)
+		rec.end(false, false)
 	}
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Fatal(err)
@@ -642,7 +642,7 @@ func TestWithdrawReleasesAgainWhenAHandOffRaced(t *testing.T) {
 	// Neither the lock nor the queue row: released again.
 	mock.ExpectQuery("DELETE FROM").WithArgs(rec.lockID, true).WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000), nil, false))
 	mock.ExpectQuery("DELETE FROM").WithArgs(rec.lockID, true).WillReturnRows(sqlmock.NewRows(rc).AddRow(rec.lockID, nil, int64(2000), nil, false))
-	rec.end(false)
+	rec.end(false, false)
 	// It left the queue: once is enough.
 	rec = waitRecordFor("k")
 	mock.ExpectQuery("INSERT INTO").
@@ -651,7 +651,7 @@ func TestWithdrawReleasesAgainWhenAHandOffRaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	mock.ExpectQuery("DELETE FROM").WithArgs(rec.lockID, true).WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000), nil, true))
-	rec.end(false)
+	rec.end(false, false)
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Errorf("rule: a withdrawal that found neither its lock nor its queue row releases once more, and only then: %v", err)
 	}

@@ -327,7 +327,7 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 		return true
 	}
 	if rec != nil {
-		defer func() { rec.end(err == nil && res.OK) }()
+		defer func() { rec.end(err == nil && res.OK, lastErr != nil) }()
 	}
 
 	res, sent, err = try()

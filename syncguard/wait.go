@@ -160,8 +160,10 @@ func (r *waitRecord) wakeC() <-chan struct{} {
 }
 
 // end closes the waiter's wake-up and, unless it got the key, takes it
-// out of the queue.
-func (r *waitRecord) end(acquired bool) {
+// out of the queue: at once, or in the background while the server is
+// unreachable (the wait ended in an outage), so that Lock returns at its
+// Timeout.
+func (r *waitRecord) end(acquired, outage bool) {
 	r.mu.Lock()
 	sub, withdraw := r.sub, r.withdraw
 	r.mu.Unlock()
@@ -169,7 +171,11 @@ func (r *waitRecord) end(acquired bool) {
 		return
 	}
 	sub.Close()
-	if !acquired {
+	switch {
+	case acquired:
+	case outage:
+		go withdraw()
+	default:
 		withdraw()
 	}
 }

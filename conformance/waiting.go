@@ -303,6 +303,7 @@ func init() {
 		if r := e.release(e.pb, held.LockID); !r.OK {
 			e.t.Fatalf("rule: the holder's release succeeds; got %+v", r)
 		}
+		released := time.Now()
 		info, err := e.pb.LookupKey(e.ctx, k)
 		e.must(err, "LookupKey")
 		if info == nil || info.Fence <= held.Fence {
@@ -311,6 +312,10 @@ func init() {
 		lease := e.mustGet(ch, held.Fence, "the waiter finds the key handed to it (its renewal attempt, within a third of the queue window)")
 		if lease.Fence() != info.Fence {
 			e.t.Errorf("rule: the waiter holds the lock the release created for it; fence %s, created %s", lease.Fence(), info.Fence)
+		}
+		if until := lease.HeldUntil(); until.After(released.Add(wakeOnly().TTL)) {
+			e.t.Errorf("rule: a lease of a key handed over counts its TTL from the release, not from the waiter's later attempt; held until %v after the release, TTL %v",
+				until.Sub(released), wakeOnly().TTL)
 		}
 		lease.Close()
 	})

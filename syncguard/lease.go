@@ -108,6 +108,7 @@ type Lease struct {
 	mu        sync.Mutex
 	expiresAt time.Time
 	lostAt    time.Time // local monotonic instant up to which ownership is guaranteed, minus the margin
+	heldUntil time.Time // local monotonic instant up to which ownership is guaranteed
 	extendAt  time.Time // when the latest successful extend (or the acquire) says to extend next
 	lastErr   error     // last failed extend, for the loss message
 	watchdog  *time.Timer
@@ -128,12 +129,14 @@ type Lease struct {
 // schedule returns, for a lock granted ttl by a request sent at sent,
 // when ownership stops being guaranteed (lostAt) and when to extend next.
 func schedule(sent time.Time, ttl time.Duration) (lostAt, extendAt time.Time) {
-	granted := ttl.Truncate(time.Millisecond) - time.Millisecond
-	if granted < 0 {
-		granted = 0
-	}
+	granted := heldUntil(sent, ttl).Sub(sent)
 	margin := min(granted/10, time.Second)
 	return sent.Add(granted - margin), sent.Add(granted / 3)
+}
+
+// heldUntil is sent + ttl - 1 ms (PostgreSQL counts whole milliseconds).
+func heldUntil(sent time.Time, ttl time.Duration) time.Time {
+	return sent.Add(max(ttl.Truncate(time.Millisecond)-time.Millisecond, 0))
 }
 
 // extendRetryDelay is the wait after a failed automatic extend.
@@ -150,7 +153,7 @@ func newLease(ctx context.Context, b Locker, key string, res AcquireResult, sent
 	l.ctx, l.end = context.WithCancelCause(context.Background())
 	lostAt, extendAt := schedule(sent, cfg.ttl)
 	l.mu.Lock()
-	l.lostAt, l.extendAt = lostAt, extendAt
+	l.lostAt, l.extendAt, l.heldUntil = lostAt, extendAt, heldUntil(sent, cfg.ttl)
 	l.watchdog = time.AfterFunc(time.Until(lostAt), l.checkLifetime)
 	l.mu.Unlock()
 	if cfg.autoExtend {
@@ -179,6 +182,19 @@ func (l *Lease) ExpiresAt() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.expiresAt
+}
+
+// HeldUntil returns the local instant (monotonic clock) up to which the
+// lock is guaranteed held by the server's answers: the request that took or
+// last extended it was sent before the server started its ttl, so until
+// that send time + ttl - 1 ms. A key handed over by a release counts from
+// the release (the waiter's send time moved back by the lock's age on the
+// server's clock). Done closes a margin before it. For programs that keep
+// the lock by their own means (syncguard run does).
+func (l *Lease) HeldUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.heldUntil
 }
 
 // Done returns a channel that is closed when the lease ends: when its lock
@@ -287,6 +303,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration, manual bool) (Ext
 	}
 	lostAt, next := schedule(sent, ttl)
 	l.expiresAt, l.lostAt, l.extendAt, l.lastErr = res.ExpiresAt, lostAt, next, nil
+	l.heldUntil = heldUntil(sent, ttl)
 	l.watchdog.Reset(time.Until(lostAt))
 	if manual && l.rescheduled != nil {
 		select {

@@ -267,7 +267,9 @@ func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts) (*s
 			if o.verbose {
 				a.notef("acquired %s with fence %s (ttl %v, after %v)", displayKey(o.key), lease.Fence(), fmtDuration(o.ttl), time.Since(start).Round(time.Millisecond))
 			}
-			return lease, l.sent, nil
+			// The lease's clock: a key handed over by a release started
+			// before the attempt that found it was sent.
+			return lease, lease.HeldUntil().Add(-granted(o.ttl)), nil
 		}
 		if ctx.Err() != nil {
 			return nil, time.Time{}, err
@@ -314,14 +316,12 @@ func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts) (*s
 }
 
 // attempts is the Locker run's Lock goes through: it bounds each attempt
-// by --timeout, notes when the successful one was sent (the lock is held
-// at least until then + ttl) and reports every answer. It passes ctx on,
-// so Lock's waiting is woken on release as on the Backend itself. Lock
+// by --timeout and reports every answer. It passes ctx on, so Lock's
+// waiting queues and is woken on release as on the Backend itself. Lock
 // calls it from one goroutine at a time.
 type attempts struct {
 	b         *syncguard.Backend
 	timeout   time.Duration
-	sent      time.Time                       // of the attempt that took the lock
 	answered  func(r syncguard.AcquireResult) // after each attempt PostgreSQL answered
 	cutByWait bool                            // an attempt was cut short by the end of Lock's wait
 	heldSeen  bool                            // PostgreSQL answered "held" at least once
@@ -330,7 +330,6 @@ type attempts struct {
 func (l *attempts) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {
 	actx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	sent := time.Now()
 	r, err := l.b.Acquire(actx, key, ttl)
 	if err != nil {
 		l.cutByWait = l.cutByWait || ctx.Err() != nil
@@ -342,9 +341,7 @@ func (l *attempts) Acquire(ctx context.Context, key string, ttl time.Duration) (
 		}
 		return r, err
 	}
-	if r.OK {
-		l.sent = sent
-	} else {
+	if !r.OK {
 		l.heldSeen = true
 	}
 	l.answered(r)

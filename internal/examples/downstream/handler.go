@@ -34,6 +34,10 @@ func (h *ChargeHandler) Handle(ctx context.Context, invoiceID string) error {
 		return h.Payments.Charge(ctx, invoiceID, lease.Fence())
 	}, &syncguard.LockOptions{TTL: 30 * time.Second, Acquisition: syncguard.AcquisitionOptions{Timeout: time.Second}})
 	switch {
+	case errors.Is(err, syncguard.ErrServiceUnavailable), errors.Is(err, syncguard.ErrNetworkTimeout):
+		// The database was unreachable until the wait ended (the
+		// AcquisitionTimeout wraps the outage's error): not "in progress".
+		return fmt.Errorf("charging %s: %w", invoiceID, err)
 	case errors.Is(err, syncguard.ErrAcquisitionTimeout):
 		return ErrInProgress
 	case err != nil:

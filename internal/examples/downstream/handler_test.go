@@ -64,13 +64,20 @@ func TestChargeHandler(t *testing.T) {
 			t.Errorf("after the other holder's lock expired: %v", err)
 		}
 
-		// The database is down: the handler reports it, nothing is charged.
-		locks.Fail(syncguardtest.OpAcquire, syncguard.CodeServiceUnavailable, 1)
+		// The database is down for the whole wait: the handler reports it
+		// (the wait's AcquisitionTimeout wraps the outage's error), and
+		// nothing is charged.
+		locks.Fail(syncguardtest.OpAcquire, syncguard.CodeServiceUnavailable, -1)
 		if err := h.Handle(ctx, "inv-3"); !errors.Is(err, syncguard.ErrServiceUnavailable) {
 			t.Errorf("with the database down: %v", err)
 		}
 		if _, charged := pay.fences["inv-3"]; charged {
 			t.Error("charged without the lock")
+		}
+		// A blip is ridden out within the wait.
+		locks.Fail(syncguardtest.OpAcquire, syncguard.CodeServiceUnavailable, 1)
+		if err := h.Handle(ctx, "inv-3"); err != nil {
+			t.Errorf("after a one-attempt outage: %v", err)
 		}
 	})
 }

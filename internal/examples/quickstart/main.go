@@ -48,7 +48,10 @@ func run(ctx context.Context, dsn string) error {
 			return buildReport(ctx, db, lease.Fence())
 		},
 		&syncguard.LockOptions{TTL: time.Minute, AutoExtend: true})
-	if errors.Is(err, syncguard.ErrAcquisitionTimeout) {
+	switch {
+	case errors.Is(err, syncguard.ErrServiceUnavailable), errors.Is(err, syncguard.ErrNetworkTimeout):
+		return err // PostgreSQL was unreachable for the whole wait
+	case errors.Is(err, syncguard.ErrAcquisitionTimeout):
 		log.Print("another instance held the lock the whole time: the report was not built")
 		return nil
 	}

@@ -17,7 +17,7 @@ import (
 func ExampleWithTelemetry() {
 	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-			if a.Key == slog.TimeKey {
+			if a.Key == slog.TimeKey || a.Key == "duration" {
 				return slog.Attr{} // keep the example's output stable
 			}
 			return a

@@ -252,11 +252,20 @@ func Lock(ctx context.Context, backend Locker, key string, opts *LockOptions) (*
 			cfg.onReleaseError = logReleaseError(cfg.logger)
 		}
 	}
-	res, sent, err := acquire(ctx, backend, key, &cfg)
+	sink, _ := backend.(helperSink)
+	start := time.Now()
+	res, sent, attempts, err := acquire(ctx, backend, key, &cfg)
+	if sink != nil {
+		sink.helperEvent(waitEvent(key, res, err, attempts, start))
+	}
 	if err != nil {
 		return nil, err
 	}
-	return newLease(ctx, backend, key, res, sent, cfg), nil
+	l := newLease(ctx, backend, key, res, sent, cfg)
+	if sink != nil {
+		l.reportHold(sink)
+	}
+	return l, nil
 }
 
 // acquire is the waiting loop of Lock and WithLock. It returns the
@@ -284,14 +293,13 @@ func Lock(ctx context.Context, backend Locker, key string, opts *LockOptions) (*
 // FailFast; the timeout then wraps the last one. A waiter that gives up
 // leaves the queue with one statement (a release of its lockId, which
 // passes on a key handed to it meanwhile).
-func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res AcquireResult, sent time.Time, err error) {
+func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res AcquireResult, sent time.Time, attempts int, err error) {
 	start := time.Now()
 	deadline := start.Add(c.timeout)
 	var rec *waitRecord
 	if c.maxRetries > 0 {
 		rec = waitRecordFor(key)
 	}
-	attempts := 0
 	var lastErr error // the last outage error, while riding it out
 	try := func() (AcquireResult, time.Time, error) {
 		attempts++
@@ -314,8 +322,8 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 		}
 		return res, sent, err
 	}
-	timeout := func(cause error) (AcquireResult, time.Time, error) {
-		return AcquireResult{}, time.Time{}, acquisitionTimeout(key, attempts, time.Since(start), cause)
+	timeout := func(cause error) (AcquireResult, time.Time, int, error) {
+		return AcquireResult{}, time.Time{}, attempts, acquisitionTimeout(key, attempts, time.Since(start), cause)
 	}
 	// outage tells whether err is ridden out (lastErr) rather than returned.
 	outage := func(err error) bool {
@@ -332,10 +340,10 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 
 	res, sent, err = try()
 	if err == nil && res.OK {
-		return res, sent, nil
+		return res, sent, attempts, nil
 	}
 	if err != nil && (c.maxRetries == 0 || !outage(err)) {
-		return AcquireResult{}, time.Time{}, err
+		return AcquireResult{}, time.Time{}, attempts, err
 	}
 	if c.maxRetries == 0 || !time.Now().Before(deadline) {
 		return timeout(lastErr)
@@ -392,7 +400,7 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return timeout(context.Cause(ctx))
 			}
-			return AcquireResult{}, time.Time{}, &Error{Op: "lock", Code: CodeAborted, Key: key,
+			return AcquireResult{}, time.Time{}, attempts, &Error{Op: "lock", Code: CodeAborted, Key: key,
 				Msg: fmt.Sprintf("context cancelled while waiting for the lock after %s", plural(attempts, "attempt")), Err: context.Cause(ctx)}
 		}
 		if !time.Now().Before(deadline) {
@@ -401,11 +409,11 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 		res, sent, err = try()
 		switch {
 		case err == nil && res.OK:
-			return res, sent, nil
+			return res, sent, attempts, nil
 		case err == nil:
 			lastErr = nil
 		case !outage(err):
-			return AcquireResult{}, time.Time{}, err
+			return AcquireResult{}, time.Time{}, attempts, err
 		}
 		if final {
 			return timeout(lastErr)

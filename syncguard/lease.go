@@ -507,3 +507,61 @@ type lockConfig struct {
 	onReleaseError func(error, ReleaseErrorInfo)
 	logger         *slog.Logger
 }
+
+// The lock helper's events (LockEvent "wait" and "hold"), emitted when
+// Lock is given a helperSink (a TelemetryBackend).
+const (
+	eventWait = "wait"
+	eventHold = "hold"
+
+	reasonTimeout   = "timeout"   // wait: AcquisitionTimeout
+	reasonCancelled = "cancelled" // wait: ctx ended (Aborted)
+	reasonError     = "error"     // wait: another error (see Err)
+	reasonReleased  = "released"  // hold: released by its holder
+	reasonLost      = "lost"      // hold: lost (see Err)
+)
+
+// rawEvent is what the hot path records for a LockEvent: no hashing, no
+// callbacks.
+type rawEvent struct {
+	typ, reason string
+	ok          bool
+	key, lockID string
+	err         error
+	dur         time.Duration
+	attempts    int
+}
+
+// helperSink receives the lock helper's events (TelemetryBackend).
+type helperSink interface{ helperEvent(rawEvent) }
+
+// waitEvent is the "wait" event of an acquisition that ended with err
+// after attempts attempts, started at start.
+func waitEvent(key string, res AcquireResult, err error, attempts int, start time.Time) rawEvent {
+	e := rawEvent{typ: eventWait, ok: err == nil, key: key, err: err, dur: time.Since(start), attempts: attempts}
+	switch {
+	case err == nil:
+		e.lockID = res.LockID
+	case errors.Is(err, ErrAcquisitionTimeout):
+		e.reason = reasonTimeout
+	case errors.Is(err, ErrAborted):
+		e.reason = reasonCancelled
+	default:
+		e.reason = reasonError
+	}
+	return e
+}
+
+// reportHold emits the lease's "hold" event to sink when it ends.
+func (l *Lease) reportHold(sink helperSink) {
+	start := time.Now()
+	context.AfterFunc(l.ctx, func() {
+		cause := context.Cause(l.ctx)
+		e := rawEvent{typ: eventHold, ok: errors.Is(cause, ErrLeaseReleased), reason: reasonReleased,
+			key: l.key, lockID: l.lockID, dur: time.Since(start)}
+		if !e.ok {
+			e.reason, e.err = reasonLost, cause
+		}
+		sink.helperEvent(e)
+	})
+}

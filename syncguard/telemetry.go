@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// Event types (LockEvent.Type), one per LockBackend operation; the same
-// words as Error.Op.
+// Event types (LockEvent.Type): one per LockBackend operation, the same
+// words as Error.Op, and two of the lock helper (Lock, WithLock, Lease).
 const (
 	eventAcquire  = "acquire"
 	eventRelease  = "release"
@@ -19,11 +19,24 @@ const (
 	eventLookup   = "lookup"
 )
 
-// LockEvent describes one completed LockBackend operation, as in the spec.
+// LockEvent describes one completed LockBackend operation, as in the spec,
+// or one wait or holding of the lock helper.
+//
+// The helper's events are emitted when Lock or WithLock is given the
+// TelemetryBackend itself (not a wrapper around it):
+//   - "wait": one per Lock or WithLock acquisition, when it ends. OK when
+//     the lock was taken; else Reason "timeout" (AcquisitionTimeout),
+//     "cancelled" (ctx ended) or "error" (Err says which). Duration is the
+//     time waited, Attempts the attempts made.
+//   - "hold": one per Lease, when it ends. OK and Reason "released" when
+//     its holder released it (Release, Close, WithLock's end), else
+//     Reason "lost" with Err wrapping ErrLockLost and why (expired, not
+//     extended in time, or found gone: released or taken over by someone
+//     else). Duration is the time held.
 type LockEvent struct {
 	// Type is the operation: "acquire", "release", "extend", "isLocked" or
 	// "lookup" (both lookups, and their Debug forms), the words Error.Op
-	// uses.
+	// uses; or the helper's "wait" or "hold".
 	Type string
 	// OK is the spec's result "ok" (true) or "fail" (false). An acquire
 	// fails on contention, a release or extend when the lock was absent,
@@ -45,6 +58,11 @@ type LockEvent struct {
 	// only hashes, but a *Error carries the raw key and lockId in its
 	// fields: don't serialize it field by field.
 	Err error
+	// Duration is how long the operation took (the caller's view, round
+	// trip included); for "wait" the time waited, for "hold" the time held.
+	Duration time.Duration
+	// Attempts is the number of acquire attempts of a "wait"; 0 otherwise.
+	Attempts int
 }
 
 // TelemetryOptions configures WithTelemetry.
@@ -87,13 +105,6 @@ type TelemetryBackend struct {
 	idle    chan struct{} // closed when the running goroutine finds the queue empty
 }
 
-// rawEvent is what the hot path records: no hashing, no callbacks.
-type rawEvent struct {
-	typ, reason string
-	ok          bool
-	key, lockID string
-	err         error
-}
 
 // debugLookuper is implemented by backends that can return raw keys and
 // lockIds: *Backend and *TelemetryBackend.
@@ -194,7 +205,7 @@ func (t *TelemetryBackend) run() {
 }
 
 func (t *TelemetryBackend) deliver(e *rawEvent) {
-	ev := LockEvent{Type: e.typ, OK: e.ok, Reason: e.reason, Err: e.err}
+	ev := LockEvent{Type: e.typ, OK: e.ok, Reason: e.reason, Err: e.err, Duration: e.dur, Attempts: e.attempts}
 	if e.key != "" {
 		ev.KeyHash = HashKey(e.key)
 	}
@@ -225,19 +236,23 @@ func (t *TelemetryBackend) includeRaw(ev LockEvent) (ok bool) {
 	return t.opts.IncludeRawFunc(ev)
 }
 
+// helperEvent queues an event of the lock helper (helperSink).
+func (t *TelemetryBackend) helperEvent(e rawEvent) { t.emit(e) }
+
 // releaseTimeout forwards the wrapped backend's Config.ReleaseTimeout to
 // leases (see LockOptions.ReleaseTimeout).
 func (t *TelemetryBackend) releaseTimeout() time.Duration { return releaseTimeoutOf(t.inner) }
 
 // Acquire implements LockBackend.
 func (t *TelemetryBackend) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
+	start := time.Now()
 	r, err := t.inner.Acquire(ctx, key, ttl)
-	t.emitAcquire(key, r, err)
+	t.emitAcquire(key, r, err, time.Since(start))
 	return r, err
 }
 
-func (t *TelemetryBackend) emitAcquire(key string, r AcquireResult, err error) {
-	e := rawEvent{typ: eventAcquire, ok: err == nil && r.OK, reason: r.Reason, key: key, err: err}
+func (t *TelemetryBackend) emitAcquire(key string, r AcquireResult, err error, dur time.Duration) {
+	e := rawEvent{typ: eventAcquire, ok: err == nil && r.OK, reason: r.Reason, key: key, err: err, dur: dur}
 	if r.OK {
 		e.lockID = r.LockID
 	}
@@ -246,38 +261,43 @@ func (t *TelemetryBackend) emitAcquire(key string, r AcquireResult, err error) {
 
 // Release implements LockBackend.
 func (t *TelemetryBackend) Release(ctx context.Context, lockID string) (ReleaseResult, error) {
+	start := time.Now()
 	r, err := t.inner.Release(ctx, lockID)
-	t.emit(rawEvent{typ: eventRelease, ok: err == nil && r.OK, reason: r.Reason, lockID: lockID, err: err})
+	t.emit(rawEvent{typ: eventRelease, ok: err == nil && r.OK, reason: r.Reason, lockID: lockID, err: err, dur: time.Since(start)})
 	return r, err
 }
 
 // Extend implements LockBackend.
 func (t *TelemetryBackend) Extend(ctx context.Context, lockID string, ttl time.Duration) (ExtendResult, error) {
+	start := time.Now()
 	r, err := t.inner.Extend(ctx, lockID, ttl)
-	t.emit(rawEvent{typ: eventExtend, ok: err == nil && r.OK, reason: r.Reason, lockID: lockID, err: err})
+	t.emit(rawEvent{typ: eventExtend, ok: err == nil && r.OK, reason: r.Reason, lockID: lockID, err: err, dur: time.Since(start)})
 	return r, err
 }
 
 // IsLocked implements LockBackend. The event's result is ok when the key
 // is locked.
 func (t *TelemetryBackend) IsLocked(ctx context.Context, key string) (bool, error) {
+	start := time.Now()
 	locked, err := t.inner.IsLocked(ctx, key)
-	t.emit(rawEvent{typ: eventIsLocked, ok: err == nil && locked, key: key, err: err})
+	t.emit(rawEvent{typ: eventIsLocked, ok: err == nil && locked, key: key, err: err, dur: time.Since(start)})
 	return locked, err
 }
 
 // LookupKey implements LockBackend. The event's result is ok when a live
 // lock was found.
 func (t *TelemetryBackend) LookupKey(ctx context.Context, key string) (*LockInfo, error) {
+	start := time.Now()
 	info, err := t.inner.LookupKey(ctx, key)
-	t.emit(rawEvent{typ: eventLookup, ok: err == nil && info != nil, key: key, err: err})
+	t.emit(rawEvent{typ: eventLookup, ok: err == nil && info != nil, key: key, err: err, dur: time.Since(start)})
 	return info, err
 }
 
 // LookupID implements LockBackend.
 func (t *TelemetryBackend) LookupID(ctx context.Context, lockID string) (*LockInfo, error) {
+	start := time.Now()
 	info, err := t.inner.LookupID(ctx, lockID)
-	t.emit(rawEvent{typ: eventLookup, ok: err == nil && info != nil, lockID: lockID, err: err})
+	t.emit(rawEvent{typ: eventLookup, ok: err == nil && info != nil, lockID: lockID, err: err, dur: time.Since(start)})
 	return info, err
 }
 
@@ -309,7 +329,8 @@ func (t *TelemetryBackend) LookupIDDebug(ctx context.Context, lockID string) (*L
 func (t *TelemetryBackend) Capabilities() Capabilities { return t.inner.Capabilities() }
 
 // LogValue renders the event as a group: type, result, then whichever of
-// keyHash, lockIdHash, reason, key, lockId, code and error are set.
+// keyHash, lockIdHash, reason, key, lockId, duration, attempts, code and
+// error are set.
 func (e LockEvent) LogValue() slog.Value {
 	attrs := make([]slog.Attr, 0, 8)
 	result := "fail"
@@ -324,6 +345,12 @@ func (e LockEvent) LogValue() slog.Value {
 		if a.v != "" {
 			attrs = append(attrs, slog.String(a.k, a.v))
 		}
+	}
+	if e.Duration > 0 {
+		attrs = append(attrs, slog.Duration("duration", e.Duration))
+	}
+	if e.Attempts > 0 {
+		attrs = append(attrs, slog.Int("attempts", e.Attempts))
 	}
 	if e.Err != nil {
 		attrs = append(attrs, slog.String("code", string(CodeOf(e.Err))), slog.String("error", e.Err.Error()))

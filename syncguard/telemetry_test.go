@@ -2,6 +2,7 @@ package syncguard_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -85,10 +86,18 @@ func TestTelemetryEventPerOperation(t *testing.T) {
 	if len(got) != len(want) {
 		t.Fatalf("want %d events, got %d: %+v", len(want), len(got), got)
 	}
+	timed := 0
 	for i := range want {
+		if got[i].Duration > 0 {
+			timed++
+		}
+		got[i].Duration = 0
 		if got[i] != want[i] {
 			t.Errorf("event %d:\nwant %+v\ngot  %+v", i, want[i], got[i])
 		}
+	}
+	if timed < len(want)/2 {
+		t.Errorf("rule: an operation's event carries its duration; %d of %d had one", timed, len(want))
 	}
 }
 
@@ -147,7 +156,7 @@ func TestTelemetrySlowCallbackNeverDelaysOperations(t *testing.T) {
 		if err := tb.Flush(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		if delivered != 2 || time.Since(start) != 2*time.Hour {
+		if delivered != 4 || time.Since(start) != 4*time.Hour {
 			t.Fatalf("events are delivered in the background, one at a time: %d after %v", delivered, time.Since(start))
 		}
 	})
@@ -165,8 +174,8 @@ func TestTelemetryPanickingCallbackIsContained(t *testing.T) {
 	}})
 	err := syncguard.WithLock(context.Background(), tb, "k", func(context.Context, *syncguard.Lease) error { return nil }, nil)
 	flush(t, tb)
-	if err != nil || n != 2 {
-		t.Fatalf("a panicking OnEvent breaks nothing: err %v, %d events delivered", err, n)
+	if err != nil || n != 4 {
+		t.Fatalf("a panicking OnEvent breaks nothing: err %v, %d events delivered (want acquire, wait, release, hold)", err, n)
 	}
 	if !strings.Contains(buf.String(), "callback bug") {
 		t.Errorf("the panic is logged: %s", buf.String())
@@ -257,3 +266,63 @@ func TestTelemetryForwardsDebugLookups(t *testing.T) {
 
 // lookupOnly hides the backend's debug lookups.
 type lookupOnly struct{ syncguard.LockBackend }
+
+// Lock and WithLock given a TelemetryBackend report each wait and each
+// holding with its duration: a contended wait lasts until the holder's
+// release, a holding until its end, and a lost lease says why.
+func TestTelemetryHelperEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := syncguardtest.New()
+		var mu sync.Mutex
+		var evs []syncguard.LockEvent
+		tb := syncguard.WithTelemetry(b, syncguard.TelemetryOptions{OnEvent: func(e syncguard.LockEvent) {
+			if e.Type == "wait" || e.Type == "hold" {
+				mu.Lock()
+				evs = append(evs, e)
+				mu.Unlock()
+			}
+		}})
+		held, err := b.Acquire(t.Context(), "k", time.Minute)
+		if err != nil || !held.OK {
+			t.Fatal(held, err)
+		}
+		time.AfterFunc(3*time.Second, func() { b.Release(context.Background(), held.LockID) })
+		err = syncguard.WithLock(t.Context(), tb, "k", func(context.Context, *syncguard.Lease) error {
+			time.Sleep(2 * time.Second)
+			return nil
+		}, &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: 10 * time.Second}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A wait that times out, and a lease that is lost.
+		b.Acquire(t.Context(), "busy", time.Hour)
+		syncguard.WithLock(t.Context(), tb, "busy", func(context.Context, *syncguard.Lease) error { return nil },
+			&syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: time.Second}})
+		lease, err := syncguard.Lock(t.Context(), tb, "lost", &syncguard.LockOptions{TTL: 10 * time.Second, AutoExtend: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Delete(lease.LockID())
+		<-lease.Done()
+		lease.Close()
+		flush(t, tb)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(evs) != 5 {
+			t.Fatalf("want wait, hold, wait, wait, hold; got %d events: %+v", len(evs), evs)
+		}
+		w, h := evs[0], evs[1]
+		if w.Type != "wait" || !w.OK || w.Duration < 3*time.Second || w.Duration > 4*time.Second || w.Attempts < 2 || w.KeyHash != syncguard.HashKey("k") {
+			t.Errorf("rule: a contended wait reports the time until the holder's release (3 s, the next retry within 1 s after) and its attempts; got %+v", w)
+		}
+		if h.Type != "hold" || !h.OK || h.Reason != "released" || h.Duration != 2*time.Second {
+			t.Errorf("rule: a holding reports the time held (2 s) and that it was released; got %+v", h)
+		}
+		if e := evs[2]; e.Type != "wait" || e.OK || e.Reason != "timeout" || e.Duration != time.Second || !errors.Is(e.Err, syncguard.ErrAcquisitionTimeout) {
+			t.Errorf("rule: a wait that times out says so, with its duration; got %+v", e)
+		}
+		if e := evs[4]; e.Type != "hold" || e.OK || e.Reason != "lost" || !errors.Is(e.Err, syncguard.ErrLockLost) {
+			t.Errorf("rule: a lost lease is reported once, as lost, with ErrLockLost and why; got %+v", e)
+		}
+	})
+}

@@ -105,7 +105,6 @@ type TelemetryBackend struct {
 	idle    chan struct{} // closed when the running goroutine finds the queue empty
 }
 
-
 // debugLookuper is implemented by backends that can return raw keys and
 // lockIds: *Backend and *TelemetryBackend.
 type debugLookuper interface {

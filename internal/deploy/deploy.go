@@ -198,7 +198,10 @@ func (d *deployment) connection() error {
 	// another server session.
 	for range 3 {
 		err = d.row(`SELECT current_setting('server_version'), current_user::text, current_database()::text`, nil, &version, &user, &dbname)
-		if _, lost := d.describe(err); err == nil || !lost {
+		if err == nil {
+			break
+		}
+		if _, lost := d.describe(err); !lost {
 			break
 		}
 	}

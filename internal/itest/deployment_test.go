@@ -23,15 +23,16 @@ func TestCheckDeploymentAsLeastPrivilegedRole(t *testing.T) {
 	defer cancel()
 	admin := open(t, srv.DSN)
 	cfg := &syncguard.Config{TableName: "deploy_locks", FenceTableName: "deploy_fences"}
-	mustExec(ctx, t, admin, `DROP TABLE IF EXISTS deploy_locks, deploy_fences`)
+	mustExec(ctx, t, admin, `DROP TABLE IF EXISTS deploy_locks, deploy_fences, deploy_locks_waiters`)
 	if err := syncguard.SetupSchema(ctx, admin, cfg); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = admin.Exec(`DROP TABLE IF EXISTS deploy_locks, deploy_fences`) })
+	t.Cleanup(func() { _, _ = admin.Exec(`DROP TABLE IF EXISTS deploy_locks, deploy_fences, deploy_locks_waiters`) })
 	const role = "sg_service"
 	roleDSN := roleWithoutCreate(ctx, t, srv, admin, role, "sg-service-pw")
 	mustExec(ctx, t, admin, `GRANT SELECT, INSERT, UPDATE, DELETE ON deploy_locks TO `+role)
 	mustExec(ctx, t, admin, `GRANT SELECT, INSERT, UPDATE ON deploy_fences TO `+role)
+	mustExec(ctx, t, admin, `GRANT SELECT, INSERT, UPDATE, DELETE ON deploy_locks_waiters TO `+role)
 
 	svc := open(t, roleDSN)
 	objects := func() int {
@@ -61,7 +62,7 @@ func TestCheckDeploymentAsLeastPrivilegedRole(t *testing.T) {
 	}
 	for _, c := range []string{"connection", "primary", "replication", "lock table", "primary key", "lock_id index", "expiry index",
 		"lock table privileges", "lock rows", "fence table", "fence primary key", "fence table privileges", "fence counters",
-		"synchronous_commit", "fsync", "clock", "pooler", "prepared statements", "notifications"} {
+		"waiters table", "synchronous_commit", "fsync", "clock", "pooler", "prepared statements", "notifications"} {
 		if _, ok := byCheck[c]; !ok {
 			t.Errorf("check %q did not run", c)
 		}
@@ -84,6 +85,7 @@ func TestCheckDeploymentAsLeastPrivilegedRole(t *testing.T) {
 	// A missing grant and a missing index are named, with the fix.
 	mustExec(ctx, t, admin, `REVOKE DELETE ON deploy_locks FROM `+role)
 	mustExec(ctx, t, admin, `DROP INDEX idx_deploy_locks_expires`)
+	mustExec(ctx, t, admin, `REVOKE DELETE ON deploy_locks_waiters FROM `+role)
 	t.Cleanup(func() { _, _ = admin.Exec(`GRANT DELETE ON deploy_locks TO ` + role) })
 	report, err = syncguard.CheckDeployment(ctx, svc, cfg)
 	if err != nil {
@@ -96,6 +98,11 @@ func TestCheckDeploymentAsLeastPrivilegedRole(t *testing.T) {
 	if f, ok := failed["lock table privileges"]; !ok || !strings.Contains(f.Detail, "lacks DELETE") ||
 		f.Fix != `GRANT SELECT, INSERT, UPDATE, DELETE ON "deploy_locks" TO "sg_service";` {
 		t.Errorf("a missing DELETE grant is reported with the GRANT that fixes it; got %+v", f)
+	}
+	for _, f := range report.Findings {
+		if f.Check == "waiters table" && (f.Status != "warn" || f.Fix != `GRANT SELECT, INSERT, UPDATE, DELETE ON "deploy_locks_waiters" TO "sg_service";`) {
+			t.Errorf("a missing grant on the waiters table is a warning with the GRANT that fixes it (the role quoted once); got %+v", f)
+		}
 	}
 	if f, ok := failed["expiry index"]; !ok || !strings.Contains(f.Fix, `CREATE INDEX IF NOT EXISTS "idx_deploy_locks_expires" ON "deploy_locks" ("expires_at_ms");`) {
 		t.Errorf("a missing index is reported with its DDL; got %+v", f)

@@ -4,62 +4,29 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
-)
 
-func TestSchemaLayout(t *testing.T) {
-	l := schema()
-	wantLocks := []colLayout{{"key", "text", true}, {"lock_id", "text", true}, {"expires_at_ms", "bigint", true},
-		{"acquired_at_ms", "bigint", true}, {"fence", "text", true}, {"user_key", "text", true}}
-	wantFences := []colLayout{{"fence_key", "text", true}, {"fence", "bigint", true}, {"key_debug", "text", false}}
-	if !reflect.DeepEqual(l.locks.cols, wantLocks) || l.locks.pk != "key" {
-		t.Errorf("lock table layout read from schema.sql: %+v (pk %q)", l.locks.cols, l.locks.pk)
-	}
-	if !reflect.DeepEqual(l.fences.cols, wantFences) || l.fences.pk != "fence_key" {
-		t.Errorf("fence table layout read from schema.sql: %+v (pk %q)", l.fences.cols, l.fences.pk)
-	}
-	specs := l.locks.indexes("app_locks")
-	var got []string
-	for _, s := range specs {
-		got = append(got, s.check+"|"+s.name+"|"+s.col+"|"+strings.SplitN(s.fix, "\n", 2)[0])
-	}
-	want := []string{
-		`primary key||key|ALTER TABLE "app_locks" ADD PRIMARY KEY ("key");`,
-		`lock_id index|idx_app_locks_lock_id|lock_id|CREATE UNIQUE INDEX IF NOT EXISTS "idx_app_locks_lock_id" ON "app_locks" ("lock_id");`,
-		`expiry index|idx_app_locks_expires|expires_at_ms|CREATE INDEX IF NOT EXISTS "idx_app_locks_expires" ON "app_locks" ("expires_at_ms");`,
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("lock table indexes:\n got %q\nwant %q", got, want)
-	}
-	for _, ix := range l.locks.idx {
-		if indexChecks[ix.placeholder] == "" {
-			t.Errorf("index %s of schema.sql has no check name in indexChecks", ix.placeholder)
-		}
-	}
-	if f := l.fences.indexes("app_fences"); len(f) != 1 || !f[0].primary || f[0].col != "fence_key" || f[0].check != "fence primary key" {
-		t.Errorf("fence table indexes: %+v", f)
-	}
-}
+	"github.com/syncguard/syncguard-go/internal/deploy"
+)
 
 // TestDeploymentGrantsCoverStatements: the privileges CheckDeployment asks
 // for are exactly those the statement files use on each table.
-var upsertRE = regexp.MustCompile(`INSERT INTO \{\{(locks|fences)\}\}[^;]*?ON CONFLICT[^;]*?DO UPDATE`)
+var upsertRE = regexp.MustCompile(`INSERT INTO \{\{(locks|fences|waiters)\}\}[^;]*?ON CONFLICT[^;]*?DO UPDATE`)
 
 func TestDeploymentGrantsCoverStatements(t *testing.T) {
 	entries, err := sqlFiles.ReadDir("sql")
 	if err != nil {
 		t.Fatal(err)
 	}
-	use := map[string]map[string]bool{"locks": {}, "fences": {}}
+	use := map[string]map[string]bool{"locks": {}, "fences": {}, "waiters": {}}
 	verbs := map[string]*regexp.Regexp{
-		"INSERT": regexp.MustCompile(`INSERT INTO \{\{(locks|fences)\}\}`),
-		"UPDATE": regexp.MustCompile(`UPDATE \{\{(locks|fences)\}\}`),
-		"DELETE": regexp.MustCompile(`DELETE FROM \{\{(locks|fences)\}\}`),
-		"SELECT": regexp.MustCompile(`(?:FROM|JOIN) \{\{(locks|fences)\}\}`),
+		"INSERT": regexp.MustCompile(`INSERT INTO \{\{(locks|fences|waiters)\}\}`),
+		"UPDATE": regexp.MustCompile(`UPDATE \{\{(locks|fences|waiters)\}\}`),
+		"DELETE": regexp.MustCompile(`DELETE FROM \{\{(locks|fences|waiters)\}\}`),
+		"SELECT": regexp.MustCompile(`(?:FROM|JOIN) \{\{(locks|fences|waiters)\}\}`),
 	}
 	for _, e := range entries {
 		if e.Name() == "schema.sql" {
@@ -76,14 +43,14 @@ func TestDeploymentGrantsCoverStatements(t *testing.T) {
 			use[m[1]]["UPDATE"] = true
 		}
 		if strings.Contains(text, "ON CONFLICT") || strings.Contains(text, "RETURNING") {
-			for _, tbl := range []string{"locks", "fences"} {
+			for _, tbl := range []string{"locks", "fences", "waiters"} {
 				if strings.Contains(text, "{{"+tbl+"}}") {
 					use[tbl]["SELECT"] = true
 				}
 			}
 		}
 	}
-	for tbl, want := range map[string][]string{"locks": lockTablePrivileges, "fences": fenceTablePrivileges} {
+	for tbl, want := range map[string][]string{"locks": deploy.LockTablePrivileges, "fences": deploy.FenceTablePrivileges, "waiters": deploy.WaitersTablePrivileges} {
 		var got []string
 		for v := range use[tbl] {
 			got = append(got, v)

@@ -6,12 +6,11 @@ import (
 	sqldriver "database/sql/driver"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/pooler"
 )
 
 // This file runs the statements: prepared (the default, one round trip
@@ -118,23 +117,19 @@ func (b *Backend) attempt(ctx context.Context, i int, args, dest []any) (prepare
 	return false, b.oneShot(ctx, s.unpreparedText(i), args, dest)
 }
 
-// oneShot runs query unprepared, in one round trip: with the dialect's
-// OneShotArgs, or else with the arguments inlined as literals (the simple
-// query protocol). dest nil means no row is read (an Exec).
+// oneShot runs query unprepared, in one round trip, as internal/pooler
+// sends it (pooler.Statement: with the dialect's OneShotArgs, or else with
+// the arguments inlined as literals). dest nil means no row is read (an
+// Exec).
 func (b *Backend) oneShot(ctx context.Context, query string, args, dest []any) error {
 	s := b.shared
 	var on rowQuerier = s.db
 	if b.tx != nil {
 		on = b.tx
-	}
-	if s.oneShotArgs != nil {
-		a := make([]any, 0, len(s.oneShotArgs)+len(args))
-		a = append(append(a, s.oneShotArgs...), args...)
-		return queryOn(ctx, on, query, a, dest)
-	}
-	if b.tx == nil {
-		// Take the connection first, so that a sentArg is marked only
-		// once a connection was obtained, as on the other paths.
+	} else if s.oneShotArgs == nil {
+		// Take the connection first, so that a sentArg is marked (by
+		// inlining) only once a connection was obtained, as on the other
+		// paths.
 		conn, err := s.db.Conn(ctx)
 		if err != nil {
 			return err
@@ -142,11 +137,11 @@ func (b *Backend) oneShot(ctx context.Context, query string, args, dest []any) e
 		defer conn.Close()
 		on = conn
 	}
-	q, err := inlineArgs(query, args)
+	query, args, err := pooler.Statement(s.oneShotArgs, query, args)
 	if err != nil {
 		return err
 	}
-	return queryOn(ctx, on, q, nil, dest)
+	return queryOn(ctx, on, query, args, dest)
 }
 
 // rowQuerier is a *sql.DB, *sql.Conn or a Tx.
@@ -170,79 +165,6 @@ func queryOn(ctx context.Context, q rowQuerier, query string, args, dest []any) 
 	return q.QueryRowContext(ctx, query, args...).Scan(dest...)
 }
 
-// inlineArgs replaces the $n placeholders of query with args as SQL
-// literals: strings as E'...' (backslashes and quotes doubled, valid under
-// any standard_conforming_strings), integers in decimal. Quoted strings and
-// identifiers in query are left alone. The statements' parameters carry
-// explicit casts ($1::text), so the literals get the same types.
-func inlineArgs(query string, args []any) (string, error) {
-	var b strings.Builder
-	b.Grow(len(query) + 64)
-	for i := 0; i < len(query); i++ {
-		c := query[i]
-		switch {
-		case c == '\'' || c == '"':
-			j := strings.IndexByte(query[i+1:], c)
-			if j < 0 {
-				return "", fmt.Errorf("syncguard: unterminated quote in statement")
-			}
-			b.WriteString(query[i : i+j+2])
-			i += j + 1
-		case c == '$' && i+1 < len(query) && query[i+1] >= '0' && query[i+1] <= '9':
-			j := i + 1
-			for j < len(query) && query[j] >= '0' && query[j] <= '9' {
-				j++
-			}
-			n, _ := strconv.Atoi(query[i+1 : j])
-			if n < 1 || n > len(args) {
-				return "", fmt.Errorf("syncguard: statement parameter $%d without an argument", n)
-			}
-			if err := writeLiteral(&b, args[n-1]); err != nil {
-				return "", err
-			}
-			i = j - 1
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return b.String(), nil
-}
-
-func writeLiteral(b *strings.Builder, v any) error {
-	switch x := v.(type) {
-	case *sentArg:
-		_, _ = x.Value()
-		return writeLiteral(b, x.v)
-	case string:
-		if strings.IndexByte(x, 0) >= 0 {
-			return fmt.Errorf("syncguard: a NUL byte cannot be sent in a literal")
-		}
-		b.WriteString("E'")
-		for i := 0; i < len(x); i++ {
-			switch x[i] {
-			case '\\':
-				b.WriteString(`\\`)
-			case '\'':
-				b.WriteString(`''`)
-			default:
-				b.WriteByte(x[i])
-			}
-		}
-		b.WriteByte('\'')
-	case int64:
-		b.WriteString(strconv.FormatInt(x, 10))
-	case bool:
-		b.WriteString(strconv.FormatBool(x))
-	case nil:
-		b.WriteString("NULL")
-	case int:
-		b.WriteString(strconv.Itoa(x))
-	default:
-		return fmt.Errorf("syncguard: cannot inline an argument of type %T", v)
-	}
-	return nil
-}
-
 // sqlState is err's SQLSTATE as the dialect reads it.
 func (s *shared) sqlState(err error) string {
 	if s.cfg.dialect == nil {
@@ -257,21 +179,9 @@ func (s *shared) serializationFailure(err error) bool {
 	return st == "40001" || st == "40P01"
 }
 
-// preparedLost reports whether err says that a prepared statement was not
-// where the client prepared it: 26000 (does not exist), 42P05 (already
-// exists), or 08P01 from a Bind that reached another statement of the same
-// name. A transaction-mode pooler (PgBouncer before 1.21, or with
-// max_prepared_statements = 0) causes all three. None ran the statement.
-func (s *shared) preparedLost(err error) bool {
-	switch s.sqlState(err) {
-	case "26000", "42P05":
-		return true
-	case "08P01":
-		msg := err.Error()
-		return strings.Contains(msg, "prepared statement") || strings.Contains(msg, "bind message")
-	}
-	return false
-}
+// preparedLost reports whether err says that a pooler lost a prepared
+// statement (pooler.StatementLost, the one rule).
+func (s *shared) preparedLost(err error) bool { return pooler.StatementLost(s.sqlState(err), err) }
 
 // switchOff turns prepared statements off for the rest of the Backend's
 // life, logging why once: at Info when a probe found a pooler before
@@ -336,13 +246,13 @@ func (s *shared) prepared(ctx context.Context, i int) (*sql.Stmt, error) {
 }
 
 // probe decides, once per Backend and before anything is prepared,
-// whether a connection pooler sits between the pool and PostgreSQL: the
-// backend pid the connection announced at startup (BackendKeyData) is the
-// pooler's own then, not pg_backend_pid(). A pooler may run one client's
-// statements on different server connections, where a prepared statement
-// is missing or, worse, another client's statement of the same name, so
-// prepared statements are switched off. Without a dialect that reads the
-// pid (driver.BackendPIDReader) the answer is "prepare", and the errors a
+// whether a connection pooler sits between the pool and PostgreSQL
+// (pooler.Detect, the one detector, which CheckDeployment's "pooler" check
+// uses too). A pooler may run one client's statements on different server
+// connections, where a prepared statement is missing or, worse, another
+// client's statement of the same name, so prepared statements are switched
+// off. Without a dialect that reads the announced pid
+// (driver.BackendPIDReader) the answer is "prepare", and the errors a
 // pooler causes switch them off later. Costs one round trip, once.
 func (s *shared) probe(ctx context.Context) error {
 	s.probeMu.Lock()
@@ -350,8 +260,7 @@ func (s *shared) probe(ctx context.Context) error {
 	if s.prep.Load() != prepUnknown {
 		return nil
 	}
-	pr, ok := s.cfg.dialect.(driver.BackendPIDReader)
-	if !ok {
+	if _, ok := s.cfg.dialect.(driver.BackendPIDReader); !ok {
 		s.prep.CompareAndSwap(prepUnknown, prepOn)
 		return nil
 	}
@@ -360,23 +269,12 @@ func (s *shared) probe(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
-	announced, known := 0, false
-	_ = conn.Raw(func(dc any) error {
-		announced, known = pr.BackendPID(dc)
-		return nil
-	})
-	if !known {
-		s.prep.CompareAndSwap(prepUnknown, prepOn)
-		return nil
-	}
-	var actual int
-	// No parameters, one-shot: nothing named is left on a server
-	// connection a pooler could hand to another client.
-	if err := conn.QueryRowContext(ctx, "SELECT pg_backend_pid()", s.oneShotArgs...).Scan(&actual); err != nil {
+	v, err := pooler.Detect(ctx, conn, s.cfg.dialect, s.oneShotArgs)
+	if err != nil {
 		return err
 	}
-	if actual != announced {
-		s.switchOff(slog.LevelInfo, fmt.Sprintf("connection pooler detected: the connection announced backend pid %d at startup, the server session is pid %d", announced, actual))
+	if v.Pooler {
+		s.switchOff(slog.LevelInfo, fmt.Sprintf("connection pooler detected: the connection announced backend pid %d at startup, the server session is pid %d", v.Announced, v.Session))
 		return nil
 	}
 	s.prep.CompareAndSwap(prepUnknown, prepOn)

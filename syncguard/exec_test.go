@@ -13,39 +13,6 @@ import (
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
-func TestInlineArgs(t *testing.T) {
-	for _, c := range []struct {
-		query string
-		args  []any
-		want  string
-	}{
-		{`SELECT $1::text, $2::bigint`, []any{"a'b", int64(-5)}, `SELECT E'a''b'::text, -5::bigint`},
-		{`SELECT $1::text`, []any{`back\slash'; DROP TABLE x; --`}, `SELECT E'back\\slash''; DROP TABLE x; --'::text`},
-		{`SELECT "$1", '$1', $1`, []any{"x"}, `SELECT "$1", '$1', E'x'`},
-		{`SELECT $10, $1`, []any{"1", "2", "3", "4", "5", "6", "7", "8", "9", "ten"}, `SELECT E'ten', E'1'`},
-		{`SELECT $1`, []any{&sentArg{v: "ü€"}}, `SELECT E'ü€'`},
-		{`SELECT $1::boolean, $2::bigint`, []any{true, nil}, `SELECT true::boolean, NULL::bigint`},
-	} {
-		got, err := inlineArgs(c.query, c.args)
-		if err != nil || got != c.want {
-			t.Errorf("inlineArgs(%q, %q) = %q, %v; want %q", c.query, c.args, got, err, c.want)
-		}
-	}
-	for _, c := range []struct {
-		query string
-		args  []any
-	}{
-		{`SELECT $2`, []any{"x"}},
-		{`SELECT $1`, []any{"nul\x00"}},
-		{`SELECT $1`, []any{3.5}},
-		{`SELECT 'open`, nil},
-	} {
-		if got, err := inlineArgs(c.query, c.args); err == nil {
-			t.Errorf("inlineArgs(%q, %q) = %q; want an error", c.query, c.args, got)
-		}
-	}
-}
-
 // A prepared statement that a pooler lost (26000 at the first execution,
 // 42P05 at a prepare) is run again unprepared, and the Backend stays
 // unprepared, with one warning that says why.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/pooler"
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
@@ -153,18 +154,9 @@ func (b *Backend) LastFence(ctx context.Context, key string) (Fence, time.Time, 
 // transaction or the pool, as a one-shot statement (exec.go): one round
 // trip, and nothing named that a transaction-mode pooler could lose.
 func (b *Backend) query(ctx context.Context, text string, args ...any) (*sql.Rows, error) {
-	s := b.shared
-	if s.oneShotArgs != nil {
-		args = append(append(make([]any, 0, len(s.oneShotArgs)+len(args)), s.oneShotArgs...), args...)
-	} else {
-		q, err := inlineArgs(text, args)
-		if err != nil {
-			return nil, err
-		}
-		text, args = q, nil
-	}
+	var on pooler.Querier = b.shared.db
 	if b.tx != nil {
-		return b.tx.QueryContext(ctx, text, args...)
+		on = b.tx
 	}
-	return s.db.QueryContext(ctx, text, args...)
+	return pooler.Unprepared(on, b.shared.oneShotArgs).QueryContext(ctx, text, args...)
 }

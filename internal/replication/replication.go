@@ -14,9 +14,10 @@ package replication
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strings"
+
+	"github.com/syncguard/syncguard-go/internal/pooler"
 )
 
 // Standby is one walsender of pg_stat_replication.
@@ -38,12 +39,13 @@ type Status struct {
 	Standbys                []Standby
 }
 
-// Read reads Status through db (any role; without pg_read_all_stats the
-// standbys' state columns read as unknown).
-func Read(ctx context.Context, db *sql.DB) (Status, error) {
+// Read reads Status through db, a *sql.DB or db sending its statements
+// unprepared (pooler.Unprepared), as any role: without pg_read_all_stats
+// the standbys' state columns read as unknown.
+func Read(ctx context.Context, db pooler.Querier) (Status, error) {
 	var s Status
-	err := db.QueryRowContext(ctx, `SELECT pg_is_in_recovery(), current_setting('synchronous_commit'), current_setting('synchronous_standby_names')`).
-		Scan(&s.InRecovery, &s.SynchronousCommit, &s.SynchronousStandbyNames)
+	err := pooler.QueryRow(ctx, db, `SELECT pg_is_in_recovery(), current_setting('synchronous_commit'), current_setting('synchronous_standby_names')`, nil,
+		&s.InRecovery, &s.SynchronousCommit, &s.SynchronousStandbyNames)
 	if err != nil {
 		return s, err
 	}

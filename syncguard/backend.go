@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/txunwrap"
 )
 
 var _ LockBackend = (*Backend)(nil)
@@ -55,6 +56,7 @@ func newShared(db *sql.DB, r resolved) *shared {
 	}
 	s.waitCfg.window = defaultWaitWindow
 	s.hub = newHub(s)
+	s.orphans = newOrphans(s)
 	return s
 }
 
@@ -100,7 +102,7 @@ func (b *Backend) WithTx(tx Tx) *Backend {
 	if t, ok := tx.(*sql.Tx); ok && t == nil {
 		return &Backend{shared: b.shared}
 	}
-	if t := sqlTxIn(tx); t != nil {
+	if t := txunwrap.SQLTx(tx); t != nil {
 		tx = t // the *sql.Tx under an ORM's wrapper (txunwrap.go)
 	}
 	v := &Backend{shared: b.shared, tx: tx}

@@ -261,11 +261,7 @@ func Lock(ctx context.Context, backend Locker, key string, opts *LockOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	l := newLease(ctx, backend, key, res, sent, cfg)
-	if sink != nil {
-		l.reportHold(sink)
-	}
-	return l, nil
+	return newLease(ctx, backend, key, res, sent, cfg, sink), nil
 }
 
 // acquire is the waiting loop of Lock and WithLock. It returns the

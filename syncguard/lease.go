@@ -144,13 +144,16 @@ func extendRetryDelay(ttl time.Duration) time.Duration {
 	return max(ttl/10, time.Millisecond)
 }
 
-func newLease(ctx context.Context, b Locker, key string, res AcquireResult, sent time.Time, cfg lockConfig) *Lease {
+func newLease(ctx context.Context, b Locker, key string, res AcquireResult, sent time.Time, cfg lockConfig, sink helperSink) *Lease {
 	l := &Lease{
 		backend: b, key: key, lockID: res.LockID, fence: res.Fence, cfg: cfg,
 		base: context.WithoutCancel(ctx), expiresAt: res.ExpiresAt,
 		extendSem: make(chan struct{}, 1),
 	}
 	l.ctx, l.end = context.WithCancelCause(context.Background())
+	if sink != nil {
+		l.reportHold(sink)
+	}
 	lostAt, extendAt := schedule(sent, cfg.ttl)
 	l.mu.Lock()
 	l.lostAt, l.extendAt, l.heldUntil = lostAt, extendAt, heldUntil(sent, cfg.ttl)
@@ -552,16 +555,22 @@ func waitEvent(key string, res AcquireResult, err error, attempts int, start tim
 	return e
 }
 
-// reportHold emits the lease's "hold" event to sink when it ends.
+// reportHold makes the lease emit its "hold" event to sink when it ends,
+// from the call that ends it (so the event is queued before that call
+// returns). Called before the lease is shared.
 func (l *Lease) reportHold(sink helperSink) {
-	start := time.Now()
-	context.AfterFunc(l.ctx, func() {
-		cause := context.Cause(l.ctx)
-		e := rawEvent{typ: eventHold, ok: errors.Is(cause, ErrLeaseReleased), reason: reasonReleased,
-			key: l.key, lockID: l.lockID, dur: time.Since(start)}
-		if !e.ok {
-			e.reason, e.err = reasonLost, cause
-		}
-		sink.helperEvent(e)
-	})
+	start, end := time.Now(), l.end
+	var once sync.Once
+	l.end = func(cause error) {
+		end(cause)
+		once.Do(func() {
+			cause := context.Cause(l.ctx) // the first one
+			e := rawEvent{typ: eventHold, ok: errors.Is(cause, ErrLeaseReleased), reason: reasonReleased,
+				key: l.key, lockID: l.lockID, dur: time.Since(start)}
+			if !e.ok {
+				e.reason, e.err = reasonLost, cause
+			}
+			sink.helperEvent(e)
+		})
+	}
 }

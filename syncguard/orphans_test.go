@@ -16,9 +16,7 @@ import (
 func waitIdle(t *testing.T, s *shared) {
 	t.Helper()
 	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-		s.orphans.mu.Lock()
-		idle := !s.orphans.running && len(s.orphans.pending) == 0
-		s.orphans.mu.Unlock()
+		idle := s.orphans.Idle()
 		if idle {
 			return
 		}
@@ -79,9 +77,7 @@ func TestPoolWaitTimeoutStartsNoBackgroundRelease(t *testing.T) {
 		cancel()
 		wantCode(t, err, CodeNetworkTimeout)
 	}
-	b.shared.orphans.mu.Lock()
-	n, running := len(b.shared.orphans.pending), b.shared.orphans.running
-	b.shared.orphans.mu.Unlock()
+	n, running := b.shared.orphans.Pending(), !b.shared.orphans.Idle()
 	if n != 0 || running {
 		t.Fatalf("acquires that never left the pool queued %d background releases (worker running %v)", n, running)
 	}
@@ -103,9 +99,7 @@ func TestCancelledAfterSendQueuesBackgroundRelease(t *testing.T) {
 	defer cancel()
 	_, err := b.Acquire(ctx, "k", 300*time.Millisecond)
 	wantCode(t, err, CodeNetworkTimeout)
-	b.shared.orphans.mu.Lock()
-	n := len(b.shared.orphans.pending)
-	b.shared.orphans.mu.Unlock()
+	n := b.shared.orphans.Pending()
 	if n != 1 {
 		t.Fatalf("want the lockId queued for release, got %d pending", n)
 	}

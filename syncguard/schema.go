@@ -37,7 +37,7 @@ func render(name, table, fenceTable string) string {
 // lines between "--if queue" and "--end" (and the other way round for
 // "--if !queue").
 func renderVariant(name, table, fenceTable string, queue bool) string {
-	out, err := renderText(variant(mustRead(name), queue), table, fenceTable)
+	out, err := renderText(rules.Variant(mustRead(name), "queue", queue), table, fenceTable)
 	if err != nil {
 		panic("syncguard: sql/" + name + ": " + err.Error()) // embedded at build time; TestStatementsRender renders every file
 	}
@@ -72,26 +72,6 @@ var (
 // attempt of a waiter of the same key (a waiter alive again queues anew).
 const waiterGCMs = 60_000
 
-// variant keeps or drops the "--if queue" / "--if !queue" blocks of text.
-func variant(text string, queue bool) string {
-	var b strings.Builder
-	keep := true
-	for _, line := range strings.SplitAfter(text, "\n") {
-		switch strings.TrimSpace(line) {
-		case "--if queue":
-			keep = queue
-		case "--if !queue":
-			keep = !queue
-		case "--end":
-			keep = true
-		default:
-			if keep {
-				b.WriteString(line)
-			}
-		}
-	}
-	return b.String()
-}
 
 // schemaNames are the table and index names of one configuration, by
 // their placeholder in the statement files ({{locks}}, {{fences}},

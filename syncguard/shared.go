@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/orphans"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 )
 
@@ -59,7 +60,7 @@ type shared struct {
 	unprep   [numStmts]string // the statements' unprepared text (see unpreparedText)
 	lastSwep atomic.Int64     // unix nanos of the last background cleanup
 
-	orphans     orphanQueue  // background release (orphans.go)
+	orphans     *orphans.Queue // background release (orphans.go)
 	prep        atomic.Int32 // prepUnknown, prepOn or prepOff (exec.go)
 	probeMu     sync.Mutex   // serializes the pooler probe
 	oneShotArgs []any        // the dialect's driver.OneShot arguments, or nil
@@ -129,19 +130,4 @@ func (s *shared) unpreparedText(i int) string {
 		panic("syncguard: internal: unprepared text not rendered") // set in New
 	}
 	return s.unprep[i]
-}
-
-type orphan struct {
-	lockID  string
-	due     time.Time // next attempt
-	until   time.Time // the lock has expired by then: give up
-	retries int       // not-found answers so far
-}
-
-type orphanQueue struct {
-	mu      sync.Mutex
-	pending []orphan
-	running bool // the worker goroutine is running
-	warned  bool // the queue-full warning was logged
-	wake    chan struct{}
 }

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/syncguard/syncguard-go/internal/eventq"
 )
 
 // Event types (LockEvent.Type): one per LockBackend operation, the same
@@ -93,16 +93,10 @@ type TelemetryOptions struct {
 // runs while events are queued and exits when none are (so an idle wrapper
 // holds no goroutine and needs no Close).
 type TelemetryBackend struct {
-	inner   LockBackend
-	opts    TelemetryOptions
-	logger  *slog.Logger
-	dropped atomic.Uint64
-
-	mu      sync.Mutex
-	queue   []rawEvent
-	spare   []rawEvent
-	running bool
-	idle    chan struct{} // closed when the running goroutine finds the queue empty
+	inner  LockBackend
+	opts   TelemetryOptions
+	logger *slog.Logger
+	q      *eventq.Queue[rawEvent]
 }
 
 // debugLookuper is implemented by backends that can return raw keys and
@@ -134,6 +128,7 @@ func WithTelemetry(backend LockBackend, opts TelemetryOptions) *TelemetryBackend
 	if t.logger == nil {
 		t.logger = slog.Default()
 	}
+	t.q = eventq.New(opts.BufferSize, t.deliver)
 	return t
 }
 
@@ -141,67 +136,14 @@ func WithTelemetry(backend LockBackend, opts TelemetryOptions) *TelemetryBackend
 func (t *TelemetryBackend) Unwrap() LockBackend { return t.inner }
 
 // Dropped returns how many events were dropped because the buffer was full.
-func (t *TelemetryBackend) Dropped() uint64 { return t.dropped.Load() }
+func (t *TelemetryBackend) Dropped() uint64 { return t.q.Dropped() }
 
 // Flush waits until the queue of events is empty and OnEvent has returned
 // for all of them, or ctx is done. Use it before exit, or in tests; never
 // from OnEvent itself.
-func (t *TelemetryBackend) Flush(ctx context.Context) error {
-	t.mu.Lock()
-	if !t.running {
-		t.mu.Unlock()
-		return nil
-	}
-	idle := t.idle
-	t.mu.Unlock()
-	select {
-	case <-idle:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (t *TelemetryBackend) Flush(ctx context.Context) error { return t.q.Flush(ctx) }
 
-func (t *TelemetryBackend) emit(e rawEvent) {
-	t.mu.Lock()
-	if len(t.queue) >= t.opts.BufferSize {
-		t.mu.Unlock()
-		t.dropped.Add(1)
-		return
-	}
-	t.queue = append(t.queue, e)
-	start := !t.running
-	if start {
-		t.running = true
-		t.idle = make(chan struct{})
-	}
-	t.mu.Unlock()
-	if start {
-		go t.run()
-	}
-}
-
-func (t *TelemetryBackend) run() {
-	for {
-		t.mu.Lock()
-		if len(t.queue) == 0 {
-			t.running = false
-			close(t.idle)
-			t.mu.Unlock()
-			return
-		}
-		batch := t.queue
-		t.queue, t.spare = t.spare[:0], nil
-		t.mu.Unlock()
-		for i := range batch {
-			t.deliver(&batch[i])
-			batch[i] = rawEvent{}
-		}
-		t.mu.Lock()
-		t.spare = batch[:0]
-		t.mu.Unlock()
-	}
-}
+func (t *TelemetryBackend) emit(e rawEvent) { t.q.Push(e) }
 
 func (t *TelemetryBackend) deliver(e *rawEvent) {
 	ev := LockEvent{Type: e.typ, OK: e.ok, Reason: e.reason, Err: e.err, Duration: e.dur, Attempts: e.attempts}

@@ -104,3 +104,26 @@ func expand(name string, args []string, call bool, names map[string]string) (str
 
 // QuoteIdent quotes a SQL identifier (table or index name).
 func QuoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// Variant keeps or drops the conditional blocks of a statement file: the
+// lines between "--if name" and "--end" are kept when on, those between
+// "--if !name" and "--end" when not; the marker lines go.
+func Variant(text, name string, on bool) string {
+	var b strings.Builder
+	keep := true
+	for _, line := range strings.SplitAfter(text, "\n") {
+		switch strings.TrimSpace(line) {
+		case "--if " + name:
+			keep = on
+		case "--if !" + name:
+			keep = !on
+		case "--end":
+			keep = true
+		default:
+			if keep {
+				b.WriteString(line)
+			}
+		}
+	}
+	return b.String()
+}

@@ -45,3 +45,13 @@ func TestQuoteIdent(t *testing.T) {
 		}
 	}
 }
+
+func TestVariant(t *testing.T) {
+	text := "a\n--if queue\nb\n--end\n--if !queue\nc\n--end\nd\n"
+	if got := Variant(text, "queue", true); got != "a\nb\nd\n" {
+		t.Errorf("with queue: %q", got)
+	}
+	if got := Variant(text, "queue", false); got != "a\nc\nd\n" {
+		t.Errorf("without queue: %q", got)
+	}
+}

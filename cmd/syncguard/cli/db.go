@@ -148,7 +148,7 @@ func (h *lineHandler) Enabled(_ context.Context, l slog.Level) bool { return l >
 // transaction mode, say). run's waiting is expected to poll there; it is
 // not worth a line in every cron mail. (TestThroughPgBouncer checks that a
 // waiting run prints nothing there.)
-const waitFallbackMsg = "syncguard: waiting for contended locks falls back to polling"
+const waitFallbackMsg = "syncguard: waiting falls back to polling"
 
 func (h *lineHandler) Handle(_ context.Context, r slog.Record) error {
 	if strings.HasPrefix(r.Message, waitFallbackMsg) {

@@ -1,11 +1,13 @@
-package syncguard
+// Package txunwrap finds the *sql.Tx inside an ORM's transaction wrapper,
+// for syncguard's Backend.WithTx.
+package txunwrap
 
 import (
 	"database/sql"
 	"reflect"
 )
 
-// sqlTxIn returns the *sql.Tx that tx is, or that it embeds: as an
+// SQLTx returns the *sql.Tx that tx is, or that it embeds: as an
 // embedded *sql.Tx field (*sqlx.Tx, bun.Tx), or an embedded interface
 // field holding one (GORM's *gorm.PreparedStmtTX, whose Tx field is the
 // *sql.Tx when GORM runs on database/sql), followed through at most
@@ -18,7 +20,7 @@ import (
 // statement on the connection, which a transaction-mode pooler loses) or
 // rewrite it (bun.Tx expands "?"). Embedding is the wrapper's statement
 // that it is that transaction: the statements still run in it.
-func sqlTxIn(tx Tx) *sql.Tx {
+func SQLTx(tx any) *sql.Tx {
 	return findSQLTx(reflect.ValueOf(tx), 0)
 }
 

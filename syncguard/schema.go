@@ -72,7 +72,6 @@ var (
 // attempt of a waiter of the same key (a waiter alive again queues anew).
 const waiterGCMs = 60_000
 
-
 // schemaNames are the table and index names of one configuration, by
 // their placeholder in the statement files ({{locks}}, {{fences}},
 // {{lock_id_index}}, {{expires_index}}), unquoted.

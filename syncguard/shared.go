@@ -61,11 +61,11 @@ type shared struct {
 	lastSwep atomic.Int64     // unix nanos of the last background cleanup
 
 	orphans     *orphans.Queue // background release (orphans.go)
-	prep        atomic.Int32 // prepUnknown, prepOn or prepOff (exec.go)
-	probeMu     sync.Mutex   // serializes the pooler probe
-	oneShotArgs []any        // the dialect's driver.OneShot arguments, or nil
-	hub         *waiting.Hub // wakes waiting Lock calls (wait.go)
-	noQueue     atomic.Bool  // the waiters table is missing or not granted (wait.go)
+	prep        atomic.Int32   // prepUnknown, prepOn or prepOff (exec.go)
+	probeMu     sync.Mutex     // serializes the pooler probe
+	oneShotArgs []any          // the dialect's driver.OneShot arguments, or nil
+	hub         *waiting.Hub   // wakes waiting Lock calls (wait.go)
+	noQueue     atomic.Bool    // the waiters table is missing or not granted (wait.go)
 	queueWarned atomic.Bool
 	waitCfg     waitTunables
 }

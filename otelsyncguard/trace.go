@@ -3,6 +3,7 @@ package otelsyncguard
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -169,17 +170,15 @@ func (b *Backend) WithLock(ctx context.Context, key string, fn func(ctx context.
 	start := time.Now()
 	var lease *syncguard.Lease
 	var inner func(context.Context, *syncguard.Lease) error
+	var lost lossOnce
 	if fn != nil {
 		inner = func(ctx context.Context, l *syncguard.Lease) error {
 			lease = l
 			acquired(span, a, start)
-			lctx, cancel := l.Context(context.Background())
 			// The moment of a loss, while fn still runs.
-			stop := context.AfterFunc(lctx, func() { lostEvent(span, l.Err()) })
-			defer func() {
-				stop()
-				cancel()
-			}()
+			lctx, cancel := l.Context(context.Background())
+			defer cancel()
+			context.AfterFunc(lctx, func() { lost.record(span, l.Err(), false) })
 			return fn(ctx, l)
 		}
 	}
@@ -189,12 +188,15 @@ func (b *Backend) WithLock(ctx context.Context, key string, fn func(ctx context.
 		return err
 	}
 	// The release is done: the lease has ended, unless the release failed.
-	if cause := lease.Err(); cause != nil && span.IsRecording() {
+	cause := lease.Err()
+	lost.record(span, cause, true)
+	if cause != nil && span.IsRecording() {
 		if errors.Is(cause, syncguard.ErrLeaseReleased) {
 			span.AddEvent(outcomeReleased)
 			span.SetAttributes(attribute.String("syncguard.hold.outcome", outcomeReleased))
 		} else {
 			span.SetAttributes(attribute.String("syncguard.hold.outcome", outcomeLost), attrLossReason.String(lossReason(cause)))
+			span.SetStatus(codes.Error, "lock lost")
 		}
 	}
 	if err != nil {
@@ -255,6 +257,27 @@ func holdEnded(span trace.Span, cause error) {
 	lostEvent(span, cause)
 	span.SetAttributes(attribute.String("syncguard.hold.outcome", outcomeLost), attrLossReason.String(lossReason(cause)))
 	span.SetStatus(codes.Error, "lock lost")
+}
+
+// lossOnce adds the event "lost" to a span at most once: when the loss
+// happens (while fn runs), or at the latest when the span is about to end.
+type lossOnce struct {
+	mu             sync.Mutex
+	recorded, done bool
+}
+
+func (o *lossOnce) record(span trace.Span, cause error, final bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.done || o.recorded {
+		o.done = o.done || final
+		return
+	}
+	o.done = final
+	if cause != nil && !errors.Is(cause, syncguard.ErrLeaseReleased) {
+		o.recorded = true
+		lostEvent(span, cause)
+	}
 }
 
 // lostEvent adds the event "lost" if cause is a loss.

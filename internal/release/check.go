@@ -39,6 +39,21 @@ var allowedInGoSum = []string{
 	"github.com/DATA-DOG/go-sqlmock",
 }
 
+// allowedInOtelGoSum are what a consumer of otelsyncguard that leaves the
+// SDK to its application may also find in its go.sum: the OpenTelemetry API
+// and its own dependencies. Never an SDK or an exporter.
+var allowedInOtelGoSum = []string{
+	// A trailing space: this module exactly; else a path prefix.
+	"go.opentelemetry.io/otel ",
+	"go.opentelemetry.io/otel/metric ",
+	"go.opentelemetry.io/otel/trace ",
+	"go.opentelemetry.io/auto/sdk ", // the API's auto-instrumentation hook, required by otel itself
+	"github.com/go-logr/",
+	"github.com/cespare/xxhash/",
+	"github.com/google/go-cmp",
+	"go.yaml.in/yaml/",
+}
+
 // check simulates a release as a downstream team meets it: a file-system
 // GOPROXY holding the published modules at a pre-release version made from
 // this tree, an empty module cache, and only GONOSUMDB set for our path.
@@ -136,8 +151,84 @@ func (ws *workspace) check() error {
 	if len(bad) > 0 {
 		return fmt.Errorf("the consumer's go.sum names modules outside the allow-list (test machinery leaking into a published module?):\n  %s", strings.Join(bad, "\n  "))
 	}
+
+	// 4. otelsyncguard: a library that uses only it and the API gets no
+	// SDK; an application with the SDK and the Prometheus exporter sees
+	// the series of a contended WithLock at its /metrics.
+	if err := checkOtel(tmp, env, version); err != nil {
+		return err
+	}
 	fmt.Println("release-check: ok (go get, go mod tidy, go build, go vet, go test, go install)")
 	return nil
+}
+
+// The version of the Prometheus exporter the otel consumer's application
+// picks (internal/oteltest uses the same; it brings the SDK v1.47.0).
+const otelPrometheusVersion = "v0.69.0"
+
+func checkOtel(tmp string, env []string, version string) error {
+	api := filepath.Join(tmp, "otelapi")
+	if err := writeModule(api, "example.com/otelapi", map[string]string{"main.go": "consumer/otelapi.go.txt"}, env); err != nil {
+		return err
+	}
+	for _, s := range [][]string{
+		{"go", "get", modulePath + "/otelsyncguard@" + version, modulePath + "/pgxstd@" + version},
+		{"go", "mod", "tidy"},
+		{"go", "build", "./..."},
+	} {
+		if _, err := run(api, env, s[0], s[1:]...); err != nil {
+			return err
+		}
+	}
+	mods, err := goSumModules(filepath.Join(api, "go.sum"))
+	if err != nil {
+		return err
+	}
+	var bad []string
+	for _, m := range mods {
+		if !allowed(m) && !allowedOtel(m) {
+			bad = append(bad, m)
+		}
+	}
+	lines, _ := countLines(filepath.Join(api, "go.sum"))
+	fmt.Printf("release-check: otelsyncguard API-only consumer go.sum %d lines, %d modules\n", lines, len(mods))
+	if len(bad) > 0 {
+		return fmt.Errorf("a consumer of otelsyncguard without an SDK has modules outside the allow-list in its go.sum (an SDK or exporter leaking into otelsyncguard's go.mod?):\n  %s", strings.Join(bad, "\n  "))
+	}
+
+	app := filepath.Join(tmp, "otelapp")
+	if err := writeModule(app, "example.com/otelapp", map[string]string{
+		"main.go":         "consumer/otelapi.go.txt",
+		"metrics_test.go": "consumer/otelmetrics_test.go.txt",
+	}, env); err != nil {
+		return err
+	}
+	for _, s := range [][]string{
+		{"go", "get", modulePath + "/otelsyncguard@" + version, modulePath + "/pgxstd@" + version},
+		// The exporter requires the metric SDK at otelSDKVersion.
+		{"go", "get", "go.opentelemetry.io/otel/exporters/prometheus@" + otelPrometheusVersion},
+		{"go", "mod", "tidy"},
+		{"go", "vet", "./..."},
+		{"go", "test", "-count=1", "./..."},
+	} {
+		if _, err := run(app, env, s[0], s[1:]...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func allowedOtel(mod string) bool {
+	for _, p := range allowedInOtelGoSum {
+		if exact, ok := strings.CutSuffix(p, " "); ok {
+			if mod == exact {
+				return true
+			}
+		} else if strings.HasPrefix(mod, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // writeModule creates dir with `go mod init path` and the embedded files.

@@ -17,7 +17,7 @@ const modulePath = "github.com/syncguard/syncguard-go"
 
 // published lists the modules users fetch or install, in the order they must
 // be tagged: a module's tag comes after the tags of the siblings it requires.
-var published = []string{".", "pq", "pgxstd", "cmd/syncguard"}
+var published = []string{".", "pq", "pgxstd", "otelsyncguard", "cmd/syncguard"}
 
 // module is one go.mod of the repository.
 type module struct {

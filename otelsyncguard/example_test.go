@@ -1,0 +1,35 @@
+package otelsyncguard_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/syncguard/syncguard-go/otelsyncguard"
+	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/syncguardtest"
+)
+
+// Wrap the backend once, and use the wrapper wherever the backend was
+// used. Metrics and spans go to the global providers (otel.SetMeterProvider,
+// otel.SetTracerProvider) unless WithMeterProvider and WithTracerProvider
+// say otherwise; docs/observability.md sets up a Prometheus endpoint.
+func Example() {
+	ctx := context.Background()
+	locks := syncguardtest.New() // in a program: syncguard.New(db, nil)
+	observed := otelsyncguard.Wrap(locks,
+		otelsyncguard.WithKeyLabel(func(key string) string {
+			return "nightly-report" // a bounded label per job, never the key itself
+		}))
+	defer observed.Close()
+
+	// A span "syncguard.with_lock" around the wait, fn and the release.
+	err := observed.WithLock(ctx, "jobs:nightly-report", func(ctx context.Context, lease *syncguard.Lease) error {
+		fmt.Println("building the report with fence", lease.Fence())
+		return nil
+	}, &syncguard.LockOptions{TTL: time.Minute})
+	fmt.Println("err:", err)
+	// Output:
+	// building the report with fence 000000000000001
+	// err: <nil>
+}

@@ -16,5 +16,8 @@ func leaseLoggerOf(backend Locker) *slog.Logger {
 			return l
 		}
 	}
+	if w, ok := backend.(interface{ Unwrap() LockBackend }); ok {
+		return leaseLoggerOf(w.Unwrap()) // a TelemetryBackend around the fake
+	}
 	return slog.Default()
 }

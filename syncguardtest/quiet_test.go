@@ -54,3 +54,26 @@ func TestLeasesQuietByDefault(t *testing.T) {
 		}
 	})
 }
+
+// The fake stays quiet through a TelemetryBackend around it.
+func TestLeasesQuietThroughTelemetry(t *testing.T) {
+	var def bytes.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&def, nil)))
+	defer slog.SetDefault(old)
+	synctest.Test(t, func(t *testing.T) {
+		locks := syncguardtest.New()
+		locks.Fail(syncguardtest.OpExtend, syncguard.CodeServiceUnavailable, -1)
+		tb := syncguard.WithTelemetry(locks, syncguard.TelemetryOptions{})
+		err := syncguard.WithLock(context.Background(), tb, "jobs:quiet", func(ctx context.Context, _ *syncguard.Lease) error {
+			<-ctx.Done()
+			return context.Cause(ctx)
+		}, &syncguard.LockOptions{TTL: 10 * time.Second, AutoExtend: true})
+		if !errors.Is(err, syncguard.ErrLockLost) {
+			t.Fatalf("with every extend failing: %v, want ErrLockLost", err)
+		}
+		if def.Len() != 0 {
+			t.Errorf("the fake's leases logged to slog.Default through a TelemetryBackend:\n%s", def.String())
+		}
+	})
+}

@@ -410,17 +410,22 @@ func (h *Hub) serve() Status {
 			h.mu.Unlock()
 			return Status{}
 		}
-		sql, names := h.commandsLocked(now)
+		stmts, names := h.commandsLocked(now)
 		h.mu.Unlock()
-		if sql != "" {
+		// One statement per Exec: lib/pq's ListenerConn takes a second
+		// CommandComplete in one simple query for a protocol error and
+		// closes the connection.
+		for _, stmt := range stmts {
 			ctx, cancel := context.WithTimeout(h.ctx, h.cfg.OpenTimeout)
-			err := conn.Exec(ctx, sql)
+			err := conn.Exec(ctx, stmt)
 			cancel()
 			if err != nil {
 				return failed("LISTEN", err)
 			}
-			h.listened(names)
 			last = time.Now()
+		}
+		if len(names) > 0 {
+			h.listened(names)
 		}
 		wait := h.cfg.Ping - time.Since(last)
 		if wait <= 0 {
@@ -457,7 +462,7 @@ func (h *Hub) serve() Status {
 
 // commandsLocked returns the LISTEN and UNLISTEN statements the wanted
 // channels need, and the channels they LISTEN on.
-func (h *Hub) commandsLocked(now time.Time) (string, []string) {
+func (h *Hub) commandsLocked(now time.Time) ([]string, []string) {
 	var stmts, names []string
 	for name, c := range h.chans {
 		switch {
@@ -472,7 +477,7 @@ func (h *Hub) commandsLocked(now time.Time) (string, []string) {
 		}
 	}
 	sort.Strings(stmts)
-	return strings.Join(stmts, "; "), names
+	return stmts, names
 }
 
 // listened marks names as listened on and signals their waiters.

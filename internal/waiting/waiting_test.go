@@ -35,6 +35,9 @@ func (c *fakeConn) Ping(context.Context) error { return nil }
 func (c *fakeConn) Exec(_ context.Context, sql string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if strings.Contains(sql, ";") {
+		return errors.New("fake: one statement per Exec (lib/pq's ListenerConn closes on a second CommandComplete)")
+	}
 	c.execs = append(c.execs, sql)
 	return nil
 }
@@ -219,6 +222,28 @@ func TestConnectionFailureSignalsWaitersAndClose(t *testing.T) {
 		synctest.Wait()
 		if len(w.conns) != 1 {
 			t.Errorf("rule: a closed hub never opens a connection again; %d opened", len(w.conns))
+		}
+	})
+}
+
+// Two channels wanted at once are LISTENed with one statement each.
+func TestTwoChannelsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t)
+		a, b := w.h.Expect(Payload("A")), w.h.Expect(Payload("B"))
+		w.h.mu.Lock() // both wanted before the goroutine looks
+		a.channel, b.channel = "chan1", "chan2"
+		w.h.chans["chan1"], w.h.chans["chan2"] = &channel{refs: 1}, &channel{refs: 1}
+		w.h.startLocked()
+		w.h.mu.Unlock()
+		if !signalled(a) || !signalled(b) {
+			t.Fatal("rule: both waiters are signalled once their channels are listened on")
+		}
+		if st := w.h.Status(t.Context()); !st.Active {
+			t.Errorf("rule: LISTENing on two channels at once keeps the connection; %+v", st)
+		}
+		if got := w.conn().log(); got != `LISTEN "chan1"|LISTEN "chan2"` {
+			t.Errorf("ran %q", got)
 		}
 	})
 }

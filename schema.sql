@@ -33,7 +33,8 @@ CREATE UNLOGGED TABLE IF NOT EXISTS "syncguard_locks_waiters" (
   "deadline_ms" BIGINT NOT NULL,
   "ttl_ms" BIGINT NOT NULL,
   "user_key" TEXT NOT NULL,
-  "fence_key" TEXT NOT NULL
+  "fence_key" TEXT NOT NULL,
+  "notified" BOOLEAN NOT NULL DEFAULT false
 );
 
 CREATE UNIQUE INDEX IF NOT EXISTS "idx_syncguard_locks_wid" ON "syncguard_locks_waiters" ("lock_id");

@@ -107,6 +107,24 @@ func (c *callersLocker) Acquire(ctx context.Context, key string, ttl time.Durati
 	return r, err
 }
 
+// gatedLocker passes attempts on until closed is set; then each attempt
+// waits for open to be closed first.
+type gatedLocker struct {
+	syncguard.Locker
+	closed atomic.Bool
+	open   chan struct{}
+}
+
+func (g *gatedLocker) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {
+	if g.closed.Load() {
+		select {
+		case <-g.open:
+		case <-ctx.Done():
+		}
+	}
+	return g.Locker.Acquire(ctx, key, ttl)
+}
+
 // noListen hides a dialect's optional capabilities (driver.Listener).
 type noListen struct{ driver.Dialect }
 
@@ -293,13 +311,18 @@ func init() {
 	registerSQL("Waiting/HandOffInTheReleaseCommit", func(e *sqlEnv) {
 		// The release hands the key to the first waiter in its own commit:
 		// right after it returns, the key is held again, with a greater
-		// fence, although the waiter (polling, its only retry an hour
-		// away) has not attempted since.
-		bf := e.newBackend(e.db2, func(c *syncguard.Config) { c.Dialect = noListen{e.dialect()} })
+		// fence, although the waiter (whose attempts are held back here
+		// once a notification reaches it) has not attempted since.
+		if !e.notifications(e.pb2).Active {
+			e.t.Logf("notifications unavailable here: a release hands the key only to a waiter they reach (Waiting/PollingHeadTakesTheFreeKey)")
+			return
+		}
 		k := e.key("handoff")
 		held := e.mustAcquire(e.pb, k, 60*time.Second)
-		ch := e.lockAsync(bf, k, wakeOnly())
-		e.awaitQueued(k, 1)
+		gate := &gatedLocker{Locker: e.pb2, open: make(chan struct{})}
+		ch := e.lockAsync(gate, k, wakeOnly())
+		e.awaitQueued(k, 1, true)
+		gate.closed.Store(true)
 		if r := e.release(e.pb, held.LockID); !r.OK {
 			e.t.Fatalf("rule: the holder's release succeeds; got %+v", r)
 		}
@@ -309,7 +332,8 @@ func init() {
 		if info == nil || info.Fence <= held.Fence {
 			e.t.Fatalf("rule: a release hands the key to the first live waiter in the same commit; right after it the key has %+v (released fence %s)", info, held.Fence)
 		}
-		lease := e.mustGet(ch, held.Fence, "the waiter finds the key handed to it (its renewal attempt, within a third of the queue window)")
+		close(gate.open)
+		lease := e.mustGet(ch, held.Fence, "the waiter finds the key handed to it")
 		if lease.Fence() != info.Fence {
 			e.t.Errorf("rule: the waiter holds the lock the release created for it; fence %s, created %s", lease.Fence(), info.Fence)
 		}
@@ -318,6 +342,49 @@ func init() {
 				until.Sub(released), wakeOnly().TTL)
 		}
 		lease.Close()
+	})
+
+	registerSQL("Waiting/PollingHeadTakesTheFreeKey", func(e *sqlEnv) {
+		// Waiters that no notification reaches (a dialect without
+		// driver.Listener) are not handed the key, which would sit granted
+		// until their next attempt: the first of them takes the free key
+		// itself, and the one behind it cannot take it first.
+		bf := e.newBackend(e.db2, func(c *syncguard.Config) { c.Dialect = noListen{e.dialect()} })
+		k := e.key("pollhead")
+		held := e.mustAcquire(e.pb, k, 60*time.Second)
+		first := e.lockAsync(bf, k, wakeOnly())
+		e.awaitQueued(k, 1, false)
+		second := e.lockAsync(bf, k, wakeOnly())
+		e.awaitQueued(k, 2, false)
+		e.release(e.pb, held.LockID)
+		l1 := e.mustGet(first, held.Fence, "the first waiter that polls takes the free key")
+		select {
+		case o := <-second:
+			e.t.Fatalf("rule: a waiter behind a polling first waiter does not take the key before it; it got %v, %v", o.lease, o.err)
+		default:
+		}
+		f1 := l1.Fence()
+		l1.Close()
+		e.mustGet(second, f1, "the second waiter gets the key after the first").Close()
+	})
+
+	registerSQL("Waiting/TwoKeysAtOnce", func(e *sqlEnv) {
+		// A Backend's first waiters start on two keys at once, before its
+		// LISTEN connection is open: it then listens on both channels
+		// together and stays up (lib/pq's closed on two LISTENs in one
+		// query), and each waiter gets its key.
+		b := e.newBackend(e.db2, nil)
+		k1, k2 := e.key("two-a"), e.key("two-b")
+		h1, h2 := e.mustAcquire(e.pb, k1, 60*time.Second), e.mustAcquire(e.pb, k2, 60*time.Second)
+		c1, c2 := e.lockAsync(b, k1, polling()), e.lockAsync(b, k2, polling())
+		e.awaitQueued(k1, 1)
+		e.awaitQueued(k2, 1)
+		e.pause(200 * time.Millisecond) // the LISTENs, if any, are done
+		e.notifications(b)              // a Backend that can listen still does
+		e.release(e.pb, h1.LockID)
+		e.release(e.pb, h2.LockID)
+		e.mustGet(c1, h1.Fence, "a waiter on the first of two keys gets it").Close()
+		e.mustGet(c2, h2.Fence, "a waiter on the second of two keys gets it").Close()
 	})
 
 	registerSQL("Waiting/GivingUpLeavesTheQueue", func(e *sqlEnv) {
@@ -434,11 +501,15 @@ func (e *sqlEnv) orderRound(n int) []int {
 }
 
 // awaitQueued waits until key has n rows in the queue of waiters (pacing
-// between waiters that must queue in a known order).
-func (e *sqlEnv) awaitQueued(key string, n int) {
+// between waiters that must queue in a known order), all of them notified
+// when notified is set.
+func (e *sqlEnv) awaitQueued(key string, n int, notified ...bool) {
 	e.t.Helper()
 	_, sk, _ := e.derive(key)
 	q := fmt.Sprintf(`SELECT count(*) FROM %s WHERE "key" = $1`, rules.QuoteIdent(e.cfg.TableName+"_waiters"))
+	if len(notified) > 0 && notified[0] {
+		q += ` AND "notified"`
+	}
 	for {
 		var got int
 		e.must(e.db.QueryRowContext(e.ctx, q, sk).Scan(&got), "counting the queue of waiters")

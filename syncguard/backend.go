@@ -152,7 +152,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 	args := []any{k.Storage, nil, k.Fence, k.Norm, ttlMs}
 	if rec != nil {
 		lockID, stmt = rec.lockID, stmtAcquireWait
-		args = append(args, b.shared.waitCfg.window.Milliseconds())
+		args = append(args, b.shared.waitCfg.window.Milliseconds(), false)
 		wid := rec.lockID
 		rec.join(b.shared, func() {
 			// A release of the waiter's lockId deletes its queue row and
@@ -171,6 +171,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 				b.shared.releaseInBackground(wid, time.Duration(ttlMs)*time.Millisecond)
 			}
 		})
+		args[6] = rec.notified()
 	}
 	// One struct, so the scan destinations escape as one allocation.
 	var d struct {
@@ -179,11 +180,12 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		fence             sql.NullString
 		exhausted         bool
 		now               int64
+		first             bool
 	}
 	// sent records whether the statement may have gone out (see sentArg).
 	sent := &sentArg{v: lockID}
 	args[1] = sent
-	dest := []any{&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted, &d.now}
+	dest := []any{&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted, &d.now, &d.first}
 	err := b.run(ctx, stmt, args, dest...)
 	if err != nil && rec != nil && ctx.Err() == nil && b.shared.queueLost(err) {
 		// No waiters table: a plain attempt, polling.
@@ -229,7 +231,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 				// The holder's lock can be taken once it is no longer live.
 				retryIn = time.Duration(d.expires.Int64+rules.ToleranceMs+1-d.now) * time.Millisecond
 			}
-			rec.contended(retryIn)
+			rec.contended(retryIn, d.first)
 		}
 		return AcquireResult{OK: false, Reason: ReasonLocked}, nil
 	}

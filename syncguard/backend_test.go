@@ -227,7 +227,7 @@ func TestOwnCancellationBeats57014(t *testing.T) {
 func TestCancelInFlight(t *testing.T) {
 	b, mock := newMock(t, &Config{ReleaseTimeout: 50 * time.Millisecond})
 	mock.ExpectQuery("INSERT INTO").WillDelayFor(time.Minute).
-		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f"}).AddRow(nil, nil, nil, nil, false, int64(1000)))
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g"}).AddRow(nil, nil, nil, nil, false, int64(1000), false))
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(20*time.Millisecond, cancel)
 	start := time.Now()
@@ -293,32 +293,32 @@ func TestErrorClassification(t *testing.T) {
 }
 
 func TestAcquireOutcomesFromRow(t *testing.T) {
-	cols := []string{"lock_id", "expires_at_ms", "acquired_at_ms", "fence", "fence_exhausted", "now_ms"}
+	cols := []string{"lock_id", "expires_at_ms", "acquired_at_ms", "fence", "fence_exhausted", "now_ms", "first"}
 	// Another holder's row: contention, not an error, and nothing of the
 	// other holder leaks into the result. The holder's expiry (server
 	// time) tells the lock helper when to try again: when the lock is no
 	// longer live, expires + tolerance, 1 ms after.
 	b, mock := newMock(t, nil)
-	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow("BBBBBBBBBBBBBBBBBBBBBB", int64(2000), int64(1000), "000000000000007", false, int64(1500)))
+	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow("BBBBBBBBBBBBBBBBBBBBBB", int64(2000), int64(1000), "000000000000007", false, int64(1500), false))
 	rec := waitRecordFor("k")
 	r, err := b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), "k", time.Second)
 	if err != nil || r.OK || r.Reason != ReasonLocked || r.Fence != "" || r.LockID != "" {
 		t.Fatalf("contention: got %+v, %v", r, err)
 	}
-	if _, _, retryIn := rec.state(); retryIn != (2000+rules.ToleranceMs+1-1500)*time.Millisecond {
+	if _, _, retryIn, _ := rec.state(); retryIn != (2000+rules.ToleranceMs+1-1500)*time.Millisecond {
 		t.Errorf("contention: retry in %v, want %v (holder expires 2000, server now 1500)", retryIn, (2000+rules.ToleranceMs+1-1500)*time.Millisecond)
 	}
 	rec.end(true, false)
 	// Nobody and no fence: contention (a lost race), expiry unknown.
-	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, false, int64(1500)))
+	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, false, int64(1500), false))
 	rec = waitRecordFor("k")
 	r, err = b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), "k", time.Second)
-	if _, _, retryIn := rec.state(); err != nil || r.OK || r.Reason != ReasonLocked || retryIn != 0 {
+	if _, _, retryIn, _ := rec.state(); err != nil || r.OK || r.Reason != ReasonLocked || retryIn != 0 {
 		t.Fatalf("lost race: got %+v, %v, retry in %v", r, err, retryIn)
 	}
 	rec.end(true, false)
 	// Fence counter at its maximum: Internal, and the statement committed nothing.
-	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, true, int64(1500)))
+	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, true, int64(1500), false))
 	_, err = b.Acquire(context.Background(), "k", time.Second)
 	wantCode(t, err, CodeInternal)
 	if err := mock.ExpectationsWereMet(); err != nil {
@@ -331,7 +331,7 @@ func TestAcquireArgumentsAndTTLRounding(t *testing.T) {
 	k, _ := rules.DeriveKey("café")
 	mock.ExpectQuery("INSERT INTO").
 		WithArgs(k.Storage, sqlmock.AnyArg(), k.Fence, "café", int64(1)).
-		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f"}).AddRow(nil, nil, nil, nil, false, int64(1000)))
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g"}).AddRow(nil, nil, nil, nil, false, int64(1000), false))
 	// Decomposed input is normalized; 1.9 ms counts as 1 ms.
 	if _, err := b.Acquire(context.Background(), "cafe\u0301", 1900*time.Microsecond); err != nil {
 		t.Fatal(err)
@@ -446,8 +446,8 @@ func TestPoolSerializationFailureRerunsInReadCommitted(t *testing.T) {
 		b, mock := newMock(t, &Config{DisablePrepare: true})
 		mock.ExpectQuery("INSERT INTO").WillReturnError(&pgErr{code: st})
 		mock.ExpectBegin()
-		mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows([]string{"lock_id", "e", "a", "f", "x", "now"}).
-			AddRow(nil, nil, nil, nil, false, int64(1000)))
+		mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows([]string{"lock_id", "e", "a", "f", "x", "now", "first"}).
+			AddRow(nil, nil, nil, nil, false, int64(1000), false))
 		mock.ExpectCommit()
 		r, err := b.Acquire(context.Background(), "k", time.Second)
 		if err != nil || r.OK || r.Reason != ReasonLocked {
@@ -606,10 +606,10 @@ func TestWaitRecordOnlyForLocksKey(t *testing.T) {
 		rec := waitRecordFor("k")
 		args := []sqldriver.Value{sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg()}
 		if key == "k" {
-			args = []sqldriver.Value{sqlmock.AnyArg(), rec.lockID, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), defaultWaitWindow.Milliseconds()}
+			args = []sqldriver.Value{sqlmock.AnyArg(), rec.lockID, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), defaultWaitWindow.Milliseconds(), false}
 		}
 		mock.ExpectQuery("INSERT INTO").WithArgs(args...).
-			WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000)))
+			WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false))
 		if _, err := b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), key, time.Second); err != nil {
 			t.Fatalf("key %q: %v", key, err)
 		}
@@ -634,7 +634,7 @@ func TestWithdrawReleasesAgainWhenAHandOffRaced(t *testing.T) {
 	b, mock := newMock(t, &Config{})
 	rec := waitRecordFor("k")
 	mock.ExpectQuery("INSERT INTO").
-		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000)))
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false))
 	if _, err := b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), "k", time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -646,7 +646,7 @@ func TestWithdrawReleasesAgainWhenAHandOffRaced(t *testing.T) {
 	// It left the queue: once is enough.
 	rec = waitRecordFor("k")
 	mock.ExpectQuery("INSERT INTO").
-		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000)))
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false))
 	if _, err := b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), "k", time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -280,7 +280,10 @@ func Lock(ctx context.Context, backend Locker, key string, opts *LockOptions) (*
 //     crashed holder: the first live waiter takes the key);
 //   - a third of the queue window has passed (the attempt renews the
 //     waiter's place; a release skips a waiter that stopped renewing);
-//   - a scheduled retry is due (AcquisitionOptions).
+//   - a scheduled retry is due (AcquisitionOptions);
+//   - it is first in the queue and no notification reaches it: no
+//     release hands it the key, so it polls for the free key, 5 ms after
+//     its last attempt, doubling to 100 ms.
 //
 // Only scheduled retries count against MaxRetries. Wake-ups that find
 // nothing (forged or replayed notifications) are spaced out, from 5 ms
@@ -348,16 +351,17 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 	// Wait.
 	var wake <-chan struct{}
 	var renewEvery time.Duration
-	expiry, renew, hintOK := stoppedTimer(), stoppedTimer(), stoppedTimer()
+	expiry, renew, hintOK, head := stoppedTimer(), stoppedTimer(), stoppedTimer(), stoppedTimer()
 	defer expiry.Stop()
 	defer renew.Stop()
 	defer hintOK.Stop()
-	hintGap, paused := time.Duration(0), false
+	defer head.Stop()
+	hintGap, paused, headGap := time.Duration(0), false, time.Duration(0)
 	learn := func() {
 		if rec == nil {
 			return
 		}
-		w, every, retryIn := rec.state()
+		w, every, retryIn, pollHead := rec.state()
 		if !paused {
 			wake = w
 		}
@@ -367,6 +371,16 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 		}
 		if renewEvery > 0 {
 			renew.Reset(renewEvery)
+		}
+		// First in the queue, without notifications: no release hands it
+		// the key, so it looks for the free key itself, soon after each
+		// attempt (5 ms, doubling to 100 ms).
+		if pollHead {
+			headGap = min(max(2*headGap, headPollMin), headPollMax)
+			head.Reset(headGap)
+		} else {
+			headGap = 0
+			head.Stop()
 		}
 	}
 	learn()
@@ -386,6 +400,7 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 			continue
 		case <-expiry.C:
 		case <-renew.C:
+		case <-head.C:
 		case <-retry.C:
 			retries++
 			final = retries >= c.maxRetries
@@ -440,6 +455,12 @@ const maxDelay = time.Duration(1 << 62)
 
 // unboundedMaxDelay caps the retry delay when MaxRetries is not set.
 const unboundedMaxDelay = time.Second
+
+// The polling of a first waiter that no notification reaches (acquire).
+const (
+	headPollMin = 5 * time.Millisecond
+	headPollMax = 100 * time.Millisecond
+)
 
 // delay returns the wait before retry n (1-based), before clamping to the
 // remaining time.

@@ -86,11 +86,13 @@ type waitRecord struct {
 	lockID  string // the waiter's lockId, for all its attempts
 
 	mu       sync.Mutex
+	hub      *waiting.Hub
 	sub      *waiting.Sub  // the Backend's wake-up for this waiter
 	channel  string        // the key's notification channel
 	withdraw func()        // takes the waiter out of the queue
 	window   time.Duration // the Backend's queue window
 	retryIn  time.Duration // a failed attempt: until the holder's lock is no longer live, by the server's clock
+	first    bool          // a failed attempt: no live waiter is queued before this one
 	age      time.Duration // a successful attempt: how long the lock existed when the attempt's statement started
 }
 
@@ -119,17 +121,28 @@ func (r *waitRecord) join(s *shared, withdraw func()) {
 	if r.sub != nil {
 		return
 	}
-	r.sub = s.hub.Expect(waiting.Payload(r.lockID))
+	r.hub, r.sub = s.hub, s.hub.Expect(waiting.Payload(r.lockID))
 	r.channel = waiting.Channel(waiting.Prefix(s.cfg.table), r.storage)
 	r.window = s.waitCfg.window
 	r.withdraw = withdraw
 }
 
+// notified reports whether a notification reaches the waiter now: its
+// key's channel is listened on (before its first attempt asked for it: by
+// another waiter, or lingering). A release hands the key only to such a
+// waiter.
+func (r *waitRecord) notified() bool {
+	r.mu.Lock()
+	hub, ch := r.hub, r.channel
+	r.mu.Unlock()
+	return hub != nil && hub.Listened(ch)
+}
+
 // contended records what a failed queued attempt learned, and asks for
 // the key's channel.
-func (r *waitRecord) contended(retryIn time.Duration) {
+func (r *waitRecord) contended(retryIn time.Duration, first bool) {
 	r.mu.Lock()
-	r.retryIn = retryIn
+	r.retryIn, r.first = retryIn, first
 	sub, ch := r.sub, r.channel
 	r.mu.Unlock()
 	if sub != nil {
@@ -138,15 +151,18 @@ func (r *waitRecord) contended(retryIn time.Duration) {
 }
 
 // state returns what Lock waits on: the wake-up channel (nil: none), the
-// renewal interval (0: not queued) and the holder's remaining life.
-func (r *waitRecord) state() (wake <-chan struct{}, renew, retryIn time.Duration) {
+// renewal interval (0: not queued), the holder's remaining life, and
+// whether the waiter must poll for a free key itself: it is first in the
+// queue and no notification reaches it, so no release hands it the key.
+func (r *waitRecord) state() (wake <-chan struct{}, renew, retryIn time.Duration, pollHead bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.sub != nil {
 		wake, renew = r.sub.C, r.window/3
+		pollHead = r.first && !r.sub.Listening()
 	}
 	retryIn, r.retryIn = r.retryIn, 0
-	return wake, renew, retryIn
+	return wake, renew, retryIn, pollHead
 }
 
 // wakeC is the waiter's wake-up channel, or nil.

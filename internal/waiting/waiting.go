@@ -203,8 +203,20 @@ func (s *Sub) Listen(name string) {
 func (s *Sub) Listening() bool {
 	s.h.mu.Lock()
 	defer s.h.mu.Unlock()
-	c := s.h.chans[s.channel]
-	return c != nil && c.listened && s.h.st.Active
+	return s.h.listenedLocked(s.channel)
+}
+
+// Listened reports whether channel is listened on now (for another
+// waiter, or lingering after one), without asking for it.
+func (h *Hub) Listened(channel string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.listenedLocked(channel)
+}
+
+func (h *Hub) listenedLocked(channel string) bool {
+	c := h.chans[channel]
+	return c != nil && c.listened && h.st.Active
 }
 
 // Close unregisters s.

@@ -14,8 +14,9 @@
 --        the first waiter, not to whoever attempts first.
 -- q:     a waiter that did not get the key queues, at its place (the
 --        server's clock in microseconds at its first attempt, kept), or
---        renews its row: live for $6 ms more. A release hands the key only
---        to a live waiter.
+--        renews its row: live for $6 ms more, notified or not ($7). A
+--        release hands the key only to a live waiter that is notified; a
+--        first waiter that is not takes the free key itself.
 -- dq:    a waiter that holds the key (taken now, or granted by a release)
 --        leaves the queue; rows dead for {{waiter_gc}} ms go too.
 --end
@@ -99,10 +100,11 @@ ins AS (
 )
 --if queue
 , q AS (
-  INSERT INTO {{waiters}} AS w ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "user_key", "fence_key")
-  SELECT $1::text, $2::text, {{now_us}}, t.now_ms + $6::bigint, $5::bigint, $4::text, $3::text FROM t
+  INSERT INTO {{waiters}} AS w ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "user_key", "fence_key", "notified")
+  SELECT $1::text, $2::text, {{now_us}}, t.now_ms + $6::bigint, $5::bigint, $4::text, $3::text, $7::boolean FROM t
   WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM cur WHERE cur."lock_id" = $2::text)
-  ON CONFLICT ("lock_id") DO UPDATE SET "deadline_ms" = EXCLUDED."deadline_ms", "ttl_ms" = EXCLUDED."ttl_ms"
+  ON CONFLICT ("lock_id") DO UPDATE SET "deadline_ms" = EXCLUDED."deadline_ms", "ttl_ms" = EXCLUDED."ttl_ms",
+    "notified" = EXCLUDED."notified"
   RETURNING 1
 ),
 dq AS (
@@ -120,7 +122,13 @@ SELECT
   COALESCE(ins."fence", cur."fence") AS fence,
   (EXISTS (SELECT 1 FROM free) AND NOT EXISTS (SELECT 1 FROM f)
    AND COALESCE((SELECT snapf."fence" FROM snapf), 0) >= {{fence_max}}) AS fence_exhausted,
-  t.now_ms
+  t.now_ms,
+--if queue
+  NOT EXISTS (SELECT 1 FROM ahead) AS first
+--end
+--if !queue
+  false AS first
+--end
 FROM t
 LEFT JOIN ins ON true
 LEFT JOIN cur ON true

@@ -9,7 +9,10 @@
 -- commit (left out when the waiters table is missing: stmtReleasePlain):
 -- w:   the first live waiter of the released key (by place);
 -- wd:  its row leaves the queue, re-checked under the row lock (a waiter
---      whose deadline passed meanwhile is not granted);
+--      whose deadline passed meanwhile is not granted), if a notification
+--      reaches it: a waiter that polls would leave the key granted and
+--      idle until its next attempt, so it is left the free key instead,
+--      which no waiter behind it may take (acquire.sql's ahead);
 -- me:  the releaser's own queue row, if it is a waiter giving up (Lock
 --      withdraws with a release of its lockId, which passes on a key
 --      granted to it meanwhile); left_queue says it was there;
@@ -46,7 +49,7 @@ w AS (
 ),
 wd AS (
   DELETE FROM {{waiters}} AS q USING t
-  WHERE q."lock_id" = (SELECT w."lock_id" FROM w) AND q."deadline_ms" > t.now_ms
+  WHERE q."lock_id" = (SELECT w."lock_id" FROM w) AND q."deadline_ms" > t.now_ms AND q."notified"
   RETURNING q."key", q."lock_id", q."ttl_ms", q."user_key", q."fence_key"
 ),
 me AS (

@@ -33,7 +33,8 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (
   "deadline_ms" BIGINT NOT NULL,
   "ttl_ms" BIGINT NOT NULL,
   "user_key" TEXT NOT NULL,
-  "fence_key" TEXT NOT NULL
+  "fence_key" TEXT NOT NULL,
+  "notified" BOOLEAN NOT NULL DEFAULT false
 );
 
 CREATE UNIQUE INDEX IF NOT EXISTS {{waiters_id_index}} ON {{waiters}} ("lock_id");

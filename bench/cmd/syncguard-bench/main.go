@@ -76,6 +76,7 @@ type options struct {
 	w6eDelays   string
 	scaleProcs  string
 	scaleDur    time.Duration
+	scaleOwn    int
 	procChild   bool
 }
 
@@ -123,6 +124,7 @@ func main() {
 	flag.StringVar(&o.w6eDelays, "w6e-delays", "5ms,10ms", "workload 6e: the far processes' added latency, each way")
 	flag.StringVar(&o.scaleProcs, "scale-procs", "5,50", "w6scale: the process counts to compare (the first and last are compared)")
 	flag.DurationVar(&o.scaleDur, "scale-duration", 10*time.Second, "w6scale: measured time per process count")
+	flag.IntVar(&o.scaleOwn, "scale-own-keys", sgbench.DefaultScaleShape.OwnKeys, "w6scale: contended keys of its own per process (0: the hot key only)")
 	flag.BoolVar(&o.procChild, "w6-proc", false, "internal: run as a child process of workload 6e or w6scale (the job on stdin)")
 	flag.Parse()
 	if o.procChild {
@@ -578,7 +580,9 @@ func runWaiting(ctx context.Context, o options, want map[string]bool, d, name, d
 				counts = append(counts, n)
 			}
 			progress("[%s] w6scale (%v processes, %v each)", d, counts, o.scaleDur)
-			r, err := we.Scale(ctx, spawn, counts, sgbench.DefaultScaleShape, 2*time.Second, o.scaleDur)
+			shape := sgbench.DefaultScaleShape
+			shape.OwnKeys = o.scaleOwn
+			r, err := we.Scale(ctx, spawn, counts, shape, 2*time.Second, o.scaleDur)
 			if err != nil {
 				return fmt.Errorf("w6scale: %w", err)
 			}

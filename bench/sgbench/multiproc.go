@@ -275,6 +275,12 @@ type FairRow struct {
 	WaitP99Near  float64 `json:"wait_p99_near_ms"`
 	WaitP99Far   float64 `json:"wait_p99_far_ms"`
 	WaitMaxFar   float64 `json:"wait_max_far_ms"`
+	WaitMeanNear float64 `json:"wait_mean_near_ms"`
+	WaitMeanFar  float64 `json:"wait_mean_far_ms"`
+	// Acquire statements per hold (the first attempt, renewals, retries,
+	// wake-ups and the grant's confirmation).
+	AttemptsNear float64 `json:"attempts_per_hold_near"`
+	AttemptsFar  float64 `json:"attempts_per_hold_far"`
 	Seconds      float64 `json:"seconds"`
 	PerProcHolds []int   `json:"holds_per_process"` // near, near, far, far
 }
@@ -342,6 +348,7 @@ func (w *WaitEnv) Fairness(ctx context.Context, spawn ProcSpawner, target string
 			row := FairRow{Shape: sh.Name, DelayMs: msf(delay), Seconds: d.Seconds()}
 			var near, far []time.Duration
 			var held int64
+			var attNear, attFar float64
 			for i, pr := range prs {
 				g := pr.Groups[0]
 				row.PerProcHolds = append(row.PerProcHolds, g.Acquired)
@@ -354,14 +361,21 @@ func (w *WaitEnv) Fairness(ctx context.Context, spawn ProcSpawner, target string
 				if i < 2 {
 					row.HoldsNear += float64(g.Acquired) / 2
 					near = append(near, g.Waits...)
+					attNear += float64(pr.Attempts)
 				} else {
 					row.HoldsFar += float64(g.Acquired) / 2
 					far = append(far, g.Waits...)
+					attFar += float64(pr.Attempts)
 				}
 			}
 			if row.HoldsNear > 0 {
 				row.Ratio = row.HoldsFar / row.HoldsNear
+				row.AttemptsNear = attNear / 2 / row.HoldsNear
 			}
+			if row.HoldsFar > 0 {
+				row.AttemptsFar = attFar / 2 / row.HoldsFar
+			}
+			row.WaitMeanNear, row.WaitMeanFar = meanMs(near), meanMs(far)
 			row.Utilization = 100 * float64(held) / float64(d)
 			_, row.WaitP99Near, _ = summarizeMs(near)
 			_, row.WaitP99Far, row.WaitMaxFar = summarizeMs(far)
@@ -376,14 +390,26 @@ func (w *WaitEnv) Fairness(ctx context.Context, spawn ProcSpawner, target string
 	return res, nil
 }
 
+func meanMs(ds []time.Duration) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return msf(sum / time.Duration(len(ds)))
+}
+
 func (r *FairResult) table() table {
 	t := table{driver: r.Driver, title: "w6e: fairness to far processes (W6a / W6b shapes over 4 processes, 2 behind a delaying proxy)",
 		method: r.Method, align: "l", targets: r.Targets,
-		cols: []string{"shape", "delay each way ms", "holds per near process", "holds per far process", "far / near", "holds per process (near, near, far, far)", "utilization %", "timeouts", "errors", "wait p99 near / far ms", "wait max far ms"}}
+		cols: []string{"shape", "delay each way ms", "holds per near process", "holds per far process", "far / near", "holds per process (near, near, far, far)", "utilization %", "timeouts", "errors", "wait mean near / far ms", "wait p99 near / far ms", "wait max far ms", "attempts per hold near / far"}}
 	for _, x := range r.Rows {
 		t.rows = append(t.rows, []string{x.Shape, fmt.Sprintf("%.0f", x.DelayMs), fmt.Sprintf("%.1f", x.HoldsNear), fmt.Sprintf("%.1f", x.HoldsFar),
 			fmt.Sprintf("%.2f", x.Ratio), strings.Trim(fmt.Sprint(x.PerProcHolds), "[]"), fmt.Sprintf("%.1f", x.Utilization),
-			fmt.Sprint(x.Timeouts), fmt.Sprint(x.Errors), fmt.Sprintf("%.0f / %.0f", x.WaitP99Near, x.WaitP99Far), fmt.Sprintf("%.0f", x.WaitMaxFar)})
+			fmt.Sprint(x.Timeouts), fmt.Sprint(x.Errors), fmt.Sprintf("%.0f / %.0f", x.WaitMeanNear, x.WaitMeanFar), fmt.Sprintf("%.0f / %.0f", x.WaitP99Near, x.WaitP99Far),
+			fmt.Sprintf("%.0f", x.WaitMaxFar), fmt.Sprintf("%.1f / %.1f", x.AttemptsNear, x.AttemptsFar)})
 	}
 	return t
 }

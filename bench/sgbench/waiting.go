@@ -260,6 +260,11 @@ type WaitRow struct {
 	P50         float64 `json:"p50_ms"` // wait (W6a/b), hand-off (W6c), delay after expiry (W6d)
 	P99         float64 `json:"p99_ms"`
 	Max         float64 `json:"max_ms"`
+	// W6a/b: the hand-off gap, from one fn's end to the next one's start
+	// (consecutive holds within a segment).
+	GapP50  float64 `json:"gap_p50_ms,omitempty"`
+	GapP99  float64 `json:"gap_p99_ms,omitempty"`
+	GapMean float64 `json:"gap_mean_ms,omitempty"`
 }
 
 // WaitResult is one waiting workload: one JSON line.
@@ -303,6 +308,19 @@ type contentionAcc struct {
 	timeouts int
 	errs     int
 	firstErr error
+	holds    [][2]time.Time  // this segment's fn intervals, for the gaps
+	gaps     []time.Duration // from one fn's end to the next one's start
+}
+
+// segmentGaps moves the gaps between the consecutive holds of a segment
+// into gaps (only gaps with a holder before and after: idle time at the
+// window's edges is not a hand-off).
+func (a *contentionAcc) segmentGaps() {
+	slices.SortFunc(a.holds, func(x, y [2]time.Time) int { return x[0].Compare(y[0]) })
+	for i := 1; i < len(a.holds); i++ {
+		a.gaps = append(a.gaps, max(a.holds[i][0].Sub(a.holds[i-1][1]), 0))
+	}
+	a.holds = a.holds[:0]
 }
 
 // Contention runs W6a/W6b: every variant for p.Duration, in p.Rounds
@@ -373,6 +391,9 @@ func (w *WaitEnv) Contention(ctx context.Context, p ContentionParams, variants [
 						if !t0.Before(start) { // not begun during the warm-up
 							acc.waits = append(acc.waits, h0.Sub(t0))
 						}
+						if !h0.Before(start) && !h1.After(end) {
+							acc.holds = append(acc.holds, [2]time.Time{h0, h1})
+						}
 						if h1.After(end) { // the window is [start, end]
 							h1 = end
 						}
@@ -404,6 +425,7 @@ func (w *WaitEnv) Contention(ctx context.Context, p ContentionParams, variants [
 		}
 		wg.Wait()
 		v.wall += d
+		acc.segmentGaps()
 		// PostgreSQL (15) signals every session listening in the database
 		// on every notification, whatever its channel: end this variant's
 		// LISTEN connections, so that they cost nothing while the other
@@ -447,6 +469,8 @@ func (w *WaitEnv) Contention(ctx context.Context, p ContentionParams, variants [
 			row.Utilization = 100 * float64(v.acc.held) / float64(v.wall)
 		}
 		row.P50, row.P99, row.Max = summarizeMs(v.acc.waits)
+		row.GapMean = meanMs(v.acc.gaps)
+		row.GapP50, row.GapP99, _ = summarizeMs(v.acc.gaps)
 		res.Rows = append(res.Rows, row)
 		if w.Via != "" {
 			continue // the targets through a pooler are PoolerTargets
@@ -587,18 +611,25 @@ func HandOffTarget(r *WaitResult) {
 	}
 }
 
+func gapStr(x WaitRow) string {
+	if x.GapMean == 0 && x.GapP99 == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f / %.2f / %.1f", x.GapP50, x.GapMean, x.GapP99)
+}
+
 // PrintWait writes a waiting workload's table.
 func PrintWait(w io.Writer, r *WaitResult) {
 	fmt.Fprintf(w, "\n== [%s] %s: %s\n", r.Driver, r.Workload, r.Title)
 	fmt.Fprintf(w, "   measure: %s; params: %s\n", r.Measure, params(r.Params))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "variant\tutilization %\tacquired\ttimeouts\terrors\tp50 ms\tp99 ms\tmax ms\t")
+	fmt.Fprintln(tw, "variant\tutilization %\tacquired\ttimeouts\terrors\tp50 ms\tp99 ms\tmax ms\tgap p50/mean/p99 ms\t")
 	for _, x := range r.Rows {
 		u := "-"
 		if x.Utilization > 0 {
 			u = fmt.Sprintf("%.1f", x.Utilization)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t\n", x.Variant, u, x.Acquired, x.Timeouts, x.Errors, x.P50, x.P99, x.Max)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t%s\t\n", x.Variant, u, x.Acquired, x.Timeouts, x.Errors, x.P50, x.P99, x.Max, gapStr(x))
 	}
 	tw.Flush()
 	for _, x := range r.Rows {
@@ -610,7 +641,7 @@ func PrintWait(w io.Writer, r *WaitResult) {
 }
 
 func mdWait(w io.Writer, r *WaitResult) {
-	fmt.Fprintf(w, "\n#### [%s] %s — %s\n\n%s.\n\n| variant | utilization %% | acquired | timeouts | errors | p50 ms | p99 ms | max ms |\n|---|--:|--:|--:|--:|--:|--:|--:|\n",
+	fmt.Fprintf(w, "\n#### [%s] %s — %s\n\n%s.\n\n| variant | utilization %% | acquired | timeouts | errors | p50 ms | p99 ms | max ms | hand-off gap p50 / mean / p99 ms |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n",
 		r.Driver, r.Workload, r.Title, r.Measure)
 	for _, x := range r.Rows {
 		u := "–"
@@ -621,7 +652,7 @@ func mdWait(w io.Writer, r *WaitResult) {
 		if x.Variant == VarNotify || x.Variant == VarNotifyOne {
 			name = "**" + name + "**"
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %.2f | %.2f | %.2f |\n", name, u, x.Acquired, x.Timeouts, x.Errors, x.P50, x.P99, x.Max)
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %.2f | %.2f | %.2f | %s |\n", name, u, x.Acquired, x.Timeouts, x.Errors, x.P50, x.P99, x.Max, gapStr(x))
 	}
 }
 

@@ -77,6 +77,7 @@ type options struct {
 	scaleProcs  string
 	scaleDur    time.Duration
 	scaleOwn    int
+	scaleHot    int
 	procChild   bool
 }
 
@@ -125,6 +126,7 @@ func main() {
 	flag.StringVar(&o.scaleProcs, "scale-procs", "5,50", "w6scale: the process counts to compare (the first and last are compared)")
 	flag.DurationVar(&o.scaleDur, "scale-duration", 10*time.Second, "w6scale: measured time per process count")
 	flag.IntVar(&o.scaleOwn, "scale-own-keys", sgbench.DefaultScaleShape.OwnKeys, "w6scale: contended keys of its own per process (0: the hot key only)")
+	flag.IntVar(&o.scaleHot, "scale-hot-workers", sgbench.DefaultScaleShape.HotWorkers, "w6scale: workers per process on the shared hot key (0: own keys only)")
 	flag.BoolVar(&o.procChild, "w6-proc", false, "internal: run as a child process of workload 6e or w6scale (the job on stdin)")
 	flag.Parse()
 	if o.procChild {
@@ -581,7 +583,7 @@ func runWaiting(ctx context.Context, o options, want map[string]bool, d, name, d
 			}
 			progress("[%s] w6scale (%v processes, %v each)", d, counts, o.scaleDur)
 			shape := sgbench.DefaultScaleShape
-			shape.OwnKeys = o.scaleOwn
+			shape.OwnKeys, shape.HotWorkers = o.scaleOwn, o.scaleHot
 			r, err := we.Scale(ctx, spawn, counts, shape, 2*time.Second, o.scaleDur)
 			if err != nil {
 				return fmt.Errorf("w6scale: %w", err)

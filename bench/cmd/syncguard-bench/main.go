@@ -74,6 +74,7 @@ type options struct {
 	w6Bouncer   bool
 	w6eDuration time.Duration
 	w6eDelays   string
+	w6eShapes   string
 	scaleProcs  string
 	scaleDur    time.Duration
 	scaleOwn    int
@@ -123,6 +124,7 @@ func main() {
 	flag.BoolVar(&o.w6Bouncer, "w6-pgbouncer", true, "workloads 6a and 6b also through PgBouncer in transaction mode (throwaway server only)")
 	flag.DurationVar(&o.w6eDuration, "w6e-duration", 8*time.Second, "workload 6e: measured time per shape and delay")
 	flag.StringVar(&o.w6eDelays, "w6e-delays", "5ms,10ms", "workload 6e: the far processes' added latency, each way")
+	flag.StringVar(&o.w6eShapes, "w6e-shapes", "", "workload 6e: shapes name:workers-per-process:hold:pause,... (default W6a's and W6b's: w6a:2:10ms:20ms,w6b:1:50ms:50ms)")
 	flag.StringVar(&o.scaleProcs, "scale-procs", "5,50", "w6scale: the process counts to compare (the first and last are compared)")
 	flag.DurationVar(&o.scaleDur, "scale-duration", 10*time.Second, "w6scale: measured time per process count")
 	flag.IntVar(&o.scaleOwn, "scale-own-keys", sgbench.DefaultScaleShape.OwnKeys, "w6scale: contended keys of its own per process (0: the hot key only)")
@@ -560,6 +562,23 @@ func runWaiting(ctx context.Context, o options, want map[string]bool, d, name, d
 					return fmt.Errorf("-w6e-delays: %w", err)
 				}
 				delays = append(delays, dl)
+			}
+			if o.w6eShapes != "" {
+				var shapes []sgbench.FairShape
+				for _, s := range strings.Split(o.w6eShapes, ",") {
+					f := strings.Split(strings.TrimSpace(s), ":")
+					if len(f) != 4 {
+						return fmt.Errorf("-w6e-shapes: %q", s)
+					}
+					n, err1 := strconv.Atoi(f[1])
+					hold, err2 := time.ParseDuration(f[2])
+					pause, err3 := time.ParseDuration(f[3])
+					if err := errors.Join(err1, err2, err3); err != nil || n < 1 {
+						return fmt.Errorf("-w6e-shapes: %q: %v", s, err)
+					}
+					shapes = append(shapes, sgbench.FairShape{Name: f[0], WorkersPerProcess: n, Hold: hold, Pause: pause})
+				}
+				sgbench.FairShapes = shapes
 			}
 			h, p, err := hostPort(dsn)
 			if err != nil {

@@ -1,6 +1,9 @@
 package sgbench
 
 import (
+	"fmt"
+	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -86,5 +89,63 @@ func TestTablesRenderTheSameCellsBothWays(t *testing.T) {
 	}
 	if ts := TargetsOf(r); len(ts) != 1 || !strings.Contains(txt.String(), "[MET    ] "+ts[0].Name) {
 		t.Errorf("targets %v not printed:\n%s", ts, txt.String())
+	}
+}
+
+// The delay line adds its delay once per direction, and chunks sent close
+// together arrive close together (no queueing behind each other's delay).
+func TestDelayProxyIsALatencyNotAQueue(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		io.Copy(c, c) // echo
+	}()
+	const d = 20 * time.Millisecond
+	p, err := NewDelayProxy(ln.Addr().String(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", p.Port()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	t0 := time.Now()
+	for i := range 5 { // 5 chunks, 2 ms apart
+		if _, err := c.Write([]byte{byte('a' + i)}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(c, buf); err != nil {
+		t.Fatal(err)
+	}
+	el := time.Since(t0)
+	if string(buf) != "abcde" {
+		t.Fatalf("got %q", buf)
+	}
+	// 2 d (there and back) + 8 ms of spacing; a queue would take 10 d.
+	if el < 2*d || el > 2*d+8*time.Millisecond+60*time.Millisecond {
+		t.Fatalf("5 chunks took %v, want about %v", el, 2*d+8*time.Millisecond)
+	}
+}
+
+func TestSegmentGaps(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	a := &contentionAcc{holds: [][2]time.Time{{at(20), at(30)}, {at(0), at(10)}, {at(31), at(41)}}}
+	a.segmentGaps()
+	if len(a.gaps) != 2 || a.gaps[0] != 10*time.Millisecond || a.gaps[1] != time.Millisecond || len(a.holds) != 0 {
+		t.Fatalf("gaps %v holds %v", a.gaps, a.holds)
 	}
 }

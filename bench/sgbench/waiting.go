@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -30,13 +31,20 @@ import (
 // Variants (lockers), each worker on a pool and Backend of its own, as if
 // in a process of its own, unless the name says "one process":
 //
-//	syncguard                  wake on release (LISTEN/NOTIFY), expiry-aware, FIFO
+//	syncguard                  the queue in the waiters table, the key handed
+//	                           over in the release's commit, the waiter woken
+//	                           by a notification naming it
 //	syncguard, one process     the same, all workers on one pool and Backend
 //	syncguard polling fallback the dialect without driver.Listener (as behind
-//	                           PgBouncer): expiry-aware polling
-//	polling (before issue 15)  the retry schedule only, as before waking existed
+//	                           PgBouncer): queued, but a waiter learns of its
+//	                           grant at its next attempt
+//	polling (before issue 15)  the retry schedule only, as before waking
+//	                           existed: no queue, attempts barge
 //	spec design                the reference transactions, polled on the same
 //	                           retry schedule (the reference lock() helper)
+//
+// Multi-process workloads (multiproc.go): W6e (fairness to far clients)
+// and the scale measurement (work per hand-off, 5 vs 50 processes).
 
 // WaitEnv is what the waiting workloads need beyond Env.
 type WaitEnv struct {
@@ -49,6 +57,9 @@ type WaitEnv struct {
 	// direct); its workloads are reported as "<name>_<via>". Statements
 	// then run unprepared (Config.DisablePrepare).
 	Via string
+	// Notified, when set, counts the notifications delivered to the
+	// LISTEN connections of the Backends that OpenProc opens.
+	Notified *atomic.Int64
 }
 
 // Locker variants of workload 6.
@@ -63,13 +74,33 @@ const (
 // WaitVariants lists the variants in report order.
 var WaitVariants = []string{VarNotify, VarNotifyOne, VarFallback, VarPollBefore, VarSpec}
 
-// noListen hides a dialect's driver.Listener capability.
-type noListen struct{ driver.Dialect }
+// fwdDialect forwards the optional capabilities a wrapper must not hide
+// (driver.OneShot, driver.BackendPIDReader): a wrapper that embedded only
+// driver.Dialect would change how the Backend sends its statements.
+type fwdDialect struct{ driver.Dialect }
 
-// pollingOnly is a Locker without the hub and without the holder's expiry:
-// Lock retries on its schedule only, as it did before issue 15. It hides
-// the attempt's context values, through which Lock finds the hub of a
-// Backend inside a wrapper.
+func (d fwdDialect) OneShotArgs() []any {
+	if o, ok := d.Dialect.(driver.OneShot); ok {
+		return o.OneShotArgs()
+	}
+	return nil // the same as no driver.OneShot
+}
+
+func (d fwdDialect) BackendPID(driverConn any) (int, bool) {
+	if r, ok := d.Dialect.(driver.BackendPIDReader); ok {
+		return r.BackendPID(driverConn)
+	}
+	return 0, false // the same as no driver.BackendPIDReader
+}
+
+// noListen hides a dialect's driver.Listener capability (and only it).
+type noListen struct{ fwdDialect }
+
+// pollingOnly is a Locker without the waiting machinery: Lock retries on
+// its schedule only, as it did before issue 15. It hides the attempt's
+// context values, through which the Backend beneath finds Lock's waiting
+// record: its attempts are then plain acquires that neither queue nor
+// learn the holder's expiry, and a release finds no waiter to hand to.
 type pollingOnly struct{ b *syncguard.Backend }
 
 // noValues is ctx without its values (deadline and cancellation kept).
@@ -78,8 +109,7 @@ type noValues struct{ context.Context }
 func (noValues) Value(any) any { return nil }
 
 func (p pollingOnly) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {
-	r, err := p.b.Acquire(noValues{ctx}, key, ttl)
-	return syncguard.AcquireResult{OK: r.OK, Reason: r.Reason, LockID: r.LockID, Fence: r.Fence, ExpiresAt: r.ExpiresAt}, err
+	return p.b.Acquire(noValues{ctx}, key, ttl)
 }
 func (p pollingOnly) Release(ctx context.Context, id string) (syncguard.ReleaseResult, error) {
 	return p.b.Release(ctx, id)
@@ -109,11 +139,13 @@ func (l refLocker) Extend(ctx context.Context, id string, ttl time.Duration) (sy
 
 // proc is one simulated process: a pool and the variant's locker on it.
 type proc struct {
-	db     *sql.DB
-	locker syncguard.Locker
-	sg     *syncguard.Backend // the Backend under the locker, if any
-	ref    *Reference
-	table  string // lock table of the locker
+	db      *sql.DB
+	variant string
+	cfg     *syncguard.Config
+	locker  syncguard.Locker
+	sg      *syncguard.Backend // the Backend under the locker, if any
+	ref     *Reference
+	table   string // lock table of the locker
 }
 
 func (p *proc) close() {
@@ -126,6 +158,26 @@ func (p *proc) close() {
 	p.db.Close()
 }
 
+// reopen closes the proc's Backend, which ends its LISTEN connection, and
+// puts a new Backend on the same pool in its place: a closed Backend never
+// listens again (its waits poll), as a process that restarts would not.
+// Nothing may use the locker meanwhile.
+func (p *proc) reopen() error {
+	if p.sg == nil {
+		return nil
+	}
+	p.sg.Close()
+	sg, err := syncguard.New(p.db, p.cfg)
+	if err != nil {
+		return err
+	}
+	p.sg, p.locker = sg, sg
+	if p.variant == VarPollBefore {
+		p.locker = pollingOnly{sg}
+	}
+	return nil
+}
+
 // OpenProc opens a pool of size conns and the locker of variant on it.
 func (w *WaitEnv) OpenProc(ctx context.Context, variant string, conns int) (*proc, error) {
 	db, err := sql.Open(w.SQLDriver, w.DSN)
@@ -134,14 +186,19 @@ func (w *WaitEnv) OpenProc(ctx context.Context, variant string, conns int) (*pro
 	}
 	db.SetMaxOpenConns(conns)
 	db.SetMaxIdleConns(conns)
-	p := &proc{db: db, table: SGTable}
+	p := &proc{db: db, table: SGTable, variant: variant}
 	// The polling fallback is logged once per Backend: with a Backend per
 	// simulated process, that would be once per worker.
-	cfg := &syncguard.Config{TableName: SGTable, FenceTableName: SGFenceTable, Dialect: w.Dialect,
+	p.cfg = &syncguard.Config{TableName: SGTable, FenceTableName: SGFenceTable, Dialect: w.Dialect,
 		Logger: slog.New(slog.DiscardHandler), DisablePrepare: w.Via != ""}
+	if w.Notified != nil {
+		if l, ok := w.Dialect.(driver.Listener); ok {
+			p.cfg.Dialect = countingDialect{fwdDialect{w.Dialect}, l, w.Notified}
+		}
+	}
 	switch variant {
 	case VarFallback:
-		cfg.Dialect = noListen{w.Dialect}
+		p.cfg.Dialect = noListen{fwdDialect{w.Dialect}}
 	case VarSpec:
 		p.ref, err = NewReference(ctx, db)
 		if err != nil {
@@ -151,7 +208,7 @@ func (w *WaitEnv) OpenProc(ctx context.Context, variant string, conns int) (*pro
 		p.locker, p.table = refLocker{p.ref}, RefTable
 		return p, nil
 	}
-	p.sg, err = syncguard.New(db, cfg)
+	p.sg, err = syncguard.New(db, p.cfg)
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -161,6 +218,35 @@ func (w *WaitEnv) OpenProc(ctx context.Context, variant string, conns int) (*pro
 		p.locker = pollingOnly{p.sg}
 	}
 	return p, nil
+}
+
+// countingDialect counts the notifications its LISTEN connections deliver
+// (every one, whatever it names: the work a process does for them).
+type countingDialect struct {
+	fwdDialect
+	l driver.Listener
+	n *atomic.Int64
+}
+
+func (d countingDialect) Listen(ctx context.Context, db *sql.DB, channel string) (driver.NotifyConn, error) {
+	c, err := d.l.Listen(ctx, db, channel)
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{c, d.n}, nil
+}
+
+type countingConn struct {
+	driver.NotifyConn
+	n *atomic.Int64
+}
+
+func (c countingConn) Wait(ctx context.Context) (string, error) {
+	p, err := c.NotifyConn.Wait(ctx)
+	if err == nil {
+		c.n.Add(1)
+	}
+	return p, err
 }
 
 // WaitRow is one variant's result in a waiting workload.
@@ -174,6 +260,11 @@ type WaitRow struct {
 	P50         float64 `json:"p50_ms"` // wait (W6a/b), hand-off (W6c), delay after expiry (W6d)
 	P99         float64 `json:"p99_ms"`
 	Max         float64 `json:"max_ms"`
+	// W6a/b: the hand-off gap, from one fn's end to the next one's start
+	// (consecutive holds within a segment).
+	GapP50  float64 `json:"gap_p50_ms,omitempty"`
+	GapP99  float64 `json:"gap_p99_ms,omitempty"`
+	GapMean float64 `json:"gap_mean_ms,omitempty"`
 }
 
 // WaitResult is one waiting workload: one JSON line.
@@ -217,12 +308,25 @@ type contentionAcc struct {
 	timeouts int
 	errs     int
 	firstErr error
+	holds    [][2]time.Time  // this segment's fn intervals, for the gaps
+	gaps     []time.Duration // from one fn's end to the next one's start
+}
+
+// segmentGaps moves the gaps between the consecutive holds of a segment
+// into gaps (only gaps with a holder before and after: idle time at the
+// window's edges is not a hand-off).
+func (a *contentionAcc) segmentGaps() {
+	slices.SortFunc(a.holds, func(x, y [2]time.Time) int { return x[0].Compare(y[0]) })
+	for i := 1; i < len(a.holds); i++ {
+		a.gaps = append(a.gaps, max(a.holds[i][0].Sub(a.holds[i-1][1]), 0))
+	}
+	a.holds = a.holds[:0]
 }
 
 // Contention runs W6a/W6b: every variant for p.Duration, in p.Rounds
 // segments interleaved with the other variants'.
 func (w *WaitEnv) Contention(ctx context.Context, p ContentionParams, variants []string) (*WaitResult, error) {
-	opts := &syncguard.LockOptions{TTL: 30 * time.Second} // default acquisition: 10 retries, 100 ms exponential, 5 s
+	opts := &syncguard.LockOptions{TTL: 30 * time.Second} // default acquisition: no retry limit, 100 ms exponential (at most 1 s), 5 s timeout
 	type vstate struct {
 		name  string
 		procs []*proc
@@ -261,6 +365,7 @@ func (w *WaitEnv) Contention(ctx context.Context, p ContentionParams, variants [
 	// first waits open LISTEN connections again, as a process's first wait
 	// does once. Waits that began before the window are not counted.
 	const segmentWarm = 300 * time.Millisecond
+	var segErr error
 	seg := func(v *vstate, key string, d time.Duration, acc *contentionAcc) {
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -285,6 +390,9 @@ func (w *WaitEnv) Contention(ctx context.Context, p ContentionParams, variants [
 					case err == nil:
 						if !t0.Before(start) { // not begun during the warm-up
 							acc.waits = append(acc.waits, h0.Sub(t0))
+						}
+						if !h0.Before(start) && !h1.After(end) {
+							acc.holds = append(acc.holds, [2]time.Time{h0, h1})
 						}
 						if h1.After(end) { // the window is [start, end]
 							h1 = end
@@ -317,12 +425,14 @@ func (w *WaitEnv) Contention(ctx context.Context, p ContentionParams, variants [
 		}
 		wg.Wait()
 		v.wall += d
-		// Every listening backend in the database is signalled on every
-		// notification: close this variant's LISTEN connections, so that
-		// they cost nothing while the other variants run.
+		acc.segmentGaps()
+		// PostgreSQL (15) signals every session listening in the database
+		// on every notification, whatever its channel: end this variant's
+		// LISTEN connections, so that they cost nothing while the other
+		// variants run. The next segment's first waits open new ones.
 		for _, pr := range v.procs {
-			if pr.sg != nil {
-				pr.sg.Close()
+			if err := pr.reopen(); err != nil && segErr == nil {
+				segErr = err
 			}
 		}
 	}
@@ -336,6 +446,9 @@ func (w *WaitEnv) Contention(ctx context.Context, p ContentionParams, variants [
 		for _, v := range rotate(vs, r) {
 			seg(v, fmt.Sprintf("%s:%s:%d:%d", w.RunID, p.Name, r, slices.Index(WaitVariants, v.name)), d, &v.acc)
 		}
+	}
+	if segErr != nil {
+		return nil, segErr
 	}
 	name, via := p.Name, ""
 	if w.Via != "" {
@@ -356,6 +469,8 @@ func (w *WaitEnv) Contention(ctx context.Context, p ContentionParams, variants [
 			row.Utilization = 100 * float64(v.acc.held) / float64(v.wall)
 		}
 		row.P50, row.P99, row.Max = summarizeMs(v.acc.waits)
+		row.GapMean = meanMs(v.acc.gaps)
+		row.GapP50, row.GapP99, _ = summarizeMs(v.acc.gaps)
 		res.Rows = append(res.Rows, row)
 		if w.Via != "" {
 			continue // the targets through a pooler are PoolerTargets
@@ -496,18 +611,25 @@ func HandOffTarget(r *WaitResult) {
 	}
 }
 
+func gapStr(x WaitRow) string {
+	if x.GapMean == 0 && x.GapP99 == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f / %.2f / %.1f", x.GapP50, x.GapMean, x.GapP99)
+}
+
 // PrintWait writes a waiting workload's table.
 func PrintWait(w io.Writer, r *WaitResult) {
 	fmt.Fprintf(w, "\n== [%s] %s: %s\n", r.Driver, r.Workload, r.Title)
 	fmt.Fprintf(w, "   measure: %s; params: %s\n", r.Measure, params(r.Params))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "variant\tutilization %\tacquired\ttimeouts\terrors\tp50 ms\tp99 ms\tmax ms\t")
+	fmt.Fprintln(tw, "variant\tutilization %\tacquired\ttimeouts\terrors\tp50 ms\tp99 ms\tmax ms\tgap p50/mean/p99 ms\t")
 	for _, x := range r.Rows {
 		u := "-"
 		if x.Utilization > 0 {
 			u = fmt.Sprintf("%.1f", x.Utilization)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t\n", x.Variant, u, x.Acquired, x.Timeouts, x.Errors, x.P50, x.P99, x.Max)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t%s\t\n", x.Variant, u, x.Acquired, x.Timeouts, x.Errors, x.P50, x.P99, x.Max, gapStr(x))
 	}
 	tw.Flush()
 	for _, x := range r.Rows {
@@ -519,7 +641,7 @@ func PrintWait(w io.Writer, r *WaitResult) {
 }
 
 func mdWait(w io.Writer, r *WaitResult) {
-	fmt.Fprintf(w, "\n#### [%s] %s — %s\n\n%s.\n\n| variant | utilization %% | acquired | timeouts | errors | p50 ms | p99 ms | max ms |\n|---|--:|--:|--:|--:|--:|--:|--:|\n",
+	fmt.Fprintf(w, "\n#### [%s] %s — %s\n\n%s.\n\n| variant | utilization %% | acquired | timeouts | errors | p50 ms | p99 ms | max ms | hand-off gap p50 / mean / p99 ms |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n",
 		r.Driver, r.Workload, r.Title, r.Measure)
 	for _, x := range r.Rows {
 		u := "–"
@@ -530,7 +652,7 @@ func mdWait(w io.Writer, r *WaitResult) {
 		if x.Variant == VarNotify || x.Variant == VarNotifyOne {
 			name = "**" + name + "**"
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %.2f | %.2f | %.2f |\n", name, u, x.Acquired, x.Timeouts, x.Errors, x.P50, x.P99, x.Max)
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %.2f | %.2f | %.2f | %s |\n", name, u, x.Acquired, x.Timeouts, x.Errors, x.P50, x.P99, x.Max, gapStr(x))
 	}
 }
 

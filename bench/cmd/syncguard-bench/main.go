@@ -72,6 +72,14 @@ type options struct {
 	w6Variants  string
 	w6cChild    string
 	w6Bouncer   bool
+	w6eDuration time.Duration
+	w6eDelays   string
+	w6eShapes   string
+	scaleProcs  string
+	scaleDur    time.Duration
+	scaleOwn    int
+	scaleHot    int
+	procChild   bool
 }
 
 // Environment of a W6c child process (see -w6c-child).
@@ -105,7 +113,7 @@ func main() {
 	flag.IntVar(&o.hotAlt, "hot-workers-alt", 2, "workload 3 again with this many workers (as many as the cores), for 2/5 of -duration; 0 skips")
 	flag.StringVar(&o.jsonPath, "json", "", "also write the JSON summary lines to this file")
 	flag.StringVar(&o.mdPath, "markdown", "", "also write the results as Markdown tables to this file")
-	flag.StringVar(&o.workloads, "workloads", "w1,w2,w3,w4,w5,wal,anatomy,allocs,rt,storage,w6a,w6b,w6c,w6d", "what to run")
+	flag.StringVar(&o.workloads, "workloads", "w1,w2,w3,w4,w5,wal,anatomy,allocs,rt,storage,w6a,w6b,w6c,w6d,w6e,w6scale", "what to run")
 	flag.DurationVar(&o.w6Duration, "w6-duration", 10*time.Second, "workloads 6a and 6b: measured time per variant")
 	flag.IntVar(&o.w6Rounds, "w6-rounds", 5, "workloads 6a and 6b: interleaved rounds")
 	flag.IntVar(&o.w6cIters, "w6c-iterations", 100, "workload 6c: hand-offs per variant")
@@ -114,7 +122,22 @@ func main() {
 	flag.StringVar(&o.w6Variants, "w6-variants", strings.Join(sgbench.WaitVariants, ","), "workload 6: the lockers to compare")
 	flag.StringVar(&o.w6cChild, "w6c-child", "", "internal: run as the waiter process of workload 6c with this variant")
 	flag.BoolVar(&o.w6Bouncer, "w6-pgbouncer", true, "workloads 6a and 6b also through PgBouncer in transaction mode (throwaway server only)")
+	flag.DurationVar(&o.w6eDuration, "w6e-duration", 8*time.Second, "workload 6e: measured time per shape and delay")
+	flag.StringVar(&o.w6eDelays, "w6e-delays", "5ms,10ms", "workload 6e: the far processes' added latency, each way")
+	flag.StringVar(&o.w6eShapes, "w6e-shapes", "", "workload 6e: shapes name:workers-per-process:hold:pause,... (default W6a's and W6b's: w6a:2:10ms:20ms,w6b:1:50ms:50ms)")
+	flag.StringVar(&o.scaleProcs, "scale-procs", "5,50", "w6scale: the process counts to compare (the first and last are compared)")
+	flag.DurationVar(&o.scaleDur, "scale-duration", 10*time.Second, "w6scale: measured time per process count")
+	flag.IntVar(&o.scaleOwn, "scale-own-keys", sgbench.DefaultScaleShape.OwnKeys, "w6scale: contended keys of its own per process (0: the hot key only)")
+	flag.IntVar(&o.scaleHot, "scale-hot-workers", sgbench.DefaultScaleShape.HotWorkers, "w6scale: workers per process on the shared hot key (0: own keys only)")
+	flag.BoolVar(&o.procChild, "w6-proc", false, "internal: run as a child process of workload 6e or w6scale (the job on stdin)")
 	flag.Parse()
+	if o.procChild {
+		if err := runProcChild(); err != nil {
+			fmt.Fprintln(os.Stderr, "syncguard-bench child:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if o.w6cChild != "" {
 		if err := runChild(o.w6cChild); err != nil {
 			fmt.Fprintln(os.Stderr, "syncguard-bench child:", err)
@@ -525,6 +548,68 @@ func runWaiting(ctx context.Context, o options, want map[string]bool, d, name, d
 		}
 		show(r)
 	}
+	if want["w6e"] || want["w6scale"] {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		spawn := func(job sgbench.ProcJob) (*sgbench.Child, error) { return spawnProc(ctx, exe, job) }
+		if want["w6e"] {
+			var delays []time.Duration
+			for _, s := range strings.Split(o.w6eDelays, ",") {
+				dl, err := time.ParseDuration(strings.TrimSpace(s))
+				if err != nil {
+					return fmt.Errorf("-w6e-delays: %w", err)
+				}
+				delays = append(delays, dl)
+			}
+			if o.w6eShapes != "" {
+				var shapes []sgbench.FairShape
+				for _, s := range strings.Split(o.w6eShapes, ",") {
+					f := strings.Split(strings.TrimSpace(s), ":")
+					if len(f) != 4 {
+						return fmt.Errorf("-w6e-shapes: %q", s)
+					}
+					n, err1 := strconv.Atoi(f[1])
+					hold, err2 := time.ParseDuration(f[2])
+					pause, err3 := time.ParseDuration(f[3])
+					if err := errors.Join(err1, err2, err3); err != nil || n < 1 {
+						return fmt.Errorf("-w6e-shapes: %q: %v", s, err)
+					}
+					shapes = append(shapes, sgbench.FairShape{Name: f[0], WorkersPerProcess: n, Hold: hold, Pause: pause})
+				}
+				sgbench.FairShapes = shapes
+			}
+			h, p, err := hostPort(dsn)
+			if err != nil {
+				return err
+			}
+			progress("[%s] w6e (%d delays x %d shapes x %v)", d, len(delays), len(sgbench.FairShapes), o.w6eDuration)
+			r, err := we.Fairness(ctx, spawn, net.JoinHostPort(h, strconv.Itoa(p)), delays, time.Second, o.w6eDuration)
+			if err != nil {
+				return fmt.Errorf("w6e: %w", err)
+			}
+			show(r)
+		}
+		if want["w6scale"] {
+			var counts []int
+			for _, s := range strings.Split(o.scaleProcs, ",") {
+				n, err := strconv.Atoi(strings.TrimSpace(s))
+				if err != nil || n < 1 {
+					return fmt.Errorf("-scale-procs: %q", s)
+				}
+				counts = append(counts, n)
+			}
+			progress("[%s] w6scale (%v processes, %v each)", d, counts, o.scaleDur)
+			shape := sgbench.DefaultScaleShape
+			shape.OwnKeys, shape.HotWorkers = o.scaleOwn, o.scaleHot
+			r, err := we.Scale(ctx, spawn, counts, shape, 2*time.Second, o.scaleDur)
+			if err != nil {
+				return fmt.Errorf("w6scale: %w", err)
+			}
+			show(r)
+		}
+	}
 	if want["w6d"] {
 		progress("[%s] w6d", d)
 		r, err := we.CrashedHolder(ctx, variants, o.w6dKeys, o.w6dRounds, 2*time.Second)
@@ -574,8 +659,55 @@ func runThroughPgBouncer(ctx context.Context, o options, want map[string]bool, w
 }
 
 var contentionParams = []sgbench.ContentionParams{
-	{Name: "w6a", Workers: 8, Hold: 10 * time.Millisecond, Pause: 20 * time.Millisecond, IdealP99: 80 * time.Millisecond, UtilGoal: 85},
-	{Name: "w6b", Workers: 4, Hold: 50 * time.Millisecond, Pause: 50 * time.Millisecond, IdealP99: 160 * time.Millisecond, UtilGoal: 90},
+	{Name: "w6a", Workers: 8, Hold: 10 * time.Millisecond, Pause: 20 * time.Millisecond, IdealP99: 80 * time.Millisecond, UtilGoal: 93},
+	{Name: "w6b", Workers: 4, Hold: 50 * time.Millisecond, Pause: 50 * time.Millisecond, IdealP99: 160 * time.Millisecond, UtilGoal: 96},
+}
+
+// spawnProc starts a child process of workload 6e or w6scale and sends it
+// its job.
+func spawnProc(ctx context.Context, exe string, job sgbench.ProcJob) (*sgbench.Child, error) {
+	cmd := exec.CommandContext(ctx, exe, "-w6-proc")
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	outp, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(job)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := fmt.Fprintf(in, "%s\n", b); err != nil {
+		return nil, err
+	}
+	return &sgbench.Child{In: in, Out: bufio.NewReader(outp), Close: cmd.Wait}, nil
+}
+
+// runProcChild is a child process of workload 6e or w6scale.
+func runProcChild() error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	in := bufio.NewReader(os.Stdin)
+	line, err := in.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	var job sgbench.ProcJob
+	if err := json.Unmarshal([]byte(line), &job); err != nil {
+		return err
+	}
+	name, ok := sqlDriver[job.Driver]
+	if !ok {
+		return fmt.Errorf("unknown driver %q", job.Driver)
+	}
+	we := &sgbench.WaitEnv{Driver: job.Driver, SQLDriver: name, DSN: job.DSN, Dialect: listenDialect(job.Driver, job.DSN)}
+	return sgbench.ServeProc(ctx, we, job, in, os.Stdout)
 }
 
 // runChild is the waiter process of workload 6c.

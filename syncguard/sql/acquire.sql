@@ -42,6 +42,12 @@
 -- ins:  writes the lock row. On conflict it overwrites only a row that is
 --       still expired in its latest committed version, under that row's lock
 --       (never a lock whose extend just committed).
+--if holders
+-- h:    with the holder's identity ({{identity_arg}}): its row in the holders
+--       table, by lockId, when the lock was taken; hd deletes the key's
+--       older rows (holders that expired or were released by another
+--       implementation).
+--end
 -- The final SELECT always returns one row. A row of our own lockId in cur
 -- means this statement already ran (database/sql re-ran it after
 -- driver.ErrBadConn): report that success again. now_ms lets a failed
@@ -99,8 +105,15 @@ ins AS (
 )
 --if queue
 , q AS (
-  INSERT INTO {{waiters}} AS w ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "user_key", "fence_key")
-  SELECT $1::text, $2::text, {{now_us}}, t.now_ms + $6::bigint, $5::bigint, $4::text, $3::text FROM t
+  INSERT INTO {{waiters}} AS w ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "user_key", "fence_key", "identity")
+  SELECT $1::text, $2::text, {{now_us}}, t.now_ms + $6::bigint, $5::bigint, $4::text, $3::text,
+--if holders
+    {{identity_arg}}::text
+--end
+--if !holders
+    NULL::text
+--end
+  FROM t
   WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM cur WHERE cur."lock_id" = $2::text)
   ON CONFLICT ("lock_id") DO UPDATE SET "deadline_ms" = EXCLUDED."deadline_ms", "ttl_ms" = EXCLUDED."ttl_ms"
   RETURNING 1
@@ -110,6 +123,19 @@ dq AS (
   WHERE (w."lock_id" = $2::text
          AND (EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM cur WHERE cur."lock_id" = $2::text)))
      OR (w."key" = $1::text AND w."lock_id" <> $2::text AND w."deadline_ms" < t.now_ms - {{waiter_gc}})
+  RETURNING 1
+)
+--end
+--if holders
+, h AS (
+  INSERT INTO {{holders}} AS h ("lock_id", "key", "identity")
+  SELECT ins."lock_id", $1::text, {{identity_arg}}::text FROM ins
+  ON CONFLICT ("lock_id") DO UPDATE SET "identity" = EXCLUDED."identity"
+  RETURNING 1
+),
+hd AS (
+  DELETE FROM {{holders}} AS h
+  WHERE h."key" = $1::text AND h."lock_id" <> $2::text AND EXISTS (SELECT 1 FROM ins)
   RETURNING 1
 )
 --end

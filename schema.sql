@@ -45,8 +45,8 @@ CREATE INDEX IF NOT EXISTS "idx_syncguard_locks_wkey" ON "syncguard_locks_waiter
 -- the spec; the reference implementation neither reads nor needs it), by
 -- lockId: a lookup joins it on the lock row's lock_id, so a key taken
 -- over by a process that writes no row here shows no identity, never the
--- previous holder's. An acquire with an identity writes its row and
--- deletes the key's older ones; a release deletes its own.
+-- previous holder's. An acquire with an identity writes its row; a
+-- release deletes the rows of its key.
 CREATE TABLE IF NOT EXISTS "syncguard_locks_holders" (
   "lock_id" TEXT PRIMARY KEY,
   "key" TEXT NOT NULL,

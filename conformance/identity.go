@@ -78,6 +78,9 @@ func init() {
 			e.t.Errorf("rule: a key taken over by a process that stores no identity never shows the previous holder's; got %+v", info)
 		}
 		e.release(e.pb2, id)
+		if n := e.holderRows(k); n != 0 {
+			e.t.Errorf("rule: a release of a key deletes its earlier holders' identity rows too; %d left", n)
+		}
 	})
 
 	registerSQL("Identity/HandOffCarriesTheWaitersIdentity", func(e *sqlEnv) {

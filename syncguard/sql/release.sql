@@ -21,8 +21,11 @@
 --      lockId). Any role can send it: it only makes that waiter attempt,
 --      and the attempt finds the row.
 -- The lines between "--if holders" and "--end" keep the holders table
--- (left out when it is missing): hl deletes the releaser's identity row;
--- gh writes the waiter's, when it queued with one.
+-- (left out when it is missing): hl deletes the identity rows of the
+-- released key (the releaser's, and those of earlier holders that expired
+-- or were taken over by another implementation; not gh's, which this
+-- statement's snapshot does not see); gh writes the waiter's, when it
+-- queued with one.
 -- sc:  when nothing was handed over, on the pool path, for a lock with at
 --      most {{async_release_max}} ms left, the commit does not wait for the
 --      WAL flush (synchronous_commit off for this transaction only; read at
@@ -83,7 +86,7 @@ n AS (
 --end
 --if holders
 hl AS (
-  DELETE FROM {{holders}} AS h WHERE h."lock_id" = $1::text
+  DELETE FROM {{holders}} AS h USING d WHERE h."key" = d."key"
   RETURNING 1
 ),
 --end

@@ -52,6 +52,13 @@ func init() {
 			e.t.Errorf("rule: LockOptions.Identity is stored in place of Config.Identity; got %+v", info)
 		}
 		l.Close()
+		// A single attempt (no waiting) carries it too.
+		l, err = syncguard.Lock(e.ctx, b, k, &syncguard.LockOptions{Identity: "job-c", Acquisition: syncguard.AcquisitionOptions{MaxRetries: -1}})
+		e.must(err, "Lock")
+		if info, _ := e.pb.LookupKey(e.ctx, k); info == nil || info.Identity != "job-c" {
+			e.t.Errorf("rule: LockOptions.Identity is stored by a single attempt too; got %+v", info)
+		}
+		l.Close()
 		r = e.mustAcquire(e.pb, k, 30*time.Second)
 		if info, _ := e.pb2.LookupKey(e.ctx, k); info == nil || info.Identity != "" {
 			e.t.Errorf("rule: a holder without an identity shows none; got %+v", info)

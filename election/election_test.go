@@ -215,3 +215,28 @@ func TestCampaignEndsWithItsContext(t *testing.T) {
 		}
 	})
 }
+
+func TestElectionsByKeyAreIndependent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := syncguardtest.New()
+		ctx := t.Context()
+		a, err := newElection(t, fake, "leader:billing", "a").Campaign(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := newElection(t, fake, "leader:reports", "b").Campaign(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for key, want := range map[string]string{"leader:billing": "a", "leader:reports": "b"} {
+			if l, _ := newElection(t, fake, key, "x").Leader(ctx); l == nil || l.Identity != want {
+				t.Errorf("%s: leader %+v, want %s", key, l, want)
+			}
+		}
+		_ = a.Resign(ctx)
+		if l, _ := newElection(t, fake, "leader:reports", "x").Leader(ctx); l == nil || l.Identity != "b" || b.Err() != nil {
+			t.Errorf("a resignation in one election leaves the other: %+v, %v", l, b.Err())
+		}
+		_ = b.Resign(ctx)
+	})
+}

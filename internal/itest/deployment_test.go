@@ -27,7 +27,9 @@ func TestCheckDeploymentAsLeastPrivilegedRole(t *testing.T) {
 	if err := syncguard.SetupSchema(ctx, admin, cfg); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = admin.Exec(`DROP TABLE IF EXISTS deploy_locks, deploy_fences, deploy_locks_waiters, deploy_locks_holders`) })
+	t.Cleanup(func() {
+		_, _ = admin.Exec(`DROP TABLE IF EXISTS deploy_locks, deploy_fences, deploy_locks_waiters, deploy_locks_holders`)
+	})
 	const role = "sg_service"
 	roleDSN := roleWithoutCreate(ctx, t, srv, admin, role, "sg-service-pw")
 	mustExec(ctx, t, admin, `GRANT SELECT, INSERT, UPDATE, DELETE ON deploy_locks TO `+role)

@@ -37,7 +37,9 @@ func TestForgedNotificationsChangeNothing(t *testing.T) {
 	if err := syncguard.SetupSchema(ctx, admin, cfg); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = admin.Exec(`DROP TABLE IF EXISTS forge_locks, forge_fences, forge_locks_waiters, forge_locks_holders`) })
+	t.Cleanup(func() {
+		_, _ = admin.Exec(`DROP TABLE IF EXISTS forge_locks, forge_fences, forge_locks_waiters, forge_locks_holders`)
+	})
 	evilDSN := roleWithoutCreate(ctx, t, srv, admin, "sg_evil", "sg-evil-pw")
 	var denied int
 	if err := admin.QueryRowContext(ctx, `SELECT count(*) FROM unnest(ARRAY['forge_locks','forge_fences','forge_locks_waiters']) AS tb

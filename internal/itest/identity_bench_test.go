@@ -2,6 +2,8 @@ package itest_test
 
 import (
 	"context"
+	"database/sql"
+	"os"
 	"fmt"
 	"slices"
 	"testing"
@@ -15,11 +17,26 @@ import (
 // a holder identity and with one, on pgx against the throwaway server:
 // go test -run '^$' -bench AcquireIdentity . The two modes alternate in
 // rounds, so that a loaded machine slows both alike; the medians of the
-// rounds' per-acquire times are reported.
+// rounds' per-acquire times are reported. SYNCGUARD_BENCH_FSYNC=1 runs it
+// on a throwaway server of its own with fsync on, as make bench does.
 func BenchmarkAcquireIdentity(b *testing.B) {
-	srv := pgtest.Require(b)
 	ctx := context.Background()
-	db := open(&testing.T{}, srv.DSN)
+	dsn := ""
+	if os.Getenv("SYNCGUARD_BENCH_FSYNC") != "" {
+		srv, err := pgtest.Start(ctx, pgtest.Options{Fsync: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer srv.Stop() //nolint:errcheck
+		dsn = srv.DSN
+	} else {
+		dsn = pgtest.Require(b).DSN
+	}
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
 	cfg := &syncguard.Config{TableName: "bench_ident_locks", FenceTableName: "bench_ident_fences"}
 	for _, tbl := range []string{"bench_ident_locks", "bench_ident_fences", "bench_ident_locks_waiters", "bench_ident_locks_holders"} {
 		_, _ = db.ExecContext(ctx, `DROP TABLE IF EXISTS `+tbl)

@@ -63,6 +63,8 @@ func TestElectThreeCandidates(t *testing.T) {
 	k := key(t, "elect")
 	dir := t.TempDir()
 	script := `echo $$ > ` + dir + `/pid.$SYNCGUARD_FENCE_NUM; echo "leading term $SYNCGUARD_FENCE"; exec sleep 600`
+	watch := start(t, env(d), "leader", "--watch", "--interval", "20ms", k)
+	watch.waitStdout(t, "no leader")
 	var cands []*proc
 	for i := range 3 {
 		cands = append(cands, start(t, env(d), "elect", "--key", k, "--ttl", "2s", "--grace", "1s",
@@ -112,6 +114,7 @@ func TestElectThreeCandidates(t *testing.T) {
 	if since := time.Since(killedAt); since < 2*time.Second/3 {
 		t.Errorf("taken over %v after the kill; the crashed leader's lock (ttl 2s) was live", since)
 	}
+	watch.waitStdout(t, fmt.Sprintf("leader cand-%d term %s", second, term2))
 	// SIGTERM: the leader stops its command, resigns, and the third
 	// candidate is elected at once (one hand-off, no expiry).
 	resignAt := time.Now()
@@ -127,8 +130,41 @@ func TestElectThreeCandidates(t *testing.T) {
 	if m := decode(t, res); m["leader"] != fmt.Sprintf("cand-%d", third) || m["term"] != term3 {
 		t.Errorf("leader --json: %v", m)
 	}
+	watch.waitStdout(t, fmt.Sprintf("leader cand-%d term %s", third, term3))
 	_ = cands[third].cmd.Process.Signal(syscall.SIGTERM)
 	cands[third].wait(t, time.Minute)
+	// The watcher saw every term, in order, and "no leader" at the end.
+	for !strings.HasSuffix(strings.TrimSpace(watch.stdout.String()), "no leader") {
+		select {
+		case <-watch.done:
+			t.Fatalf("leader --watch exited: %s", watch.res)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	_ = watch.cmd.Process.Signal(syscall.SIGTERM)
+	wr := watch.wait(t, time.Minute)
+	wantCode(t, wr, 0)
+	var events []string
+	for _, line := range strings.Split(strings.TrimSpace(wr.stdout), "\n") {
+		if i := strings.Index(line, " leader cand-"); i >= 0 {
+			events = append(events, line[i+1:])
+		} else if strings.HasSuffix(line, " no leader") {
+			events = append(events, "no leader")
+		}
+	}
+	// "no leader" may come between two terms (the crashed leader's lock
+	// expired before the follower's attempt); it must come first and last.
+	var terms []string
+	for _, ev := range events {
+		if ev != "no leader" {
+			terms = append(terms, ev)
+		}
+	}
+	want := []string{fmt.Sprintf("leader cand-%d term %s", first, term1), fmt.Sprintf("leader cand-%d term %s", second, term2),
+		fmt.Sprintf("leader cand-%d term %s", third, term3)}
+	if len(events) < 2 || events[0] != "no leader" || events[len(events)-1] != "no leader" || strings.Join(terms, "|") != strings.Join(want, "|") {
+		t.Errorf("leader --watch: every change in order;\ngot  %q\nwant %q between \"no leader\"s", events, want)
+	}
 	res = sg(t, d, "leader", k)
 	wantCode(t, res, 1)
 	if !strings.Contains(res.stdout, "no leader") {

@@ -39,6 +39,9 @@ const (
 	DefaultRecampaign   = time.Second
 )
 
+// resignTimeout bounds the release of Resign.
+const resignTimeout = 5 * time.Second
+
 // campaignSlice bounds each Lock of a campaign; Campaign locks again after
 // it, so that a campaign has no end but its context's.
 const campaignSlice = time.Hour
@@ -182,12 +185,16 @@ func (t *Term) Err() error {
 
 // Resign ends the term: it cancels the term's context, then releases the
 // lock, which hands the election to the first queued candidate at once.
-// Only the first call does anything; it returns the release's error.
+// The release ends with ctx, and after 5 s at most (the lock then expires
+// after its TTL). Only the first call does anything; every call returns
+// the release's error.
 func (t *Term) Resign(ctx context.Context) error {
 	t.once.Do(func() {
 		t.cancel(ErrResigned)
 		if t.lease.Err() == nil {
-			_, t.err = t.lease.Release(ctx)
+			rctx, cancel := context.WithTimeout(ctx, resignTimeout)
+			defer cancel()
+			_, t.err = t.lease.Release(rctx)
 		}
 	})
 	return t.err

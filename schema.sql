@@ -34,9 +34,24 @@ CREATE UNLOGGED TABLE IF NOT EXISTS "syncguard_locks_waiters" (
   "ttl_ms" BIGINT NOT NULL,
   "user_key" TEXT NOT NULL,
   "fence_key" TEXT NOT NULL,
-  "notified" BOOLEAN NOT NULL DEFAULT false
+  "notified" BOOLEAN NOT NULL DEFAULT false,
+  "identity" TEXT
 );
 
 CREATE UNIQUE INDEX IF NOT EXISTS "idx_syncguard_locks_wid" ON "syncguard_locks_waiters" ("lock_id");
 
 CREATE INDEX IF NOT EXISTS "idx_syncguard_locks_wkey" ON "syncguard_locks_waiters" ("key", "place", "lock_id");
+
+-- The holders' identities (Config.Identity, LockOptions.Identity; not in
+-- the spec; the reference implementation neither reads nor needs it), by
+-- lockId: a lookup joins it on the lock row's lock_id, so a key taken
+-- over by a process that writes no row here shows no identity, never the
+-- previous holder's. An acquire with an identity writes its row; a
+-- release deletes the rows of its key.
+CREATE TABLE IF NOT EXISTS "syncguard_locks_holders" (
+  "lock_id" TEXT PRIMARY KEY,
+  "key" TEXT NOT NULL,
+  "identity" TEXT NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS "idx_syncguard_locks_hkey" ON "syncguard_locks_holders" ("key");

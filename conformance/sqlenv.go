@@ -42,7 +42,7 @@ func newSQLEnv(t *testing.T, ctx context.Context, h Harness) *sqlEnv {
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		for _, tbl := range []string{cfg.TableName, cfg.FenceTableName, cfg.TableName + "_waiters"} {
+		for _, tbl := range []string{cfg.TableName, cfg.FenceTableName, cfg.TableName + "_waiters", cfg.TableName + "_holders"} {
 			if _, err := e.db.ExecContext(cctx, `DROP TABLE IF EXISTS `+rules.QuoteIdent(tbl)); err != nil {
 				t.Logf("cleanup: drop %s: %v", tbl, err)
 			}

@@ -60,6 +60,17 @@ func newShared(db *sql.DB, r resolved) *shared {
 	return s
 }
 
+// releaseStmt is the release statement for the tables there are.
+func (s *shared) releaseStmt() int {
+	switch {
+	case s.noQueue.Load():
+		return stmtReleasePlain
+	case s.noHolders.Load():
+		return stmtReleaseQueue
+	}
+	return stmtRelease
+}
+
 func lookupDialect(db *sql.DB) (driver.Dialect, bool) {
 	return driver.Lookup(db.Driver())
 }
@@ -144,9 +155,16 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 	}
 	// A waiter of Lock on this key, on the pool: its attempt keeps its
 	// place in the queue, under its own lockId (wait.go).
-	rec := recordOf(ctx)
-	if rec != nil && (rec.storage != k.Storage || b.tx != nil || b.shared.noQueue.Load()) {
+	// The holder's identity: Lock's, else the Backend's (identity.go).
+	rec, ident := recordOf(ctx), b.shared.cfg.identity
+	if rec != nil && rec.identity != "" && rec.storage == k.Storage {
+		ident = rec.identity
+	}
+	if rec != nil && (rec.storage != k.Storage || b.tx != nil || rec.single || b.shared.noQueue.Load()) {
 		rec = nil
+	}
+	if b.shared.noHolders.Load() {
+		ident = ""
 	}
 	lockID, stmt := rules.GenerateLockID(), stmtAcquire
 	args := []any{k.Storage, nil, k.Fence, k.Norm, ttlMs}
@@ -185,13 +203,26 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 	// sent records whether the statement may have gone out (see sentArg).
 	sent := &sentArg{v: lockID}
 	args[1] = sent
+	if ident != "" {
+		stmt += stmtAcquireHolders - stmtAcquire
+		args = append(args, ident)
+	}
 	dest := []any{&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted, &d.now, &d.first}
 	err := b.run(ctx, stmt, args, dest...)
+	if err != nil && ident != "" && ctx.Err() == nil && b.shared.holdersLost(err) {
+		// No holders table: the attempt without the identity.
+		stmt, args = stmt-(stmtAcquireHolders-stmtAcquire), args[:len(args)-1]
+		err = b.run(ctx, stmt, args, dest...)
+	}
 	if err != nil && rec != nil && ctx.Err() == nil && b.shared.queueLost(err) {
 		// No waiters table: a plain attempt, polling.
 		rec, lockID = nil, rules.GenerateLockID()
 		sent = &sentArg{v: lockID}
-		err = b.run(ctx, stmtAcquire, []any{k.Storage, sent, k.Fence, k.Norm, ttlMs}, dest...)
+		stmt, args = stmtAcquire, []any{k.Storage, sent, k.Fence, k.Norm, ttlMs}
+		if ident != "" && !b.shared.noHolders.Load() {
+			stmt, args = stmtAcquireHolders, append(args, ident)
+		}
+		err = b.run(ctx, stmt, args, dest...)
 	}
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
@@ -315,16 +346,15 @@ func (b *Backend) release(ctx context.Context, lockID string) (ReleaseResult, bo
 		woke        sql.NullString
 		leftQueue   bool
 	}
-	stmt := stmtRelease
-	if b.shared.noQueue.Load() {
-		stmt = stmtReleasePlain
-	}
 	args, dest := []any{lockID, b.tx == nil}, []any{&d.deleted, &d.seenExpires, &d.now, &d.woke, &d.leftQueue}
+	stmt := b.shared.releaseStmt()
 	err := b.run(ctx, stmt, args, dest...)
-	// Without the waiters table: the plain statement from now on (inside
-	// a transaction, the caller's retry; its transaction is aborted).
-	if err != nil && stmt == stmtRelease && ctx.Err() == nil && b.shared.queueLost(err) && b.tx == nil {
-		err = b.run(ctx, stmtReleasePlain, args, dest...)
+	// Without the holders or the waiters table: the statement without
+	// them from now on (inside a transaction, the caller's retry; its
+	// transaction is aborted).
+	for err != nil && b.tx == nil && ctx.Err() == nil && (b.shared.holdersLost(err) || b.shared.queueLost(err)) && stmt != b.shared.releaseStmt() {
+		stmt = b.shared.releaseStmt()
+		err = b.run(ctx, stmt, args, dest...)
 	}
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
@@ -399,6 +429,7 @@ type lockRow struct {
 	expires, acquired sql.NullInt64
 	fence, userKey    sql.NullString
 	now               int64
+	identity          sql.NullString
 }
 
 func (r *lockRow) live() bool {
@@ -410,7 +441,14 @@ func (b *Backend) readRow(ctx context.Context, op string, i int, arg string) (*l
 		return nil, e
 	}
 	var r lockRow
-	err := b.run(ctx, i, []any{arg}, &r.lockID, &r.expires, &r.acquired, &r.fence, &r.userKey, &r.now)
+	if b.shared.noHolders.Load() {
+		i += stmtLookupKeyPlain - stmtLookupKey
+	}
+	dest := []any{&r.lockID, &r.expires, &r.acquired, &r.fence, &r.userKey, &r.now, &r.identity}
+	err := b.run(ctx, i, []any{arg}, dest...)
+	if err != nil && i < stmtLookupKeyPlain && ctx.Err() == nil && b.shared.holdersLost(err) {
+		err = b.run(ctx, i+stmtLookupKeyPlain-stmtLookupKey, []any{arg}, dest...)
+	}
 	if err != nil {
 		return nil, b.shared.cl.wrap(ctx, op, err)
 	}
@@ -527,6 +565,7 @@ func (r *lockRow) info() *LockInfoDebug {
 			ExpiresAt:  msToTime(r.expires.Int64),
 			AcquiredAt: msToTime(r.acquired.Int64),
 			Fence:      Fence(r.fence.String),
+			Identity:   r.identity.String,
 		},
 		Key:    r.userKey.String,
 		LockID: r.lockID.String,

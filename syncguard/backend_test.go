@@ -300,7 +300,7 @@ func TestAcquireOutcomesFromRow(t *testing.T) {
 	// longer live, expires + tolerance, 1 ms after.
 	b, mock := newMock(t, nil)
 	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow("BBBBBBBBBBBBBBBBBBBBBB", int64(2000), int64(1000), "000000000000007", false, int64(1500), false))
-	rec := waitRecordFor("k")
+	rec := waitRecordFor("k", "", false)
 	r, err := b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), "k", time.Second)
 	if err != nil || r.OK || r.Reason != ReasonLocked || r.Fence != "" || r.LockID != "" {
 		t.Fatalf("contention: got %+v, %v", r, err)
@@ -311,7 +311,7 @@ func TestAcquireOutcomesFromRow(t *testing.T) {
 	rec.end(true, false)
 	// Nobody and no fence: contention (a lost race), expiry unknown.
 	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, false, int64(1500), false))
-	rec = waitRecordFor("k")
+	rec = waitRecordFor("k", "", false)
 	r, err = b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), "k", time.Second)
 	if _, _, retryIn, _ := rec.state(); err != nil || r.OK || r.Reason != ReasonLocked || retryIn != 0 {
 		t.Fatalf("lost race: got %+v, %v, retry in %v", r, err, retryIn)
@@ -377,12 +377,12 @@ func TestReleaseAndExtendReasons(t *testing.T) {
 
 func TestLookupSanitizesAndChecksLiveness(t *testing.T) {
 	b, mock := newMock(t, nil)
-	cols := []string{"lock_id", "expires_at_ms", "acquired_at_ms", "fence", "user_key", "now"}
-	mock.ExpectQuery("LEFT JOIN").WillReturnRows(sqlmock.NewRows(cols).AddRow(goodID, int64(10_000), int64(1_000), "000000000000003", "k", int64(5_000)))
-	mock.ExpectQuery("LEFT JOIN").WillReturnRows(sqlmock.NewRows(cols).AddRow(goodID, int64(10_000), int64(1_000), "000000000000003", "k", int64(11_000)))
-	mock.ExpectQuery("LEFT JOIN").WillReturnRows(sqlmock.NewRows(cols).AddRow("BBBBBBBBBBBBBBBBBBBBBB", int64(10_000), int64(1_000), "000000000000003", "k", int64(5_000)))
+	cols := []string{"lock_id", "expires_at_ms", "acquired_at_ms", "fence", "user_key", "now", "identity"}
+	mock.ExpectQuery("LEFT JOIN").WillReturnRows(sqlmock.NewRows(cols).AddRow(goodID, int64(10_000), int64(1_000), "000000000000003", "k", int64(5_000), "host:1"))
+	mock.ExpectQuery("LEFT JOIN").WillReturnRows(sqlmock.NewRows(cols).AddRow(goodID, int64(10_000), int64(1_000), "000000000000003", "k", int64(11_000), nil))
+	mock.ExpectQuery("LEFT JOIN").WillReturnRows(sqlmock.NewRows(cols).AddRow("BBBBBBBBBBBBBBBBBBBBBB", int64(10_000), int64(1_000), "000000000000003", "k", int64(5_000), nil))
 	info, err := b.LookupKey(context.Background(), "k")
-	if err != nil || info == nil || info.KeyHash != HashKey("k") || info.LockIDHash != HashKey(goodID) || info.Fence != "000000000000003" {
+	if err != nil || info == nil || info.KeyHash != HashKey("k") || info.LockIDHash != HashKey(goodID) || info.Fence != "000000000000003" || info.Identity != "host:1" {
 		t.Fatalf("live lookup: %+v, %v", info, err)
 	}
 	// Expired by exactly the tolerance: absent.
@@ -426,8 +426,8 @@ func TestSchemaSQLQuotesAndNames(t *testing.T) {
 	if strings.Contains(ddl, "{{") || strings.Contains(strings.ToLower(ddl), "placeholder") {
 		t.Errorf("the rendered DDL mentions the template it came from:\n%s", ddl)
 	}
-	if n := len(splitStatements(ddl)); n != 7 {
-		t.Errorf("want 7 statements (the spec's 4 and the waiters table's 3), got %d", n)
+	if n := len(splitStatements(ddl)); n != 9 {
+		t.Errorf("want 9 statements (the spec's 4, the waiters table's 3, the holders table's 2), got %d", n)
 	}
 	// The repository's schema.sql is the default rendering.
 	def, _ := SchemaSQL(nil)
@@ -603,7 +603,7 @@ func TestNoListenerNamesTheWay(t *testing.T) {
 func TestWaitRecordOnlyForLocksKey(t *testing.T) {
 	b, mock := newMock(t, &Config{})
 	for _, key := range []string{"k", "ns:k"} {
-		rec := waitRecordFor("k")
+		rec := waitRecordFor("k", "", false)
 		args := []sqldriver.Value{sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg()}
 		if key == "k" {
 			args = []sqldriver.Value{sqlmock.AnyArg(), rec.lockID, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), defaultWaitWindow.Milliseconds(), false}
@@ -632,7 +632,7 @@ func TestWaitRecordOnlyForLocksKey(t *testing.T) {
 // once more, with a new snapshot, so the key is passed on, not left held.
 func TestWithdrawReleasesAgainWhenAHandOffRaced(t *testing.T) {
 	b, mock := newMock(t, &Config{})
-	rec := waitRecordFor("k")
+	rec := waitRecordFor("k", "", false)
 	mock.ExpectQuery("INSERT INTO").
 		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false))
 	if _, err := b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), "k", time.Second); err != nil {
@@ -644,7 +644,7 @@ func TestWithdrawReleasesAgainWhenAHandOffRaced(t *testing.T) {
 	mock.ExpectQuery("DELETE FROM").WithArgs(rec.lockID, true).WillReturnRows(sqlmock.NewRows(rc).AddRow(rec.lockID, nil, int64(2000), nil, false))
 	rec.end(false, false)
 	// It left the queue: once is enough.
-	rec = waitRecordFor("k")
+	rec = waitRecordFor("k", "", false)
 	mock.ExpectQuery("INSERT INTO").
 		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false))
 	if _, err := b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), "k", time.Second); err != nil {

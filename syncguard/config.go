@@ -69,6 +69,14 @@ type Config struct {
 	// for the Backend's life, logged once. See docs/failure-model.md.
 	DisablePrepare bool
 
+	// Identity names this process as the holder of the locks it takes
+	// (DefaultIdentity gives "host:pid"): LookupKey, LookupID and List show
+	// it, and so do syncguard status and ls. LockOptions.Identity overrides
+	// it for one lock. Default "": none is stored, and an acquire costs what
+	// it cost without it. At most 256 bytes. See "Holder identity" in
+	// docs/usage.md.
+	Identity string
+
 	// ReleaseTimeout bounds every release this package runs on its own,
 	// with a context detached from the caller's cancellation: the release
 	// done by WithLock after fn and by Lease.Close (unless
@@ -91,6 +99,7 @@ type resolved struct {
 	dialect           driver.Dialect
 	noPrepare         bool
 	releaseTimeout    time.Duration
+	identity          string
 }
 
 func (c *Config) resolve() (resolved, error) {
@@ -107,6 +116,10 @@ func (c *Config) resolve() (resolved, error) {
 		dialect:         cfg.Dialect,
 		noPrepare:       cfg.DisablePrepare,
 		releaseTimeout:  cfg.ReleaseTimeout,
+		identity:        cfg.Identity,
+	}
+	if err := checkIdentity("new", "Identity", r.identity); err != nil {
+		return r, err
 	}
 	if r.table == "" {
 		r.table = rules.DefaultTable
@@ -146,6 +159,8 @@ func checkCollisions(table, fenceTable string) error {
 		{waitersTable(table), "the waiters table"},
 		{"idx_" + table + "_wid", "the waiters table's lock_id index"},
 		{"idx_" + table + "_wkey", "the waiters table's key index"},
+		{holdersTable(table), "the holders table"},
+		{"idx_" + table + "_hkey", "the holders table's key index"},
 	}
 	for _, o := range objects {
 		if fenceTable == o.name {
@@ -170,3 +185,16 @@ func checkIdent(field, name string) error {
 
 // waitersTable is the name of the queue of waiters of a lock table.
 func waitersTable(table string) string { return table + "_waiters" }
+
+// maxIdentity bounds Config.Identity and LockOptions.Identity, in bytes.
+const maxIdentity = 256
+
+func checkIdentity(op, field, v string) error {
+	if len(v) > maxIdentity {
+		return invalidArg(op, fmt.Sprintf("%s is %d bytes; at most %d are allowed", field, len(v), maxIdentity))
+	}
+	return nil
+}
+
+// holdersTable is the name of the holders table of a lock table.
+func holdersTable(table string) string { return table + "_holders" }

@@ -22,7 +22,7 @@ type Finding struct {
 	// Check names what was checked: "connection", "lock table", "primary
 	// key" (of the lock table), "lock_id index", "expiry index", "lock
 	// table privileges", "lock rows", "fence table", "fence primary key",
-	// "fence table privileges", "fence counters", "waiters table",
+	// "fence table privileges", "fence counters", "waiters table", "holders table",
 	// "synchronous_commit", "fsync", "primary", "replication", "synchronous
 	// commit", "clock", "pooler", "prepared statements", "notifications".
 	// Later versions may add checks.

@@ -47,6 +47,8 @@ func ExampleSchemaSQL() {
 	// CREATE UNLOGGED TABLE IF NOT EXISTS "app_locks_waiters" (
 	// CREATE UNIQUE INDEX IF NOT EXISTS "idx_app_locks_wid" ON "app_locks_waiters" ("lock_id");
 	// CREATE INDEX IF NOT EXISTS "idx_app_locks_wkey" ON "app_locks_waiters" ("key", "place", "lock_id");
+	// CREATE TABLE IF NOT EXISTS "app_locks_holders" (
+	// CREATE INDEX IF NOT EXISTS "idx_app_locks_hkey" ON "app_locks_holders" ("key");
 }
 
 func ExampleNew_invalidConfig() {

@@ -103,6 +103,10 @@ type LockOptions struct {
 	// source, the error code and the key's hash, never the key or lockId.
 	OnReleaseError func(err error, info ReleaseErrorInfo)
 
+	// Identity is stored as this lock's holder, in place of the Backend's
+	// Config.Identity (see there). Default: Config.Identity.
+	Identity string
+
 	// Logger receives the default OnReleaseError records and warnings about
 	// failed auto-extensions. Default: the backend's LeaseLogger() when it
 	// has one (syncguardtest's discards), else slog.Default().
@@ -119,7 +123,10 @@ func (o *LockOptions) resolve() (lockConfig, error) {
 		ttl: opts.TTL, maxRetries: a.MaxRetries, retryDelay: a.RetryDelay,
 		backoff: a.Backoff, jitter: a.Jitter, timeout: a.Timeout, failFast: a.FailFast,
 		autoExtend: opts.AutoExtend, releaseTimeout: opts.ReleaseTimeout,
-		onReleaseError: opts.OnReleaseError, logger: opts.Logger,
+		onReleaseError: opts.OnReleaseError, logger: opts.Logger, identity: opts.Identity,
+	}
+	if err := checkIdentity("lock", "Identity", c.identity); err != nil {
+		return c, err
 	}
 	for _, d := range []struct {
 		name string
@@ -296,8 +303,8 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 	start := time.Now()
 	deadline := start.Add(c.timeout)
 	var rec *waitRecord
-	if c.maxRetries > 0 {
-		rec = waitRecordFor(key)
+	if c.maxRetries > 0 || c.identity != "" {
+		rec = waitRecordFor(key, c.identity, c.maxRetries == 0)
 	}
 	var lastErr error // the last outage error, while riding it out
 	try := func() (AcquireResult, time.Time, error) {

@@ -72,7 +72,14 @@ func (b *Backend) List(ctx context.Context, opts *ListOptions) (*LockList, error
 	if e := ctxErr(ctx, op); e != nil {
 		return nil, e
 	}
-	rows, err := b.query(ctx, b.shared.sql.list, o.Expired, limit)
+	text := b.shared.sql.list
+	if b.shared.noHolders.Load() {
+		text = b.shared.sql.listPlain
+	}
+	rows, err := b.query(ctx, text, o.Expired, limit)
+	if err != nil && text == b.shared.sql.list && ctx.Err() == nil && b.shared.holdersLost(err) {
+		rows, err = b.query(ctx, b.shared.sql.listPlain, o.Expired, limit)
+	}
 	if err != nil {
 		return nil, b.shared.cl.wrap(ctx, op, err)
 	}
@@ -80,9 +87,9 @@ func (b *Backend) List(ctx context.Context, opts *ListOptions) (*LockList, error
 	list := &LockList{Locks: []LockInfoDebug{}}
 	for rows.Next() {
 		var now int64
-		var key, id, fence sql.NullString
+		var key, id, fence, ident sql.NullString
 		var acquired, expires sql.NullInt64
-		if err := rows.Scan(&now, &key, &id, &fence, &acquired, &expires); err != nil {
+		if err := rows.Scan(&now, &key, &id, &fence, &acquired, &expires, &ident); err != nil {
 			return nil, b.shared.cl.wrap(ctx, op, err)
 		}
 		list.Now = msToTime(now)
@@ -92,6 +99,7 @@ func (b *Backend) List(ctx context.Context, opts *ListOptions) (*LockList, error
 		d := LockInfoDebug{LockInfo: LockInfo{
 			KeyHash: rules.HashKey(key.String), LockIDHash: rules.HashKey(id.String),
 			ExpiresAt: msToTime(expires.Int64), AcquiredAt: msToTime(acquired.Int64), Fence: Fence(fence.String),
+			Identity: ident.String,
 		}}
 		if o.Raw {
 			d.Key, d.LockID = key.String, id.String

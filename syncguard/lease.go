@@ -509,6 +509,7 @@ type lockConfig struct {
 	releaseTimeout time.Duration
 	onReleaseError func(error, ReleaseErrorInfo)
 	logger         *slog.Logger
+	identity       string
 }
 
 // The lock helper's events (LockEvent "wait" and "hold"), emitted when

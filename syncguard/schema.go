@@ -17,27 +17,48 @@ import (
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
+// The operations' statements (statements.ops). The "Holders" variants,
+// and the lookups without "Plain", keep the holders table (identity.go).
+const (
+	stmtAcquire = iota
+	stmtAcquireWait
+	stmtAcquireHolders
+	stmtAcquireWaitHolders
+	stmtRelease // with the queue and the holders table
+	stmtReleaseQueue
+	stmtReleasePlain
+	stmtExtend
+	stmtLookupKey
+	stmtLookupID
+	stmtLookupKeyPlain
+	stmtLookupIDPlain
+	numStmts
+)
+
 // statements holds the SQL of one Backend, rendered once from the embedded
 // files with its quoted table names.
 type statements struct {
-	acquire, acquireWait, release, releasePlain, extend string
-	lookupKey, lookupID, cleanup                        string
-	list, lastFence                                     string // inspections (inspect.go)
-	releaseOrphans                                      string // background release (orphans.go)
+	ops                        [numStmts]string // by stmtAcquire...
+	cleanup                    string
+	list, listPlain, lastFence string // inspections (inspect.go)
+	releaseOrphans             string // background release (orphans.go)
 }
 
 // render expands a statement file: the rules' SQL fragments ({{now_ms}},
 // {{live(alias)}}, {{fence_text(expr)}}, ...; see internal/rules) and the
 // quoted table and index names of one configuration.
 func render(name, table, fenceTable string) string {
-	return renderVariant(name, table, fenceTable, true)
+	return renderVariant(name, table, fenceTable, true, true)
 }
 
 // renderVariant renders a statement file with (queue) or without the
 // lines between "--if queue" and "--end" (and the other way round for
-// "--if !queue").
-func renderVariant(name, table, fenceTable string, queue bool) string {
-	out, err := renderText(rules.Variant(mustRead(name), "queue", queue), table, fenceTable)
+// "--if !queue"), and the same for "holders". {{identity_arg}} is the
+// argument after the acquire's others.
+func renderVariant(name, table, fenceTable string, queue, holders bool) string {
+	text := rules.Variant(rules.Variant(mustRead(name), "queue", queue), "holders", holders)
+	text = strings.ReplaceAll(text, "{{identity_arg}}", map[bool]string{false: "$6", true: "$8"}[queue])
+	out, err := renderText(text, table, fenceTable)
 	if err != nil {
 		panic("syncguard: sql/" + name + ": " + err.Error()) // embedded at build time; TestStatementsRender renders every file
 	}
@@ -85,6 +106,8 @@ func schemaNames(table, fenceTable string) map[string]string {
 		"waiters":           waitersTable(table),
 		"waiters_id_index":  "idx_" + table + "_wid",
 		"waiters_key_index": "idx_" + table + "_wkey",
+		"holders":           holdersTable(table),
+		"holders_key_index": "idx_" + table + "_hkey",
 	}
 }
 
@@ -97,21 +120,24 @@ func mustRead(name string) string {
 }
 
 func renderStatements(table, fenceTable string) statements {
-	read := func(name string) string { return stripComments(render(name, table, fenceTable)) }
-	plain := func(name string) string { return stripComments(renderVariant(name, table, fenceTable, false)) }
+	v := func(name string, queue, holders bool) string {
+		return stripComments(renderVariant(name, table, fenceTable, queue, holders))
+	}
 	return statements{
-		acquire:      plain("acquire.sql"),
-		acquireWait:  read("acquire.sql"),
-		release:      read("release.sql"),
-		releasePlain: plain("release.sql"),
-		extend:       read("extend.sql"),
-		lookupKey:    read("lookup_key.sql"),
-		lookupID:     read("lookup_id.sql"),
-		cleanup:      read("cleanup.sql"),
-		list:         read("list.sql"),
-		lastFence:    read("last_fence.sql"),
+		ops: [numStmts]string{
+			stmtAcquire: v("acquire.sql", false, false), stmtAcquireWait: v("acquire.sql", true, false),
+			stmtAcquireHolders: v("acquire.sql", false, true), stmtAcquireWaitHolders: v("acquire.sql", true, true),
+			stmtRelease: v("release.sql", true, true), stmtReleaseQueue: v("release.sql", true, false),
+			stmtReleasePlain: v("release.sql", false, false), stmtExtend: v("extend.sql", true, true),
+			stmtLookupKey: v("lookup_key.sql", true, true), stmtLookupID: v("lookup_id.sql", true, true),
+			stmtLookupKeyPlain: v("lookup_key.sql", true, false), stmtLookupIDPlain: v("lookup_id.sql", true, false),
+		},
+		cleanup:   v("cleanup.sql", true, true),
+		list:      v("list.sql", true, true),
+		listPlain: v("list.sql", true, false),
+		lastFence: v("last_fence.sql", true, true),
 
-		releaseOrphans: read("release_orphans.sql"),
+		releaseOrphans: v("release_orphans.sql", true, true),
 	}
 }
 
@@ -224,7 +250,7 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 func existsQuery(table, fenceTable string) string {
 	names := schemaNames(table, fenceTable)
 	var conds []string
-	for _, k := range []string{"locks", "fences", "lock_id_index", "expires_index", "waiters", "waiters_id_index", "waiters_key_index"} {
+	for _, k := range []string{"locks", "fences", "lock_id_index", "expires_index", "waiters", "waiters_id_index", "waiters_key_index", "holders", "holders_key_index"} {
 		conds = append(conds, fmt.Sprintf("to_regclass(quote_ident(current_schema()) || '.' || '%s') IS NOT NULL", rules.QuoteIdent(names[k])))
 	}
 	return "SELECT 1 WHERE current_schema() IS NOT NULL AND " + strings.Join(conds, " AND ")

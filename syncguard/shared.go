@@ -67,6 +67,8 @@ type shared struct {
 	hub         *waiting.Hub   // wakes waiting Lock calls (wait.go)
 	noQueue     atomic.Bool    // the waiters table is missing or not granted (wait.go)
 	queueWarned atomic.Bool
+	noHolders   atomic.Bool // the holders table is missing or not granted (identity.go)
+	holdWarned  atomic.Bool
 	waitCfg     waitTunables
 }
 
@@ -79,41 +81,13 @@ type waitTunables struct {
 	hub    waiting.Config // timeouts of the LISTEN connection
 }
 
-const (
-	stmtAcquire = iota
-	stmtAcquireWait
-	stmtRelease
-	stmtReleasePlain
-	stmtExtend
-	stmtLookupKey
-	stmtLookupID
-	numStmts
-)
-
 // lazyStmt is one operation's statement, prepared on first use on the pool.
 type lazyStmt struct {
 	stmt      atomic.Pointer[sql.Stmt]
 	preparing atomic.Bool // a background prepare (for the WithTx path) is running
 }
 
-func (s *shared) text(i int) string {
-	switch i {
-	case stmtAcquire:
-		return s.sql.acquire
-	case stmtAcquireWait:
-		return s.sql.acquireWait
-	case stmtRelease:
-		return s.sql.release
-	case stmtReleasePlain:
-		return s.sql.releasePlain
-	case stmtExtend:
-		return s.sql.extend
-	case stmtLookupKey:
-		return s.sql.lookupKey
-	default:
-		return s.sql.lookupID
-	}
-}
+func (s *shared) text(i int) string { return s.sql.ops[i] }
 
 // unpreparedMark starts the text of every statement syncguard sends
 // unprepared. pgx's database/sql driver runs a query whose exact text was

@@ -99,6 +99,9 @@ type LockInfo struct {
 	ExpiresAt  time.Time // server-computed expiry, millisecond precision
 	AcquiredAt time.Time // server time of the acquire
 	Fence      Fence     // the fence of this holding
+	// Identity is the holder's Config.Identity or LockOptions.Identity,
+	// "" when it set none (or is a process of another implementation).
+	Identity string
 }
 
 // LockInfoDebug is LockInfo with the raw key and lockId, as

@@ -82,8 +82,10 @@ func newHub(s *shared) *waiting.Hub {
 // keeps one place in the queue and a release can hand it the key, and
 // fills in what Lock waits on.
 type waitRecord struct {
-	storage string // Lock's key, as stored
-	lockID  string // the waiter's lockId, for all its attempts
+	storage  string // Lock's key, as stored
+	lockID   string // the waiter's lockId, for all its attempts
+	identity string // LockOptions.Identity, or ""
+	single   bool   // no waiting: only the identity is passed on
 
 	mu       sync.Mutex
 	hub      *waiting.Hub
@@ -105,12 +107,12 @@ func recordOf(ctx context.Context) *waitRecord {
 
 // waitRecordFor returns a record for Lock's key, or nil when the key is
 // invalid (the first attempt reports it).
-func waitRecordFor(key string) *waitRecord {
+func waitRecordFor(key, identity string, single bool) *waitRecord {
 	k, err := checkKey("lock", key)
 	if err != nil {
 		return nil
 	}
-	return &waitRecord{storage: k.Storage, lockID: rules.GenerateLockID()}
+	return &waitRecord{storage: k.Storage, lockID: rules.GenerateLockID(), identity: identity, single: single}
 }
 
 // join registers the waiter with s, once, before its first queued
@@ -224,6 +226,22 @@ func (s *shared) queueLost(err error) bool {
 	if !s.queueWarned.Swap(true) {
 		s.cfg.logger.Warn("syncguard: the waiters table is missing or not granted: run SetupSchema (or apply SchemaSQL) and grant it like the lock table; until then waiting polls and keeps no order",
 			slog.String("table", waitersTable(s.cfg.table)), slog.String("sqlstate", st))
+	}
+	return true
+}
+
+// holdersLost reports whether err says that the holders table is missing
+// or not granted (a schema set up before it existed, or by the reference
+// implementation): the Backend then stores and shows no identities.
+func (s *shared) holdersLost(err error) bool {
+	st := s.sqlState(err)
+	if (st != "42P01" && st != "42501") || !strings.Contains(err.Error(), holdersTable(s.cfg.table)) {
+		return false
+	}
+	s.noHolders.Store(true)
+	if !s.holdWarned.Swap(true) {
+		s.cfg.logger.Warn("syncguard: the holders table is missing or not granted: run SetupSchema (or apply SchemaSQL) and grant it like the lock table; until then no holder identity is stored or shown",
+			slog.String("table", holdersTable(s.cfg.table)), slog.String("sqlstate", st))
 	}
 	return true
 }

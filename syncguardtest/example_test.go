@@ -114,3 +114,23 @@ func ExampleBackend_WithTx() {
 	// in the transaction: true 000000000000001
 	// after the rollback: false
 }
+
+// Each simulated process names itself with WithIdentity; LockOptions.Identity
+// overrides it for one lock, and the lookups show the holder's.
+func ExampleBackend_WithIdentity() {
+	ctx := context.Background()
+	fake := syncguardtest.New()
+	web1 := fake.WithIdentity("web-1:4242")
+	r, _ := web1.Acquire(ctx, "jobs:report", time.Minute)
+	info, _ := fake.LookupKey(ctx, "jobs:report")
+	fmt.Println(info.Identity)
+	_, _ = web1.Release(ctx, r.LockID)
+	_ = syncguard.WithLock(ctx, web1, "jobs:report", func(ctx context.Context, _ *syncguard.Lease) error {
+		info, _ := fake.LookupKey(ctx, "jobs:report")
+		fmt.Println(info.Identity)
+		return nil
+	}, &syncguard.LockOptions{Identity: "report-cron"})
+	// Output:
+	// web-1:4242
+	// report-cron
+}

@@ -77,7 +77,8 @@ type Call struct {
 // Backend see the same locks, as several pools on one database do.
 type Backend struct {
 	*store
-	tx syncguard.Tx // non-nil for a WithTx view
+	tx       syncguard.Tx // non-nil for a WithTx view
+	identity string       // WithIdentity
 }
 
 // store is the state every view of a Backend shares.
@@ -101,6 +102,7 @@ type record struct {
 	key, lockID         string // normalized key
 	expiresMs, acquired int64
 	fence               syncguard.Fence
+	identity            string
 }
 
 type failure struct {
@@ -124,6 +126,15 @@ func New() *Backend {
 	}}
 }
 
+// WithIdentity returns a view of b whose acquires store identity as the
+// holder's, as syncguard's Config.Identity does (LockOptions.Identity
+// overrides it for one lock); the lookups show it in LockInfo.Identity.
+// The view shares b's locks, fences, clock, failures and counts: give each
+// simulated process its own view.
+func (b *Backend) WithIdentity(identity string) *Backend {
+	return &Backend{store: b.store, tx: b.tx, identity: identity}
+}
+
 // WithTx returns a view of b for code that takes locks inside its own
 // transaction, shaped as syncguard's Backend.WithTx: code under test calls
 // locks.WithTx(tx).Acquire(...) on either (docs/testing.md shows an
@@ -141,7 +152,7 @@ func New() *Backend {
 // fail with sql.ErrTxDone). A nil tx gives b's pool behaviour, as in
 // syncguard.
 func (b *Backend) WithTx(tx syncguard.Tx) *Backend {
-	return &Backend{store: b.store, tx: tx}
+	return &Backend{store: b.store, tx: tx, identity: b.identity}
 }
 
 // SetLogger sets the logger of the leases made on b (and its WithTx views)
@@ -345,6 +356,10 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (s
 		return syncguard.AcquireResult{}, err
 	}
 	ttlMs := ttl.Milliseconds()
+	ident := b.identity
+	if id := syncguard.ContextIdentity(ctx); id != "" {
+		ident = id
+	}
 	var res syncguard.AcquireResult
 	err = b.do(ctx, Call{Op: OpAcquire, Key: key, Tx: b.tx}, func(now int64) error {
 		if n := b.contend[norm]; n > 0 {
@@ -370,7 +385,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (s
 		if old := b.locks[norm]; old != nil {
 			delete(b.byID, old.lockID)
 		}
-		r := &record{key: norm, lockID: rules.GenerateLockID(), expiresMs: now + ttlMs, acquired: now, fence: fence}
+		r := &record{key: norm, lockID: rules.GenerateLockID(), expiresMs: now + ttlMs, acquired: now, fence: fence, identity: ident}
 		b.locks[norm] = r
 		b.byID[r.lockID] = norm
 		res = syncguard.AcquireResult{OK: true, LockID: r.lockID, Fence: fence, ExpiresAt: time.UnixMilli(r.expiresMs)}
@@ -599,6 +614,7 @@ func info(r *record) *syncguard.LockInfoDebug {
 			ExpiresAt:  time.UnixMilli(r.expiresMs),
 			AcquiredAt: time.UnixMilli(r.acquired),
 			Fence:      r.fence,
+			Identity:   r.identity,
 		},
 		Key:    r.key,
 		LockID: r.lockID,

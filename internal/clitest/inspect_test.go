@@ -91,7 +91,7 @@ func TestStatusJSON(t *testing.T) {
 	shape(t, "status --raw (held)", held, map[string]string{
 		"key": "string", "keyHash": "string", "held": "bool", "serverTime": "string", "lastFence": "string",
 		"fence": "string", "acquiredAt": "string", "expiresAt": "string", "expiresInMs": "number",
-		"lockIdHash": "string", "lockId": "string"})
+		"lockIdHash": "string", "identity": "string", "lockId": "string"})
 	if held["held"] != true || held["fence"] != string(res.Fence) || held["lockId"] != res.LockID ||
 		held["lockIdHash"] != syncguard.HashKey(res.LockID) || held["keyHash"] != syncguard.HashKey(k) {
 		t.Errorf("status --json: %v", held)
@@ -190,7 +190,7 @@ func TestLs(t *testing.T) {
 		t.Fatalf("ls --limit 2: %s", r)
 	}
 	l0 := locks[0].(map[string]any)
-	shape(t, "ls lock", l0, map[string]string{"keyHash": "string", "lockIdHash": "string", "fence": "string",
+	shape(t, "ls lock", l0, map[string]string{"keyHash": "string", "lockIdHash": "string", "identity": "string", "fence": "string",
 		"acquiredAt": "string", "expiresAt": "string", "expiresInMs": "number", "live": "bool"})
 	if l0["keyHash"] != syncguard.HashKey(keys[2]) || l0["live"] != true {
 		t.Errorf("first lock should be the newest: %v", l0)
@@ -199,7 +199,7 @@ func TestLs(t *testing.T) {
 	if n := len(m["locks"].([]any)); n != 4 {
 		t.Errorf("ls --expired --json: %d locks, want 4", n)
 	}
-	shape(t, "ls --raw lock", m["locks"].([]any)[3].(map[string]any), map[string]string{"keyHash": "string", "lockIdHash": "string",
+	shape(t, "ls --raw lock", m["locks"].([]any)[3].(map[string]any), map[string]string{"keyHash": "string", "lockIdHash": "string", "identity": "string",
 		"fence": "string", "acquiredAt": "string", "expiresAt": "string", "expiresInMs": "number", "live": "bool",
 		"key": "string", "lockId": "string"})
 }

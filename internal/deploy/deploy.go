@@ -81,6 +81,7 @@ var checks = []func(d *deployment){
 	(*deployment).lockTable,
 	(*deployment).fenceTable,
 	(*deployment).waitersTableCheck,
+	(*deployment).holdersTableCheck,
 	(*deployment).durability,
 	(*deployment).replication,
 	(*deployment).clock,
@@ -109,24 +110,38 @@ func (d *deployment) row(query string, args []any, dest ...any) error {
 // of waiters exists and the role may use it. Without it every operation
 // still works, but waiting polls and keeps no order (wait.go).
 func (d *deployment) waitersTableCheck() {
-	name := d.t.Names["waiters"]
+	d.optionalTable("waiters table", d.t.Names["waiters"], WaitersTablePrivileges,
+		"Lock and WithLock wait by polling, without a queue (no arrival order, no hand-off in the release's commit)", "may queue in it")
+}
+
+// holdersTableCheck is CheckDeployment's "holders table" check: the
+// holder identities' table exists and the role may use it. Without it
+// every operation still works, but no identity is stored or shown.
+func (d *deployment) holdersTableCheck() {
+	d.optionalTable("holders table", d.t.Names["holders"], HoldersTablePrivileges,
+		"no holder identity (Config.Identity, LockOptions.Identity) is stored or shown", "may store identities in it")
+}
+
+// optionalTable checks a table that the Backend can do without (with what
+// missing costs), and the role's privileges on it.
+func (d *deployment) optionalTable(check, name string, privs []string, without, ok string) {
 	var missing sql.NullString
 	var exists bool
 	err := d.row(`SELECT to_regclass($1::text) IS NOT NULL,
   (SELECT string_agg(p, ', ') FROM unnest($2::text[]) AS p
    WHERE to_regclass($1::text) IS NOT NULL AND NOT has_table_privilege(to_regclass($1::text), p))`,
-		[]any{rules.QuoteIdent(name), "{" + strings.Join(WaitersTablePrivileges, ",") + "}"}, &exists, &missing)
+		[]any{rules.QuoteIdent(name), "{" + strings.Join(privs, ",") + "}"}, &exists, &missing)
 	switch {
 	case err != nil:
-		d.couldNot("waiters table", err)
+		d.couldNot(check, err)
 	case !exists:
-		d.add("waiters table", "warn", fmt.Sprintf("table %s is missing: Lock and WithLock wait by polling, without a queue (no arrival order, no hand-off in the release's commit)", name),
+		d.add(check, "warn", fmt.Sprintf("table %s is missing: %s", name, without),
 			"run syncguard setup (or syncguard.SetupSchema, or apply SchemaSQL): it creates only what is missing")
 	case missing.Valid:
-		d.add("waiters table", "warn", fmt.Sprintf("role %s lacks %s on %s: Lock and WithLock wait by polling, without a queue", d.role(), missing.String, name),
-			fmt.Sprintf("GRANT %s ON %s TO %s;", strings.Join(WaitersTablePrivileges, ", "), rules.QuoteIdent(name), d.role()))
+		d.add(check, "warn", fmt.Sprintf("role %s lacks %s on %s: %s", d.role(), missing.String, name, without),
+			fmt.Sprintf("GRANT %s ON %s TO %s;", strings.Join(privs, ", "), rules.QuoteIdent(name), d.role()))
 	default:
-		d.add("waiters table", "ok", fmt.Sprintf("%s exists and the role may queue in it", name), "")
+		d.add(check, "ok", fmt.Sprintf("%s exists and the role %s", name, ok), "")
 	}
 }
 
@@ -244,6 +259,9 @@ var (
 	// A waiter's attempt inserts, updates and deletes its row; a release
 	// reads and deletes the first one.
 	WaitersTablePrivileges = []string{"SELECT", "INSERT", "UPDATE", "DELETE"}
+	// An acquire with an identity inserts (or updates) its row and deletes
+	// the key's older ones; a release deletes its own; lookups read.
+	HoldersTablePrivileges = []string{"SELECT", "INSERT", "UPDATE", "DELETE"}
 )
 
 func (d *deployment) lockTable() {

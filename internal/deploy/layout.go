@@ -45,7 +45,7 @@ var indexChecks = map[string]string{"lock_id_index": "lock_id index", "expires_i
 
 // parseSchema reads the layout of the lock and fence tables from ddl, the
 // schema rendered with names (placeholder to unquoted name). Other tables
-// (the waiters) are checked on their own.
+// (the waiters, the holders) are checked on their own.
 func parseSchema(ddl string, names map[string]string) (schemaLayout, error) {
 	placeholder := map[string]string{}
 	for p, n := range names {
@@ -79,7 +79,7 @@ func parseSchema(ddl string, names map[string]string) (schemaLayout, error) {
 	for _, m := range indexRE.FindAllStringSubmatch(ddl, -1) {
 		t := tables[m[3]]
 		if t != locks && t != fences {
-			continue // the waiters table's (waitersTable)
+			continue // the waiters and holders tables' (optionalTable)
 		}
 		check := indexChecks[placeholder[m[2]]]
 		if check == "" {

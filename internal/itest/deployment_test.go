@@ -23,16 +23,19 @@ func TestCheckDeploymentAsLeastPrivilegedRole(t *testing.T) {
 	defer cancel()
 	admin := open(t, srv.DSN)
 	cfg := &syncguard.Config{TableName: "deploy_locks", FenceTableName: "deploy_fences"}
-	mustExec(ctx, t, admin, `DROP TABLE IF EXISTS deploy_locks, deploy_fences, deploy_locks_waiters`)
+	mustExec(ctx, t, admin, `DROP TABLE IF EXISTS deploy_locks, deploy_fences, deploy_locks_waiters, deploy_locks_holders`)
 	if err := syncguard.SetupSchema(ctx, admin, cfg); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = admin.Exec(`DROP TABLE IF EXISTS deploy_locks, deploy_fences, deploy_locks_waiters`) })
+	t.Cleanup(func() {
+		_, _ = admin.Exec(`DROP TABLE IF EXISTS deploy_locks, deploy_fences, deploy_locks_waiters, deploy_locks_holders`)
+	})
 	const role = "sg_service"
 	roleDSN := roleWithoutCreate(ctx, t, srv, admin, role, "sg-service-pw")
 	mustExec(ctx, t, admin, `GRANT SELECT, INSERT, UPDATE, DELETE ON deploy_locks TO `+role)
 	mustExec(ctx, t, admin, `GRANT SELECT, INSERT, UPDATE ON deploy_fences TO `+role)
 	mustExec(ctx, t, admin, `GRANT SELECT, INSERT, UPDATE, DELETE ON deploy_locks_waiters TO `+role)
+	mustExec(ctx, t, admin, `GRANT SELECT, INSERT, UPDATE, DELETE ON deploy_locks_holders TO `+role)
 
 	svc := open(t, roleDSN)
 	objects := func() int {
@@ -62,7 +65,7 @@ func TestCheckDeploymentAsLeastPrivilegedRole(t *testing.T) {
 	}
 	for _, c := range []string{"connection", "primary", "replication", "lock table", "primary key", "lock_id index", "expiry index",
 		"lock table privileges", "lock rows", "fence table", "fence primary key", "fence table privileges", "fence counters",
-		"waiters table", "synchronous_commit", "fsync", "clock", "pooler", "prepared statements", "notifications"} {
+		"waiters table", "holders table", "synchronous_commit", "fsync", "clock", "pooler", "prepared statements", "notifications"} {
 		if _, ok := byCheck[c]; !ok {
 			t.Errorf("check %q did not run", c)
 		}

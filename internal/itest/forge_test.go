@@ -33,11 +33,13 @@ func TestForgedNotificationsChangeNothing(t *testing.T) {
 	defer cancel()
 	admin := open(t, srv.DSN)
 	cfg := &syncguard.Config{TableName: "forge_locks", FenceTableName: "forge_fences"}
-	mustExec(ctx, t, admin, `DROP TABLE IF EXISTS forge_locks, forge_fences, forge_locks_waiters`)
+	mustExec(ctx, t, admin, `DROP TABLE IF EXISTS forge_locks, forge_fences, forge_locks_waiters, forge_locks_holders`)
 	if err := syncguard.SetupSchema(ctx, admin, cfg); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = admin.Exec(`DROP TABLE IF EXISTS forge_locks, forge_fences, forge_locks_waiters`) })
+	t.Cleanup(func() {
+		_, _ = admin.Exec(`DROP TABLE IF EXISTS forge_locks, forge_fences, forge_locks_waiters, forge_locks_holders`)
+	})
 	evilDSN := roleWithoutCreate(ctx, t, srv, admin, "sg_evil", "sg-evil-pw")
 	var denied int
 	if err := admin.QueryRowContext(ctx, `SELECT count(*) FROM unnest(ARRAY['forge_locks','forge_fences','forge_locks_waiters']) AS tb

@@ -30,7 +30,7 @@ func newWaitEnv(t *testing.T, name string) *waitEnv {
 	t.Cleanup(cancel)
 	admin := open(t, srv.DSN)
 	cfg := &syncguard.Config{TableName: name + "_locks", FenceTableName: name + "_fences"}
-	drop := `DROP TABLE IF EXISTS ` + name + `_locks, ` + name + `_fences, ` + name + `_locks_waiters`
+	drop := `DROP TABLE IF EXISTS ` + name + `_locks, ` + name + `_fences, ` + name + `_locks_waiters, ` + name + `_locks_holders`
 	mustExec(ctx, t, admin, drop)
 	if err := syncguard.SetupSchema(ctx, admin, cfg); err != nil {
 		t.Fatal(err)

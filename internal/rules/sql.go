@@ -107,22 +107,30 @@ func QuoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`)
 
 // Variant keeps or drops the conditional blocks of a statement file: the
 // lines between "--if name" and "--end" are kept when on, those between
-// "--if !name" and "--end" when not; the marker lines go.
+// "--if !name" and "--end" when not; the marker lines go. Blocks of other
+// names, kept whole with their markers for a later call, may nest in a
+// block of name and contain one.
 func Variant(text, name string, on bool) string {
 	var b strings.Builder
 	keep := true
+	depth := 0 // nesting of other names' blocks inside this name's block
+	in := false
 	for _, line := range strings.SplitAfter(text, "\n") {
-		switch strings.TrimSpace(line) {
-		case "--if " + name:
-			keep = on
-		case "--if !" + name:
-			keep = !on
-		case "--end":
-			keep = true
-		default:
-			if keep {
-				b.WriteString(line)
-			}
+		t := strings.TrimSpace(line)
+		switch {
+		case !in && (t == "--if "+name || t == "--if !"+name):
+			in, keep, depth = true, (t == "--if "+name) == on, 0
+			continue
+		case in && t == "--end" && depth == 0:
+			in, keep = false, true
+			continue
+		case in && strings.HasPrefix(t, "--if "):
+			depth++
+		case in && t == "--end":
+			depth--
+		}
+		if keep {
+			b.WriteString(line)
 		}
 	}
 	return b.String()

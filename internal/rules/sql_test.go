@@ -55,3 +55,23 @@ func TestVariant(t *testing.T) {
 		t.Errorf("without queue: %q", got)
 	}
 }
+
+func TestVariantNested(t *testing.T) {
+	text := "a\n--if queue\nb\n--if holders\nh\n--end\nc\n--end\n--if holders\nx\n--if !queue\ny\n--end\n--end\nd\n"
+	for _, c := range []struct {
+		queue, holders bool
+		want           string
+	}{
+		{true, true, "a\nb\nh\nc\nx\nd\n"},
+		{true, false, "a\nb\nc\nd\n"},
+		{false, true, "a\nx\ny\nd\n"},
+		{false, false, "a\nd\n"},
+	} {
+		// Either order gives the same text.
+		a := Variant(Variant(text, "queue", c.queue), "holders", c.holders)
+		b := Variant(Variant(text, "holders", c.holders), "queue", c.queue)
+		if a != c.want || b != c.want {
+			t.Errorf("queue=%v holders=%v: %q, %q; want %q", c.queue, c.holders, a, b, c.want)
+		}
+	}
+}

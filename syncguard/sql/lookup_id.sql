@@ -1,4 +1,13 @@
--- lookup by lockId: one read. $1 lockId.
-SELECT l."lock_id", l."expires_at_ms", l."acquired_at_ms", l."fence", l."user_key", t.now_ms
+-- lookup by lockId: one read (with the holder's identity: the holders table joined by lockId, unless it is missing). $1 lockId.
+SELECT l."lock_id", l."expires_at_ms", l."acquired_at_ms", l."fence", l."user_key", t.now_ms,
+--if holders
+  h."identity"
+--end
+--if !holders
+  NULL::text
+--end
 FROM (SELECT {{now_ms}} AS now_ms) AS t
 LEFT JOIN {{locks}} AS l ON l."lock_id" = $1::text
+--if holders
+LEFT JOIN {{holders}} AS h ON h."lock_id" = l."lock_id"
+--end

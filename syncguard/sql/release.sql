@@ -23,6 +23,12 @@
 -- n:   a hint on the key's channel naming the waiter (a hash of its
 --      lockId). Any role can send it: it only makes that waiter attempt,
 --      and the attempt finds the row.
+-- The lines between "--if holders" and "--end" keep the holders table
+-- (left out when it is missing): hl deletes the identity rows of the
+-- released key (the releaser's, and those of earlier holders that expired
+-- or were taken over by another implementation; not gh's, which this
+-- statement's snapshot does not see); gh writes the waiter's, when it
+-- queued with one.
 -- sc:  when nothing was handed over, on the pool path, for a lock with at
 --      most {{async_release_max}} ms left, the commit does not wait for the
 --      WAL flush (synchronous_commit off for this transaction only; read at
@@ -50,7 +56,7 @@ w AS (
 wd AS (
   DELETE FROM {{waiters}} AS q USING t
   WHERE q."lock_id" = (SELECT w."lock_id" FROM w) AND q."deadline_ms" > t.now_ms AND q."notified"
-  RETURNING q."key", q."lock_id", q."ttl_ms", q."user_key", q."fence_key"
+  RETURNING q."key", q."lock_id", q."ttl_ms", q."user_key", q."fence_key", q."identity"
 ),
 me AS (
   DELETE FROM {{waiters}} AS q WHERE q."lock_id" = $1::text
@@ -69,8 +75,22 @@ g AS (
   FROM wd, gf, t
   RETURNING "key", "lock_id"
 ),
+--if holders
+gh AS (
+  INSERT INTO {{holders}} ("lock_id", "key", "identity")
+  SELECT g."lock_id", g."key", wd."identity" FROM g, wd WHERE wd."identity" IS NOT NULL
+  ON CONFLICT ("lock_id") DO UPDATE SET "identity" = EXCLUDED."identity"
+  RETURNING 1
+),
+--end
 n AS (
   SELECT pg_notify({{wake_channel(g."key")}}, {{wake_payload(g."lock_id")}}) AS v FROM g
+),
+--end
+--if holders
+hl AS (
+  DELETE FROM {{holders}} AS h USING d WHERE h."key" = d."key"
+  RETURNING 1
 ),
 --end
 sc AS (

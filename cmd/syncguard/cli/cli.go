@@ -84,6 +84,8 @@ func init() {
 		{"run", "--key KEY [flags] -- COMMAND [ARG...]", "run COMMAND while holding the lock on KEY", (*app).cmdRun},
 		{"status", "KEY", "show whether KEY is held, by whom, until when, with which fence", (*app).cmdStatus},
 		{"ls", "", "list active locks, newest first", (*app).cmdLs},
+		{"leader", "KEY [--watch]", "show the leader of the election KEY (identity, term), or follow it", (*app).cmdLeader},
+		{"elect", "--key KEY [flags] -- COMMAND [ARG...]", "run COMMAND whenever elected leader of KEY; campaign again after it exits or loses", (*app).cmdElect},
 		{"schema", "", "print the DDL of the lock tables (for migration tools)", (*app).cmdSchema},
 		{"setup", "", "create the lock tables and indexes if they do not exist", (*app).cmdSetup},
 		{"doctor", "", "check schema, privileges, clock, durability and pooler; say what to fix", (*app).cmdDoctor},

@@ -48,6 +48,7 @@ const (
 
 type runOpts struct {
 	key, fenceEnv    string
+	identity         string
 	ttl, wait, grace time.Duration
 	busyExit         int
 	foreground       bool
@@ -106,6 +107,7 @@ func (a *app) cmdRun(args []string) error {
 	fs.StringVar(&o.fenceEnv, "fence-env", defaultFenceEnv, "environment variable `NAME` that gives COMMAND the fence; NAME_NUM gets it as a plain decimal number")
 	durationVar(fs, &o.grace, "grace", defaultGrace, 0, maxGrace, false,
 		"after the lock is lost: time between SIGTERM and SIGKILL (`DURATION`), shortened to end before the lock's last confirmed expiry")
+	fs.StringVar(&o.identity, "identity", "", "the holder identity `NAME` stored with the lock, shown by status, ls and leader (default host:pid:COMMAND)")
 	fs.BoolVar(&o.foreground, "foreground", false, "run COMMAND in syncguard's process group, so it can read the terminal and gets ^C/^Z directly")
 	fs.BoolVar(&o.verbose, "verbose", false, "report waiting, acquiring, forwarding and releasing on stderr")
 	fs.BoolVar(&o.verbose, "v", false, "short for --verbose")
@@ -116,6 +118,9 @@ func (a *app) cmdRun(args []string) error {
 		return err
 	}
 	o.command = command
+	if o.identity == "" && len(command) > 0 {
+		o.identity = defaultIdentity(command[0])
+	}
 	if err := o.validate(); err != nil {
 		return err
 	}
@@ -172,6 +177,7 @@ func (a *app) lockOptions(o *runOpts) *syncguard.LockOptions {
 			MaxRetries: -1, Timeout: a.timeout, // --wait 0: one attempt; acquire sets the waiting
 		},
 		ReleaseTimeout: a.timeout,
+		Identity:       o.identity,
 		// runHolding releases explicitly and reports the error itself.
 		OnReleaseError: func(error, syncguard.ReleaseErrorInfo) {},
 		Logger:         a.logger(),
@@ -395,7 +401,7 @@ func (a *app) holder(b *syncguard.Backend, o *runOpts) string {
 	if err != nil || info == nil {
 		return "held by another process"
 	}
-	return fmt.Sprintf("held by lock#%s with fence %s, expires in about %s", info.LockIDHash, info.Fence,
+	return fmt.Sprintf("held by %s with fence %s, expires in about %s", holderText(*info), info.Fence,
 		short(max(time.Until(info.ExpiresAt), 0)))
 }
 

@@ -58,6 +58,7 @@ is-active), 64/69/70 on errors.`)
 			out["expiresAt"] = jsonTime(info.ExpiresAt)
 			out["expiresInMs"] = info.ExpiresAt.Sub(now).Milliseconds()
 			out["lockIdHash"] = info.LockIDHash
+			out["identity"] = info.Identity
 			if *raw {
 				out["lockId"] = info.LockID
 			}
@@ -86,7 +87,7 @@ is-active), 64/69/70 on errors.`)
 	fmt.Fprintf(w, "fence\t%s\n", info.Fence)
 	fmt.Fprintf(w, "expires\t%s (%s)\n", rel(info.ExpiresAt, now), stamp(info.ExpiresAt))
 	fmt.Fprintf(w, "acquired\t%s (%s)\n", rel(info.AcquiredAt, now), stamp(info.AcquiredAt))
-	fmt.Fprintf(w, "holder\tlock#%s (hash of the holder's lockId)\n", info.LockIDHash)
+	fmt.Fprintf(w, "holder\t%s\n", holderText(info.LockInfo))
 	if *raw {
 		fmt.Fprintf(w, "lockId\t%s (%s)\n", info.LockID, sensitiveNote)
 	}
@@ -148,7 +149,7 @@ uses.`); err != nil {
 		locks := []map[string]any{}
 		for _, r := range list.Locks {
 			m := map[string]any{
-				"keyHash": r.KeyHash, "lockIdHash": r.LockIDHash,
+				"keyHash": r.KeyHash, "lockIdHash": r.LockIDHash, "identity": r.Identity,
 				"fence":      string(r.Fence),
 				"acquiredAt": jsonTime(r.AcquiredAt), "expiresAt": jsonTime(r.ExpiresAt),
 				"expiresInMs": r.ExpiresAt.Sub(now).Milliseconds(),
@@ -169,7 +170,7 @@ uses.`); err != nil {
 	w := table(a.stdout)
 	cols := []string{"KEY", "FENCE", "ACQUIRED", "EXPIRES", "HOLDER"}
 	if *raw {
-		cols[4] = "LOCKID"
+		cols = append(cols, "LOCKID")
 	}
 	if *expired {
 		cols = append(cols, "STATE")
@@ -177,8 +178,17 @@ uses.`); err != nil {
 	fmt.Fprintln(w, strings.Join(cols, "\t"))
 	for _, r := range list.Locks {
 		key, holder := "key#"+r.KeyHash, "lock#"+r.LockIDHash
+		if r.Identity != "" {
+			holder = displayKey(r.Identity)
+		}
 		if *raw {
-			key, holder = displayKey(r.Key), r.LockID
+			key = displayKey(r.Key)
+			cells := []string{key, string(r.Fence), rel(r.AcquiredAt, now), rel(r.ExpiresAt, now), holder, r.LockID}
+			if *expired {
+				cells = append(cells, map[bool]string{true: "live", false: "expired"}[list.Live(r.LockInfo)])
+			}
+			fmt.Fprintln(w, strings.Join(cells, "\t"))
+			continue
 		}
 		cells := []string{key, string(r.Fence), rel(r.AcquiredAt, now), rel(r.ExpiresAt, now), holder}
 		if *expired {

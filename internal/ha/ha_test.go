@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/cmd/syncguard/cli"
+	"github.com/syncguard/syncguard-go/conformance"
 	"github.com/syncguard/syncguard-go/internal/replication"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
@@ -26,13 +27,13 @@ func TestMain(m *testing.M) {
 }
 
 // startFormation starts a formation for t, or skips t where
-// pg_auto_failover is not installed; with CI=true a missing installation
+// pg_auto_failover is not installed; in a CI job (conformance.InCI) a missing installation
 // fails instead (.ci/run installs it).
 func startFormation(t *testing.T, ctx context.Context, opts Options) *Formation {
 	t.Helper()
 	if err := Available(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true and no pg_auto_failover: %v", err)
+		if marker, ok := conformance.InCI(); ok {
+			t.Fatalf("a CI job (%s) and no pg_auto_failover: %v", marker, err)
 		}
 		t.Skipf("no pg_auto_failover: %v", err)
 	}

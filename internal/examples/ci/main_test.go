@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 	// fsync on, as in production: the smoke test checks it.
 	srv, err := pgtest.Start(ctx, pgtest.Options{Fsync: true})
 	if err != nil {
-		if os.Getenv("CI") == "true" {
+		if _, ci := pgtest.InCI(); ci {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

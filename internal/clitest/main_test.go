@@ -676,9 +676,12 @@ func TestMissingSchema(t *testing.T) {
 	_, d := freshDB(t, "cli_noschema")
 	r := sg(t, d, "status", "k")
 	wantCode(t, r, 70)
-	wantOneLineError(t, r, "syncguard: status: Internal: lock table missing")
-	if !strings.Contains(r.stderr, "syncguard setup") {
-		t.Errorf("the error should point to syncguard setup: %s", r)
+	wantOneLineError(t, r, "syncguard: status: Internal: lock table missing: run 'syncguard setup' first")
+	// The command's own way, not the Go API's.
+	for _, goAPI := range []string{"SetupSchema", "SchemaSQL"} {
+		if strings.Contains(r.stderr, goAPI) {
+			t.Errorf("the error names the Go API (%s) to a user of the command: %s", goAPI, r)
+		}
 	}
 	r = sg(t, d, "run", "--key", "k", "--", "true")
 	wantCode(t, r, 70)

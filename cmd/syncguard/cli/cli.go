@@ -25,11 +25,12 @@ const (
 	ExitOK          = 0
 	ExitFindings    = 1  // doctor found a problem
 	ExitFree        = 1  // status: the key is free (held is 0)
-	ExitUsage       = 64 // EX_USAGE: bad flags or arguments, invalid key or table name
-	ExitUnavailable = 69 // EX_UNAVAILABLE: PostgreSQL unreachable, timed out, or refused the credentials
+	ExitUsage       = 64 // EX_USAGE: bad flags or arguments, invalid key or table name, malformed DSN or no such database
+	ExitUnavailable = 69 // EX_UNAVAILABLE: PostgreSQL unreachable, timed out, or out of connections
 	ExitInternal    = 70 // EX_SOFTWARE: missing schema, unexpected server error, bug
 	ExitBusy        = 75 // EX_TEMPFAIL: run: the lock was held by someone else for all of --wait
 	ExitLost        = 76 // run: the lock was lost while the command ran; the command was stopped
+	ExitNoPerm      = 77 // EX_NOPERM: PostgreSQL refused the credentials, or the role lacks a privilege
 	ExitCannotExec  = 126
 	ExitNotFound    = 127
 )
@@ -168,8 +169,9 @@ func (a *app) usage(w io.Writer) {
 		"Durations are seconds (10, 2.5) or Go durations (500ms, 1m30s).\n"+
 		"Connection: --dsn, else $DATABASE_URL, else the standard PG* variables\n"+
 		"(PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE, PGSERVICE, ...).\n"+
-		"Exit statuses: 0 ok, 64 usage, 69 database unavailable, 70 internal, 75 lock busy,\n"+
-		"76 lock lost; run: the command's own status, 128+N if it died of signal N;\n"+
+		"Exit statuses: 0 ok, 64 usage or configuration, 69 database unavailable, 70 internal,\n"+
+		"75 lock busy, 76 lock lost, 77 credentials or privileges refused;\n"+
+		"run: the command's own status, 128+N if it died of signal N;\n"+
 		"status: 0 held, 1 free.\n"+
 		"Run 'syncguard help COMMAND' for a command's flags. Full reference:\n"+
 		"https://github.com/syncguard/syncguard-go/blob/main/docs/cli.md\n")
@@ -320,8 +322,12 @@ func exitCode(c syncguard.Code) int {
 	switch c {
 	case syncguard.CodeInvalidArgument:
 		return ExitUsage
-	case syncguard.CodeServiceUnavailable, syncguard.CodeNetworkTimeout, syncguard.CodeRateLimited, syncguard.CodeAuthFailed:
+	case syncguard.CodeServiceUnavailable, syncguard.CodeNetworkTimeout, syncguard.CodeRateLimited:
 		return ExitUnavailable
+	case syncguard.CodeAuthFailed:
+		// Not an outage: the same credentials and grants fail again until
+		// an operator changes them.
+		return ExitNoPerm
 	case syncguard.CodeAcquisitionTimeout:
 		return ExitBusy
 	case syncguard.CodeAborted:
@@ -330,6 +336,11 @@ func exitCode(c syncguard.Code) int {
 		return ExitInternal
 	}
 }
+
+// missingTablesMsg replaces the library's message for an undefined table
+// (42P01), which names the Go API.
+const missingTablesMsg = "lock table missing: run 'syncguard setup' first (or apply the DDL of 'syncguard schema' with your migration tool); " +
+	"if it exists, the role lacks USAGE on its schema (search_path skips such schemas) or search_path does not include it (see 'syncguard doctor')"
 
 // describe returns the code and one-line message of err.
 func describe(err error) (status int, code, msg string) {
@@ -340,6 +351,9 @@ func describe(err error) (status int, code, msg string) {
 	var se *syncguard.Error
 	if errors.As(err, &se) {
 		m := se.Msg
+		if se.SQLState == "42P01" { // undefined_table: this command's own way first
+			m = missingTablesMsg
+		}
 		if se.SQLState != "" {
 			m += " (SQLSTATE " + se.SQLState + ")"
 		}
@@ -348,9 +362,6 @@ func describe(err error) (status int, code, msg string) {
 				m += ": "
 			}
 			m += se.Err.Error()
-		}
-		if se.SQLState == "42P01" { // undefined_table
-			m += " (create the tables with 'syncguard setup')"
 		}
 		return exitCode(se.Code), string(se.Code), m
 	}

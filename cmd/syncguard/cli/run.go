@@ -82,8 +82,9 @@ Durations are seconds (10, 2.5) or Go durations (500ms, 1m30s). Every flag
 but --key can be set in the environment ($SYNCGUARD_WAIT, ...).
 
 Exit statuses: COMMAND's own; 75 lock busy (--busy-exit); 76 lock lost;
-64 usage; 69 database unavailable; 70 internal; 126 COMMAND not
-executable; 127 COMMAND not found; 128+N syncguard got signal N while
+64 usage or configuration; 69 database unavailable; 70 internal; 77
+credentials or privileges refused; 126 COMMAND not executable; 127
+COMMAND not found; 128+N syncguard got signal N while
 waiting or releasing, or COMMAND stopped on signal N (SIGTTIN: it read the
 terminal; use --foreground).
 

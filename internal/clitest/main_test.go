@@ -595,7 +595,7 @@ func TestUsageErrors(t *testing.T) {
 	for _, h := range [][]string{{"-h"}, {"--help"}, {"help"}} {
 		r := sg(t, d, h...)
 		wantCode(t, r, 0)
-		if !strings.Contains(r.stdout, "syncguard run --key KEY") {
+		if !strings.Contains(r.stdout, "syncguard run KEY") {
 			t.Errorf("%q: no usage on stdout: %s", h, r)
 		}
 	}

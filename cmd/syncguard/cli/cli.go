@@ -82,7 +82,7 @@ var commands []command
 func init() {
 	// In init: the commands' help refers back to this table.
 	commands = []command{
-		{"run", "--key KEY [flags] -- COMMAND [ARG...]", "run COMMAND while holding the lock on KEY", (*app).cmdRun},
+		{"run", "KEY [flags] -- COMMAND [ARG...]", "run COMMAND while holding the lock on KEY (also: --key KEY; -c 'COMMAND LINE' for sh -c)", (*app).cmdRun},
 		{"status", "KEY", "show whether KEY is held, by whom, until when, with which fence", (*app).cmdStatus},
 		{"ls", "", "list active locks, newest first", (*app).cmdLs},
 		{"schema", "", "print the DDL of the lock tables (for migration tools)", (*app).cmdSchema},
@@ -283,7 +283,7 @@ func (a *app) parse(fs *flag.FlagSet, args []string, interspersed bool) ([]strin
 	}
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := fs.Parse(expandShort(fs, args)); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return nil, errHelp
 			}
@@ -300,6 +300,82 @@ func (a *app) parse(fs *flag.FlagSet, args []string, interspersed bool) ([]strin
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// expandShort splits bundled one-letter flags in the flags that lead
+// args, as getopt does: "-nq" is "-n -q", "-nw5" is "-n -w 5", "-c'cmd'"
+// is "-c 'cmd'". Only arguments that are no flag of fs as they stand are
+// split, and only when every letter is a one-letter flag of fs; a flag
+// that takes a value ends the bundle, taking the rest of it or, when
+// nothing is left, the next argument. Anything from the first positional
+// argument or "--" on is left alone: it is COMMAND's, or parsed later.
+func expandShort(fs *flag.FlagSet, args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" || len(arg) < 2 || arg[0] != '-' {
+			return append(out, args[i:]...)
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		if f := fs.Lookup(name); f != nil || strings.HasPrefix(arg, "--") || len(arg) == 2 {
+			out = append(out, arg)
+			if f != nil && !hasValue && !isBoolFlag(f) && i+1 < len(args) {
+				i++
+				out = append(out, args[i]) // its value, whatever it looks like
+			}
+			continue
+		}
+		split, needsNext, ok := splitBundle(fs, arg[1:])
+		if !ok {
+			out = append(out, arg) // flag reports it as unknown
+			continue
+		}
+		out = append(out, split...)
+		if needsNext && i+1 < len(args) {
+			i++
+			out = append(out, args[i])
+		}
+	}
+	return out
+}
+
+// splitBundle splits "nqw5" into "-n", "-q", "-w", "5". needsNext: the last
+// flag takes a value and the bundle had none left for it.
+func splitBundle(fs *flag.FlagSet, bundle string) (split []string, needsNext, ok bool) {
+	for j, r := range bundle {
+		f := fs.Lookup(string(r))
+		if f == nil {
+			return nil, false, false
+		}
+		split = append(split, "-"+string(r))
+		if !isBoolFlag(f) {
+			rest := bundle[j+len(string(r)):]
+			if rest == "" {
+				return split, true, true
+			}
+			return append(split, strings.TrimPrefix(rest, "=")), false, true
+		}
+	}
+	return split, false, true
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// parseMore parses the flags that follow a positional argument already
+// taken (run's KEY), up to the next positional argument or "--", with the
+// flags parse set up (no environment applied again: it would override the
+// flags before KEY).
+func (a *app) parseMore(fs *flag.FlagSet, args []string) ([]string, error) {
+	if err := fs.Parse(expandShort(fs, args)); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, errHelp
+		}
+		return nil, usageErr("%s", err)
+	}
+	return fs.Args(), nil
 }
 
 // cliError is an error with its exit status and the code printed with it.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/syncguard/syncguard-go/cmd/syncguard/cli"
 	"github.com/syncguard/syncguard-go/conformance"
+	"github.com/syncguard/syncguard-go/internal/pgtest"
 	"github.com/syncguard/syncguard-go/internal/replication"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
@@ -75,13 +76,15 @@ func full() bool { return os.Getenv("SYNCGUARD_HA") == "full" }
 var fullPlan = []FaultKind{KillPostmaster, KillNode, KillPostmaster, KillNode, KillPostmaster, Switchover}
 
 // TestFailover runs the failover check on a pg_auto_failover formation
-// with a synchronous standby. By default (make test) it is the short form:
+// with a synchronous standby. A long suite: it runs with SYNCGUARD_LONG=1
+// (make check) and skips otherwise. By default it is the short form:
 // one kill -9 of the primary node (keeper, postmaster and backends: always
 // a failover) under load on both adapters, about 40 s. With
 // SYNCGUARD_HA=full (make ha) it runs fullPlan, then (subtest
 // Asynchronous) the same schedule on a formation with asynchronous
 // replication.
 func TestFailover(t *testing.T) {
+	pgtest.Long(t, "failovers on a pg_auto_failover formation")
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	f := startFormation(t, ctx, Options{})

@@ -1,4 +1,11 @@
 # syncguard-go: every module's tests, the demo, benchmarks.
+#
+#   make test    the everyday run (at most 5 minutes on 2 cores): vet and
+#                every module's tests under -race; the long suites skip,
+#                saying so, and make test prints what it leaves to make check
+#   make check   everything CI runs (.ci/run): make test plus the long
+#                suites (SYNCGUARD_LONG=1), fuzzing, release-check and the
+#                core's tests with the oldest supported Go
 # Integration tests start a throwaway PostgreSQL from installed binaries
 # (/usr/lib/postgresql/*/bin) or use SYNCGUARD_TEST_DSN.
 
@@ -10,6 +17,10 @@ MODULES := $(shell sed -n 's/^[[:space:]]*\.\/\{0,1\}\([^[:space:]]*\)$$/\1/p' g
 # The lowest Go release the published modules support: the core's go line.
 MIN_GO := $(shell sed -n 's/^go //p' go.mod)
 TEST_FLAGS ?= -race -count=1 -timeout 10m
+# A -race binary that exits 0 sleeps 1 s first (GORACE atexit_sleep_ms, for
+# late race reports): a second per test package and per command the tests
+# run. Races are still reported and fail the run without it.
+export GORACE ?= atexit_sleep_ms=0
 
 # package:target pairs
 FUZZ_TARGETS := ./internal/rules:FuzzNormalizeAndStorageKeys ./internal/rules:FuzzMakeStorageKey \
@@ -17,10 +28,28 @@ FUZZ_TARGETS := ./internal/rules:FuzzNormalizeAndStorageKeys ./internal/rules:Fu
 	./syncguard:FuzzCheckKey ./internal/classify:FuzzClassify
 FUZZTIME ?= 3s
 
-.PHONY: test vet demo bench schema tidy fuzz deps release release-check test-min-go test-loaded
+# What make test leaves to make check (printed by make test, so that
+# nothing is skipped silently; each long test also skips with a message
+# naming SYNCGUARD_LONG).
+LONG_SUITES := the conformance suite through PgBouncer (internal/itest), failovers on pg_auto_failover \
+	(internal/ha), the fault suite (internal/chaos TestChaos), fuzzing, release-check, the core with go$(MIN_GO)
 
-test: deps vet fuzz release-check test-min-go
-	@set -e; for m in $(MODULES); do \
+.PHONY: test check test-modules vet demo bench schema tidy fuzz deps release release-check test-min-go test-loaded
+
+# The everyday run, at most 5 minutes on 2 cores: vet, then every module's
+# tests under -race with the long suites skipped (they say so).
+test: deps vet
+	@echo "== make test: left to make check: $(LONG_SUITES)"
+	@$(MAKE) --no-print-directory test-modules SYNCGUARD_LONG=
+
+# Everything, as CI runs it (.ci/run): make test's tests with the long
+# suites (SYNCGUARD_LONG=1), fuzzing, the release check and the core's
+# tests with the oldest Go it claims. About 10 minutes on 2 cores.
+check: deps vet fuzz release-check test-min-go
+	@$(MAKE) --no-print-directory test-modules SYNCGUARD_LONG=1
+
+test-modules:
+	@set -e; export SYNCGUARD_LONG="$(SYNCGUARD_LONG)"; for m in $(MODULES); do \
 		if [ -f $$m/go.mod ]; then \
 			echo "== go test $$m"; \
 			(cd $$m && $(GO) test $(TEST_FLAGS) ./...); \

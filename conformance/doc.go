@@ -25,9 +25,10 @@
 //		})
 //	}
 //
-// Without a DSN the run is skipped, except when the environment variable CI
-// is "true" (or Harness.Required is set): then it fails with one line, so a
-// CI job cannot go green having tested nothing. Before the cases, a
+// Without a DSN the run is skipped, except in a CI job (see InCI: CI=true,
+// CI=1, or a CI service's marker such as GITHUB_ACTIONS, GITLAB_CI,
+// BUILDKITE, JENKINS_URL or TF_BUILD) or when Harness.Required is set: then
+// it fails with one line, so a CI job cannot go green having tested nothing. Before the cases, a
 // preflight connects once, checks that the role may create tables in its
 // current schema (failing once with the GRANT that fixes it), and drops
 // tables that crashed runs left behind (the suite's sgc_* tables older than

@@ -11,7 +11,7 @@ import (
 
 func init() {
 	registerSQL("Errors/ConnectionRefusedIsServiceUnavailable", func(e *sqlEnv) {
-		e.skipUnlessHook(e.h.OpenRefused != nil, "OpenRefused")
+		e.skipUnless(e.h.OpenRefused != nil, "OpenRefused")
 		b := e.newBackend(e.h.OpenRefused(e.t), nil)
 		ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
 		defer cancel()
@@ -23,7 +23,7 @@ func init() {
 	})
 
 	registerSQL("Errors/WrongPasswordIsAuthFailed", func(e *sqlEnv) {
-		e.skipUnlessHook(e.h.OpenWrongPassword != nil, "OpenWrongPassword")
+		e.skipUnless(e.h.OpenWrongPassword != nil, "OpenWrongPassword")
 		db := e.h.OpenWrongPassword(e.t) // may skip, with its own reason
 		ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
 		defer cancel()

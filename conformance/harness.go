@@ -3,7 +3,6 @@ package conformance
 import (
 	"context"
 	"database/sql"
-	"os"
 	"testing"
 	"time"
 
@@ -17,9 +16,10 @@ type Harness struct {
 	// DSN and DriverName say how to open the database under test: Open
 	// defaults to Opener(DriverName, DSN). Pass the DSN straight from the
 	// environment: when it is empty (and Open is nil) the run is skipped,
-	// or, when Required or the environment variable CI is "true", it
-	// fails with one line saying so, so that a CI job cannot pass having
-	// tested nothing.
+	// or, when Required or the environment marks a CI job (see InCI:
+	// CI=true, CI=1, GITHUB_ACTIONS, GITLAB_CI, JENKINS_URL, ...), it fails
+	// with one line saying so, so that a CI job cannot pass having tested
+	// nothing.
 	DSN        string
 	DriverName string
 
@@ -30,8 +30,7 @@ type Harness struct {
 	Open func(t testing.TB) *sql.DB
 
 	// Required makes a missing database (empty DSN, nil Open) a failure
-	// instead of a skip. It is implied when the environment variable CI is
-	// "true".
+	// instead of a skip. It is implied in a CI job (InCI).
 	Required bool
 
 	// Dialect is passed to syncguard.Config. Nil: found from the driver
@@ -238,9 +237,6 @@ func (h Harness) options() runOptions {
 	return runOptions{timeout: h.CaseTimeout, serial: h.Serial, groups: h.Groups}
 }
 
-// inCI reports whether the environment says this is a CI run.
-func inCI() bool { return os.Getenv("CI") == "true" }
-
 // resolve fills the defaults of h. Without a database it skips t, or fails
 // it with one line when a database is required, and returns false.
 func (h Harness) resolve(t *testing.T) (Harness, bool) {
@@ -253,14 +249,13 @@ func (h Harness) resolve(t *testing.T) (Harness, bool) {
 	}
 	if h.DSN == "" {
 		why := "Harness.DSN is empty and Harness.Open is nil"
-		switch {
-		case h.Required:
+		if h.Required {
 			t.Fatalf("conformance: no database to test (%s) and Harness.Required is set: set the DSN for this run", why)
-		case inCI():
-			t.Fatalf("conformance: no database to test (%s) and CI=true: set the DSN in this CI job, or the suite would pass having run nothing", why)
-		default:
-			t.Skipf("conformance: no database to test (%s); set the DSN to run the suite", why)
 		}
+		if marker, ok := InCI(); ok {
+			t.Fatalf("conformance: no database to test (%s) and this is a CI run (%s): set the DSN in this CI job, or the suite would pass having run nothing", why, marker)
+		}
+		t.Skipf("conformance: no database to test (%s); set the DSN to run the suite", why)
 		return h, false
 	}
 	if h.DriverName == "" {

@@ -82,21 +82,30 @@ func TestHelperAfterHang(t *testing.T) {
 	}
 }
 
-// TestMissingDSNUnderCIFails: with CI=true and no DSN, Run fails with one
-// line; without CI it skips; Required fails too.
+// TestMissingDSNUnderCIFails: in a CI job (CI=true, CI=1, or only a CI
+// service's own marker such as GITHUB_ACTIONS) and with no DSN, Run fails
+// with one line naming the marker; outside CI it skips; Required fails too.
 func TestMissingDSNUnderCIFails(t *testing.T) {
 	if os.Getenv(helperEnv) != "" {
 		t.Skip("helper run")
 	}
-	out, failed := runSelf(t, "^TestHelperNoDSN$", "nodsn", "CI=true")
-	if !failed || !strings.Contains(out, "conformance: no database to test (Harness.DSN is empty and Harness.Open is nil) and CI=true") {
-		t.Errorf("CI=true without a DSN must fail with one clear line; exit non-zero %v, output:\n%s", failed, out)
+	for _, ci := range [][]string{
+		{"CI=true"},
+		{"CI=1"},
+		{"CI=", "GITHUB_ACTIONS=true"},
+		{"CI=", "JENKINS_URL=http://jenkins.example/"},
+	} {
+		out, failed := runSelf(t, "^TestHelperNoDSN$", "nodsn", ci...)
+		want := "conformance: no database to test (Harness.DSN is empty and Harness.Open is nil) and this is a CI run (" + ci[len(ci)-1] + ")"
+		if !failed || !strings.Contains(out, want) {
+			t.Errorf("%v without a DSN must fail with one clear line %q; exit non-zero %v, output:\n%s", ci, want, failed, out)
+		}
 	}
-	out, failed = runSelf(t, "^TestHelperNoDSN$", "nodsn", "CI=")
+	out, failed := runSelf(t, "^TestHelperNoDSN$", "nodsn", "CI=false") // CI=false: not CI, whatever else is set
 	if failed || !strings.Contains(out, "--- SKIP: TestHelperNoDSN") {
 		t.Errorf("without CI and without a DSN the run skips; exit non-zero %v, output:\n%s", failed, out)
 	}
-	out, failed = runSelf(t, "^TestHelperNoDSNRequired$", "nodsn", "CI=")
+	out, failed = runSelf(t, "^TestHelperNoDSNRequired$", "nodsn", "CI=false")
 	if !failed || !strings.Contains(out, "Harness.Required is set") {
 		t.Errorf("Harness.Required without a DSN must fail; exit non-zero %v, output:\n%s", failed, out)
 	}

@@ -141,7 +141,10 @@ func (e *sqlEnv) needSessionState(what string) {
 	}
 }
 
-func (e *sqlEnv) skipUnlessHook(ok bool, hook string) {
+// skipUnless skips the case, naming the Harness hook it needs, unless ok.
+// It shadows env.skipUnless (which names a Target hook, what a
+// RunBackend user sets): a SQL-tier case's hooks are the Harness's.
+func (e *sqlEnv) skipUnless(ok bool, hook string) {
 	e.t.Helper()
 	if !ok {
 		e.t.Skipf("needs Harness.%s", hook)
@@ -255,7 +258,7 @@ func (e *sqlEnv) fenceTable() map[string]int64 {
 // Harness.OpenOther (the second driver), skipping the case without it.
 func (e *sqlEnv) otherBackend() *syncguard.Backend {
 	e.t.Helper()
-	e.skipUnlessHook(e.h.OpenOther != nil, "OpenOther")
+	e.skipUnless(e.h.OpenOther != nil, "OpenOther")
 	return e.newBackend(e.h.OpenOther(e.t), func(c *syncguard.Config) { c.Dialect = e.h.OtherDialect })
 }
 

@@ -76,3 +76,13 @@ func (dialect) Inspect(err error) driver.ErrorInfo {
 	}
 	return info
 }
+
+// MalformedConnString reports whether err is pgx's error for a connection
+// string it could not parse (*pgconn.ParseConfigError). pgx parses the DSN
+// of sql.Open("pgx", dsn) only when the pool opens its first connection,
+// so the error arrives with the first operation; syncguard reports it as
+// InvalidArgument, not as an unexpected (Internal) error.
+func (dialect) MalformedConnString(err error) bool {
+	var pe *pgconn.ParseConfigError
+	return errors.As(err, &pe)
+}

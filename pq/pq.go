@@ -29,6 +29,7 @@ import (
 	"errors"
 	"net"
 	"reflect"
+	"strings"
 
 	"github.com/lib/pq"
 
@@ -88,4 +89,43 @@ func (dialect) Inspect(err error) driver.ErrorInfo {
 		info.ConnBroken = true
 	}
 	return info
+}
+
+// connStringErrors are in lib/pq's errors for a connection string it
+// could not parse (its parser returns plain errors, nothing typed, so they
+// are found by their text); a URL that net/url cannot parse is a
+// *url.Error, which syncguard recognises itself.
+var connStringErrors = []string{
+	`missing "=" after `,
+	"missing character after backslash",
+	"unterminated quoted string literal in connection string",
+	"invalid connection protocol: ",
+	"pq: wrong value for ",
+	"pq: could not match ",
+	"pq: unsupported client_encoding ",
+	"pq: unsupported datestyle ",
+	"pq: min_protocol_version ",
+	"pq: environment variable $",
+	"pq: unknown setting ",
+}
+
+// MalformedConnString reports whether err is lib/pq's error for a
+// connection string it could not parse. lib/pq parses the DSN of
+// sql.Open("postgres", dsn) only when the pool opens its first connection,
+// so the error arrives with the first operation; syncguard reports it as
+// InvalidArgument, not as an unexpected (Internal) error. lib/pq's parser
+// returns untyped errors, so they are told by the beginning of their text.
+func (dialect) MalformedConnString(err error) bool {
+	var pe *pq.Error
+	var ne net.Error
+	if err == nil || errors.As(err, &pe) || errors.As(err, &ne) {
+		return false
+	}
+	msg := err.Error()
+	for _, p := range connStringErrors {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
 }

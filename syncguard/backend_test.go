@@ -566,6 +566,14 @@ func TestPrivilegeErrorSaysWhatLacksWhich(t *testing.T) {
 			_, err := b.IsLocked(context.Background(), "k")
 			return err
 		}, []string{`lacks a privilege on table L`, `isLocked needs USAGE on the schema of "L" and SELECT on it`}},
+		{`ERROR: permission denied for table L (SQLSTATE 42501)`, func(b *Backend) error {
+			_, err := b.List(context.Background(), nil)
+			return err
+		}, []string{`lacks a privilege on table L`, `list needs USAGE on the schema of "L" and SELECT on it`}},
+		{`ERROR: permission denied for table F (SQLSTATE 42501)`, func(b *Backend) error {
+			_, _, err := b.LastFence(context.Background(), "k")
+			return err
+		}, []string{`lacks a privilege on table F`, `lastFence needs USAGE on the schema of "F" and SELECT on it`}},
 	} {
 		b, mock := newMock(t, &Config{TableName: "L", FenceTableName: "F"})
 		mock.ExpectQuery("").WillReturnError(&msgErr{pgErr{code: "42501"}, c.server})

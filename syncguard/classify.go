@@ -51,8 +51,10 @@ func (c classifier) needs(op string) string {
 		return fmt.Sprintf("release needs USAGE on the schema of %s and SELECT, DELETE on it", locks)
 	case "extend":
 		return fmt.Sprintf("extend needs USAGE on the schema of %s and SELECT, UPDATE on it", locks)
-	case "isLocked", "lookup":
+	case "isLocked", "lookup", "list":
 		return fmt.Sprintf("%s needs USAGE on the schema of %s and SELECT on it", op, locks)
+	case "lastFence":
+		return fmt.Sprintf("lastFence needs USAGE on the schema of %s and SELECT on it", fences)
 	case "cleanup":
 		return fmt.Sprintf("cleanup needs USAGE on the schema of %s and SELECT, DELETE on it", locks)
 	case "setupSchema":

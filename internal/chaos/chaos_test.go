@@ -31,6 +31,7 @@ func envDuration(t *testing.T, name string) time.Duration {
 // (e.g. 4m30s, as `make chaos` sets) selects the long form with a random
 // schedule, and SYNCGUARD_CHAOS_SEED replays a run's randomness.
 func TestChaos(t *testing.T) {
+	pgtest.Long(t, "the fault suite")
 	srv := pgtest.Require(t)
 	if !srv.CanRestart() {
 		t.Logf("server kind %s cannot restart: the restart fault is skipped", srv.Kind)

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"regexp"
 	"strings"
 	"syscall"
@@ -75,8 +76,35 @@ func Error(ctx context.Context, d driver.Dialect, err error) Result {
 	if d != nil {
 		info = d.Inspect(err)
 	}
+	if info.SQLState == "" && badConnString(d, err) {
+		return Result{Code: InvalidArgument, Msg: badConnStringMsg, Err: err}
+	}
 	code, msg := classify(err, info)
 	return Result{Code: code, SQLState: info.SQLState, Msg: msg, Err: err}
+}
+
+// ConnStringReader is implemented by a dialect that can tell, among its
+// driver's errors, those of a malformed connection string: lib/pq and pgx
+// parse it only when the pool opens its first connection, not in
+// sql.Open, so it surfaces at the first operation. (driver.ErrorInfo has
+// no field for it; the adapters implement this method instead.)
+type ConnStringReader interface {
+	MalformedConnString(err error) bool
+}
+
+const badConnStringMsg = "malformed connection string: the driver could not parse the DSN the *sql.DB was opened with (a configuration error, not an outage)"
+
+// badConnString reports whether err says the connection string could not
+// be parsed: by d's reading, or a URL that net/url could not parse (a
+// *url.Error is also a net.Error, which would otherwise read as an
+// unreachable server).
+func badConnString(d driver.Dialect, err error) bool {
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Op == "parse" {
+		return true
+	}
+	r, ok := d.(ConnStringReader)
+	return ok && r.MalformedConnString(err)
 }
 
 // classify maps a driver error onto a code. The order is the policy (see
@@ -91,6 +119,11 @@ func classify(err error, info driver.ErrorInfo) (string, string) {
 		if s == "08P01" && strings.Contains(info.Message, "authentication failed") {
 			return AuthFailed, "the pooler rejected the credentials"
 		}
+		// Likewise a database the pooler has no entry for (PgBouncer:
+		// "no such database: x"): a configuration error, as 3D000 is.
+		if s == "08P01" && strings.Contains(info.Message, "no such database") {
+			return InvalidArgument, noDatabaseMsg + " (the pooler has no such database)"
+		}
 		if s == "42501" {
 			return AuthFailed, privilegeMsg(info.Message, err)
 		}
@@ -100,8 +133,7 @@ func classify(err error, info driver.ErrorInfo) (string, string) {
 	}
 	switch info.Severity {
 	case "FATAL", "PANIC":
-		// The server ended the session for a reason not mapped above
-		// (a database that does not exist, say).
+		// The server ended the session for a reason not mapped above.
 		return ServiceUnavailable, "the server ended the session"
 	}
 	switch {
@@ -131,6 +163,8 @@ func classify(err error, info driver.ErrorInfo) (string, string) {
 	return Internal, "unexpected error"
 }
 
+const noDatabaseMsg = "the database does not exist: the connection string names a database this server does not have (a configuration error, not an outage)"
+
 // mapping is a code and the words for it.
 type mapping struct{ code, msg string }
 
@@ -154,6 +188,10 @@ var bySQLState = map[string]mapping{
 	// switchover. The next connection to the new primary succeeds.
 	"25006": {ServiceUnavailable, "read-only transaction: the server is a standby or read-only during a failover; " +
 		"retryable once connected to the new primary (use target_session_attrs=read-write in the DSN)"},
+	// invalid_catalog_name: the DSN names a database the server does not
+	// have. Retrying the same settings fails the same way: a configuration
+	// error, not an outage.
+	"3D000": {InvalidArgument, noDatabaseMsg},
 	"25P02": {Internal, "the caller's transaction is aborted; roll it back"},
 	"42P01": {Internal, "lock table missing: run syncguard.SetupSchema (or apply syncguard.SchemaSQL) first; if it exists, the role lacks USAGE on its schema (search_path skips such schemas) or search_path does not include it"},
 	"42703": {Internal, "lock table has the wrong columns: it was not created by syncguard.SetupSchema"},

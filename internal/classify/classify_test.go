@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"syscall"
 	"testing"
@@ -21,6 +22,14 @@ type shape driver.ErrorInfo
 
 func (shape) Name() string                     { return "shape" }
 func (s shape) Inspect(error) driver.ErrorInfo { return driver.ErrorInfo(s) }
+
+// connShape is a shape whose dialect also tells malformed connection
+// strings (ConnStringReader): errMalformed is one.
+type connShape struct{ shape }
+
+var errMalformed = errors.New(`missing "=" after "this" in connection info string`)
+
+func (connShape) MalformedConnString(err error) bool { return errors.Is(err, errMalformed) }
 
 // TestPolicy is the policy table: for each error shape, the code a caller
 // acts on (docs/errors.md says why). Rows with a zero shape test the
@@ -61,8 +70,11 @@ func TestPolicy(t *testing.T) {
 		// PgBouncer: 08P01 is every pooler error; its message tells auth.
 		{"pgbouncer auth", driver.ErrorInfo{SQLState: "08P01", Severity: "FATAL", Message: `password authentication failed for user "app"`}, odd, AuthFailed},
 		{"pgbouncer other", driver.ErrorInfo{SQLState: "08P01", Severity: "FATAL", Message: "no more connections allowed (max_client_conn)"}, odd, ServiceUnavailable},
+		// A database that does not exist: configuration, not an outage.
+		{"no such database", server("3D000", "FATAL"), odd, InvalidArgument},
+		{"pgbouncer no such database", driver.ErrorInfo{SQLState: "08P01", Severity: "FATAL", Message: "no such database: app"}, odd, InvalidArgument},
 		// A FATAL the table does not map ends the session: unavailable.
-		{"unmapped FATAL", server("3D000", "FATAL"), odd, ServiceUnavailable},
+		{"unmapped FATAL", server("58P01", "FATAL"), odd, ServiceUnavailable},
 		{"unmapped PANIC", server("XX000", "PANIC"), odd, ServiceUnavailable},
 		{"not a SQLSTATE", server("2", "ERROR"), odd, Internal},
 		// Client-side shapes the dialect reports.
@@ -82,10 +94,15 @@ func TestPolicy(t *testing.T) {
 		{"tx done", driver.ErrorInfo{}, sql.ErrTxDone, InvalidArgument},
 		{"db closed", driver.ErrorInfo{}, errors.New("sql: database is closed"), Internal},
 		{"anything else", driver.ErrorInfo{}, odd, Internal},
+		// A connection string the driver could not parse: a URL net/url
+		// rejected (also a net.Error), or what the dialect recognises.
+		{"unparsable URL", driver.ErrorInfo{}, &url.Error{Op: "parse", URL: "postgres://%zz", Err: url.EscapeError("%zz")}, InvalidArgument},
+		{"malformed DSN by the dialect", driver.ErrorInfo{}, errMalformed, InvalidArgument},
+		{"malformed DSN beside a broken connection", driver.ErrorInfo{ConnBroken: true}, errMalformed, InvalidArgument},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := Error(context.Background(), shape(c.info), c.err)
+			r := Error(context.Background(), connShape{shape(c.info)}, c.err)
 			if r.Code != c.want || r.Msg == "" || r.Err != c.err || r.SQLState != c.info.SQLState {
 				t.Errorf("rule: %s is %s; got %+v", c.name, c.want, r)
 			}

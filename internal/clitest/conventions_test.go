@@ -71,9 +71,9 @@ func TestFlagsFromEnvironment(t *testing.T) {
 		}
 	}
 	// A job's own syncguard run does not inherit its parent's key.
-	r = start(t, env(d, "SYNCGUARD_KEY="+k), "run", "--", "true").wait(t, time.Minute)
+	r = start(t, env(d, "SYNCGUARD_KEY="+k), "run", "-n").wait(t, time.Minute)
 	wantCode(t, r, 64)
-	if !strings.Contains(r.stderr, "--key is required") {
+	if !strings.Contains(r.stderr, "no KEY given") {
 		t.Errorf("SYNCGUARD_KEY must not set --key: %s", r)
 	}
 }
@@ -428,4 +428,60 @@ func TestVersionOutput(t *testing.T) {
 	if m["goVersion"] != runtime.Version() || m["module"] != "github.com/syncguard/syncguard-go/cmd/syncguard" || m["version"] != "(devel)" {
 		t.Errorf("version --json: %v", m)
 	}
+}
+
+// flock(1) conventions (issue 23, item 9): KEY as the first argument,
+// bundled one-letter flags, and -c 'COMMAND LINE' through /bin/sh -c.
+func TestRunFlockConventions(t *testing.T) {
+	t.Parallel()
+	d := dsn(t)
+
+	// KEY positional; flags before and after it.
+	k := key(t, "free")
+	r := sg(t, d, "run", k, "--", "sh", "-c", `printf %s "$SYNCGUARD_KEY"`)
+	wantCode(t, r, 0)
+	if r.stdout != k {
+		t.Errorf("run KEY -- COMMAND: want the key %q on stdout, got %s", k, r)
+	}
+	r = sg(t, d, "run", "-q", k, "--ttl", "10", "sh", "-c", "exit 5")
+	wantCode(t, r, 5)
+
+	// -c: a command line for /bin/sh -c, with the lock's environment.
+	r = sg(t, d, "run", k, "-c", `test -n "$SYNCGUARD_FENCE_NUM" && echo "$SYNCGUARD_KEY" | tr a-z A-Z; exit 7`)
+	wantCode(t, r, 7)
+	if strings.TrimSpace(r.stdout) != strings.ToUpper(k) {
+		t.Errorf("-c: want %q on stdout, got %s", strings.ToUpper(k), r)
+	}
+	r = sg(t, d, "run", "--key", k, "-c", "true", "extra")
+	wantCode(t, r, 64)
+	wantOneLineError(t, r, "syncguard: run: InvalidArgument: -c/--command and COMMAND")
+
+	// Bundled flags against a busy key: -nq is -n -q, -nE3 is -n -E 3.
+	_, busy, _ := holdKey(t, d)
+	for _, args := range [][]string{
+		{"run", "-nq", busy, "--", "true"},
+		{"run", busy, "-nq", "--", "true"},
+		{"run", "-qn", busy, "-c", "true"},
+	} {
+		r := sg(t, d, args...)
+		wantCode(t, r, 75)
+		if r.stderr != "" {
+			t.Errorf("%q: -q should silence the busy message: %s", args, r)
+		}
+	}
+	r = sg(t, d, "run", "-nE3", busy, "true")
+	wantCode(t, r, 3)
+	r = sg(t, d, "run", "-qw0.2", busy, "true")
+	wantCode(t, r, 75)
+
+	// The old form still works, and COMMAND's own flags are never split.
+	r = sg(t, d, "run", "--key", k, "--", "sh", "-c", `printf %s "$1"`, "sh", "-nq")
+	wantCode(t, r, 0)
+	if r.stdout != "-nq" {
+		t.Errorf("COMMAND's -nq must reach it as is: %s", r)
+	}
+	// No KEY at all.
+	r = sg(t, d, "run", "-n")
+	wantCode(t, r, 64)
+	wantOneLineError(t, r, "syncguard: run: InvalidArgument: no KEY given")
 }

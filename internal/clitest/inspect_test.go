@@ -445,7 +445,7 @@ func TestVersion(t *testing.T) {
 }
 
 // startPgBouncer starts a PgBouncer in front of srv. Without one
-// installed, the test is skipped, or fails under CI=true (.ci/run installs
+// installed, the test is skipped, or fails in a CI job (pgtest.InCI; .ci/run installs
 // it).
 func startPgBouncer(t *testing.T, srv *pgtest.Server, opts pgtest.PgBouncerOptions) *pgtest.PgBouncer {
 	t.Helper()
@@ -453,7 +453,7 @@ func startPgBouncer(t *testing.T, srv *pgtest.Server, opts pgtest.PgBouncerOptio
 		t.Skip("PgBouncer needs a throwaway server")
 	}
 	if _, err := pgtest.PgBouncerBinary(); err != nil {
-		if os.Getenv("CI") == "true" {
+		if _, ci := pgtest.InCI(); ci {
 			t.Fatal(err)
 		}
 		t.Skip(err)

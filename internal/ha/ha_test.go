@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/cmd/syncguard/cli"
+	"github.com/syncguard/syncguard-go/conformance"
+	"github.com/syncguard/syncguard-go/internal/pgtest"
 	"github.com/syncguard/syncguard-go/internal/replication"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
@@ -26,13 +28,13 @@ func TestMain(m *testing.M) {
 }
 
 // startFormation starts a formation for t, or skips t where
-// pg_auto_failover is not installed; with CI=true a missing installation
+// pg_auto_failover is not installed; in a CI job (conformance.InCI) a missing installation
 // fails instead (.ci/run installs it).
 func startFormation(t *testing.T, ctx context.Context, opts Options) *Formation {
 	t.Helper()
 	if err := Available(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true and no pg_auto_failover: %v", err)
+		if marker, ok := conformance.InCI(); ok {
+			t.Fatalf("a CI job (%s) and no pg_auto_failover: %v", marker, err)
 		}
 		t.Skipf("no pg_auto_failover: %v", err)
 	}
@@ -74,13 +76,15 @@ func full() bool { return os.Getenv("SYNCGUARD_HA") == "full" }
 var fullPlan = []FaultKind{KillPostmaster, KillNode, KillPostmaster, KillNode, KillPostmaster, Switchover}
 
 // TestFailover runs the failover check on a pg_auto_failover formation
-// with a synchronous standby. By default (make test) it is the short form:
+// with a synchronous standby. A long suite: it runs with SYNCGUARD_LONG=1
+// (make check) and skips otherwise. By default it is the short form:
 // one kill -9 of the primary node (keeper, postmaster and backends: always
 // a failover) under load on both adapters, about 40 s. With
 // SYNCGUARD_HA=full (make ha) it runs fullPlan, then (subtest
 // Asynchronous) the same schedule on a formation with asynchronous
 // replication.
 func TestFailover(t *testing.T) {
+	pgtest.Long(t, "failovers on a pg_auto_failover formation")
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	f := startFormation(t, ctx, Options{})

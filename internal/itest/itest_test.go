@@ -10,7 +10,13 @@ import (
 	sgpq "github.com/syncguard/syncguard-go/pq"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, pgtest.Options{}) }
+// The conformance runs spend their time waiting (expiries, TTLs,
+// wake-ups): six cases at once instead of two halve the package's time on
+// 2 cores; the server gets the connections for it.
+func TestMain(m *testing.M) {
+	pgtest.MinParallel(6)
+	pgtest.Main(m, pgtest.Options{MaxConnections: 400})
+}
 
 // lib/pq behind PgBouncer 1.18 in transaction mode needs
 // binary_parameters=yes: lib/pq then sends an unprepared parameterized query
@@ -32,19 +38,28 @@ var pqDriver = suite.Driver{Name: "postgres", Dialect: sgpq.Dialect, DialectFor:
 var pgxDriver = suite.Driver{Name: "pgx", Dialect: pgxstd.Dialect, PgBouncerParams: "&default_query_exec_mode=exec"}
 
 // The conformance suite against each adapter, directly and through PgBouncer
-// in transaction mode.
-func TestConformancePQ(t *testing.T)                  { suite.Run(t, pqDriver) }
-func TestConformancePQThroughPgBouncer(t *testing.T)  { suite.RunThroughPgBouncer(t, pqDriver) }
-func TestConformancePGX(t *testing.T)                 { suite.Run(t, pgxDriver) }
-func TestConformancePGXThroughPgBouncer(t *testing.T) { suite.RunThroughPgBouncer(t, pgxDriver) }
+// in transaction mode. The PgBouncer runs are long suites, left to `make
+// check` (pgtest.Long); `make test` runs the direct ones.
+func TestConformancePQ(t *testing.T) { suite.Run(t, pqDriver) }
+func TestConformancePQThroughPgBouncer(t *testing.T) {
+	pgtest.Long(t, "the conformance suite through PgBouncer")
+	suite.RunThroughPgBouncer(t, pqDriver)
+}
+func TestConformancePGX(t *testing.T) { suite.Run(t, pgxDriver) }
+func TestConformancePGXThroughPgBouncer(t *testing.T) {
+	pgtest.Long(t, "the conformance suite through PgBouncer")
+	suite.RunThroughPgBouncer(t, pgxDriver)
+}
 
 // The suite through PgBouncer with every setting at its default: prepared
 // statements on and a plain DSN, which PgBouncer 1.18 in transaction mode
 // breaks unless the Backend notices (issue 14, item 4).
 func TestConformancePQThroughPgBouncerPrepared(t *testing.T) {
+	pgtest.Long(t, "the conformance suite through PgBouncer, prepared statements on")
 	suite.RunThroughPgBouncerPrepared(t, pqDriver)
 }
 func TestConformancePGXThroughPgBouncerPrepared(t *testing.T) {
+	pgtest.Long(t, "the conformance suite through PgBouncer, prepared statements on")
 	suite.RunThroughPgBouncerPrepared(t, pgxDriver)
 }
 

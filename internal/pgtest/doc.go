@@ -48,10 +48,11 @@
 //	func TestMain(m *testing.M) { pgtest.Main(m, pgtest.Options{}) }
 //
 //	func TestSomething(t *testing.T) {
-//		srv := pgtest.Require(t) // skips (or fails when CI=true) without a database
+//		srv := pgtest.Require(t) // skips (or fails in CI) without a database
 //		dsn, err := srv.CreateDatabase(context.Background(), "something")
 //		...
 //	}
 //
-// With CI=true a missing database is an error, never a skip.
+// In a CI job (InCI: CI=true, CI=1, GITHUB_ACTIONS, ...) a missing database
+// is an error, never a skip.
 package pgtest

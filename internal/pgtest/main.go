@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/syncguard/syncguard-go/conformance"
 )
 
 // startTimeout bounds Start in Main; generous for a first docker pull.
@@ -18,12 +20,16 @@ var (
 	skipReason = "pgtest.Main was not called from TestMain"
 )
 
-func inCI() bool { return os.Getenv("CI") == "true" }
+// InCI reports whether this is a CI job, by conformance.InCI's rule (CI=true,
+// CI=1, GITHUB_ACTIONS, GITLAB_CI, JENKINS_URL, ...; CI=false says it is
+// not), and the variable that says so. In a CI job a missing database or
+// PgBouncer fails the tests instead of skipping them.
+func InCI() (marker string, ok bool) { return conformance.InCI() }
 
 // Main is for TestMain: it starts a server (opts), stores it for Get, runs
 // m.Run, stops the server, and exits.
 //
-// When no database can be found: if env CI == "true" it prints the reasons
+// When no database can be found: in a CI job (InCI) it prints the reasons
 // and exits 1 (integration tests must never be silently skipped in CI);
 // otherwise it runs m.Run with Get returning nil, so that tests skip (see
 // Require) with the printed reason.
@@ -33,8 +39,8 @@ func Main(m *testing.M, opts Options) {
 	cancel()
 	if err != nil {
 		skipReason = err.Error()
-		if inCI() {
-			fmt.Fprintf(os.Stderr, "pgtest: CI=true and no PostgreSQL for the integration tests:\n%v\n", err)
+		if marker, ok := InCI(); ok {
+			fmt.Fprintf(os.Stderr, "pgtest: a CI job (%s) and no PostgreSQL for the integration tests:\n%v\n", marker, err)
 			os.Exit(1)
 		}
 		fmt.Fprintf(os.Stderr, "pgtest: integration tests will be skipped:\n%v\n", err)
@@ -68,14 +74,14 @@ func Get() *Server { return current }
 func SkipReason() string { return skipReason }
 
 // Require returns Get(), or, when there is no server, skips the test (fails
-// it when CI=true) with the reason.
+// it in a CI job, see InCI) with the reason.
 func Require(t testing.TB) *Server {
 	t.Helper()
 	if s := Get(); s != nil {
 		return s
 	}
-	if inCI() {
-		t.Fatalf("CI=true and no PostgreSQL: %s", SkipReason())
+	if marker, ok := InCI(); ok {
+		t.Fatalf("a CI job (%s) and no PostgreSQL: %s", marker, SkipReason())
 	}
 	t.Skip(SkipReason())
 	return nil

@@ -136,14 +136,14 @@ func versionAtLeast(v string, major, minor int) bool {
 
 // RequirePgBouncer starts a PgBouncer (opts) in front of s for the test
 // and stops it at cleanup. It skips the test when pgbouncer is not
-// installed, and fails it instead when CI=true.
+// installed, and fails it instead in a CI job (InCI).
 func RequirePgBouncer(t testing.TB, s *Server, opts PgBouncerOptions) *PgBouncer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	b, err := s.StartPgBouncer(ctx, opts)
 	if err != nil {
-		if errors.Is(err, ErrNoPgBouncer) && !inCI() {
+		if _, ci := InCI(); errors.Is(err, ErrNoPgBouncer) && !ci {
 			t.Skip(err)
 		}
 		t.Fatal(err)

@@ -25,11 +25,12 @@ const (
 	ExitOK          = 0
 	ExitFindings    = 1  // doctor found a problem
 	ExitFree        = 1  // status: the key is free (held is 0)
-	ExitUsage       = 64 // EX_USAGE: bad flags or arguments, invalid key or table name
-	ExitUnavailable = 69 // EX_UNAVAILABLE: PostgreSQL unreachable, timed out, or refused the credentials
+	ExitUsage       = 64 // EX_USAGE: bad flags or arguments, invalid key or table name, malformed DSN or no such database
+	ExitUnavailable = 69 // EX_UNAVAILABLE: PostgreSQL unreachable, timed out, or out of connections
 	ExitInternal    = 70 // EX_SOFTWARE: missing schema, unexpected server error, bug
 	ExitBusy        = 75 // EX_TEMPFAIL: run: the lock was held by someone else for all of --wait
 	ExitLost        = 76 // run: the lock was lost while the command ran; the command was stopped
+	ExitNoPerm      = 77 // EX_NOPERM: PostgreSQL refused the credentials, or the role lacks a privilege
 	ExitCannotExec  = 126
 	ExitNotFound    = 127
 )
@@ -81,7 +82,7 @@ var commands []command
 func init() {
 	// In init: the commands' help refers back to this table.
 	commands = []command{
-		{"run", "--key KEY [flags] -- COMMAND [ARG...]", "run COMMAND while holding the lock on KEY", (*app).cmdRun},
+		{"run", "KEY [flags] -- COMMAND [ARG...]", "run COMMAND while holding the lock on KEY (also: --key KEY; -c 'COMMAND LINE' for sh -c)", (*app).cmdRun},
 		{"status", "KEY", "show whether KEY is held, by whom, until when, with which fence", (*app).cmdStatus},
 		{"ls", "", "list active locks, newest first", (*app).cmdLs},
 		{"leader", "KEY [--watch]", "show the leader of the election KEY (identity, term), or follow it", (*app).cmdLeader},
@@ -170,8 +171,9 @@ func (a *app) usage(w io.Writer) {
 		"Durations are seconds (10, 2.5) or Go durations (500ms, 1m30s).\n"+
 		"Connection: --dsn, else $DATABASE_URL, else the standard PG* variables\n"+
 		"(PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE, PGSERVICE, ...).\n"+
-		"Exit statuses: 0 ok, 64 usage, 69 database unavailable, 70 internal, 75 lock busy,\n"+
-		"76 lock lost; run: the command's own status, 128+N if it died of signal N;\n"+
+		"Exit statuses: 0 ok, 64 usage or configuration, 69 database unavailable, 70 internal,\n"+
+		"75 lock busy, 76 lock lost, 77 credentials or privileges refused;\n"+
+		"run: the command's own status, 128+N if it died of signal N;\n"+
 		"status: 0 held, 1 free.\n"+
 		"Run 'syncguard help COMMAND' for a command's flags. Full reference:\n"+
 		"https://github.com/syncguard/syncguard-go/blob/main/docs/cli.md\n")
@@ -283,7 +285,7 @@ func (a *app) parse(fs *flag.FlagSet, args []string, interspersed bool) ([]strin
 	}
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := fs.Parse(expandShort(fs, args)); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return nil, errHelp
 			}
@@ -300,6 +302,82 @@ func (a *app) parse(fs *flag.FlagSet, args []string, interspersed bool) ([]strin
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// expandShort splits bundled one-letter flags in the flags that lead
+// args, as getopt does: "-nq" is "-n -q", "-nw5" is "-n -w 5", "-c'cmd'"
+// is "-c 'cmd'". Only arguments that are no flag of fs as they stand are
+// split, and only when every letter is a one-letter flag of fs; a flag
+// that takes a value ends the bundle, taking the rest of it or, when
+// nothing is left, the next argument. Anything from the first positional
+// argument or "--" on is left alone: it is COMMAND's, or parsed later.
+func expandShort(fs *flag.FlagSet, args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" || len(arg) < 2 || arg[0] != '-' {
+			return append(out, args[i:]...)
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		if f := fs.Lookup(name); f != nil || strings.HasPrefix(arg, "--") || len(arg) == 2 {
+			out = append(out, arg)
+			if f != nil && !hasValue && !isBoolFlag(f) && i+1 < len(args) {
+				i++
+				out = append(out, args[i]) // its value, whatever it looks like
+			}
+			continue
+		}
+		split, needsNext, ok := splitBundle(fs, arg[1:])
+		if !ok {
+			out = append(out, arg) // flag reports it as unknown
+			continue
+		}
+		out = append(out, split...)
+		if needsNext && i+1 < len(args) {
+			i++
+			out = append(out, args[i])
+		}
+	}
+	return out
+}
+
+// splitBundle splits "nqw5" into "-n", "-q", "-w", "5". needsNext: the last
+// flag takes a value and the bundle had none left for it.
+func splitBundle(fs *flag.FlagSet, bundle string) (split []string, needsNext, ok bool) {
+	for j, r := range bundle {
+		f := fs.Lookup(string(r))
+		if f == nil {
+			return nil, false, false
+		}
+		split = append(split, "-"+string(r))
+		if !isBoolFlag(f) {
+			rest := bundle[j+len(string(r)):]
+			if rest == "" {
+				return split, true, true
+			}
+			return append(split, strings.TrimPrefix(rest, "=")), false, true
+		}
+	}
+	return split, false, true
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// parseMore parses the flags that follow a positional argument already
+// taken (run's KEY), up to the next positional argument or "--", with the
+// flags parse set up (no environment applied again: it would override the
+// flags before KEY).
+func (a *app) parseMore(fs *flag.FlagSet, args []string) ([]string, error) {
+	if err := fs.Parse(expandShort(fs, args)); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, errHelp
+		}
+		return nil, usageErr("%s", err)
+	}
+	return fs.Args(), nil
 }
 
 // cliError is an error with its exit status and the code printed with it.
@@ -322,8 +400,12 @@ func exitCode(c syncguard.Code) int {
 	switch c {
 	case syncguard.CodeInvalidArgument:
 		return ExitUsage
-	case syncguard.CodeServiceUnavailable, syncguard.CodeNetworkTimeout, syncguard.CodeRateLimited, syncguard.CodeAuthFailed:
+	case syncguard.CodeServiceUnavailable, syncguard.CodeNetworkTimeout, syncguard.CodeRateLimited:
 		return ExitUnavailable
+	case syncguard.CodeAuthFailed:
+		// Not an outage: the same credentials and grants fail again until
+		// an operator changes them.
+		return ExitNoPerm
 	case syncguard.CodeAcquisitionTimeout:
 		return ExitBusy
 	case syncguard.CodeAborted:
@@ -332,6 +414,11 @@ func exitCode(c syncguard.Code) int {
 		return ExitInternal
 	}
 }
+
+// missingTablesMsg replaces the library's message for an undefined table
+// (42P01), which names the Go API.
+const missingTablesMsg = "lock table missing: run 'syncguard setup' first (or apply the DDL of 'syncguard schema' with your migration tool); " +
+	"if it exists, the role lacks USAGE on its schema (search_path skips such schemas) or search_path does not include it (see 'syncguard doctor')"
 
 // describe returns the code and one-line message of err.
 func describe(err error) (status int, code, msg string) {
@@ -342,6 +429,9 @@ func describe(err error) (status int, code, msg string) {
 	var se *syncguard.Error
 	if errors.As(err, &se) {
 		m := se.Msg
+		if se.SQLState == "42P01" { // undefined_table: this command's own way first
+			m = missingTablesMsg
+		}
 		if se.SQLState != "" {
 			m += " (SQLSTATE " + se.SQLState + ")"
 		}
@@ -350,9 +440,6 @@ func describe(err error) (status int, code, msg string) {
 				m += ": "
 			}
 			m += se.Err.Error()
-		}
-		if se.SQLState == "42P01" { // undefined_table
-			m += " (create the tables with 'syncguard setup')"
 		}
 		return exitCode(se.Code), string(se.Code), m
 	}

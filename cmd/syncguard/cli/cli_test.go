@@ -192,3 +192,39 @@ func TestBadValueSaysWhatIsAccepted(t *testing.T) {
 		}
 	}
 }
+
+// Bundled one-letter flags are split as getopt splits them, only in the
+// leading flags: COMMAND's own arguments, values of flags and long flags
+// are left as they are.
+func TestExpandShort(t *testing.T) {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	var b bool
+	var s string
+	fs.BoolVar(&b, "n", false, "")
+	fs.BoolVar(&b, "q", false, "")
+	fs.BoolVar(&b, "v", false, "")
+	fs.BoolVar(&b, "json", false, "")
+	fs.StringVar(&s, "w", "", "")
+	fs.StringVar(&s, "c", "", "")
+	fs.StringVar(&s, "dsn", "", "")
+	for _, c := range []struct{ in, want string }{
+		{"-nq k -- ls -la", "-n -q k -- ls -la"},
+		{"-nqv k", "-n -q -v k"},
+		{"-nw5 k", "-n -w 5 k"},
+		{"-nw 5 k", "-n -w 5 k"},
+		{"-w5", "-w 5"},
+		{"-w=5", "-w=5"},
+		{"-qc echo|hi k", "-q -c echo|hi k"},
+		{"-json -n", "-json -n"},
+		{"--dsn -nq -q", "--dsn -nq -q"}, // -nq is --dsn's value
+		{"-n -- -nq", "-n -- -nq"},
+		{"k -nq", "k -nq"},   // after a positional argument: not ours
+		{"-nx k", "-nx k"},   // x is no flag: flag reports -nx
+		{"--nq k", "--nq k"}, // two dashes: a long name
+	} {
+		got := strings.Join(expandShort(fs, strings.Fields(c.in)), " ")
+		if got != c.want {
+			t.Errorf("expandShort(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

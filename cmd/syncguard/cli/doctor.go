@@ -44,7 +44,9 @@ connection, so that waiting for a contended lock is woken on release
 number of expired lock rows.
 
 Exit status: 0 when nothing failed (warnings allowed), 1 when a check
-failed, 69 when the database cannot be reached.`
+failed, 69 when the database cannot be reached, 77 when it refuses the
+credentials, 64 when the connection settings are malformed or name a
+database that does not exist.`
 
 func (a *app) cmdDoctor(args []string) error {
 	fs := a.flagSet("doctor")

@@ -147,11 +147,13 @@ const EnvPrefix = "SYNCGUARD_"
 
 // notFromEnv are the flags that have no environment variable: --key,
 // because run gives its COMMAND the key in $SYNCGUARD_KEY, and a nested
-// syncguard run must not take its parent's key; the short forms, which set
+// syncguard run must not take its parent's key; --command, which is
+// COMMAND itself (a variable left in a job's environment would run in every
+// nested syncguard run); the short forms, which set
 // the same values as their long forms; and the flags that are actions.
 var notFromEnv = map[string]bool{
-	"key": true, "version": true, "help": true, "h": true,
-	"v": true, "q": true, "n": true, "w": true, "E": true,
+	"key": true, "command": true, "version": true, "help": true, "h": true,
+	"v": true, "q": true, "n": true, "w": true, "E": true, "c": true,
 }
 
 // envName is the environment variable of flag name.

@@ -54,10 +54,17 @@ type runOpts struct {
 	foreground       bool
 	verbose, quiet   bool
 	command          []string
+	shell            string // -c: the command line for /bin/sh -c
 	path             string // COMMAND resolved in $PATH
 }
 
 const runHelp = `
+KEY is the first argument (or --key KEY); flags go before or after it.
+COMMAND is the first argument after KEY that is not a flag, or what
+follows "--"; -c 'COMMAND LINE' runs a command line through /bin/sh -c
+instead (like flock -c). One-letter flags can be bundled: -nq is -n -q,
+-w5 is -w 5. A KEY that begins with "-" needs --key.
+
 Acquires the lock on KEY, waiting for up to --wait while it is busy (woken
 when the holder releases it or its lock expires, retrying every 125 to 250
 ms in any case); runs COMMAND with the fence in $SYNCGUARD_FENCE (15
@@ -83,13 +90,15 @@ Durations are seconds (10, 2.5) or Go durations (500ms, 1m30s). Every flag
 but --key can be set in the environment ($SYNCGUARD_WAIT, ...).
 
 Exit statuses: COMMAND's own; 75 lock busy (--busy-exit); 76 lock lost;
-64 usage; 69 database unavailable; 70 internal; 126 COMMAND not
-executable; 127 COMMAND not found; 128+N syncguard got signal N while
+64 usage or configuration; 69 database unavailable; 70 internal; 77
+credentials or privileges refused; 126 COMMAND not executable; 127
+COMMAND not found; 128+N syncguard got signal N while
 waiting or releasing, or COMMAND stopped on signal N (SIGTTIN: it read the
 terminal; use --foreground).
 
 Example (crontab): never two reports at once across the fleet
-  */5 * * * * syncguard run --key jobs:report -n -q -- /opt/report.sh`
+  */5 * * * * syncguard run -nq jobs:report -- /opt/report.sh
+  */5 * * * * syncguard run -nq jobs:report -c '/opt/report.sh >> /var/log/report.log 2>&1'`
 
 func (a *app) cmdRun(args []string) error {
 	fs := a.flagSet("run")
@@ -113,13 +122,33 @@ func (a *app) cmdRun(args []string) error {
 	fs.BoolVar(&o.verbose, "v", false, "short for --verbose")
 	fs.BoolVar(&o.quiet, "quiet", false, "print nothing unless the lock is lost or syncguard fails: no busy message (the exit status says it), no warnings about transient database errors")
 	fs.BoolVar(&o.quiet, "q", false, "short for --quiet")
-	command, err := a.parseCmd(fs, args, false, runHelp)
+	fs.StringVar(&o.shell, "command", "", "run `COMMAND_LINE` through /bin/sh -c instead of COMMAND [ARG...] (like flock -c)")
+	fs.StringVar(&o.shell, "c", "", "short for --command (`COMMAND_LINE`)")
+	pos, err := a.parseCmd(fs, args, false, runHelp)
 	if err != nil {
 		return err
 	}
-	o.command = command
-	if o.identity == "" && len(command) > 0 {
-		o.identity = defaultIdentity(command[0])
+	// Without --key, the first argument is KEY, as flock's FILE, consul
+	// lock's PREFIX and etcdctl lock's NAME are; flags may follow it, up to
+	// COMMAND or "--".
+	if o.key == "" && len(pos) > 0 {
+		o.key = pos[0]
+		if pos, err = a.parseMore(fs, pos[1:]); err != nil {
+			if errors.Is(err, errHelp) {
+				a.cmdHelp(fs, runHelp)
+			}
+			return err
+		}
+	}
+	o.command = pos
+	if o.shell != "" {
+		if len(o.command) > 0 {
+			return usageErr("-c/--command and COMMAND %q both given: want one of them", o.command)
+		}
+		o.command = []string{"/bin/sh", "-c", o.shell}
+	}
+	if o.identity == "" && len(o.command) > 0 {
+		o.identity = defaultIdentity(o.command[0])
 	}
 	if err := o.validate(); err != nil {
 		return err
@@ -153,13 +182,13 @@ var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func (o *runOpts) validate() error {
 	if o.key == "" {
-		return usageErr("--key is required")
+		return usageErr("no KEY given: syncguard run KEY [flags] -- COMMAND [ARG...] (or --key KEY)")
 	}
 	if _, err := rules.NormalizeKey(o.key); err != nil {
 		return err
 	}
 	if len(o.command) == 0 {
-		return usageErr("no command given: syncguard run --key KEY [flags] -- COMMAND [ARG...]")
+		return usageErr("no command given: syncguard run KEY [flags] -- COMMAND [ARG...], or -c 'COMMAND LINE'")
 	}
 	if !envNameRE.MatchString(o.fenceEnv) || o.fenceEnv == keyEnv || o.fenceEnv+numSuffix == keyEnv {
 		return usageErr("--fence-env %q is not a usable variable name (letters, digits and _, not starting with a digit; not %s)", o.fenceEnv, keyEnv)

@@ -21,7 +21,7 @@ shows the last fence handed out for it: the next holder gets a larger one.
 Times are relative to the server's clock, which decides expiry.
 
 Exit status: 0 when KEY is held, 1 when it is free (like systemctl
-is-active), 64/69/70 on errors.`)
+is-active), 64/69/70/77 on errors.`)
 	if err != nil {
 		return err
 	}

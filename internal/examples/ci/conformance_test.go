@@ -9,7 +9,7 @@ import (
 )
 
 // The suite against the database CI gives this job. Without the variable
-// it skips locally and fails under CI=true.
+// it skips locally and fails in CI (conformance.InCI).
 func TestSyncGuardConformance(t *testing.T) {
 	conformance.Run(t, conformance.Harness{
 		DriverName: "pgx",

@@ -17,12 +17,15 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The conformance run waits more than it computes: six cases at once
+	// (see docs/conformance.md, Time).
+	pgtest.MinParallel(6)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	// fsync on, as in production: the smoke test checks it.
 	srv, err := pgtest.Start(ctx, pgtest.Options{Fsync: true})
 	if err != nil {
-		if os.Getenv("CI") == "true" {
+		if _, ci := pgtest.InCI(); ci {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

@@ -198,7 +198,6 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		fence             sql.NullString
 		exhausted         bool
 		now               int64
-		first             bool
 	}
 	// sent records whether the statement may have gone out (see sentArg).
 	sent := &sentArg{v: lockID}
@@ -207,7 +206,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		stmt += stmtAcquireHolders - stmtAcquire
 		args = append(args, ident)
 	}
-	dest := []any{&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted, &d.now, &d.first}
+	dest := []any{&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted, &d.now}
 	err := b.run(ctx, stmt, args, dest...)
 	if err != nil && ident != "" && ctx.Err() == nil && b.shared.holdersLost(err) {
 		// No holders table: the attempt without the identity.
@@ -262,7 +261,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 				// The holder's lock can be taken once it is no longer live.
 				retryIn = time.Duration(d.expires.Int64+rules.ToleranceMs+1-d.now) * time.Millisecond
 			}
-			rec.contended(retryIn, d.first)
+			rec.contended(retryIn)
 		}
 		return AcquireResult{OK: false, Reason: ReasonLocked}, nil
 	}

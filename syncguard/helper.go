@@ -288,9 +288,9 @@ func Lock(ctx context.Context, backend Locker, key string, opts *LockOptions) (*
 //   - a third of the queue window has passed (the attempt renews the
 //     waiter's place; a release skips a waiter that stopped renewing);
 //   - a scheduled retry is due (AcquisitionOptions);
-//   - it is first in the queue and no notification reaches it: no
-//     release hands it the key, so it polls for the free key, 5 ms after
-//     its last attempt, doubling to 100 ms.
+//   - no notification reaches it: no release hands it the key, so it
+//     polls for the free key, 5 ms after its last attempt, doubling to
+//     25 ms (only the first waiter can take it).
 //
 // Only scheduled retries count against MaxRetries. Wake-ups that find
 // nothing (forged or replayed notifications) are spaced out, from 5 ms
@@ -368,7 +368,7 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 		if rec == nil {
 			return
 		}
-		w, every, retryIn, pollHead := rec.state()
+		w, every, retryIn, poll := rec.state()
 		if !paused {
 			wake = w
 		}
@@ -379,10 +379,10 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 		if renewEvery > 0 {
 			renew.Reset(renewEvery)
 		}
-		// First in the queue, without notifications: no release hands it
-		// the key, so it looks for the free key itself, soon after each
-		// attempt (5 ms, doubling to 100 ms).
-		if pollHead {
+		// Without notifications no release hands it the key: it looks for
+		// the free key itself, soon after each attempt (5 ms, doubling to
+		// 25 ms); the queue keeps the order.
+		if poll {
 			headGap = min(max(2*headGap, headPollMin), headPollMax)
 			head.Reset(headGap)
 		} else {
@@ -463,10 +463,10 @@ const maxDelay = time.Duration(1 << 62)
 // unboundedMaxDelay caps the retry delay when MaxRetries is not set.
 const unboundedMaxDelay = time.Second
 
-// The polling of a first waiter that no notification reaches (acquire).
+// The polling of a waiter that no notification reaches (acquire).
 const (
 	headPollMin = 5 * time.Millisecond
-	headPollMax = 100 * time.Millisecond
+	headPollMax = 25 * time.Millisecond
 )
 
 // delay returns the wait before retry n (1-based), before clamping to the

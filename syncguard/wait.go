@@ -94,7 +94,6 @@ type waitRecord struct {
 	withdraw func()        // takes the waiter out of the queue
 	window   time.Duration // the Backend's queue window
 	retryIn  time.Duration // a failed attempt: until the holder's lock is no longer live, by the server's clock
-	first    bool          // a failed attempt: no live waiter is queued before this one
 	age      time.Duration // a successful attempt: how long the lock existed when the attempt's statement started
 }
 
@@ -142,9 +141,9 @@ func (r *waitRecord) notified() bool {
 
 // contended records what a failed queued attempt learned, and asks for
 // the key's channel.
-func (r *waitRecord) contended(retryIn time.Duration, first bool) {
+func (r *waitRecord) contended(retryIn time.Duration) {
 	r.mu.Lock()
-	r.retryIn, r.first = retryIn, first
+	r.retryIn = retryIn
 	sub, ch := r.sub, r.channel
 	r.mu.Unlock()
 	if sub != nil {
@@ -154,17 +153,18 @@ func (r *waitRecord) contended(retryIn time.Duration, first bool) {
 
 // state returns what Lock waits on: the wake-up channel (nil: none), the
 // renewal interval (0: not queued), the holder's remaining life, and
-// whether the waiter must poll for a free key itself: it is first in the
-// queue and no notification reaches it, so no release hands it the key.
-func (r *waitRecord) state() (wake <-chan struct{}, renew, retryIn time.Duration, pollHead bool) {
+// whether the waiter must poll for a free key itself: no notification
+// reaches it, so no release hands it the key, and it cannot know when the
+// waiters before it are gone but by looking.
+func (r *waitRecord) state() (wake <-chan struct{}, renew, retryIn time.Duration, poll bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.sub != nil {
 		wake, renew = r.sub.C, r.window/3
-		pollHead = r.first && !r.sub.Listening()
+		poll = !r.sub.Listening()
 	}
 	retryIn, r.retryIn = r.retryIn, 0
-	return wake, renew, retryIn, pollHead
+	return wake, renew, retryIn, poll
 }
 
 // wakeC is the waiter's wake-up channel, or nil.

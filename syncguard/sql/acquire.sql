@@ -14,7 +14,10 @@
 --        the first waiter, not to whoever attempts first.
 -- q:     a waiter that did not get the key queues, at its place (the
 --        server's clock in microseconds at its first attempt, kept), or
---        renews its row: live for $6 ms more, notified or not ($7). A
+--        renews its row: live for $6 ms more, notified or not ($7); a row
+--        renewed within the last third of the window with the same
+--        notified is left alone (a waiter that polls often writes, and
+--        takes a transaction id, at most every third of the window). A
 --        release hands the key only to a live waiter that is notified; a
 --        first waiter that is not takes the free key itself.
 -- dq:    a waiter that holds the key (taken now, or granted by a release)
@@ -65,7 +68,7 @@ cur AS (
 ),
 --if queue
 me AS (
-  SELECT w."place" FROM {{waiters}} AS w WHERE w."lock_id" = $2::text
+  SELECT w."place", w."deadline_ms", w."notified" FROM {{waiters}} AS w WHERE w."lock_id" = $2::text
 ),
 ahead AS (
   SELECT 1 FROM {{waiters}} AS w, t
@@ -117,6 +120,7 @@ ins AS (
 --end
   FROM t
   WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM cur WHERE cur."lock_id" = $2::text)
+    AND NOT EXISTS (SELECT 1 FROM me WHERE me."notified" = $7::boolean AND me."deadline_ms" > t.now_ms + $6::bigint * 2 / 3)
   ON CONFLICT ("lock_id") DO UPDATE SET "deadline_ms" = EXCLUDED."deadline_ms", "ttl_ms" = EXCLUDED."ttl_ms",
     "notified" = EXCLUDED."notified"
   RETURNING 1
@@ -144,13 +148,7 @@ SELECT
   COALESCE(ins."fence", cur."fence") AS fence,
   (EXISTS (SELECT 1 FROM free) AND NOT EXISTS (SELECT 1 FROM f)
    AND COALESCE((SELECT snapf."fence" FROM snapf), 0) >= {{fence_max}}) AS fence_exhausted,
-  t.now_ms,
---if queue
-  NOT EXISTS (SELECT 1 FROM ahead) AS first
---end
---if !queue
-  false AS first
---end
+  t.now_ms
 FROM t
 LEFT JOIN ins ON true
 LEFT JOIN cur ON true

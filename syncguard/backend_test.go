@@ -17,6 +17,7 @@ import (
 	"github.com/DATA-DOG/go-sqlmock"
 
 	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/deploy"
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
@@ -426,7 +427,7 @@ func TestSchemaSQLQuotesAndNames(t *testing.T) {
 	if strings.Contains(ddl, "{{") || strings.Contains(strings.ToLower(ddl), "placeholder") {
 		t.Errorf("the rendered DDL mentions the template it came from:\n%s", ddl)
 	}
-	if n := len(splitStatements(ddl)); n != 9 {
+	if n := len(deploy.SplitStatements(ddl)); n != 9 {
 		t.Errorf("want 9 statements (the spec's 4, the waiters table's 3, the holders table's 2), got %d", n)
 	}
 	// The repository's schema.sql is the default rendering.

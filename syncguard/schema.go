@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/deploy"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 )
@@ -205,7 +206,12 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	// statement, and stop when every table and index exists.
 	// Exec, no arguments, the answer in the row count: the simple query
 	// protocol, no prepared statement (see below).
-	res, err := db.ExecContext(ctx, existsQuery(r.table, r.fenceTable))
+	names := schemaNames(r.table, r.fenceTable)
+	var objects []string
+	for _, k := range []string{"locks", "fences", "lock_id_index", "expires_index", "waiters", "waiters_id_index", "waiters_key_index", "holders", "holders_key_index"} {
+		objects = append(objects, names[k])
+	}
+	res, err := db.ExecContext(ctx, deploy.ExistsQuery(objects))
 	if err != nil {
 		return cl.wrap(ctx, op, err)
 	}
@@ -223,7 +229,7 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", int64(schemaLockID))); err != nil {
 		return cl.wrap(ctx, op, err)
 	}
-	for _, stmt := range splitStatements(ddl) {
+	for _, stmt := range deploy.SplitStatements(ddl) {
 		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			e := cl.wrap(ctx, op, err)
 			if e.SQLState == "42501" {
@@ -231,7 +237,7 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 				// privilege on (PostgreSQL 15 lets only its owner create in
 				// public).
 				_ = tx.Rollback()
-				e.Msg = "insufficient privilege to create the lock tables: " + createGrantHint(ctx, db) +
+				e.Msg = "insufficient privilege to create the lock tables: " + deploy.CreateGrantHint(ctx, db) +
 					", or let the schema's owner run SetupSchema (or apply SchemaSQL in a migration)"
 			}
 			return e
@@ -241,49 +247,6 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 		return cl.wrap(ctx, op, err)
 	}
 	return nil
-}
-
-// existsQuery is one statement that returns one row when every table and
-// index of the schema already exists in the current schema (where
-// SetupSchema's DDL creates), and none otherwise. No arguments: the names
-// are plain identifiers (Config checks them).
-func existsQuery(table, fenceTable string) string {
-	names := schemaNames(table, fenceTable)
-	var conds []string
-	for _, k := range []string{"locks", "fences", "lock_id_index", "expires_index", "waiters", "waiters_id_index", "waiters_key_index", "holders", "holders_key_index"} {
-		conds = append(conds, fmt.Sprintf("to_regclass(quote_ident(current_schema()) || '.' || '%s') IS NOT NULL", rules.QuoteIdent(names[k])))
-	}
-	return "SELECT 1 WHERE current_schema() IS NOT NULL AND " + strings.Join(conds, " AND ")
-}
-
-// createGrantHint names the role and the schema in the GRANT that lets
-// SetupSchema create, read after the failure (a query only on this path).
-func createGrantHint(ctx context.Context, db *sql.DB) string {
-	var user, schemaName string
-	err := db.QueryRowContext(ctx, `SELECT current_user::text, coalesce(current_schema()::text, '')`).Scan(&user, &schemaName)
-	if err != nil || schemaName == "" {
-		return "the role needs CREATE on the schema (GRANT CREATE ON SCHEMA ... TO ...)"
-	}
-	return fmt.Sprintf("role %s needs CREATE on schema %s (as the schema's owner: GRANT CREATE ON SCHEMA %s TO %s;)",
-		rules.QuoteIdent(user), rules.QuoteIdent(schemaName), rules.QuoteIdent(schemaName), rules.QuoteIdent(user))
-}
-
-// splitStatements splits the schema file on semicolons at line ends and
-// drops comment-only pieces. The schema has no semicolons inside strings.
-func splitStatements(ddl string) []string {
-	var out []string
-	for _, part := range strings.Split(ddl, ";\n") {
-		var keep []string
-		for _, line := range strings.Split(part, "\n") {
-			if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "--") {
-				keep = append(keep, line)
-			}
-		}
-		if s := strings.TrimSpace(strings.TrimSuffix(strings.Join(keep, "\n"), ";")); s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
 }
 
 //go:generate go run ../internal/genschema ../schema.sql

@@ -357,13 +357,12 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 
 	// Wait.
 	var wake <-chan struct{}
-	var renewEvery time.Duration
-	expiry, renew, hintOK, head := stoppedTimer(), stoppedTimer(), stoppedTimer(), stoppedTimer()
+	expiry, renew, hintOK, look := stoppedTimer(), stoppedTimer(), stoppedTimer(), stoppedTimer()
 	defer expiry.Stop()
 	defer renew.Stop()
 	defer hintOK.Stop()
-	defer head.Stop()
-	hintGap, paused, headGap := time.Duration(0), false, time.Duration(0)
+	defer look.Stop()
+	hintGap, paused, pollGap := time.Duration(0), false, time.Duration(0)
 	learn := func() {
 		if rec == nil {
 			return
@@ -372,22 +371,21 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 		if !paused {
 			wake = w
 		}
-		renewEvery = every
 		if retryIn > 0 {
 			expiry.Reset(retryIn)
 		}
-		if renewEvery > 0 {
-			renew.Reset(renewEvery)
+		if every > 0 {
+			renew.Reset(every)
 		}
 		// Without notifications no release hands it the key: it looks for
 		// the free key itself, soon after each attempt (5 ms, doubling to
 		// 25 ms); the queue keeps the order.
 		if poll {
-			headGap = min(max(2*headGap, headPollMin), headPollMax)
-			head.Reset(headGap)
+			pollGap = min(max(2*pollGap, pollMin), pollMax)
+			look.Reset(pollGap)
 		} else {
-			headGap = 0
-			head.Stop()
+			pollGap = 0
+			look.Stop()
 		}
 	}
 	learn()
@@ -407,7 +405,7 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 			continue
 		case <-expiry.C:
 		case <-renew.C:
-		case <-head.C:
+		case <-look.C:
 		case <-retry.C:
 			retries++
 			final = retries >= c.maxRetries
@@ -465,8 +463,8 @@ const unboundedMaxDelay = time.Second
 
 // The polling of a waiter that no notification reaches (acquire).
 const (
-	headPollMin = 5 * time.Millisecond
-	headPollMax = 25 * time.Millisecond
+	pollMin = 5 * time.Millisecond
+	pollMax = 25 * time.Millisecond
 )
 
 // delay returns the wait before retry n (1-based), before clamping to the

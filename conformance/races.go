@@ -366,4 +366,47 @@ func init() {
 			}
 		}
 	})
+
+	registerSQL("Races/StampedNoEarlierThanTheReleaseItFollows", func(e *sqlEnv) {
+		// Deterministic: an acquire that arrives while its key is held is
+		// kept from running (a table lock on the fence table, which every
+		// acquire plans with) until the holder's row is gone. It then sees
+		// the key free: its lock must be stamped (acquired_at, and the
+		// expiry computed from it) by the server's clock after the release
+		// committed, not when the statement arrived. (An election's term,
+		// Leader.Since, is this stamp.)
+		k := e.key("stamp")
+		old := e.mustAcquire(e.b, k, 30*time.Second)
+		tx := e.begin(e.db2)
+		e.txExec(tx, `LOCK TABLE `+e.fencesTable()+` IN ACCESS EXCLUSIVE MODE`)
+		type res struct {
+			r   syncguard.AcquireResult
+			err error
+		}
+		ch := make(chan res, 1)
+		returned := make(chan struct{})
+		go func() {
+			defer close(returned)
+			r, err := e.pb.Acquire(e.ctx, k, 30*time.Second)
+			ch <- res{r, err}
+		}()
+		if e.waitLockWaiter("pg_try_advisory_xact_lock", returned) == 0 {
+			_ = tx.Rollback()
+			e.t.Fatalf("setup: the acquire did not wait for the table lock (returned: %+v)", <-ch)
+		}
+		e.waitPast(e.nowMs() + 20) // the gap a stamp taken at arrival would show
+		released := e.nowMs()
+		e.exec(`DELETE FROM `+e.locksTable()+` WHERE "lock_id" = $1`, old.LockID)
+		e.must(tx.Commit(), "commit")
+		got := <-ch
+		if got.err != nil || !got.r.OK {
+			e.t.Fatalf("rule: an acquire that finds the key released takes it; got %+v, %v", got.r, got.err)
+		}
+		info, err := e.b.LookupKey(e.ctx, k)
+		e.must(err, "LookupKey")
+		if info == nil || ms(info.AcquiredAt) < released || ms(got.r.ExpiresAt)-30_000 < released {
+			e.t.Errorf("rule: a lock is stamped by the server's clock no earlier than the release it follows (released after %d); got acquired %+v, expires %d",
+				released, info, ms(got.r.ExpiresAt))
+		}
+	})
 }

@@ -494,8 +494,9 @@ const expiredRowsWarn = 100_000
 func (d *deployment) lockRows() {
 	const check = "lock rows"
 	var live, expired int64
-	err := d.row(fmt.Sprintf(`SELECT count(*) FILTER (WHERE %[1]s), count(*) FILTER (WHERE NOT (%[1]s))
-FROM (SELECT %[2]s AS now_ms) AS t, %[3]s AS l`, rules.LiveSQL("l", "t.now_ms"), rules.NowMsSQL, rules.QuoteIdent(d.t.Names["locks"])), nil, &live, &expired)
+	err := d.row(fmt.Sprintf(`WITH t AS (SELECT %[2]s AS now_ms)
+SELECT count(*) FILTER (WHERE %[1]s), count(*) FILTER (WHERE NOT (%[1]s))
+FROM t, %[3]s AS l`, rules.LiveSQL("l", "t.now_ms"), rules.NowMsSQL, rules.QuoteIdent(d.t.Names["locks"])), nil, &live, &expired)
 	if err != nil {
 		d.couldNot(check, err)
 		return

@@ -693,9 +693,8 @@ func (r *runner) checkSentinels(ctx context.Context, t time.Time) (int, error) {
 	return n, nil
 }
 
-// statementSlackMs allows for the time between an acquire's
-// statement_timestamp() (the recorded start) and its snapshot: see
-// history.Check.
+// statementSlackMs allows for the clocks compared (this process's, the
+// servers' across a failover): see history.Check.
 const statementSlackMs = 50
 
 // acquired is what the hot-key history records of a lease's acquire.

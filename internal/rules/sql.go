@@ -20,10 +20,16 @@ import (
 //
 // plus the names the caller passes (table and index identifiers).
 
-// NowMsSQL is the server's clock as every statement reads it: the start of
-// the current statement (docs/spec.md T1: the server is the time authority; one
-// instant per statement), in whole milliseconds since the Unix epoch.
-const NowMsSQL = `floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint`
+// NowMsSQL is the server's clock as every statement reads it, in whole
+// milliseconds since the Unix epoch (docs/spec.md T1: the server is the time
+// authority). A statement reads it once, in a CTE (WITH t AS (SELECT
+// {{now_ms}} AS now_ms): a volatile CTE is evaluated once), while it
+// executes: after its snapshot was taken, so the clock is never earlier
+// than the commit of any row version the statement sees (a lock taken just
+// after a release is never stamped before that release; statement_timestamp
+// is taken when the statement arrives, before it is planned, and was up to
+// milliseconds earlier on a loaded server).
+const NowMsSQL = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
 
 // LiveSQL is IsLive in SQL: the lock row alias is live at the instant now
 // (a bigint of milliseconds, usually t.now_ms).

@@ -2,6 +2,7 @@
 -- statement with the server's now_ms. $1 true: expired rows too;
 -- $2 the most rows returned (NULL: all).
 -- Always at least one row: the lock columns are NULL when none matched.
+WITH t AS (SELECT {{now_ms}} AS now_ms)
 SELECT t.now_ms, l."user_key", l."lock_id", l."fence", l."acquired_at_ms", l."expires_at_ms",
 --if holders
   (SELECT h."identity" FROM {{holders}} AS h WHERE h."lock_id" = l."lock_id")
@@ -9,7 +10,7 @@ SELECT t.now_ms, l."user_key", l."lock_id", l."fence", l."acquired_at_ms", l."ex
 --if !holders
   NULL::text
 --end
-FROM (SELECT {{now_ms}} AS now_ms) AS t
+FROM t
 LEFT JOIN LATERAL (
   SELECT l."user_key", l."lock_id", l."fence", l."acquired_at_ms", l."expires_at_ms", l."key"
   FROM {{locks}} AS l

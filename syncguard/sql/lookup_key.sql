@@ -1,5 +1,6 @@
 -- lookup by key (also serves isLocked): one read (with the holder's identity: the holders table joined by lockId, unless it is missing). $1 storage key.
 -- Always one row; the lock columns are NULL when there is no row.
+WITH t AS (SELECT {{now_ms}} AS now_ms)
 SELECT l."lock_id", l."expires_at_ms", l."acquired_at_ms", l."fence", l."user_key", t.now_ms,
 --if holders
   h."identity"
@@ -7,7 +8,7 @@ SELECT l."lock_id", l."expires_at_ms", l."acquired_at_ms", l."fence", l."user_ke
 --if !holders
   NULL::text
 --end
-FROM (SELECT {{now_ms}} AS now_ms) AS t
+FROM t
 LEFT JOIN {{locks}} AS l ON l."key" = $1::text
 --if holders
 LEFT JOIN {{holders}} AS h ON h."lock_id" = l."lock_id"

@@ -247,10 +247,11 @@ type CheckStats struct {
 //     (its first release attempt, less slackMs) or its last confirmed
 //     expiry plus the liveness tolerance passed (RuleOverlap).
 //
-// slackMs allows for the time between a statement's statement_timestamp()
-// (the recorded start) and its snapshot: an acquire that began just before
-// the previous holder's release was sent, but read the table after the
-// release committed, legitimately records a start before the release.
+// slackMs allows for the two clocks compared: the release's send time is
+// this process's, the next holding's start the server's (read after the
+// acquire's snapshot, so never before the release's commit on one server;
+// before rules.NowMsSQL used clock_timestamp() it was the statement's
+// arrival, up to milliseconds earlier on a loaded server).
 func (h *History) Check(slackMs int64) ([]Violation, CheckStats) {
 	all := h.Holdings()
 	byKey := byKeyAndFence(all)

@@ -31,6 +31,19 @@ func (f *failExtends) Extend(ctx context.Context, lockID string, ttl time.Durati
 	return f.LockBackend.Extend(ctx, lockID, ttl)
 }
 
+// countLookups counts the LookupKey calls through it (Observe's reads).
+type countLookups struct {
+	syncguard.LockBackend
+	n atomic.Int64
+}
+
+func (c *countLookups) LookupKey(ctx context.Context, key string) (*syncguard.LockInfo, error) {
+	c.n.Add(1)
+	return c.LockBackend.LookupKey(ctx, key)
+}
+
+func (c *countLookups) Unwrap() syncguard.LockBackend { return c.LockBackend }
+
 func (e *env) election(b syncguard.LockBackend, key, id string, ttl time.Duration) *election.Election {
 	e.t.Helper()
 	el, err := election.New(b, key, &election.Options{Identity: id, TTL: ttl, PollInterval: 10 * time.Millisecond, Recampaign: time.Millisecond})
@@ -183,6 +196,66 @@ func init() {
 			if l := next(); l != nil {
 				e.t.Fatalf("rule: Observe reports \"no leader\" after a resignation with no candidate; got %+v", l)
 			}
+		}
+	})
+
+	registerSQL("Election/ObserverReadsWhenAResignHandsOver", func(e *sqlEnv) {
+		// The observer's polls are an hour apart: it sees the hand-off of a
+		// resignation only through its notification (Backend.WatchKey).
+		// Without notifications it polls (every 10 ms here).
+		k := e.key("election-observe-handoff")
+		active := e.notifications(e.pb2).Active && e.notifications(e.pb).Active
+		poll, rule := time.Hour, "rule: Observe reads the leader when a resignation hands the election over (its notification); its next poll was an hour away"
+		if !active {
+			poll, rule = 10*time.Millisecond, "rule: without notifications Observe sees the resignation's hand-off at its next poll"
+		}
+		ta, err := e.election(e.pb, k, "a", 30*time.Second).Campaign(e.ctx)
+		e.must(err, "Campaign")
+		ctx, stop := context.WithCancel(e.ctx)
+		defer stop()
+		counted := &countLookups{LockBackend: e.pb2}
+		observer, err := election.New(counted, k, &election.Options{Identity: "observer", PollInterval: poll})
+		e.must(err, "election.New")
+		obs := observer.Observe(ctx)
+		next := func() *election.Leader {
+			e.t.Helper()
+			select {
+			case l := <-obs:
+				return l
+			case <-e.ctx.Done():
+				e.t.Fatal(rule + "; nothing came")
+				return nil
+			}
+		}
+		if l := next(); l == nil || l.Identity != "a" {
+			e.t.Fatalf("rule: Observe reports the current leader first; got %+v", l)
+		}
+		// Its second read follows the LISTEN on the key's channel: from then
+		// on a hand-off's notification reaches it.
+		for active && counted.n.Load() < 2 && e.ctx.Err() == nil {
+			time.Sleep(5 * time.Millisecond)
+		}
+		got := make(chan *election.Term, 1)
+		go func() {
+			t, err := e.election(e.pb, k, "b", 30*time.Second).Campaign(e.ctx)
+			if err != nil {
+				e.t.Errorf("follower: %v", err)
+			}
+			got <- t
+		}()
+		e.awaitQueued(k, 1, active)
+		e.must(ta.Resign(e.ctx), "Resign")
+		tb := <-got
+		if tb == nil {
+			return
+		}
+		defer tb.Resign(e.ctx) //nolint:errcheck
+		l := next()
+		if !active && l == nil {
+			l = next() // polling may see the key free before b takes it
+		}
+		if l == nil || l.Identity != "b" || l.Term != tb.Fence() {
+			e.t.Errorf("%s; want b term %s, got %+v", rule, tb.Fence(), l)
 		}
 	})
 

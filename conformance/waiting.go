@@ -127,8 +127,36 @@ func (g *gatedLocker) Acquire(ctx context.Context, key string, ttl time.Duration
 	return g.Locker.Acquire(ctx, key, ttl)
 }
 
-// noListen hides a dialect's optional capabilities (driver.Listener).
-type noListen struct{ driver.Dialect }
+// noListen returns d without driver.Listener, keeping its other optional
+// capabilities: without driver.BackendPIDReader a Backend behind a
+// transaction-mode pooler could not tell, and would prepare statements,
+// which the pooler may run as another client's statement of the same name
+// (an earlier case's, on its own tables: CI once saw a fence 1 after 1).
+func noListen(d driver.Dialect) driver.Dialect {
+	type pid = driver.BackendPIDReader
+	type one = driver.OneShot
+	p, isP := d.(pid)
+	o, isO := d.(one)
+	switch {
+	case isP && isO:
+		return struct {
+			driver.Dialect
+			pid
+			one
+		}{d, p, o}
+	case isP:
+		return struct {
+			driver.Dialect
+			pid
+		}{d, p}
+	case isO:
+		return struct {
+			driver.Dialect
+			one
+		}{d, o}
+	}
+	return struct{ driver.Dialect }{d}
+}
 
 // dialect returns the dialect the case's backends use.
 func (e *sqlEnv) dialect() driver.Dialect {
@@ -259,7 +287,7 @@ func init() {
 		// waiters of its own Backend on release at once, and says so once.
 		logs := &captureHandler{}
 		bf := e.newBackend(e.db2, func(c *syncguard.Config) {
-			c.Dialect = noListen{e.dialect()}
+			c.Dialect = noListen(e.dialect())
 			c.Logger = slog.New(logs)
 		})
 		if st := bf.NotificationStatus(e.ctx); st.Active || !strings.Contains(st.Reason, "driver.Listener") {
@@ -351,7 +379,7 @@ func init() {
 		// driver.Listener) are not handed the key, which would sit granted
 		// until their next attempt: the first of them takes the free key
 		// itself, and the one behind it cannot take it first.
-		bf := e.newBackend(e.db2, func(c *syncguard.Config) { c.Dialect = noListen{e.dialect()} })
+		bf := e.newBackend(e.db2, func(c *syncguard.Config) { c.Dialect = noListen(e.dialect()) })
 		k := e.key("pollhead")
 		held := e.mustAcquire(e.pb, k, 60*time.Second)
 		first := e.lockAsync(bf, k, wakeOnly())

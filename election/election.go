@@ -57,7 +57,9 @@ type Options struct {
 	// A crashed leader is replaced at most TTL (plus the spec's 1 s
 	// tolerance) after its last extend. Default 15 s.
 	TTL time.Duration
-	// PollInterval is how often Observe reads the leader. Default 1 s.
+	// PollInterval is how often Observe reads the leader at least. On a
+	// *syncguard.Backend woken by notifications it also reads when a
+	// release hands the election over (Backend.WatchKey). Default 1 s.
 	PollInterval time.Duration
 	// Recampaign is how long Run waits before campaigning again after the
 	// leader's work returned nil (not after a loss: then it campaigns at
@@ -253,36 +255,78 @@ func (e *Election) Leader(ctx context.Context) (*Leader, error) {
 
 // Observe reports the leader now and every change after, nil for "no
 // leader", until ctx ends; then it closes the channel. It does not
-// campaign. It reads the leader every Options.PollInterval and reports a
-// change of term (or of leader to none); a term that began and ended
-// between two reads is not seen, and the terms it reports are strictly
-// increasing. A failed read is skipped. The channel is unbuffered: a
-// reader that falls behind delays the next read, never skips a change it
-// was going to be told.
+// campaign. It reads the leader every Options.PollInterval and, on a
+// Backend woken by notifications, as soon as a release hands the election
+// to a queued candidate (a hint: a read follows it, at most every
+// minObserveGap, doubling while hints bring no change, so that forged
+// notifications cost at most a read per PollInterval); it reports a change
+// of term (or of leader to none). A term that began and ended between two
+// reads is not seen, and the terms it reports are strictly increasing. A
+// failed read is skipped. The channel is unbuffered: a reader that falls
+// behind delays the next read, never skips a change it was going to be
+// told.
 func (e *Election) Observe(ctx context.Context) <-chan *Leader {
 	ch := make(chan *Leader)
+	hint := watchKey(ctx, e.b, e.key)
 	go func() {
 		defer close(ch)
 		var last *Leader
-		first := true
+		first, hinted, gap := true, false, minObserveGap
 		for {
+			read := time.Now()
 			l, err := e.Leader(ctx)
 			if err == nil && (first || changed(last, l)) {
 				select {
 				case ch <- l:
-					first, last = false, l
+					first, last, gap = false, l, minObserveGap
 				case <-ctx.Done():
 					return
 				}
+			} else if hinted {
+				gap = min(2*gap, e.o.PollInterval)
 			}
+			hinted = false
+			poll := time.NewTimer(e.o.PollInterval)
 			select {
-			case <-time.After(e.o.PollInterval):
+			case <-poll.C:
+			case <-hint:
+				hinted = true
+				select {
+				case <-time.After(time.Until(read.Add(gap))):
+				case <-ctx.Done():
+				}
 			case <-ctx.Done():
+			}
+			poll.Stop()
+			if ctx.Err() != nil {
 				return
 			}
 		}
 	}()
 	return ch
+}
+
+// minObserveGap is the least time between two reads of Observe that
+// notifications cause.
+const minObserveGap = 5 * time.Millisecond
+
+// watchKey returns b's WatchKey channel of key, looking through wrappers
+// (Unwrap), or nil when b has none.
+func watchKey(ctx context.Context, b syncguard.LockBackend, key string) <-chan struct{} {
+	for range 16 {
+		if w, ok := b.(interface {
+			WatchKey(context.Context, string) (<-chan struct{}, error)
+		}); ok {
+			c, _ := w.WatchKey(ctx, key) // an invalid key: every read reports it
+			return c
+		}
+		u, ok := b.(interface{ Unwrap() syncguard.LockBackend })
+		if !ok {
+			return nil
+		}
+		b = u.Unwrap()
+	}
+	return nil
 }
 
 func changed(a, b *Leader) bool {

@@ -240,3 +240,53 @@ func TestElectionsByKeyAreIndependent(t *testing.T) {
 		_ = b.Resign(ctx)
 	})
 }
+
+// hinted is the fake with a WatchKey of the test's: hints are sent by
+// hand, and LookupKey calls are counted.
+type hinted struct {
+	*syncguardtest.Backend
+	hints   chan struct{}
+	lookups atomic.Int64
+}
+
+func (h *hinted) WatchKey(context.Context, string) (<-chan struct{}, error) { return h.hints, nil }
+func (h *hinted) LookupKey(ctx context.Context, key string) (*syncguard.LockInfo, error) {
+	h.lookups.Add(1)
+	return h.Backend.LookupKey(ctx, key)
+}
+
+func TestObserveReadsOnHintsAndBoundsForgedOnes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &hinted{Backend: syncguardtest.New(), hints: make(chan struct{}, 1)}
+		observer, err := election.New(b, "jobs:leader", &election.Options{PollInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		obs := observer.Observe(t.Context())
+		if l := <-obs; l != nil {
+			t.Fatalf("no leader first; got %+v", l)
+		}
+		term, err := newElection(t, b.Backend, "jobs:leader", "a").Campaign(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		b.hints <- struct{}{} // as a hand-off's notification would
+		if l := <-obs; l == nil || l.Identity != "a" || time.Since(start) >= time.Second {
+			t.Errorf("rule: a hint makes Observe read at once, not at its next poll (an hour away); got %+v after %v", l, time.Since(start))
+		}
+		// A flood of hints that bring no change: reads spaced out, doubling.
+		before := b.lookups.Load()
+		for range 10_000 {
+			select {
+			case b.hints <- struct{}{}:
+			default:
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if n := b.lookups.Load() - before; n < 2 || n > 20 {
+			t.Errorf("rule: hints that bring no change are read ever more rarely (5 ms doubling); %d reads in 10 s of hints", n)
+		}
+		_ = term.Resign(t.Context())
+	})
+}

@@ -43,6 +43,24 @@ func (b *Backend) NotificationStatus(ctx context.Context) NotificationStatus {
 	return NotificationStatus{Active: st.Active, Reason: st.Reason, kind: st.Kind}
 }
 
+// WatchKey returns a channel that receives a value (coalesced) when the
+// lock of key may have changed hands, until ctx ends: when a release hands
+// the key to a waiter (its notification, and any other this Backend's
+// LISTEN connection receives: anyone can send one), and once the key's
+// channel is listened on. It is a hint to read the key again (LookupKey),
+// never what changed. A release to no waiter or a takeover at expiry sends
+// nothing, nor does anything without notifications (NotificationStatus):
+// poll as well. election's Observe uses it.
+func (b *Backend) WatchKey(ctx context.Context, key string) (<-chan struct{}, error) {
+	k, err := checkKey("watch", key)
+	if err != nil {
+		return nil, err
+	}
+	s := b.shared.hub.Watch(waiting.Channel(waiting.Prefix(b.shared.cfg.table), k.Storage))
+	context.AfterFunc(ctx, s.Close)
+	return s.C, nil
+}
+
 // Close closes what the Backend opened itself: the LISTEN connection that
 // wakes waiting Lock and WithLock calls, if one is open, and its goroutine,
 // and waits for them. It does not close the *sql.DB. The Backend stays

@@ -116,6 +116,7 @@ type Hub struct {
 
 	mu       sync.Mutex
 	subs     map[string]*Sub     // by payload
+	watchers int                 // subs made by Watch
 	chans    map[string]*channel // channels wanted or listened
 	st       Status
 	running  bool
@@ -153,16 +154,36 @@ type Sub struct {
 	h       *Hub
 	payload string
 	channel string
+	watch   bool // made by Watch
 }
 
 // Expect registers the waiter whose payload is payload, before its first
 // attempt, so that no notification for it is missed once its key's channel
 // is listened on. No I/O.
-func (h *Hub) Expect(payload string) *Sub {
+func (h *Hub) Expect(payload string) *Sub { return h.expect(payload, false) }
+
+// Watch registers a watcher of the key channel name and asks for the
+// channel to be listened on: its Sub is signalled as a waiter's is (when
+// the channel starts being listened on, when the connection fails) and on
+// every notification the hub receives, whatever it names (a hand-off's
+// payload names the waiter, not the key; anyone can send one). A hint to
+// read the key again, never what changed. Close it when done.
+func (h *Hub) Watch(name string) *Sub {
+	var b [8]byte
+	rand.Read(b[:])
+	s := h.expect("watch:"+hex.EncodeToString(b[:]), true)
+	s.Listen(name)
+	return s
+}
+
+func (h *Hub) expect(payload string, watch bool) *Sub {
 	c := make(chan struct{}, 1)
-	s := &Sub{C: c, c: c, h: h, payload: payload}
+	s := &Sub{C: c, c: c, h: h, payload: payload, watch: watch}
 	h.mu.Lock()
 	h.subs[payload] = s
+	if watch {
+		h.watchers++
+	}
 	h.mu.Unlock()
 	return s
 }
@@ -226,6 +247,9 @@ func (s *Sub) Close() {
 	defer h.mu.Unlock()
 	if h.subs[s.payload] == s {
 		delete(h.subs, s.payload)
+		if s.watch {
+			h.watchers--
+		}
 	}
 	if c := h.chans[s.channel]; c != nil && s.channel != "" {
 		if c.refs--; c.refs == 0 {
@@ -243,6 +267,22 @@ func (h *Hub) Wake(payload string) {
 	h.mu.Unlock()
 	if s != nil {
 		s.signal()
+	}
+}
+
+// notification delivers a notification's payload: to the waiter it names,
+// and to every watcher.
+func (h *Hub) notification(payload string) {
+	h.Wake(payload)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.watchers == 0 {
+		return
+	}
+	for _, s := range h.subs {
+		if s.watch {
+			s.signal()
+		}
 	}
 }
 
@@ -463,7 +503,7 @@ func (h *Hub) serve() Status {
 		switch {
 		case err == nil:
 			last = time.Now()
-			h.Wake(p)
+			h.notification(p)
 		case h.ctx.Err() != nil:
 			return Status{Kind: KindClosed}
 		case !ended:

@@ -129,6 +129,38 @@ func TestListenThenWakeOnlyTheNamedWaiter(t *testing.T) {
 	})
 }
 
+func TestWatcherWakesOnEveryNotification(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t)
+		a := w.h.Expect(Payload("A"))
+		a.Listen("chan1")
+		o := w.h.Watch("chan2")
+		if !signalled(a) || !signalled(o) {
+			t.Fatal("rule: a watcher is signalled once its channel's LISTEN took effect, as a waiter is")
+		}
+		if got := w.conn().log(); got != `LISTEN "chan1"|LISTEN "chan2"` && got != `LISTEN "chan2"|LISTEN "chan1"` {
+			t.Errorf("rule: Watch listens on the watched channel; ran %q", got)
+		}
+		w.conn().in <- Payload("A")
+		if !signalled(a) || !signalled(o) {
+			t.Error("rule: a notification wakes the waiter it names and every watcher")
+		}
+		w.conn().in <- Payload("someone else's waiter")
+		if signalled(a) || !signalled(o) {
+			t.Error("rule: a notification naming no waiter of this process still wakes the watchers (a hand-off elsewhere)")
+		}
+		o.Close()
+		w.conn().in <- Payload("B")
+		synctest.Wait()
+		w.h.mu.Lock()
+		n, watchers := len(w.h.subs), w.h.watchers
+		w.h.mu.Unlock()
+		if signalled(o) || n != 1 || watchers != 0 {
+			t.Errorf("rule: a closed watcher is gone (signalled again: %v; %d subs, %d watchers left)", signalled(o), n, watchers)
+		}
+	})
+}
+
 func TestForgedPayloadsCostNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t)

@@ -33,13 +33,14 @@ func defaultIdentity(command string) string {
 func (a *app) cmdLeader(args []string) error {
 	fs := a.flagSet("leader")
 	watch := fs.Bool("watch", false, "follow the leadership: one line per change (\"no leader\" included) until interrupted")
-	interval := fs.Duration("interval", election.DefaultPollInterval, "with --watch: how often to read the leader (`DURATION`)")
+	interval := fs.Duration("interval", election.DefaultPollInterval, "with --watch: how often to read the leader at least (`DURATION`)")
 	pos, err := a.parseCmd(fs, args, true, `
 Shows the leader of the election KEY (syncguard elect, or the election
 package): its identity, term (the lock's fence, strictly increasing across
 leaders), since when it leads and when its lock expires. It does not
 campaign. With --watch it prints a line at every change of term, and "no
-leader" when there is none; a term shorter than --interval may be missed.
+leader" when there is none: it reads at each hand-off (a notification) and
+every --interval; a term shorter than that may be missed.
 
 Exit status: 0 when there is a leader, 1 when there is none (without
 --watch), 64/69/70 on errors.`)

@@ -66,7 +66,12 @@ type Config struct {
 	// answers for the server (the backend pid announced at connection start
 	// differs from pg_backend_pid()), and a statement a pooler lost (26000,
 	// 42P05) is run again unprepared; either turns prepared statements off
-	// for the Backend's life, logged once. See docs/failure-model.md.
+	// for the Backend's life, logged once. That check needs a dialect that
+	// reads the pid (driver.BackendPIDReader; both adapters, but not through
+	// a driver wrapper): without it set DisablePrepare behind a pooler in
+	// transaction mode, where a statement prepared under lib/pq's per-
+	// connection names can meet, and run as, another client's statement
+	// of the same name. See docs/failure-model.md.
 	DisablePrepare bool
 
 	// Identity names this process as the holder of the locks it takes

@@ -172,3 +172,36 @@ func TestElectThreeCandidates(t *testing.T) {
 	}
 	_ = os.Remove(dir)
 }
+
+// What a leader's COMMAND started goes with it: `elect` runs COMMAND in a
+// process group of its own, signals the group, and stops what COMMAND
+// left running before it resigns.
+func TestElectStopsWhatCommandStarted(t *testing.T) {
+	t.Parallel()
+	d := dsn(t)
+	t.Run("SIGTERM to elect", func(t *testing.T) {
+		k := key(t, "elect-tree-term")
+		dir := t.TempDir()
+		p := start(t, env(d), "elect", "--key", k, "--grace", "5s", "--", "sh", "-c",
+			`sleep 600 >/dev/null 2>&1 & echo $! > `+dir+`/child; echo started; exec sleep 600`)
+		p.waitStdout(t, "started")
+		child := readPid(t, filepath.Join(dir, "child"))
+		t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		wantCode(t, p.wait(t, time.Minute), 0)
+		waitGone(t, "the leader's COMMAND's background child after SIGTERM to elect", child)
+	})
+	t.Run("COMMAND exits, its child stays", func(t *testing.T) {
+		k := key(t, "elect-tree-exit")
+		dir := t.TempDir()
+		p := start(t, env(d), "elect", "--key", k, "--grace", "5s", "--recampaign", "1h", "--", "sh", "-c",
+			`sleep 600 >/dev/null 2>&1 & echo $! > `+dir+`/child; echo started`)
+		p.waitStdout(t, "started")
+		child := readPid(t, filepath.Join(dir, "child"))
+		t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
+		waitGone(t, "what the leader's COMMAND left running when it exited", child)
+		p.waitStderr(t, "stopping what is left of its process group")
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		wantCode(t, p.wait(t, time.Minute), 0)
+	})
+}

@@ -135,9 +135,10 @@ has it as a plain decimal number), and when
 COMMAND exits, resigns (the next candidate is elected at once) and
 campaigns again. When leadership is lost (the lock could not be extended)
 COMMAND gets SIGTERM, then SIGKILL after --grace or before the lock can
-expire, whichever is first, and syncguard campaigns again (COMMAND's own
-children are not signalled: let it stop them). SIGINT or SIGTERM stops COMMAND the
-same way, resigns and exits 0.
+expire, whichever is first, and syncguard campaigns again. COMMAND runs in
+a process group of its own, which gets the signals, and what COMMAND leaves
+running in it when it exits is stopped the same way before the term is
+resigned. SIGINT or SIGTERM stops COMMAND the same way, resigns and exits 0.
 
 Compared: 'syncguard run --wait forever' runs COMMAND once, as the lock's
 holder, and exits with its status; 'consul lock' also re-runs nothing and
@@ -179,27 +180,38 @@ gives no fence. Use elect for a daemon that must always run somewhere.`)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, a.stdout, a.stderr
 		n, _ := term.Fence().Int64()
 		cmd.Env = append(os.Environ(), fenceEnv+"="+string(term.Fence()), fenceEnv+numSuffix+"="+strconv.FormatInt(n, 10), keyEnv+"="+key)
-		exited := make(chan struct{})
-		defer close(exited)
-		cmd.Cancel = func() error {
-			// SIGKILL after --grace; after a loss, before the lock can
-			// expire at the latest.
-			d := grace
+		cmd.SysProcAttr = groupAttr() // COMMAND's children are signalled with it
+		// SIGKILL after --grace; after a loss, before the lock can expire
+		// at the latest.
+		graceNow := func() time.Duration {
 			if term.Err() != nil && !errors.Is(term.Err(), election.ErrResigned) {
-				d = min(d, time.Until(term.Lease().HeldUntil()))
+				return max(min(grace, time.Until(term.Lease().HeldUntil())), 0)
 			}
+			return grace
+		}
+		exited := make(chan struct{})
+		cmd.Cancel = func() error {
+			d := graceNow()
 			go func() {
-				t := time.NewTimer(max(d, 0))
+				t := time.NewTimer(d)
 				defer t.Stop()
 				select {
 				case <-t.C:
-					_ = cmd.Process.Kill()
+					signalGroup(cmd.Process.Pid, syscall.SIGKILL)
 				case <-exited:
 				}
 			}()
-			return cmd.Process.Signal(syscall.SIGTERM)
+			signalGroup(cmd.Process.Pid, syscall.SIGTERM)
+			return nil
 		}
 		err := cmd.Run()
+		close(exited)
+		// What COMMAND left running in its group is stopped before the
+		// term is resigned: no two leaders' processes overlap.
+		if cmd.Process != nil && signalGroup(cmd.Process.Pid, 0) {
+			a.notef("%s exited; stopping what is left of its process group: SIGTERM now, SIGKILL after %v", command[0], fmtDuration(graceNow()))
+			stopGroup(cmd.Process.Pid, graceNow())
+		}
 		if cause := term.Err(); cause != nil {
 			a.notef("term %s ended (%v): %s stopped (%v)", term.Fence(), cause, command[0], err)
 		} else {
@@ -207,6 +219,16 @@ gives no fence. Use elect for a daemon that must always run somewhere.`)
 		}
 		return nil
 	})
+}
+
+// stopGroup ends the members of process group pgid: SIGTERM, then SIGKILL
+// after d (or once none is left).
+func stopGroup(pgid int, d time.Duration) {
+	signalGroup(pgid, syscall.SIGTERM)
+	for end := time.Now().Add(d); signalGroup(pgid, 0) && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	signalGroup(pgid, syscall.SIGKILL)
 }
 
 func errOrOK(err error) any {

@@ -99,7 +99,7 @@ type metrics struct {
 	onEvent   func(syncguard.LockEvent)
 
 	// Used only on the telemetry goroutine (one at a time per wrapper).
-	sets map[setKey]metric.MeasurementOption
+	sets map[setKey]*measure
 	// failedRelease remembers the lockIds (hashes) whose release found the
 	// lock expired or gone, until the lease's "hold" event: that holding
 	// lost its lock too.
@@ -113,7 +113,7 @@ type setKey struct{ outcome, reason, code, label string }
 func newMetrics(meter metric.Meter, c config) *metrics {
 	m := &metrics{
 		meter: meter, base: c.attrs, labelFunc: c.keyLabel, onEvent: c.onEvent,
-		sets: map[setKey]metric.MeasurementOption{}, failedRelease: map[string]string{},
+		sets: map[setKey]*measure{}, failedRelease: map[string]string{},
 	}
 	var err error
 	handle := func(e error) {
@@ -188,8 +188,22 @@ func (m *metrics) observe(t *syncguard.TelemetryBackend, ns notificationStatuser
 	return reg
 }
 
-// set returns the measurement option for the base attributes plus these.
-func (m *metrics) set(outcome, reason, code, label string) metric.MeasurementOption {
+// A measure is the attributes of measurements (the base attributes plus
+// an outcome, reason, code or label), as the option slices of Add and
+// Record: passing a slice that already exists spares the variadic call
+// its allocation.
+type measure struct {
+	add []metric.AddOption
+	rec []metric.RecordOption
+}
+
+func newMeasure(kv []attribute.KeyValue) *measure {
+	o := metric.WithAttributeSet(attribute.NewSet(kv...))
+	return &measure{add: []metric.AddOption{o}, rec: []metric.RecordOption{o}}
+}
+
+// set returns the measure of the base attributes plus these.
+func (m *metrics) set(outcome, reason, code, label string) *measure {
 	k := setKey{outcome, reason, code, label}
 	if o, ok := m.sets[k]; ok {
 		return o
@@ -207,14 +221,14 @@ func (m *metrics) set(outcome, reason, code, label string) metric.MeasurementOpt
 	if label != "" {
 		kv = append(kv, attrLabel.String(label))
 	}
-	o := metric.WithAttributeSet(attribute.NewSet(kv...))
+	o := newMeasure(kv)
 	if len(m.sets) < 4096 { // labels are bounded; this only guards a mistake
 		m.sets[k] = o
 	}
 	return o
 }
 
-func lossSet(m *metrics, why, label string) metric.MeasurementOption {
+func lossSet(m *metrics, why, label string) *measure {
 	// The loss reason rides in the reason slot under its own key.
 	k := setKey{"", "loss:" + why, "", label}
 	if o, ok := m.sets[k]; ok {
@@ -225,7 +239,7 @@ func lossSet(m *metrics, why, label string) metric.MeasurementOption {
 	if label != "" {
 		kv = append(kv, attrLabel.String(label))
 	}
-	o := metric.WithAttributeSet(attribute.NewSet(kv...))
+	o := newMeasure(kv)
 	if len(m.sets) < 4096 {
 		m.sets[k] = o
 	}
@@ -257,8 +271,8 @@ func (m *metrics) record(e syncguard.LockEvent) {
 			m.lastContended.Store(time.Now().UnixNano())
 		}
 		o := m.set(outcome, "", code, label)
-		m.attempts.Add(ctx, 1, o)
-		m.acquireDur.Record(ctx, e.Duration.Seconds(), o)
+		m.attempts.Add(ctx, 1, o.add...)
+		m.acquireDur.Record(ctx, e.Duration.Seconds(), o.rec...)
 	case "wait":
 		outcome, code := outcomeAcquired, ""
 		if !e.OK {
@@ -268,9 +282,9 @@ func (m *metrics) record(e syncguard.LockEvent) {
 			}
 		}
 
-		m.waitDur.Record(ctx, e.Duration.Seconds(), m.set(outcome, "", code, label))
+		m.waitDur.Record(ctx, e.Duration.Seconds(), m.set(outcome, "", code, label).rec...)
 		if e.OK {
-			m.held.Add(ctx, 1, m.set("", "", "", label))
+			m.held.Add(ctx, 1, m.set("", "", "", label).add...)
 		}
 		if e.Attempts > 1 {
 			m.lastContended.Store(time.Now().UnixNano())
@@ -287,15 +301,15 @@ func (m *metrics) record(e syncguard.LockEvent) {
 			outcome, why = outcomeLost, r
 		}
 		delete(m.failedRelease, e.LockIDHash)
-		m.holdDur.Record(ctx, e.Duration.Seconds(), m.set(outcome, "", "", label))
-		m.held.Add(ctx, -1, m.set("", "", "", label))
+		m.holdDur.Record(ctx, e.Duration.Seconds(), m.set(outcome, "", "", label).rec...)
+		m.held.Add(ctx, -1, m.set("", "", "", label).add...)
 		if why != "" {
-			m.losses.Add(ctx, 1, lossSet(m, why, label))
+			m.losses.Add(ctx, 1, lossSet(m, why, label).add...)
 		}
 	case "extend":
-		m.extends.Add(ctx, 1, m.set(resultOutcome(e), e.Reason, errorType(e.Err), ""))
+		m.extends.Add(ctx, 1, m.set(resultOutcome(e), e.Reason, errorType(e.Err), "").add...)
 	case "release":
-		m.releases.Add(ctx, 1, m.set(resultOutcome(e), e.Reason, errorType(e.Err), ""))
+		m.releases.Add(ctx, 1, m.set(resultOutcome(e), e.Reason, errorType(e.Err), "").add...)
 		if !e.OK && e.Err == nil && e.LockIDHash != "" {
 			if len(m.failedRelease) >= 1024 {
 				// Releases made outside a lease never get a "hold" event.

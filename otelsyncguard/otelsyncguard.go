@@ -129,13 +129,17 @@ type telemetryBackend = syncguard.TelemetryBackend
 //
 // Metrics are recorded from the syncguard.LockEvent of each operation, on
 // the wrapper's telemetry goroutine, not on the caller's path (see
-// syncguard.WithTelemetry: Flush waits for them, Dropped counts events lost
-// to a full buffer). Spans are started on the caller's goroutine, with the
-// caller's ctx.
+// syncguard.WithTelemetry: events are delivered in batches, at most 10 ms
+// after the operation; Flush waits for them, before the MeterProvider's
+// Shutdown at exit and in tests; Dropped counts events lost to a full
+// buffer). The span of a backend operation is started and ended on the
+// caller's goroutine, with the caller's ctx: it has ended when the
+// operation returns, and needs no Flush.
 type Backend struct {
 	*telemetryBackend
 	tracer    trace.Tracer
 	spanAttrs []attribute.KeyValue // db.system.name and WithAttributes
+	ops       opSpans
 	keyLabel  func(string) string
 	m         *metrics
 	reg       metric.Registration
@@ -164,6 +168,7 @@ func Wrap(backend syncguard.LockBackend, opts ...Option) *Backend {
 		spanAttrs: append([]attribute.KeyValue{dbSystem}, c.attrs...),
 		keyLabel:  c.keyLabel,
 	}
+	b.ops = newOpSpans(b.spanAttrs)
 	b.m = newMetrics(c.mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version())), c)
 	b.telemetryBackend = syncguard.WithTelemetry(backend, syncguard.TelemetryOptions{
 		OnEvent:    b.m.record,

@@ -3,6 +3,7 @@ package otelsyncguard
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,28 +33,111 @@ var (
 	opLookup   = attribute.String("db.operation.name", "lookup")
 )
 
-// startOp starts the client span of one backend operation.
-func (b *Backend) startOp(ctx context.Context, name string, op attribute.KeyValue, key string) (context.Context, trace.Span) {
-	ctx, span := b.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient))
-	if span.IsRecording() {
-		span.SetAttributes(b.spanAttrs...)
-		span.SetAttributes(op)
-		if l, ok := b.label(key); ok {
-			span.SetAttributes(l)
-		}
-	}
-	return ctx, span
+// An opSpan is how the client span of one kind of backend operation is
+// started and ended, prepared by Wrap so that the caller's path does not
+// build options and attribute lists: a span gets its whole attribute list
+// (b.spanAttrs, db.operation.name, syncguard.outcome and, for a failure
+// with a reason, syncguard.reason) in one SetAttributes when it ends.
+type opSpan struct {
+	name    string
+	op      attribute.KeyValue
+	yes, no string                  // syncguard.outcome when the operation's result is ok or not
+	start   []trace.SpanStartOption // SpanKindClient
+	ends    [4][]attribute.KeyValue // by end slot: the whole attribute list of a span without a label
 }
 
-// endOp ends span with the operation's outcome.
-func endOp(span trace.Span, outcome, reason string, err error) {
+// End slots of an opSpan: the outcome and reason of an operation that
+// returned no error.
+const (
+	endYes      = iota // yes
+	endNo              // no, without a reason
+	endExpired         // no, syncguard.ReasonExpired
+	endNotFound        // no, syncguard.ReasonNotFound
+)
+
+// The start options of the spans, made once.
+var (
+	clientSpan   = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+	internalSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+)
+
+func newOpSpan(name string, op attribute.KeyValue, yes, no string, spanAttrs []attribute.KeyValue) *opSpan {
+	s := &opSpan{name: name, op: op, yes: yes, no: no, start: clientSpan}
+	for slot, end := range [...][]attribute.KeyValue{
+		endYes:      {attrOutcome.String(yes)},
+		endNo:       {attrOutcome.String(no)},
+		endExpired:  {attrOutcome.String(no), attrReason.String(syncguard.ReasonExpired)},
+		endNotFound: {attrOutcome.String(no), attrReason.String(syncguard.ReasonNotFound)},
+	} {
+		s.ends[slot] = slices.Concat(spanAttrs, []attribute.KeyValue{op}, end)
+	}
+	return s
+}
+
+// opSpans are a Backend's opSpan of each operation.
+type opSpans struct {
+	acquire, release, extend, isLocked, lookup *opSpan
+}
+
+func newOpSpans(spanAttrs []attribute.KeyValue) opSpans {
+	return opSpans{
+		acquire:  newOpSpan(spanAcquire, opAcquire, outcomeAcquired, outcomeContended, spanAttrs),
+		release:  newOpSpan(spanRelease, opRelease, outcomeOK, outcomeFailed, spanAttrs),
+		extend:   newOpSpan(spanExtend, opExtend, outcomeOK, outcomeFailed, spanAttrs),
+		isLocked: newOpSpan(spanIsLocked, opIsLocked, "locked", "free", spanAttrs),
+		lookup:   newOpSpan(spanLookup, opLookup, "found", "not-found", spanAttrs),
+	}
+}
+
+// startOp starts the client span of one backend operation.
+func (b *Backend) startOp(ctx context.Context, s *opSpan) (context.Context, trace.Span) {
+	return b.tracer.Start(ctx, s.name, s.start...)
+}
+
+// endOp ends the span of an operation on key ("" for one on a lockId)
+// whose result was ok or not, with reason, or that returned err: one
+// SetAttributes with the span's attributes, in the order b.spanAttrs,
+// db.operation.name, syncguard.lock.label, syncguard.outcome,
+// syncguard.reason or error.type.
+func (b *Backend) endOp(span trace.Span, s *opSpan, key string, ok bool, reason string, err error) {
 	if span.IsRecording() {
-		if err != nil {
-			recordError(span, err)
+		label, hasLabel := b.label(key)
+		slot := -1
+		switch {
+		case err != nil || hasLabel:
+		case ok:
+			slot = endYes
+		case reason == "":
+			slot = endNo
+		case reason == syncguard.ReasonExpired:
+			slot = endExpired
+		case reason == syncguard.ReasonNotFound:
+			slot = endNotFound
+		}
+		if slot >= 0 {
+			span.SetAttributes(s.ends[slot]...)
 		} else {
-			span.SetAttributes(attrOutcome.String(outcome))
-			if reason != "" {
-				span.SetAttributes(attrReason.String(reason))
+			attrs := make([]attribute.KeyValue, 0, len(b.spanAttrs)+4)
+			attrs = append(append(attrs, b.spanAttrs...), s.op)
+			if hasLabel {
+				attrs = append(attrs, label)
+			}
+			code := errorType(err)
+			switch {
+			case err != nil:
+				attrs = append(attrs, attrOutcome.String(outcomeError), attrErrorType.String(code))
+			case ok:
+				attrs = append(attrs, attrOutcome.String(s.yes))
+			default:
+				attrs = append(attrs, attrOutcome.String(s.no))
+				if reason != "" {
+					attrs = append(attrs, attrReason.String(reason))
+				}
+			}
+			span.SetAttributes(attrs...)
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, code)
 			}
 		}
 	}
@@ -67,65 +151,58 @@ func recordError(span trace.Span, err error) {
 	span.SetStatus(codes.Error, code)
 }
 
-func okOutcome(ok bool, yes, no string) string {
-	if ok {
-		return yes
-	}
-	return no
-}
-
 // Acquire implements syncguard.LockBackend: one attempt, in a client span
 // "syncguard.acquire" (outcome acquired or contended).
 func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {
 	countAttempt(ctx)
-	ctx, span := b.startOp(ctx, spanAcquire, opAcquire, key)
+	ctx, span := b.startOp(ctx, b.ops.acquire)
 	r, err := b.telemetryBackend.Acquire(ctx, key, ttl)
-	endOp(span, okOutcome(r.OK, outcomeAcquired, outcomeContended), "", err)
+	b.endOp(span, b.ops.acquire, key, r.OK, "", err)
 	return r, err
 }
 
 // Release implements syncguard.LockBackend, in a client span
 // "syncguard.release" (outcome ok or failed, with the reason).
 func (b *Backend) Release(ctx context.Context, lockID string) (syncguard.ReleaseResult, error) {
-	ctx, span := b.startOp(ctx, spanRelease, opRelease, "")
+	ctx, span := b.startOp(ctx, b.ops.release)
 	r, err := b.telemetryBackend.Release(ctx, lockID)
-	endOp(span, okOutcome(r.OK, outcomeOK, outcomeFailed), r.Reason, err)
+	b.endOp(span, b.ops.release, "", r.OK, r.Reason, err)
 	return r, err
 }
 
 // Extend implements syncguard.LockBackend, in a client span
 // "syncguard.extend" (outcome ok or failed, with the reason).
 func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) (syncguard.ExtendResult, error) {
-	ctx, span := b.startOp(ctx, spanExtend, opExtend, "")
+	ctx, span := b.startOp(ctx, b.ops.extend)
 	r, err := b.telemetryBackend.Extend(ctx, lockID, ttl)
-	endOp(span, okOutcome(r.OK, outcomeOK, outcomeFailed), r.Reason, err)
+	b.endOp(span, b.ops.extend, "", r.OK, r.Reason, err)
 	return r, err
 }
 
 // IsLocked implements syncguard.LockBackend, in a client span
 // "syncguard.isLocked".
 func (b *Backend) IsLocked(ctx context.Context, key string) (bool, error) {
-	ctx, span := b.startOp(ctx, spanIsLocked, opIsLocked, key)
+	ctx, span := b.startOp(ctx, b.ops.isLocked)
 	locked, err := b.telemetryBackend.IsLocked(ctx, key)
-	endOp(span, okOutcome(locked, "locked", "free"), "", err)
+	b.endOp(span, b.ops.isLocked, key, locked, "", err)
 	return locked, err
 }
 
 // LookupKey implements syncguard.LockBackend, in a client span
 // "syncguard.lookup".
 func (b *Backend) LookupKey(ctx context.Context, key string) (*syncguard.LockInfo, error) {
-	ctx, span := b.startOp(ctx, spanLookup, opLookup, key)
+	ctx, span := b.startOp(ctx, b.ops.lookup)
 	info, err := b.telemetryBackend.LookupKey(ctx, key)
-	endOp(span, okOutcome(info != nil, "found", "not-found"), "", err)
+	b.endOp(span, b.ops.lookup, key, info != nil, "", err)
 	return info, err
 }
 
 // LookupID implements syncguard.LockBackend, in a client span
 // "syncguard.lookup".
 func (b *Backend) LookupID(ctx context.Context, lockID string) (*syncguard.LockInfo, error) {
-	ctx, span := b.startOp(ctx, spanLookup, opLookup, "")
+	ctx, span := b.startOp(ctx, b.ops.lookup)
 	info, err := b.telemetryBackend.LookupID(ctx, lockID)
-	endOp(span, okOutcome(info != nil, "found", "not-found"), "", err)
+	b.endOp(span, b.ops.lookup, "", info != nil, "", err)
 	return info, err
 }
 
@@ -206,7 +283,7 @@ func (b *Backend) WithLock(ctx context.Context, key string, fn func(ctx context.
 }
 
 func (b *Backend) startLock(ctx context.Context, name, key string) (context.Context, trace.Span) {
-	ctx, span := b.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
+	ctx, span := b.tracer.Start(ctx, name, internalSpan...)
 	if span.IsRecording() {
 		span.SetAttributes(b.spanAttrs[1:]...) // WithAttributes; not a database call
 		if l, ok := b.label(key); ok {

@@ -13,11 +13,12 @@ import (
 // instrumentation's own cost per operation, not a share of a database
 // round trip (pgbench measures that).
 func BenchmarkW1Fake(b *testing.B) {
-	for _, on := range []bool{false, true} {
-		b.Run(Instrumented(on), func(b *testing.B) {
-			locker := Locker(b, syncguardtest.New(), on)
+	for _, mode := range Modes {
+		b.Run(mode.String(), func(b *testing.B) {
+			locker := Locker(b, syncguardtest.New(), mode)
 			ctx := context.Background()
 			b.ReportAllocs()
+			cpu := CPUTime()
 			for b.Loop() {
 				r, err := locker.Acquire(ctx, "w1", time.Minute)
 				if err != nil || !r.OK {
@@ -27,6 +28,7 @@ func BenchmarkW1Fake(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			ReportCPU(b, cpu)
 		})
 	}
 }

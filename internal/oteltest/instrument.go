@@ -2,7 +2,10 @@ package oteltest
 
 import (
 	"context"
+	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncguard/syncguard-go/otelsyncguard"
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -10,27 +13,77 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
-// Instrumented names a benchmark variant.
-func Instrumented(on bool) string {
-	if on {
+// A Mode is a benchmark variant: no instrumentation, or otelsyncguard with
+// the SDK.
+type Mode int
+
+const (
+	// Off is the backend itself.
+	Off Mode = iota
+	// On is the wrapper with the SDK's metrics (a manual reader) and
+	// tracing (every span sampled, batched to an exporter that discards
+	// it).
+	On
+	// MetricsOnly is the wrapper with the SDK's metrics and the no-op
+	// tracer provider: a deployment that does not trace these calls.
+	MetricsOnly
+)
+
+// Modes are the variants every benchmark runs.
+var Modes = []Mode{Off, On, MetricsOnly}
+
+// ModesInOrder are the variants in the order the environment variable
+// OTELBENCH_ORDER names them (comma-separated off, on, metrics; a name may
+// repeat), or Modes: rotating the order between runs shows whether a
+// variant's place in the run (a warmer database, a later moment on a
+// shared machine) moves its numbers.
+func ModesInOrder(tb testing.TB) []Mode {
+	order := os.Getenv("OTELBENCH_ORDER")
+	if order == "" {
+		return Modes
+	}
+	var modes []Mode
+	for name := range strings.SplitSeq(order, ",") {
+		m, ok := map[string]Mode{"off": Off, "on": On, "metrics": MetricsOnly}[strings.TrimSpace(name)]
+		if !ok {
+			tb.Fatalf("OTELBENCH_ORDER=%q: %q is not off, on or metrics", order, name)
+		}
+		modes = append(modes, m)
+	}
+	return modes
+}
+
+// String names the variant in benchmark names: otel=off, otel=on,
+// otel=metrics.
+func (m Mode) String() string {
+	switch m {
+	case On:
 		return "otel=on"
+	case MetricsOnly:
+		return "otel=metrics"
 	}
 	return "otel=off"
 }
 
-// Locker returns backend itself (off) or wrapped by otelsyncguard with
-// the SDK (on): a manual reader collected at the end, every span sampled
-// and batched to an exporter that discards it. The collection and the
-// tracer provider's shutdown run at the end of tb.
-func Locker(tb testing.TB, backend syncguard.LockBackend, on bool) syncguard.LockBackend {
-	if !on {
+// Locker returns backend itself (Off) or wrapped by otelsyncguard with the
+// SDK (On, MetricsOnly). The collection and the providers' shutdown run at
+// the end of tb.
+func Locker(tb testing.TB, backend syncguard.LockBackend, mode Mode) syncguard.LockBackend {
+	if mode == Off {
 		return backend
 	}
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	var tp trace.TracerProvider = tracenoop.NewTracerProvider()
+	shutdown := func(context.Context) error { return nil }
+	if mode == On {
+		sdk := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+		tp, shutdown = sdk, sdk.Shutdown
+	}
 	w := otelsyncguard.Wrap(backend, otelsyncguard.WithMeterProvider(mp), otelsyncguard.WithTracerProvider(tp))
 	tb.Cleanup(func() {
 		ctx := context.Background()
@@ -40,8 +93,19 @@ func Locker(tb testing.TB, backend syncguard.LockBackend, on bool) syncguard.Loc
 			tb.Error(err)
 		}
 		w.Close()
-		tp.Shutdown(ctx)
+		shutdown(ctx)
 		mp.Shutdown(ctx)
 	})
 	return w
+}
+
+// ReportCPU reports the process's CPU time per iteration since start
+// (a CPUTime value) as cpu-ns/op: unlike ns/op it counts the work done off
+// the caller's goroutine (telemetry, span batching, GC) and not the time
+// spent waiting for a core on a busy machine.
+func ReportCPU(b *testing.B, start time.Duration) {
+	if start == 0 || b.N == 0 {
+		return
+	}
+	b.ReportMetric(float64(CPUTime()-start)/float64(b.N), "cpu-ns/op")
 }

@@ -1,9 +1,12 @@
 // Package pgbench measures otelsyncguard's overhead on a throwaway
 // PostgreSQL: W1 (sequential acquire + release) and W6a (8 workers contend
 // for one key, hold 10 ms, pause 20 ms), as in docs/performance.md, with
-// the instrumentation off and on (SDK, manual reader, sampled spans).
+// the instrumentation off and on (SDK, manual reader, sampled spans), and
+// with metrics only (no-op tracer provider).
 //
 //	cd internal/oteltest && go test -run '^$' -bench . -count 6 ./pgbench
+//
+// OTELBENCH_ORDER=on,metrics,off runs W1's variants in that order.
 package pgbench
 
 import (
@@ -49,10 +52,11 @@ func backend(b *testing.B, conns int) *syncguard.Backend {
 
 // BenchmarkW1: sequential acquire + release of one key; ns/op is one pair.
 func BenchmarkW1(b *testing.B) {
-	for _, on := range []bool{false, true} {
-		b.Run(oteltest.Instrumented(on), func(b *testing.B) {
-			locker := oteltest.Locker(b, backend(b, 2), on)
+	for _, mode := range oteltest.ModesInOrder(b) {
+		b.Run(mode.String(), func(b *testing.B) {
+			locker := oteltest.Locker(b, backend(b, 2), mode)
 			ctx := context.Background()
+			cpu := oteltest.CPUTime()
 			for b.Loop() {
 				r, err := locker.Acquire(ctx, "w1", time.Minute)
 				if err != nil || !r.OK {
@@ -63,6 +67,7 @@ func BenchmarkW1(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+			oteltest.ReportCPU(b, cpu)
 		})
 	}
 }
@@ -71,12 +76,12 @@ func BenchmarkW1(b *testing.B) {
 // WithLock(one key, hold 10 ms) and pause 20 ms, for 2 s; reports the
 // completed WithLock calls per second and the time the lock was in use.
 func BenchmarkW6a(b *testing.B) {
-	for _, on := range []bool{false, true} {
-		b.Run(oteltest.Instrumented(on), func(b *testing.B) {
+	for _, mode := range oteltest.Modes {
+		b.Run(mode.String(), func(b *testing.B) {
 			const workers, hold, pause, run = 8, 10 * time.Millisecond, 20 * time.Millisecond, 2 * time.Second
 			lockers := make([]syncguard.LockBackend, workers)
 			for i := range lockers {
-				lockers[i] = oteltest.Locker(b, backend(b, 2), on)
+				lockers[i] = oteltest.Locker(b, backend(b, 2), mode)
 			}
 			b.ResetTimer()
 			var done, busy atomic.Int64

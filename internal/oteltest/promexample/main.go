@@ -73,6 +73,7 @@ func run(ctx context.Context, dsn string, ln net.Listener, hold time.Duration) e
 			return job
 		}))
 	defer locks.Close()
+	defer locks.Flush(context.Background()) // the last events' metrics, before the provider's Shutdown
 
 	srv := &http.Server{Handler: promhttp.Handler()}
 	served := make(chan error, 1)

@@ -258,8 +258,9 @@ func (e *Election) Leader(ctx context.Context) (*Leader, error) {
 // campaign. It reads the leader every Options.PollInterval and, on a
 // Backend woken by notifications, as soon as a release hands the election
 // to a queued candidate (a hint: a read follows it, at most every
-// minObserveGap, doubling while hints bring no change, so that forged
-// notifications cost at most a read per PollInterval); it reports a change
+// minObserveGap, doubling while hints bring no change, back to it after an
+// interval without hints, so that forged notifications cost at most about
+// a read per PollInterval); it reports a change
 // of term (or of leader to none). A term that began and ended between two
 // reads is not seen, and the terms it reports are strictly increasing. A
 // failed read is skipped. The channel is unbuffered: a reader that falls
@@ -267,9 +268,10 @@ func (e *Election) Leader(ctx context.Context) (*Leader, error) {
 // told.
 func (e *Election) Observe(ctx context.Context) <-chan *Leader {
 	ch := make(chan *Leader)
-	hint := watchKey(ctx, e.b, e.key)
+	wctx, unwatch := context.WithCancel(ctx)
+	hint := watchKey(wctx, e.b, e.key)
 	go func() {
-		defer close(ch)
+		defer func() { unwatch(); close(ch) }()
 		var last *Leader
 		first, hinted, gap := true, false, minObserveGap
 		for {
@@ -289,6 +291,16 @@ func (e *Election) Observe(ctx context.Context) <-chan *Leader {
 			poll := time.NewTimer(e.o.PollInterval)
 			select {
 			case <-poll.C:
+				gap = minObserveGap // a quiet interval: hints count again
+				if hint != nil {
+					// Watch anew (then stop the old watch): a LISTEN
+					// connection that failed is opened again, after its
+					// backoff, only when a watch asks for it.
+					nctx, stop := context.WithCancel(ctx)
+					hint = watchKey(nctx, e.b, e.key)
+					unwatch()
+					unwatch = stop
+				}
 			case <-hint:
 				hinted = true
 				select {

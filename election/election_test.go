@@ -247,9 +247,13 @@ type hinted struct {
 	*syncguardtest.Backend
 	hints   chan struct{}
 	lookups atomic.Int64
+	watches atomic.Int64
 }
 
-func (h *hinted) WatchKey(context.Context, string) (<-chan struct{}, error) { return h.hints, nil }
+func (h *hinted) WatchKey(context.Context, string) (<-chan struct{}, error) {
+	h.watches.Add(1)
+	return h.hints, nil
+}
 func (h *hinted) LookupKey(ctx context.Context, key string) (*syncguard.LockInfo, error) {
 	h.lookups.Add(1)
 	return h.Backend.LookupKey(ctx, key)
@@ -288,5 +292,28 @@ func TestObserveReadsOnHintsAndBoundsForgedOnes(t *testing.T) {
 			t.Errorf("rule: hints that bring no change are read ever more rarely (5 ms doubling); %d reads in 10 s of hints", n)
 		}
 		_ = term.Resign(t.Context())
+	})
+}
+
+// After a quiet PollInterval Observe watches the key anew: a Backend's
+// LISTEN connection that failed is opened again only when a watch asks.
+func TestObserveWatchesAnewAfterAQuietInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &hinted{Backend: syncguardtest.New(), hints: make(chan struct{}, 1)}
+		observer, err := election.New(b, "jobs:leader", &election.Options{PollInterval: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		obs := observer.Observe(ctx)
+		<-obs
+		time.Sleep(10*time.Second + time.Millisecond)
+		synctest.Wait()
+		if n := b.watches.Load(); n < 10 {
+			t.Errorf("rule: each quiet PollInterval watches the key anew; %d watches in 10 intervals", n)
+		}
+		cancel()
+		for range obs {
+		}
 	})
 }

@@ -5,6 +5,7 @@ package clitest
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -179,6 +180,17 @@ func TestElectThreeCandidates(t *testing.T) {
 func TestElectStopsWhatCommandStarted(t *testing.T) {
 	t.Parallel()
 	d := dsn(t)
+	// elect without a terminal, as under systemd, even when the tests run
+	// on one (with a terminal COMMAND stays in its foreground group).
+	start := func(t *testing.T, environ []string, args ...string) *proc {
+		t.Helper()
+		p := &proc{cmd: exec.Command(bin, args...), done: make(chan struct{})}
+		p.cmd.Env = environ
+		p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		p.begin(t)
+		return p
+	}
 	t.Run("SIGTERM to elect", func(t *testing.T) {
 		k := key(t, "elect-tree-term")
 		dir := t.TempDir()

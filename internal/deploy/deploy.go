@@ -504,7 +504,7 @@ FROM t, %[3]s AS l`, rules.LiveSQL("l", "t.now_ms"), rules.NowMsSQL, rules.Quote
 	detail := fmt.Sprintf("%d live locks, %d expired rows", live, expired)
 	if expired >= expiredRowsWarn {
 		d.add(check, Warn, detail+" (left by keys that are not acquired again)",
-			fmt.Sprintf(`DELETE FROM %s WHERE "expires_at_ms" < %s - 60000;  -- safe: fence counters are kept elsewhere`, rules.QuoteIdent(d.t.Names["locks"]), rules.NowMsSQL))
+			fmt.Sprintf(`DELETE FROM %s WHERE "expires_at_ms" < (SELECT %s) - 60000;  -- safe: fence counters are kept elsewhere`, rules.QuoteIdent(d.t.Names["locks"]), rules.NowMsSQL))
 		return
 	}
 	d.add(check, OK, detail, "")

@@ -135,10 +135,11 @@ has it as a plain decimal number), and when
 COMMAND exits, resigns (the next candidate is elected at once) and
 campaigns again. When leadership is lost (the lock could not be extended)
 COMMAND gets SIGTERM, then SIGKILL after --grace or before the lock can
-expire, whichever is first, and syncguard campaigns again. COMMAND runs in
-a process group of its own, which gets the signals, and what COMMAND leaves
-running in it when it exits is stopped the same way before the term is
-resigned. SIGINT or SIGTERM stops COMMAND the same way, resigns and exits 0.
+expire, whichever is first, and syncguard campaigns again. Without a
+terminal COMMAND runs in a process group of its own, which gets the
+signals, and what COMMAND leaves running in it when it exits is stopped the
+same way before the term is resigned. SIGINT, SIGTERM or SIGHUP stops
+COMMAND the same way, resigns and exits 0.
 
 Compared: 'syncguard run --wait forever' runs COMMAND once, as the lock's
 holder, and exits with its status; 'consul lock' also re-runs nothing and
@@ -171,8 +172,13 @@ gives no fence. Use elect for a daemon that must always run somewhere.`)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	// COMMAND gets a process group of its own, which the signals reach
+	// (its children too), unless syncguard has a terminal: then it stays
+	// in the terminal's foreground group (^Z, ^C and a hang-up reach it as
+	// they reach syncguard), as with run --foreground.
+	grouped := !hasControllingTTY()
 	return e.Run(ctx, func(ctx context.Context, term *election.Term) error {
 		a.notef("elected leader of %s as %s, term %s: starting %s", displayKey(key), identity, term.Fence(), command[0])
 		cmd := exec.CommandContext(ctx, path, command[1:]...)
@@ -180,7 +186,16 @@ gives no fence. Use elect for a daemon that must always run somewhere.`)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, a.stdout, a.stderr
 		n, _ := term.Fence().Int64()
 		cmd.Env = append(os.Environ(), fenceEnv+"="+string(term.Fence()), fenceEnv+numSuffix+"="+strconv.FormatInt(n, 10), keyEnv+"="+key)
-		cmd.SysProcAttr = groupAttr() // COMMAND's children are signalled with it
+		send := func(sig syscall.Signal) {
+			if grouped {
+				signalGroup(cmd.Process.Pid, sig)
+			} else {
+				_ = cmd.Process.Signal(sig)
+			}
+		}
+		if grouped {
+			cmd.SysProcAttr = groupAttr()
+		}
 		// SIGKILL after --grace; after a loss, before the lock can expire
 		// at the latest.
 		graceNow := func() time.Duration {
@@ -197,18 +212,18 @@ gives no fence. Use elect for a daemon that must always run somewhere.`)
 				defer t.Stop()
 				select {
 				case <-t.C:
-					signalGroup(cmd.Process.Pid, syscall.SIGKILL)
+					send(syscall.SIGKILL)
 				case <-exited:
 				}
 			}()
-			signalGroup(cmd.Process.Pid, syscall.SIGTERM)
+			send(syscall.SIGTERM)
 			return nil
 		}
 		err := cmd.Run()
 		close(exited)
 		// What COMMAND left running in its group is stopped before the
 		// term is resigned: no two leaders' processes overlap.
-		if cmd.Process != nil && signalGroup(cmd.Process.Pid, 0) {
+		if grouped && cmd.Process != nil && signalGroup(cmd.Process.Pid, 0) {
 			a.notef("%s exited; stopping what is left of its process group: SIGTERM now, SIGKILL after %v", command[0], fmtDuration(graceNow()))
 			stopGroup(cmd.Process.Pid, graceNow())
 		}
@@ -226,9 +241,11 @@ gives no fence. Use elect for a daemon that must always run somewhere.`)
 func stopGroup(pgid int, d time.Duration) {
 	signalGroup(pgid, syscall.SIGTERM)
 	for end := time.Now().Add(d); signalGroup(pgid, 0) && time.Now().Before(end); {
+		reapGroup(pgid) // members that became our children (syncguard as PID 1)
 		time.Sleep(10 * time.Millisecond)
 	}
 	signalGroup(pgid, syscall.SIGKILL)
+	reapGroup(pgid)
 }
 
 func errOrOK(err error) any {

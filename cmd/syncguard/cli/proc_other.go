@@ -63,6 +63,8 @@ func reapOrphans() {}
 // Without process groups, elect's COMMAND is signalled alone.
 func groupAttr() *syscall.SysProcAttr { return nil }
 
+func reapGroup(int) {}
+
 func signalGroup(pid int, sig syscall.Signal) bool {
 	p, err := os.FindProcess(pid)
 	if err != nil || sig == 0 {

@@ -69,6 +69,17 @@ func groupAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: tru
 // reports whether it has members.
 func signalGroup(pgid int, sig syscall.Signal) bool { return syscall.Kill(-pgid, sig) == nil }
 
+// reapGroup waits for the exited members of process group pgid that are
+// syncguard's children, without blocking.
+func reapGroup(pgid int) {
+	var ws syscall.WaitStatus
+	for {
+		if pid, err := syscall.Wait4(-pgid, &ws, syscall.WNOHANG, nil); pid <= 0 || err != nil {
+			return
+		}
+	}
+}
+
 // stopSelf stops syncguard (SIGSTOP) until it is continued.
 func stopSelf() { _ = syscall.Kill(os.Getpid(), syscall.SIGSTOP) }
 

@@ -44,6 +44,19 @@ func (c *countLookups) LookupKey(ctx context.Context, key string) (*syncguard.Lo
 
 func (c *countLookups) Unwrap() syncguard.LockBackend { return c.LockBackend }
 
+// nextLeader returns Observe's next report; the case fails (rule) when
+// none comes before its deadline.
+func (e *env) nextLeader(obs <-chan *election.Leader, rule string) *election.Leader {
+	e.t.Helper()
+	select {
+	case l := <-obs:
+		return l
+	case <-e.ctx.Done():
+		e.t.Fatal(rule + "; nothing came")
+		return nil
+	}
+}
+
 func (e *env) election(b syncguard.LockBackend, key, id string, ttl time.Duration) *election.Election {
 	e.t.Helper()
 	el, err := election.New(b, key, &election.Options{Identity: id, TTL: ttl, PollInterval: 10 * time.Millisecond, Recampaign: time.Millisecond})
@@ -169,16 +182,7 @@ func init() {
 		ctx, stop := context.WithCancel(e.ctx)
 		defer stop()
 		obs := e.election(e.b2, k, "observer", 10*time.Second).Observe(ctx)
-		next := func() *election.Leader {
-			e.t.Helper()
-			select {
-			case l := <-obs:
-				return l
-			case <-e.ctx.Done():
-				e.t.Fatal("rule: Observe reports a change; none came")
-				return nil
-			}
-		}
+		next := func() *election.Leader { return e.nextLeader(obs, "rule: Observe reports a change") }
 		if l := next(); l != nil {
 			e.t.Fatalf("rule: Observe reports no leader first when there is none; got %+v", l)
 		}
@@ -217,16 +221,7 @@ func init() {
 		observer, err := election.New(counted, k, &election.Options{Identity: "observer", PollInterval: poll})
 		e.must(err, "election.New")
 		obs := observer.Observe(ctx)
-		next := func() *election.Leader {
-			e.t.Helper()
-			select {
-			case l := <-obs:
-				return l
-			case <-e.ctx.Done():
-				e.t.Fatal(rule + "; nothing came")
-				return nil
-			}
-		}
+		next := func() *election.Leader { return e.nextLeader(obs, rule) }
 		if l := next(); l == nil || l.Identity != "a" {
 			e.t.Fatalf("rule: Observe reports the current leader first; got %+v", l)
 		}

@@ -107,10 +107,7 @@ func lookupDialect(db *sql.DB) (driver.Dialect, bool) {
 // statements run on the *sql.Tx it is or embeds. A nil tx gives b's pool
 // behaviour.
 func (b *Backend) WithTx(tx Tx) *Backend {
-	if tx == nil {
-		return &Backend{shared: b.shared}
-	}
-	if t, ok := tx.(*sql.Tx); ok && t == nil {
+	if t, ok := tx.(*sql.Tx); tx == nil || ok && t == nil {
 		return &Backend{shared: b.shared}
 	}
 	if t := txunwrap.SQLTx(tx); t != nil {
@@ -198,6 +195,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		fence             sql.NullString
 		exhausted         bool
 		now               int64
+		absent            bool
 	}
 	// sent records whether the statement may have gone out (see sentArg).
 	sent := &sentArg{v: lockID}
@@ -206,7 +204,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		stmt += stmtAcquireHolders - stmtAcquire
 		args = append(args, ident)
 	}
-	dest := []any{&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted, &d.now}
+	dest := []any{&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted, &d.now, &d.absent}
 	err := b.run(ctx, stmt, args, dest...)
 	if err != nil && ident != "" && ctx.Err() == nil && b.shared.holdersLost(err) {
 		// No holders table: the attempt without the identity.
@@ -222,6 +220,14 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 			stmt, args = stmtAcquireHolders, append(args, ident)
 		}
 		err = b.run(ctx, stmt, args, dest...)
+	}
+	// A free key without a row whose advisory lock only unprivileged roles
+	// hold: a placeholder row, then the attempt again (acquire.sql's gate).
+	for i := 0; err == nil && d.absent && i < 2 && ctx.Err() == nil; i++ {
+		err = (&Backend{shared: b.shared}).oneShot(ctx, b.shared.sql.placeholder, []any{k.Storage, lockID, k.Norm}, nil)
+		if err == nil {
+			err = b.run(ctx, stmt, args, dest...)
+		}
 	}
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)

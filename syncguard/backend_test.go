@@ -228,7 +228,7 @@ func TestOwnCancellationBeats57014(t *testing.T) {
 func TestCancelInFlight(t *testing.T) {
 	b, mock := newMock(t, &Config{ReleaseTimeout: 50 * time.Millisecond})
 	mock.ExpectQuery("INSERT INTO").WillDelayFor(time.Minute).
-		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f"}).AddRow(nil, nil, nil, nil, false, int64(1000)))
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g"}).AddRow(nil, nil, nil, nil, false, int64(1000), false))
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(20*time.Millisecond, cancel)
 	start := time.Now()
@@ -294,13 +294,13 @@ func TestErrorClassification(t *testing.T) {
 }
 
 func TestAcquireOutcomesFromRow(t *testing.T) {
-	cols := []string{"lock_id", "expires_at_ms", "acquired_at_ms", "fence", "fence_exhausted", "now_ms"}
+	cols := []string{"lock_id", "expires_at_ms", "acquired_at_ms", "fence", "fence_exhausted", "now_ms", "absent"}
 	// Another holder's row: contention, not an error, and nothing of the
 	// other holder leaks into the result. The holder's expiry (server
 	// time) tells the lock helper when to try again: when the lock is no
 	// longer live, expires + tolerance, 1 ms after.
 	b, mock := newMock(t, nil)
-	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow("BBBBBBBBBBBBBBBBBBBBBB", int64(2000), int64(1000), "000000000000007", false, int64(1500)))
+	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow("BBBBBBBBBBBBBBBBBBBBBB", int64(2000), int64(1000), "000000000000007", false, int64(1500), false))
 	rec := waitRecordFor("k", "", false)
 	r, err := b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), "k", time.Second)
 	if err != nil || r.OK || r.Reason != ReasonLocked || r.Fence != "" || r.LockID != "" {
@@ -311,7 +311,7 @@ func TestAcquireOutcomesFromRow(t *testing.T) {
 	}
 	rec.end(true, false)
 	// Nobody and no fence: contention (a lost race), expiry unknown.
-	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, false, int64(1500)))
+	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, false, int64(1500), false))
 	rec = waitRecordFor("k", "", false)
 	r, err = b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), "k", time.Second)
 	if _, _, retryIn, _ := rec.state(); err != nil || r.OK || r.Reason != ReasonLocked || retryIn != 0 {
@@ -319,7 +319,7 @@ func TestAcquireOutcomesFromRow(t *testing.T) {
 	}
 	rec.end(true, false)
 	// Fence counter at its maximum: Internal, and the statement committed nothing.
-	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, true, int64(1500)))
+	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, true, int64(1500), false))
 	_, err = b.Acquire(context.Background(), "k", time.Second)
 	wantCode(t, err, CodeInternal)
 	if err := mock.ExpectationsWereMet(); err != nil {
@@ -332,7 +332,7 @@ func TestAcquireArgumentsAndTTLRounding(t *testing.T) {
 	k, _ := rules.DeriveKey("café")
 	mock.ExpectQuery("INSERT INTO").
 		WithArgs(k.Storage, sqlmock.AnyArg(), k.Fence, "café", int64(1)).
-		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f"}).AddRow(nil, nil, nil, nil, false, int64(1000)))
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g"}).AddRow(nil, nil, nil, nil, false, int64(1000), false))
 	// Decomposed input is normalized; 1.9 ms counts as 1 ms.
 	if _, err := b.Acquire(context.Background(), "cafe\u0301", 1900*time.Microsecond); err != nil {
 		t.Fatal(err)
@@ -447,8 +447,8 @@ func TestPoolSerializationFailureRerunsInReadCommitted(t *testing.T) {
 		b, mock := newMock(t, &Config{DisablePrepare: true})
 		mock.ExpectQuery("INSERT INTO").WillReturnError(&pgErr{code: st})
 		mock.ExpectBegin()
-		mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows([]string{"lock_id", "e", "a", "f", "x", "now"}).
-			AddRow(nil, nil, nil, nil, false, int64(1000)))
+		mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows([]string{"lock_id", "e", "a", "f", "x", "now", "absent"}).
+			AddRow(nil, nil, nil, nil, false, int64(1000), false))
 		mock.ExpectCommit()
 		r, err := b.Acquire(context.Background(), "k", time.Second)
 		if err != nil || r.OK || r.Reason != ReasonLocked {
@@ -618,7 +618,7 @@ func TestWaitRecordOnlyForLocksKey(t *testing.T) {
 			args = []sqldriver.Value{sqlmock.AnyArg(), rec.lockID, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), defaultWaitWindow.Milliseconds(), false}
 		}
 		mock.ExpectQuery("INSERT INTO").WithArgs(args...).
-			WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000)))
+			WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false))
 		if _, err := b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), key, time.Second); err != nil {
 			t.Fatalf("key %q: %v", key, err)
 		}
@@ -643,7 +643,7 @@ func TestWithdrawReleasesAgainWhenAHandOffRaced(t *testing.T) {
 	b, mock := newMock(t, &Config{})
 	rec := waitRecordFor("k", "", false)
 	mock.ExpectQuery("INSERT INTO").
-		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000)))
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false))
 	if _, err := b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), "k", time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -655,7 +655,7 @@ func TestWithdrawReleasesAgainWhenAHandOffRaced(t *testing.T) {
 	// It left the queue: once is enough.
 	rec = waitRecordFor("k", "", false)
 	mock.ExpectQuery("INSERT INTO").
-		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000)))
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false))
 	if _, err := b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), "k", time.Second); err != nil {
 		t.Fatal(err)
 	}

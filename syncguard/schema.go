@@ -43,6 +43,7 @@ type statements struct {
 	cleanup                    string
 	list, listPlain, lastFence string // inspections (inspect.go)
 	releaseOrphans             string // background release (orphans.go)
+	placeholder                string // an expired row for an acquire to take over (acquire.sql's absent)
 }
 
 // render expands a statement file: the rules' SQL fragments ({{now_ms}},
@@ -139,6 +140,7 @@ func renderStatements(table, fenceTable string) statements {
 		lastFence: v("last_fence.sql", true, true),
 
 		releaseOrphans: v("release_orphans.sql", true, true),
+		placeholder:    v("placeholder.sql", true, true),
 	}
 }
 

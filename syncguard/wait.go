@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
@@ -228,38 +229,29 @@ func (r *waitRecord) grantAge() time.Duration {
 	return r.age
 }
 
-// queueLost reports whether err says that the waiters table is missing or
-// not granted to this role (a schema set up before the table existed, or
-// by the reference implementation): the Backend then hands no key over and
-// waits without a queue, polling.
+// queueLost and holdersLost report whether err says that the waiters (or
+// holders) table is missing or not granted to this role (a schema set up
+// before the table existed, or by the reference implementation). The
+// Backend then goes on without it, warning once: without the waiters
+// table it hands no key over and waits polling, without the holders table
+// it stores and shows no identities.
 func (s *shared) queueLost(err error) bool {
-	st := s.sqlState(err)
-	if st != "42P01" && st != "42501" {
-		return false
-	}
-	if !strings.Contains(err.Error(), waitersTable(s.cfg.table)) {
-		return false
-	}
-	s.noQueue.Store(true)
-	if !s.queueWarned.Swap(true) {
-		s.cfg.logger.Warn("syncguard: the waiters table is missing or not granted: run SetupSchema (or apply SchemaSQL) and grant it like the lock table; until then waiting polls and keeps no order",
-			slog.String("table", waitersTable(s.cfg.table)), slog.String("sqlstate", st))
-	}
-	return true
+	return s.tableLost(err, waitersTable(s.cfg.table), &s.noQueue, &s.queueWarned, "waiting polls and keeps no order")
 }
 
-// holdersLost reports whether err says that the holders table is missing
-// or not granted (a schema set up before it existed, or by the reference
-// implementation): the Backend then stores and shows no identities.
 func (s *shared) holdersLost(err error) bool {
+	return s.tableLost(err, holdersTable(s.cfg.table), &s.noHolders, &s.holdWarned, "no holder identity is stored or shown")
+}
+
+func (s *shared) tableLost(err error, table string, lost, warned *atomic.Bool, until string) bool {
 	st := s.sqlState(err)
-	if (st != "42P01" && st != "42501") || !strings.Contains(err.Error(), holdersTable(s.cfg.table)) {
+	if (st != "42P01" && st != "42501") || !strings.Contains(err.Error(), table) {
 		return false
 	}
-	s.noHolders.Store(true)
-	if !s.holdWarned.Swap(true) {
-		s.cfg.logger.Warn("syncguard: the holders table is missing or not granted: run SetupSchema (or apply SchemaSQL) and grant it like the lock table; until then no holder identity is stored or shown",
-			slog.String("table", holdersTable(s.cfg.table)), slog.String("sqlstate", st))
+	lost.Store(true)
+	if !warned.Swap(true) {
+		s.cfg.logger.Warn("syncguard: the "+strings.TrimPrefix(table, s.cfg.table+"_")+" table is missing or not granted: run SetupSchema (or apply SchemaSQL) and grant it like the lock table; until then "+until,
+			slog.String("table", table), slog.String("sqlstate", st))
 	}
 	return true
 }

@@ -25,15 +25,28 @@
 --end
 --
 -- cur:  the live row for the key in this statement's snapshot, if any.
--- free: one row (carrying now_ms) when the snapshot shows no live lock and
---       this statement wins pg_try_advisory_xact_lock(hashtext(key)), the
---       spec's per-key advisory lock, in its non-blocking form. A contended
---       attempt stops here: it reads only, writes nothing and never waits.
---       Racers that all saw the key free are turned away by the try-lock
---       instead of queueing on the counter row and each burning a fence.
---       The same lock id as the reference implementation's blocking
---       pg_advisory_xact_lock keeps both implementations exclusive when
---       they share tables.
+-- gate: decides whether this attempt may take the free key, and how.
+--       'gated': the snapshot shows no live lock and this statement won
+--       pg_try_advisory_xact_lock(hashtext(key)), the spec's per-key
+--       advisory lock in its non-blocking form. Racers that all saw the key
+--       free are turned away by it instead of queueing on the counter row,
+--       and the reference implementation's acquire, which holds the same
+--       lock throughout its transaction, is excluded.
+--       'open': the try-lock failed but no session of a role that may
+--       write the lock table holds it (any role can take advisory locks:
+--       it is a hint, never a gate), and the key's row exists. The attempt
+--       then only takes that row over (upd), under its row lock, which an
+--       acquire of the reference implementation takes too
+--       (SELECT ... FOR UPDATE) before it writes.
+--       'absent': as 'open', but the key has no row: the caller writes an
+--       expired row for it (placeholder.sql, committed on its own) and
+--       attempts again, since an insert without the advisory lock could be
+--       overwritten by a reference acquire whose snapshot missed it.
+--       'busy': a live lock, a waiter ahead, or a privileged holder of the
+--       advisory lock (another acquire in flight). A contended attempt
+--       stops here: it reads only, writes nothing and never waits.
+-- free: one row (carrying now_ms and whether the attempt is gated) when
+--       the attempt may take the key.
 -- snapf: the counter as this statement's snapshot sees it.
 -- f:    increments the fence counter (or creates it at 1). ON CONFLICT DO
 --       UPDATE locks the counter row and reads its latest committed value, so
@@ -43,9 +56,12 @@
 --       acquire committed after our snapshot was taken (our view of the key
 --       is stale), and we report "locked" instead of burning a fence and
 --       locking the new holder's row.
--- ins:  writes the lock row. On conflict it overwrites only a row that is
---       still expired in its latest committed version, under that row's lock
---       (never a lock whose extend just committed).
+-- ins:  writes the lock row, when gated. On conflict it overwrites only a
+--       row that is still expired in its latest committed version, under
+--       that row's lock (never a lock whose extend just committed).
+-- upd:  the same takeover when open: an UPDATE of the existing row, never
+--       an insert, with the same re-check under the row lock.
+-- won:  the row written by ins or upd.
 --if holders
 -- h:    with the holder's identity ({{identity_arg}}): its row in the holders
 --       table, by lockId, when the lock was taken. Rows of the key's earlier
@@ -53,7 +69,8 @@
 --       to the next release of the key: deleting them here would make an
 --       acquire with an identity cost 20 % more than one without.
 --end
--- The final SELECT always returns one row. A row of our own lockId in cur
+-- The final SELECT always returns one row; absent asks the caller for a
+-- placeholder row and another attempt. A row of our own lockId in cur
 -- means this statement already ran (database/sql re-ran it after
 -- driver.ErrBadConn): report that success again. now_ms lets a failed
 -- attempt compute when the holder's lock expires, in server time.
@@ -61,10 +78,13 @@ WITH
 t AS (
   SELECT {{now_ms}} AS now_ms
 ),
-cur AS (
+row0 AS (
   SELECT l."lock_id", l."expires_at_ms", l."acquired_at_ms", l."fence"
-  FROM {{locks}} AS l, t
-  WHERE l."key" = $1::text AND {{live(l)}}
+  FROM {{locks}} AS l
+  WHERE l."key" = $1::text
+),
+cur AS (
+  SELECT l.* FROM row0 AS l, t WHERE {{live(l)}}
 ),
 --if queue
 me AS (
@@ -77,13 +97,26 @@ ahead AS (
   LIMIT 1
 ),
 --end
-free AS (
-  SELECT t.now_ms FROM t
-  WHERE CASE WHEN EXISTS (SELECT 1 FROM cur) THEN false
+gate AS (
+  SELECT CASE WHEN EXISTS (SELECT 1 FROM cur) THEN 'busy'
 --if queue
-             WHEN EXISTS (SELECT 1 FROM ahead) THEN false
+             WHEN EXISTS (SELECT 1 FROM ahead) THEN 'busy'
 --end
-             ELSE pg_try_advisory_xact_lock(hashtext($1::text)) END
+             WHEN pg_try_advisory_xact_lock(hashtext($1::text)) THEN 'gated'
+             WHEN EXISTS (
+               SELECT 1 FROM pg_catalog.pg_locks AS pl
+               LEFT JOIN pg_catalog.pg_stat_activity AS sa ON sa."pid" = pl."pid"
+               WHERE pl."locktype" = 'advisory' AND pl."granted" AND pl."objsubid" = 1
+                 AND pl."database" = (SELECT d."oid" FROM pg_catalog.pg_database AS d WHERE d."datname" = current_database())
+                 AND pl."classid" = ((hashtext($1::text)::bigint >> 32) & 4294967295)::oid
+                 AND pl."objid" = (hashtext($1::text)::bigint & 4294967295)::oid
+                 AND pl."pid" IS DISTINCT FROM pg_backend_pid()
+                 AND (sa."usesysid" IS NULL OR has_table_privilege(sa."usesysid", '{{locks}}', 'UPDATE'))) THEN 'busy'
+             WHEN EXISTS (SELECT 1 FROM row0) THEN 'open'
+             ELSE 'absent' END AS state
+),
+free AS (
+  SELECT t.now_ms, gate.state = 'gated' AS gated FROM t, gate WHERE gate.state IN ('gated', 'open')
 ),
 snapf AS (
   SELECT c."fence" FROM {{fences}} AS c WHERE c."fence_key" = $3::text
@@ -99,6 +132,7 @@ ins AS (
   INSERT INTO {{locks}} AS l ("key", "lock_id", "expires_at_ms", "acquired_at_ms", "fence", "user_key")
   SELECT $1::text, $2::text, free.now_ms + $5::bigint, free.now_ms, {{fence_text(f."fence")}}, $4::text
   FROM free, f
+  WHERE free.gated
   ON CONFLICT ("key") DO UPDATE SET
     "lock_id" = EXCLUDED."lock_id",
     "expires_at_ms" = EXCLUDED."expires_at_ms",
@@ -107,6 +141,16 @@ ins AS (
     "user_key" = EXCLUDED."user_key"
   WHERE NOT ({{live(l, EXCLUDED."acquired_at_ms")}})
   RETURNING l."lock_id", l."expires_at_ms", l."acquired_at_ms", l."fence"
+),
+upd AS (
+  UPDATE {{locks}} AS l SET "lock_id" = $2::text, "expires_at_ms" = free.now_ms + $5::bigint,
+    "acquired_at_ms" = free.now_ms, "fence" = {{fence_text(f."fence")}}, "user_key" = $4::text
+  FROM free, f
+  WHERE l."key" = $1::text AND NOT free.gated AND NOT ({{live(l, free.now_ms)}})
+  RETURNING l."lock_id", l."expires_at_ms", l."acquired_at_ms", l."fence"
+),
+won AS (
+  SELECT * FROM ins UNION ALL SELECT * FROM upd
 )
 --if queue
 , q AS (
@@ -119,7 +163,7 @@ ins AS (
     NULL::text
 --end
   FROM t
-  WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM cur WHERE cur."lock_id" = $2::text)
+  WHERE NOT EXISTS (SELECT 1 FROM won) AND NOT EXISTS (SELECT 1 FROM cur WHERE cur."lock_id" = $2::text)
     AND NOT EXISTS (SELECT 1 FROM me WHERE me."notified" = $7::boolean AND me."deadline_ms" > t.now_ms + $6::bigint * 2 / 3)
   ON CONFLICT ("lock_id") DO UPDATE SET "deadline_ms" = EXCLUDED."deadline_ms", "ttl_ms" = EXCLUDED."ttl_ms",
     "notified" = EXCLUDED."notified"
@@ -128,7 +172,7 @@ ins AS (
 dq AS (
   DELETE FROM {{waiters}} AS w USING t
   WHERE (w."lock_id" = $2::text
-         AND (EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM cur WHERE cur."lock_id" = $2::text)))
+         AND (EXISTS (SELECT 1 FROM won) OR EXISTS (SELECT 1 FROM cur WHERE cur."lock_id" = $2::text)))
      OR (w."key" = $1::text AND w."lock_id" <> $2::text AND w."deadline_ms" < t.now_ms - {{waiter_gc}})
   RETURNING 1
 )
@@ -136,19 +180,20 @@ dq AS (
 --if holders
 , h AS (
   INSERT INTO {{holders}} AS h ("lock_id", "key", "identity")
-  SELECT ins."lock_id", $1::text, {{identity_arg}}::text FROM ins
+  SELECT won."lock_id", $1::text, {{identity_arg}}::text FROM won
   ON CONFLICT ("lock_id") DO UPDATE SET "identity" = EXCLUDED."identity"
   RETURNING 1
 )
 --end
 SELECT
-  COALESCE(ins."lock_id", cur."lock_id") AS lock_id,
-  COALESCE(ins."expires_at_ms", cur."expires_at_ms") AS expires_at_ms,
-  COALESCE(ins."acquired_at_ms", cur."acquired_at_ms") AS acquired_at_ms,
-  COALESCE(ins."fence", cur."fence") AS fence,
+  COALESCE(won."lock_id", cur."lock_id") AS lock_id,
+  COALESCE(won."expires_at_ms", cur."expires_at_ms") AS expires_at_ms,
+  COALESCE(won."acquired_at_ms", cur."acquired_at_ms") AS acquired_at_ms,
+  COALESCE(won."fence", cur."fence") AS fence,
   (EXISTS (SELECT 1 FROM free) AND NOT EXISTS (SELECT 1 FROM f)
    AND COALESCE((SELECT snapf."fence" FROM snapf), 0) >= {{fence_max}}) AS fence_exhausted,
-  t.now_ms
+  t.now_ms,
+  (SELECT gate.state = 'absent' FROM gate) AS absent
 FROM t
-LEFT JOIN ins ON true
+LEFT JOIN won ON true
 LEFT JOIN cur ON true

@@ -19,10 +19,7 @@ const (
 	defaultTTL            = 30 * time.Second
 	defaultRetryDelay     = 100 * time.Millisecond
 	defaultAcquireTimeout = 5 * time.Second
-)
-
-// Values of AcquisitionOptions.Backoff and .Jitter, the spec's words.
-const (
+	// Values of AcquisitionOptions.Backoff and .Jitter, the spec's words.
 	backoffExponential = "exponential"
 	backoffFixed       = "fixed"
 	jitterEqual        = "equal"
@@ -62,9 +59,9 @@ type AcquisitionOptions struct {
 	// A wait never extends past it. Default 5 s.
 	Timeout time.Duration
 	// FailFast returns an outage's error (ServiceUnavailable,
-	// NetworkTimeout) at once. By default waiting rides an outage out
-	// within Timeout, attempting on the retry schedule, and the
-	// AcquisitionTimeout it ends with wraps the last such error.
+	// NetworkTimeout) at once. By default waiting rides it out within
+	// Timeout; the wait ends busy (AcquisitionTimeout) once any attempt got
+	// an answer, else with the last real outage error (code and cause).
 	FailFast bool
 }
 
@@ -190,7 +187,8 @@ func logReleaseError(logger *slog.Logger) func(error, ReleaseErrorInfo) {
 // Acquisition waits on contention within the limits of opts.Acquisition
 // (MaxRetries scheduled retries, Timeout), woken when the key is released
 // (see AcquisitionOptions), and fails with ErrAcquisitionTimeout when time
-// or retries run out; the error says how many attempts were made.
+// or retries run out (the outage's code when no attempt got an answer);
+// the error says how many attempts were made.
 // A backend error is returned at once, not retried. Cancelling ctx while
 // waiting returns ErrAborted at once. Nothing is acquired in any of these
 // cases and fn does not run.
@@ -296,9 +294,9 @@ func Lock(ctx context.Context, backend Locker, key string, opts *LockOptions) (*
 // nothing (forged or replayed notifications) are spaced out, from 5 ms
 // doubling to 1 s. An error that an outage causes (ServiceUnavailable,
 // NetworkTimeout) is retried on the schedule within Timeout unless
-// FailFast; the timeout then wraps the last one. A waiter that gives up
-// leaves the queue with one statement (a release of its lockId, which
-// passes on a key handed to it meanwhile).
+// FailFast; giveUp says how a wait ends. A waiter that gives up leaves
+// the queue with one statement (a release of its lockId, which passes on a
+// key handed to it meanwhile).
 func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res AcquireResult, sent time.Time, attempts int, err error) {
 	start := time.Now()
 	deadline := start.Add(c.timeout)
@@ -306,8 +304,9 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 	if c.maxRetries > 0 || c.identity != "" {
 		rec = waitRecordFor(key, c.identity, c.maxRetries == 0)
 	}
-	var lastErr error // the last outage error, while riding it out
-	try := func() (AcquireResult, time.Time, error) {
+	var lastErr, realErr error // the last attempt's error since an answer; the last not cut by the deadline
+	answered := false
+	try := func() (AcquireResult, time.Time, bool, error) {
 		attempts++
 		sent := time.Now()
 		// The attempt too ends at the deadline: on a half-open connection
@@ -319,49 +318,58 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 		}
 		res, err := b.Acquire(actx, key, c.ttl)
 		cancel()
-		if err != nil && ctx.Err() == nil && !time.Now().Before(deadline) {
-			return AcquireResult{}, time.Time{}, &Error{Op: "lock", Code: CodeAcquisitionTimeout, Key: key, Err: err,
-				Msg: fmt.Sprintf("attempt %d got no answer before the acquisition timeout (%v)", attempts, time.Since(start).Round(time.Millisecond))}
+		if err == nil {
+			answered, lastErr = true, nil
+			return res, sent.Add(-rec.grantAge()), false, nil // (sent matters only when res.OK)
 		}
-		if err == nil && res.OK {
-			sent = sent.Add(-rec.grantAge())
-		}
-		return res, sent, err
-	}
-	timeout := func(cause error) (AcquireResult, time.Time, int, error) {
-		return AcquireResult{}, time.Time{}, attempts, acquisitionTimeout(key, attempts, time.Since(start), cause)
-	}
-	// outage tells whether err is ridden out (lastErr) rather than returned.
-	outage := func(err error) bool {
-		code := CodeOf(err)
-		if c.failFast || (code != CodeServiceUnavailable && code != CodeNetworkTimeout) {
-			return false
+		// Cut by the wait's end: no answer yet, which says nothing of the server.
+		cut := ctx.Err() == nil && !time.Now().Before(deadline) || errors.Is(ctx.Err(), context.DeadlineExceeded)
+		if cut {
+			err = &Error{Op: "lock", Code: CodeNetworkTimeout, Key: key, Err: err,
+				Msg: fmt.Sprintf("attempt %d got no answer before the end of the wait (%v)", attempts, time.Since(start).Round(time.Millisecond))}
+		} else {
+			realErr = err
 		}
 		lastErr = err
-		return true
+		return AcquireResult{}, time.Time{}, cut, err
+	}
+	// giveUp ends the wait (cause: ctx's, if done): busy once any attempt
+	// got an answer, else the outage, with its last real cause.
+	giveUp := func(cause error) (AcquireResult, time.Time, int, error) {
+		elapsed := time.Since(start).Round(time.Millisecond)
+		e := &Error{Op: "lock", Code: CodeAcquisitionTimeout, Key: key, Err: cause,
+			Msg: fmt.Sprintf("lock still held by another owner after %s in %v", plural(attempts, "attempt"), elapsed)}
+		switch {
+		case !answered && realErr == nil:
+			return AcquireResult{}, time.Time{}, attempts, lastErr // the only attempt, cut
+		case !answered:
+			e.Code, e.Err, e.Msg = CodeOf(realErr), realErr, fmt.Sprintf("no answer from the server to %s in %v", plural(attempts, "attempt"), elapsed)
+		case lastErr != nil:
+			e.Msg += fmt.Sprintf(" (the last attempt got no answer: %s)", CodeOf(lastErr))
+		}
+		return AcquireResult{}, time.Time{}, attempts, e
+	}
+	outage := func(err error) bool { // ridden out rather than returned
+		return !c.failFast && (CodeOf(err) == CodeServiceUnavailable || CodeOf(err) == CodeNetworkTimeout)
 	}
 	if rec != nil {
 		defer func() { rec.end(err == nil && res.OK, lastErr != nil) }()
 	}
 
-	res, sent, err = try()
-	if err == nil && res.OK {
+	res, sent, cut, err := try()
+	switch {
+	case err == nil && res.OK:
 		return res, sent, attempts, nil
-	}
-	if err != nil && (c.maxRetries == 0 || !outage(err)) {
+	case err != nil && (c.maxRetries == 0 || !cut && !outage(err)):
 		return AcquireResult{}, time.Time{}, attempts, err
-	}
-	if c.maxRetries == 0 || !time.Now().Before(deadline) {
-		return timeout(lastErr)
+	case cut || c.maxRetries == 0 || !time.Now().Before(deadline):
+		return giveUp(context.Cause(ctx))
 	}
 
 	// Wait.
 	var wake <-chan struct{}
 	expiry, renew, hintOK, look := stoppedTimer(), stoppedTimer(), stoppedTimer(), stoppedTimer()
-	defer expiry.Stop()
-	defer renew.Stop()
-	defer hintOK.Stop()
-	defer look.Stop()
+	defer func() { expiry.Stop(); renew.Stop(); hintOK.Stop(); look.Stop() }()
 	hintGap, paused, pollGap := time.Duration(0), false, time.Duration(0)
 	learn := func() {
 		if rec == nil {
@@ -411,28 +419,27 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 			final = retries >= c.maxRetries
 			retry.Reset(c.delay(retries + 1))
 		case <-end.C:
-			return timeout(lastErr)
+			return giveUp(nil)
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return timeout(context.Cause(ctx))
+				return giveUp(context.Cause(ctx))
 			}
 			return AcquireResult{}, time.Time{}, attempts, &Error{Op: "lock", Code: CodeAborted, Key: key,
 				Msg: fmt.Sprintf("context cancelled while waiting for the lock after %s", plural(attempts, "attempt")), Err: context.Cause(ctx)}
 		}
 		if !time.Now().Before(deadline) {
-			return timeout(lastErr)
+			return giveUp(nil)
 		}
-		res, sent, err = try()
+		res, sent, cut, err = try()
 		switch {
 		case err == nil && res.OK:
 			return res, sent, attempts, nil
-		case err == nil:
-			lastErr = nil
-		case !outage(err):
+		case cut:
+			return giveUp(context.Cause(ctx))
+		case err != nil && !outage(err):
 			return AcquireResult{}, time.Time{}, attempts, err
-		}
-		if final {
-			return timeout(lastErr)
+		case final:
+			return giveUp(nil)
 		}
 		learn()
 		if hinted && err == nil {
@@ -451,18 +458,11 @@ func stoppedTimer() *time.Timer {
 	return t
 }
 
-func acquisitionTimeout(key string, attempts int, elapsed time.Duration, cause error) *Error {
-	return &Error{Op: "lock", Code: CodeAcquisitionTimeout, Key: key, Err: cause,
-		Msg: fmt.Sprintf("lock still held by another owner after %s in %v", plural(attempts, "attempt"), elapsed.Round(time.Millisecond))}
-}
-
-const maxDelay = time.Duration(1 << 62)
-
-// unboundedMaxDelay caps the retry delay when MaxRetries is not set.
-const unboundedMaxDelay = time.Second
-
-// The polling of a waiter that no notification reaches (acquire).
 const (
+	maxDelay = time.Duration(1 << 62)
+	// unboundedMaxDelay caps the retry delay when MaxRetries is not set.
+	unboundedMaxDelay = time.Second
+	// The polling of a waiter that no notification reaches (acquire).
 	pollMin = 5 * time.Millisecond
 	pollMax = 25 * time.Millisecond
 )

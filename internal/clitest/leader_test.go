@@ -212,7 +212,7 @@ func TestElectStopsWhatCommandStarted(t *testing.T) {
 		child := readPid(t, filepath.Join(dir, "child"))
 		t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
 		waitGone(t, "what the leader's COMMAND left running when it exited", child)
-		p.waitStderr(t, "stopping what is left of its process group")
+		p.waitStderr(t, "stopping what is left of its process tree")
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		wantCode(t, p.wait(t, time.Minute), 0)
 	})

@@ -61,6 +61,12 @@ func readProc(pid int) (procInfo, bool) {
 	return p, true
 }
 
+// procState returns the state letter of process pid (T: stopped).
+func procState(pid int) (byte, bool) {
+	p, ok := readProc(pid)
+	return p.state, ok
+}
+
 // procAvailable reports whether /proc can be read (it may be missing in
 // a container); without it the tree is COMMAND's process group.
 func procAvailable() bool {

@@ -60,19 +60,6 @@ func encodeDeadline(t time.Time) int64 { return int64(time.Until(t)) }
 
 func reapOrphans() {}
 
-// Without process groups, elect's COMMAND is signalled alone.
-func groupAttr() *syscall.SysProcAttr { return nil }
-
-func reapGroup(int) {}
-
-func signalGroup(pid int, sig syscall.Signal) bool {
-	p, err := os.FindProcess(pid)
-	if err != nil || sig == 0 {
-		return false
-	}
-	return p.Kill() == nil
-}
-
 // supervisor runs COMMAND directly.
 type supervisor struct {
 	cmd    *exec.Cmd

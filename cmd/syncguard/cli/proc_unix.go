@@ -61,25 +61,6 @@ const (
 	sigTTOU = syscall.SIGTTOU
 )
 
-// groupAttr starts a command in a process group of its own (elect), so
-// that signalGroup reaches its children too.
-func groupAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
-
-// signalGroup sends sig to the process group pgid (0: only checks it) and
-// reports whether it has members.
-func signalGroup(pgid int, sig syscall.Signal) bool { return syscall.Kill(-pgid, sig) == nil }
-
-// reapGroup waits for the exited members of process group pgid that are
-// syncguard's children, without blocking.
-func reapGroup(pgid int) {
-	var ws syscall.WaitStatus
-	for {
-		if pid, err := syscall.Wait4(-pgid, &ws, syscall.WNOHANG, nil); pid <= 0 || err != nil {
-			return
-		}
-	}
-}
-
 // stopSelf stops syncguard (SIGSTOP) until it is continued.
 func stopSelf() { _ = syscall.Kill(os.Getpid(), syscall.SIGSTOP) }
 

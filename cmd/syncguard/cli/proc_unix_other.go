@@ -29,6 +29,8 @@ func descendants(int) []procInfo { return nil }
 
 func procAvailable() bool { return false }
 
+func procState(int) (byte, bool) { return 0, false }
+
 func hasControllingTTY() bool { return false }
 
 // Deadlines travel as durations from now: the supervisor reads them at

@@ -203,8 +203,20 @@ func (s *supervisor) signal(sig syscall.Signal) { s.send("sig " + strconv.Itoa(i
 // terminate sends SIGTERM and SIGCONT to the tree.
 func (s *supervisor) terminate() { s.send("term") }
 
-// kill SIGKILLs the tree until no process of it is left.
-func (s *supervisor) kill() { s.send("kill") }
+// kill SIGKILLs the tree until no process of it is left. syncguard also
+// SIGKILLs what it finds below the supervisor itself, and the supervisor
+// if it is stopped (kill -STOP): a stopped supervisor reads no orders, and
+// must not keep the tree alive past the lock.
+func (s *supervisor) kill() {
+	s.send("kill")
+	spid := s.cmd.Process.Pid
+	for _, p := range descendants(spid) {
+		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+	}
+	if p, ok := procState(spid); ok && (p == 'T' || p == 't') {
+		_ = syscall.Kill(spid, syscall.SIGKILL)
+	}
+}
 
 // setDeadline moves the dead man's switch to t.
 func (s *supervisor) setDeadline(t time.Time) {

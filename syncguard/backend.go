@@ -85,17 +85,9 @@ func lookupDialect(db *sql.DB) (driver.Dialect, bool) {
 // a rollback returns that fence value to the counter, and the next acquire
 // gets it again.
 //
-// That advisory lock is keyed by hashtext(storage key), a 32-bit hash (the
-// spec's lock id, shared with the reference implementation). While tx
-// holds a key, an acquire of a different key with the same hash (job:6955
-// and job:43347 are such a pair) also reports "locked", until tx ends,
-// although IsLocked of that key says false. The odds for one pair of keys
-// are 1 in 2^32; among n keys in use, some pair collides with probability
-// 1 - exp(-n²/2^33) (0.01 % for 1,000 keys, 1.2 % for 10,000, 69 % for
-// 100,000), and it matters only while a transaction holding one of the two
-// is open. The lock helper's retries ride it out when transactions are
-// short. (On the pool path the gate is held only for the acquire's own
-// statement.)
+// That advisory lock's id is a 32-bit hash: while tx holds a key, an
+// acquire of another key with the same hash reports "locked" too (the odds:
+// "Transactions" in docs/design.md).
 //
 // If any operation in tx fails, roll tx back: an Acquire that returns an
 // error (a cancelled context, say) may still have written its row into tx,
@@ -168,7 +160,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 	if rec != nil {
 		lockID, stmt = rec.lockID, stmtAcquireWait
 		args = append(args, b.shared.waitCfg.window.Milliseconds(), false)
-		wid := rec.lockID
+		wid, wrec := rec.lockID, rec
 		rec.join(b.shared, func() {
 			// A release of the waiter's lockId deletes its queue row and
 			// passes on a key handed to it meanwhile. When it found
@@ -178,11 +170,11 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 			ctx, cancel := context.WithTimeout(context.Background(), b.shared.cfg.releaseTimeout)
 			defer cancel()
 			pool := &Backend{shared: b.shared}
-			r, left, err := pool.release(ctx, wid)
+			r, left, err := pool.release(ctx, wid, k.Storage)
 			if err == nil && !r.OK && !left {
-				r, _, err = pool.release(ctx, wid)
+				r, _, err = pool.release(ctx, wid, k.Storage)
 			}
-			if err != nil {
+			if err != nil || !r.OK && wrec.unknown.Load() {
 				b.shared.releaseInBackground(wid, time.Duration(ttlMs)*time.Millisecond)
 			}
 		})
@@ -232,15 +224,17 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
 		e.Key = key
-		// A waiter's lockId is Lock's to withdraw when it gives up: it may
-		// still take the key with it.
-		if b.tx == nil && rec == nil && sent.sent.Load() && outcomeUnknown(ctx, e) {
-			// The statement may have committed on the server although we
-			// got no answer: cancelled or timed out after sending (pgx
-			// cancels asynchronously), or the connection broke. Release our
-			// own lockId in the background so no orphan stays until its
-			// TTL (orphans.go).
-			b.shared.releaseInBackground(lockID, time.Duration(ttlMs)*time.Millisecond)
+		// The statement may have committed although we got no answer
+		// (cancelled after sending: pgx cancels asynchronously; or the
+		// connection broke): our lockId is released in the background so
+		// no orphan stays until its TTL (orphans.go); a waiter's once Lock
+		// withdraws it (a grant committed after its release looked).
+		if b.tx == nil && sent.sent.Load() && outcomeUnknown(ctx, e) {
+			if rec == nil {
+				b.shared.releaseInBackground(lockID, time.Duration(ttlMs)*time.Millisecond)
+			} else {
+				rec.unknown.Store(true)
+			}
 		}
 		return AcquireResult{}, e
 	}
@@ -329,13 +323,13 @@ func unconfirmed(ctx context.Context, op string) *Error {
 // lock may come back, unowned, until its expiry (never two holders; see
 // "Durability of a release" in docs/design.md). Inside WithTx it commits with the caller's transaction.
 func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, error) {
-	r, _, err := b.release(ctx, lockID)
+	r, _, err := b.release(ctx, lockID, "")
 	return r, err
 }
 
 // release is Release, also telling whether lockID was a waiter that left
-// the queue (withdraw, wait.go).
-func (b *Backend) release(ctx context.Context, lockID string) (ReleaseResult, bool, error) {
+// the queue (withdraw, wait.go); waiterKey is its key, for a withdrawal.
+func (b *Backend) release(ctx context.Context, lockID, waiterKey string) (ReleaseResult, bool, error) {
 	const op = "release"
 	if e := checkLockID(op, lockID); e != nil {
 		return ReleaseResult{}, false, e
@@ -351,9 +345,14 @@ func (b *Backend) release(ctx context.Context, lockID string) (ReleaseResult, bo
 		woke        sql.NullString
 		leftQueue   bool
 	}
-	args, dest := []any{lockID, b.tx == nil}, []any{&d.deleted, &d.seenExpires, &d.now, &d.woke, &d.leftQueue}
+	args, dest := []any{lockID, b.tx == nil, true, sql.NullString{String: waiterKey, Valid: waiterKey != ""}}, []any{&d.deleted, &d.seenExpires, &d.now, &d.woke, &d.leftQueue}
 	stmt := b.shared.releaseStmt()
 	err := b.run(ctx, stmt, args, dest...)
+	if err != nil && b.tx == nil && ctx.Err() == nil && b.shared.sqlState(err) == "54000" {
+		// A full notification queue: the same release without wake-ups.
+		args[2] = false
+		err = b.run(ctx, stmt, args, dest...)
+	}
 	// Without the holders or the waiters table: the statement without
 	// them from now on (inside a transaction, the caller's retry; its
 	// transaction is aborted).
@@ -367,13 +366,12 @@ func (b *Backend) release(ctx context.Context, lockID string) (ReleaseResult, bo
 		return ReleaseResult{}, false, e
 	}
 	// Explicit ownership verification (docs/spec.md, rule O2): the deleted row must be ours.
+	if b.tx == nil && d.woke.Valid {
+		// A waiter handed the key (or woken by one leaving): if this
+		// process's, wake it now (others: the statement's notification).
+		b.shared.hub.Wake(d.woke.String)
+	}
 	if d.deleted.Valid && d.deleted.String == lockID {
-		if b.tx == nil && d.woke.Valid {
-			// The key was handed to a waiter: if it is this process's,
-			// wake it now (others get the statement's notification; inside
-			// a transaction, everyone waits for it, sent at commit).
-			b.shared.hub.Wake(d.woke.String)
-		}
 		return ReleaseResult{OK: true}, d.leftQueue, nil
 	}
 	return ReleaseResult{OK: false, Reason: failReason(d.seenExpires, d.now)}, d.leftQueue, nil

@@ -649,8 +649,8 @@ func TestWithdrawReleasesAgainWhenAHandOffRaced(t *testing.T) {
 	}
 	rc := []string{"lock_id", "seen", "now", "woke", "left_queue"}
 	// Neither the lock nor the queue row: released again.
-	mock.ExpectQuery("DELETE FROM").WithArgs(rec.lockID, true).WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000), nil, false))
-	mock.ExpectQuery("DELETE FROM").WithArgs(rec.lockID, true).WillReturnRows(sqlmock.NewRows(rc).AddRow(rec.lockID, nil, int64(2000), nil, false))
+	mock.ExpectQuery("DELETE FROM").WithArgs(rec.lockID, true, true, sqlmock.AnyArg()).WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000), nil, false))
+	mock.ExpectQuery("DELETE FROM").WithArgs(rec.lockID, true, true, sqlmock.AnyArg()).WillReturnRows(sqlmock.NewRows(rc).AddRow(rec.lockID, nil, int64(2000), nil, false))
 	rec.end(false, false)
 	// It left the queue: once is enough.
 	rec = waitRecordFor("k", "", false)
@@ -659,7 +659,7 @@ func TestWithdrawReleasesAgainWhenAHandOffRaced(t *testing.T) {
 	if _, err := b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), "k", time.Second); err != nil {
 		t.Fatal(err)
 	}
-	mock.ExpectQuery("DELETE FROM").WithArgs(rec.lockID, true).WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000), nil, true))
+	mock.ExpectQuery("DELETE FROM").WithArgs(rec.lockID, true, true, sqlmock.AnyArg()).WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000), nil, true))
 	rec.end(false, false)
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Errorf("rule: a withdrawal that found neither its lock nor its queue row releases once more, and only then: %v", err)

@@ -41,8 +41,8 @@ func TestLostPreparedStatementSwitchesToOneShot(t *testing.T) {
 		} else {
 			mock.ExpectPrepare("DELETE FROM").ExpectQuery().WillReturnError(&pgErr{code: st})
 		}
-		mock.ExpectQuery("DELETE FROM").WithArgs(id, sqlmock.AnyArg()).WillReturnRows(row()) // one-shot
-		mock.ExpectQuery("DELETE FROM").WithArgs(id, sqlmock.AnyArg()).WillReturnRows(row()) // and from now on
+		mock.ExpectQuery("DELETE FROM").WithArgs(id, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg()).WillReturnRows(row()) // one-shot
+		mock.ExpectQuery("DELETE FROM").WithArgs(id, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg()).WillReturnRows(row()) // and from now on
 		for range 2 {
 			if r, err := b.Release(context.Background(), id); err != nil || !r.OK {
 				t.Fatalf("%s: release after a lost prepared statement: %+v, %v", st, r, err)

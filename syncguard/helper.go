@@ -353,7 +353,7 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 		return !c.failFast && (CodeOf(err) == CodeServiceUnavailable || CodeOf(err) == CodeNetworkTimeout)
 	}
 	if rec != nil {
-		defer func() { rec.end(err == nil && res.OK, lastErr != nil) }()
+		defer func() { rec.end(err == nil && res.OK, realErr != nil) }() // a cut attempt is no outage: withdraw now
 	}
 
 	res, sent, cut, err := try()

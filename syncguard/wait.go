@@ -101,10 +101,11 @@ func newHub(s *shared) *waiting.Hub {
 // keeps one place in the queue and a release can hand it the key, and
 // fills in what Lock waits on.
 type waitRecord struct {
-	storage  string // Lock's key, as stored
-	lockID   string // the waiter's lockId, for all its attempts
-	identity string // LockOptions.Identity, or ""
-	single   bool   // no waiting: only the identity is passed on
+	storage  string      // Lock's key, as stored
+	lockID   string      // the waiter's lockId, for all its attempts
+	identity string      // LockOptions.Identity, or ""
+	single   bool        // no waiting: only the identity is passed on
+	unknown  atomic.Bool // an attempt's outcome was unknown: withdraw also releases in the background
 
 	mu       sync.Mutex
 	hub      *waiting.Hub

@@ -7,7 +7,10 @@
 -- reaches it now (see "Waiting" in docs/design.md).
 --
 --if queue
--- me:    the waiter's row in the queue, if it has one (its place).
+-- me:    the waiter's row in the queue, if it has one (its place); a
+--        tombstone (ttl 0) when the waiter has given up and this is
+--        an attempt of its that was still in flight: it takes nothing
+--        and q does not bring the row back.
 -- ahead: a live waiter queued before this one (before now, for a waiter
 --        not queued yet). While there is one, the key is not free for this
 --        waiter even when no lock is live: a crashed holder's key goes to
@@ -88,7 +91,7 @@ cur AS (
 ),
 --if queue
 me AS (
-  SELECT w."place", w."deadline_ms", w."notified" FROM {{waiters}} AS w WHERE w."lock_id" = $2::text
+  SELECT w."place", w."deadline_ms", w."notified", w."ttl_ms" FROM {{waiters}} AS w WHERE w."lock_id" = $2::text
 ),
 ahead AS (
   SELECT 1 FROM {{waiters}} AS w, t
@@ -101,6 +104,7 @@ gate AS (
   SELECT CASE WHEN EXISTS (SELECT 1 FROM cur) THEN 'busy'
 --if queue
              WHEN EXISTS (SELECT 1 FROM ahead) THEN 'busy'
+             WHEN EXISTS (SELECT 1 FROM me WHERE me."ttl_ms" = 0) THEN 'busy'
 --end
              WHEN pg_try_advisory_xact_lock(hashtext($1::text)) THEN 'gated'
              WHEN EXISTS (
@@ -167,6 +171,7 @@ won AS (
     AND NOT EXISTS (SELECT 1 FROM me WHERE me."notified" = $7::boolean AND me."deadline_ms" > t.now_ms + $6::bigint * 2 / 3)
   ON CONFLICT ("lock_id") DO UPDATE SET "deadline_ms" = EXCLUDED."deadline_ms", "ttl_ms" = EXCLUDED."ttl_ms",
     "notified" = EXCLUDED."notified"
+  WHERE w."ttl_ms" <> 0
   RETURNING 1
 ),
 dq AS (

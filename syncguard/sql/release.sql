@@ -1,5 +1,9 @@
 -- release: one statement. $1 lockId, $2 true on the pool path (the
--- statement is its own transaction), false inside the caller's.
+-- statement is its own transaction), false inside the caller's, $3 whether
+-- to send wake-up notifications (false on the re-run after a full
+-- notification queue failed the commit with 54000: the hand-off still
+-- commits, and the waiter finds it at its next attempt), $4 the storage
+-- key when $1 is a waiter of Lock giving up (its withdrawal), else NULL.
 -- Deletes the row only if it belongs to $1 and is live, under the row lock
 -- (a concurrent takeover changes lock_id, and the re-check then fails).
 -- When nothing was deleted, the same row is read from the statement's
@@ -15,13 +19,21 @@
 --      which no waiter behind it may take (acquire.sql's ahead);
 -- me:  the releaser's own queue row, if it is a waiter giving up (Lock
 --      withdraws with a release of its lockId, which passes on a key
---      granted to it meanwhile); left_queue says it was there;
+--      granted to it meanwhile), made a tombstone (ttl 0, dead): an attempt
+--      of the waiter still in flight on the server (pgx cancels
+--      asynchronously) that commits later can then neither queue it again
+--      nor take the key (acquire.sql's gate); the tombstone is deleted
+--      with the rows dead for {{waiter_gc}} ms. left_queue says that the
+--      row was there, live;
+-- nx:  when that waiter leaves a key that no lock holds (it was first,
+--      polling, or the key's holder expired), the first live waiter after
+--      it, woken so that it attempts now instead of at its next retry;
 -- gf:  the waiter's fence: the counter incremented, as an acquire does
 --      (the released lock was live until this statement, so no acquire
 --      can have moved the counter since);
 -- g:   the lock row of the waiter: its lockId, its TTL from now;
--- n:   a hint on the key's channel naming the waiter (a hash of its
---      lockId). Any role can send it: it only makes that waiter attempt,
+-- n:   a hint on the key's channel naming the waiter granted (or nx's:
+--      a hash of its lockId). Any role can send it: it only makes that waiter attempt,
 --      and the attempt finds the row.
 -- The lines between "--if holders" and "--end" keep the holders table
 -- (left out when it is missing): hl deletes the identity rows of the
@@ -39,7 +51,7 @@
 --      always flushed: its fence must not be handed out twice.
 WITH
 t AS (
-  SELECT {{now_ms}} AS now_ms
+  SELECT {{now_ms}} AS now_ms, $3::boolean AS notify, $4::text AS wkey
 ),
 d AS (
   DELETE FROM {{locks}} AS l USING t
@@ -59,8 +71,18 @@ wd AS (
   RETURNING q."key", q."lock_id", q."ttl_ms", q."user_key", q."fence_key", q."identity"
 ),
 me AS (
-  DELETE FROM {{waiters}} AS q WHERE q."lock_id" = $1::text
-  RETURNING 1
+  INSERT INTO {{waiters}} AS q ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "user_key", "fence_key")
+  SELECT t.wkey, $1::text, 0, t.now_ms - 1, 0, '', '' FROM t WHERE t.wkey IS NOT NULL
+  ON CONFLICT ("lock_id") DO UPDATE SET "deadline_ms" = EXCLUDED."deadline_ms", "ttl_ms" = 0
+  RETURNING q."key", q."xmax"::text <> '0' AS was
+),
+nx AS (
+  SELECT q."key", q."lock_id" FROM {{waiters}} AS q, me, t
+  WHERE q."key" = me."key" AND q."lock_id" <> $1::text AND q."deadline_ms" > t.now_ms
+    AND NOT EXISTS (SELECT 1 FROM d)
+    AND NOT EXISTS (SELECT 1 FROM {{locks}} AS l WHERE l."key" = me."key" AND {{live(l)}})
+  ORDER BY q."place", q."lock_id"
+  LIMIT 1
 ),
 gf AS (
   INSERT INTO {{fences}} AS c ("fence_key", "fence", "key_debug")
@@ -83,8 +105,11 @@ gh AS (
   RETURNING 1
 ),
 --end
+wk AS (
+  SELECT g."key", g."lock_id" FROM g UNION ALL SELECT nx."key", nx."lock_id" FROM nx
+),
 n AS (
-  SELECT pg_notify({{wake_channel(g."key")}}, {{wake_payload(g."lock_id")}}) AS v FROM g
+  SELECT pg_notify({{wake_channel(wk."key")}}, {{wake_payload(wk."lock_id")}}) AS v FROM wk, t WHERE t.notify
 ),
 --end
 --if holders
@@ -105,8 +130,8 @@ SELECT d."lock_id",
     (SELECT s."expires_at_ms" FROM {{locks}} AS s WHERE s."lock_id" = $1::text) END,
   t.now_ms,
 --if queue
-  (SELECT {{wake_payload(g."lock_id")}} FROM g) AS woke,
-  EXISTS (SELECT 1 FROM me) AS left_queue
+  (SELECT {{wake_payload(wk."lock_id")}} FROM wk LIMIT 1) AS woke,
+  EXISTS (SELECT 1 FROM me WHERE me.was) AS left_queue
 --end
 --if !queue
   NULL::text AS woke,

@@ -67,6 +67,14 @@ type Options struct {
 	// loop; queued candidates get the key at the resignation meanwhile.
 	// Default 1 s.
 	Recampaign time.Duration
+	// OnStatus, when set, is told this candidate's Status: when each
+	// campaign starts, when a term of its own begins and ends, and when it
+	// sees a newer term (while it campaigns, Campaign observes the election
+	// as Observe does: one lookup every PollInterval). Calls are serialized
+	// and the Status may repeat the last one; OnStatus must return quickly
+	// and not call the Election. otelsyncguard.ElectionMetrics.OnStatus
+	// reports it as metrics. Default: nil (no observing).
+	OnStatus func(Status)
 }
 
 // Election is one election: a lock key on a backend. It is safe for
@@ -75,6 +83,7 @@ type Election struct {
 	b   syncguard.LockBackend
 	key string
 	o   Options
+	st  status
 }
 
 // New returns the election of key on b (a *syncguard.Backend, a
@@ -136,6 +145,8 @@ func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 		TTL: e.o.TTL, AutoExtend: true, Identity: e.o.Identity,
 		Acquisition: syncguard.AcquisitionOptions{Timeout: campaignSlice},
 	}
+	unobserve := e.campaigning(ctx)
+	defer unobserve()
 	for {
 		lease, err := syncguard.Lock(ctx, e.b, e.key, opts)
 		if err == nil {
@@ -146,6 +157,7 @@ func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 			// The campaign's ctx ends the term: resign then.
 			stop := context.AfterFunc(ctx, func() { _ = t.Resign(context.Background()) })
 			context.AfterFunc(t.ctx, func() { stop() })
+			e.elected(t)
 			return t, nil
 		}
 		if errors.Is(err, syncguard.ErrAcquisitionTimeout) && ctx.Err() == nil {

@@ -79,6 +79,7 @@ type Backend struct {
 	*store
 	tx       syncguard.Tx // non-nil for a WithTx view
 	identity string       // WithIdentity
+	proc     *process     // the simulated process (Partition); WithTx views share their parent's
 }
 
 // store is the state every view of a Backend shares.
@@ -96,6 +97,10 @@ type store struct {
 	fences  map[string]int64   // by normalized key
 	calls   map[Op]int
 	logger  *slog.Logger // LeaseLogger; nil: discard
+
+	queues map[string][]*waiter // by normalized key, in queue order (queue.go)
+	waits  map[waitID]*waiter
+	seq    uint64 // the place of the next waiter to queue
 }
 
 type record struct {
@@ -103,6 +108,7 @@ type record struct {
 	expiresMs, acquired int64
 	fence               syncguard.Fence
 	identity            string
+	crashed             bool // Crash: its holder is gone
 }
 
 type failure struct {
@@ -123,16 +129,19 @@ func New() *Backend {
 		byID:    map[string]string{},
 		fences:  map[string]int64{},
 		calls:   map[Op]int{},
-	}}
+		queues:  map[string][]*waiter{},
+		waits:   map[waitID]*waiter{},
+	}, proc: &process{}}
 }
 
 // WithIdentity returns a view of b whose acquires store identity as the
 // holder's, as syncguard's Config.Identity does (LockOptions.Identity
 // overrides it for one lock); the lookups show it in LockInfo.Identity.
 // The view shares b's locks, fences, clock, failures and counts: give each
-// simulated process its own view.
+// simulated process its own view. The view is a process of its own for
+// Partition.
 func (b *Backend) WithIdentity(identity string) *Backend {
-	return &Backend{store: b.store, tx: b.tx, identity: identity}
+	return &Backend{store: b.store, tx: b.tx, identity: identity, proc: &process{}}
 }
 
 // WithTx returns a view of b for code that takes locks inside its own
@@ -152,7 +161,7 @@ func (b *Backend) WithIdentity(identity string) *Backend {
 // fail with sql.ErrTxDone). A nil tx gives b's pool behaviour, as in
 // syncguard.
 func (b *Backend) WithTx(tx syncguard.Tx) *Backend {
-	return &Backend{store: b.store, tx: tx, identity: b.identity}
+	return &Backend{store: b.store, tx: tx, identity: b.identity, proc: b.proc}
 }
 
 // SetLogger sets the logger of the leases made on b (and its WithTx views)
@@ -207,6 +216,7 @@ func (b *Backend) Advance(d time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.offset += d
+	b.kickAll()
 }
 
 // Expire ends the lock of lockID now: its expiry moves an hour into the
@@ -220,6 +230,7 @@ func (b *Backend) Expire(lockID string) bool {
 		return false
 	}
 	r.expiresMs -= time.Hour.Milliseconds()
+	b.kick(r.key)
 	return true
 }
 
@@ -237,6 +248,7 @@ func (b *Backend) Delete(lockID string) bool {
 	}
 	delete(b.locks, r.key)
 	delete(b.byID, lockID)
+	b.kick(r.key)
 	return true
 }
 
@@ -273,83 +285,11 @@ func (b *Backend) Calls(op Op) int {
 	return b.calls[op]
 }
 
-// --- failures and contention
-
-// Fail makes the next n calls of op fail with a *syncguard.Error of code
-// before they take effect (n < 0: every call, until Fail(op, code, 0)).
-// Validation still comes first, as in the real backend. For CodeAborted
-// and CodeNetworkTimeout the error wraps context.Canceled and
-// context.DeadlineExceeded, as the real ones do.
-func (b *Backend) Fail(op Op, code syncguard.Code, n int) { b.setFail(op, code, n, false) }
-
-// FailAfter is Fail, except that each failing call takes effect first: an
-// acquire takes the lock (and its fence), a release releases it, and the
-// caller still gets the error, as when a connection breaks after the server
-// committed. Code must handle such an unknown outcome (a retried acquire
-// meets its own lock; it expires by its TTL).
-func (b *Backend) FailAfter(op Op, code syncguard.Code, n int) { b.setFail(op, code, n, true) }
-
-func (b *Backend) setFail(op Op, code syncguard.Code, n int, after bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if n == 0 {
-		delete(b.fails, op)
-		return
-	}
-	b.fails[op] = &failure{code: code, n: n, after: after}
-}
-
-// SetHook makes h run at the start of every call, after validation and
-// before the call takes effect; a non-nil error is returned to the caller
-// as is (build one with Err to get the real shape). h may block, for
-// example until a test lets the call proceed. nil removes the hook.
-func (b *Backend) SetHook(h func(ctx context.Context, c Call) error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.hook = h
-}
-
-// SetLatency delays every call by d on the way to the store and d on the
-// way back, like a network round trip. A context that ends on the way
-// there cancels the call; on the way back the call has taken effect and
-// the caller gets the context's error anyway.
-func (b *Backend) SetLatency(d time.Duration) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.latency = d
-}
-
-// Contend makes the next n acquires of key report contention (OK false,
-// syncguard.ReasonLocked) whatever the key's state, as if other processes
-// kept taking it just before. It fails with Acquire's validation error for
-// an invalid key.
-func (b *Backend) Contend(key string, n int) error {
-	norm, err := b.check.key(context.Background(), OpAcquire, key)
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.contend[norm] = n
-	return nil
-}
-
-// Err returns the error a failing call of op would return for code: a
-// *syncguard.Error whose errors.Is matches the code's sentinel.
-func Err(op Op, code syncguard.Code) *syncguard.Error {
-	e := &syncguard.Error{Op: string(op), Code: code, Msg: "injected by syncguardtest"}
-	switch code {
-	case syncguard.CodeAborted:
-		e.Err = context.Canceled
-	case syncguard.CodeNetworkTimeout:
-		e.Err = context.DeadlineExceeded
-	}
-	return e
-}
-
 // --- the operations
 
-// Acquire implements syncguard.LockBackend.
+// Acquire implements syncguard.LockBackend. An attempt of syncguard.Lock
+// or WithLock queues when the key is held (see "Waiting" in the package
+// doc); any other acquire is a single attempt, as on PostgreSQL.
 func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {
 	norm, err := b.check.acquire(ctx, key, ttl)
 	if err != nil {
@@ -360,36 +300,47 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (s
 	if id := syncguard.ContextIdentity(ctx); id != "" {
 		ident = id
 	}
+	id, waits := b.waitOf(ctx, norm)
 	var res syncguard.AcquireResult
+	var park *waiter
 	err = b.do(ctx, Call{Op: OpAcquire, Key: key, Tx: b.tx}, func(now int64) error {
 		if n := b.contend[norm]; n > 0 {
 			b.contend[norm] = n - 1
 			res = syncguard.AcquireResult{Reason: syncguard.ReasonLocked}
 			return nil
 		}
-		if r := b.locks[norm]; r != nil && rules.IsLive(r.expiresMs, now) {
-			res = syncguard.AcquireResult{Reason: syncguard.ReasonLocked}
+		var w *waiter
+		if waits {
+			b.prune(norm)
+			w = b.waits[id]
+			if r := b.claim(w, now); r != nil {
+				res = acquired(r)
+				return nil
+			}
+		}
+		if b.live(b.locks[norm], now) == nil && (!waits || !b.ahead(norm, w, now)) {
+			r, err := b.take(norm, key, ttlMs, ident, now)
+			if err != nil {
+				return err
+			}
+			if w != nil {
+				b.remove(w)
+			}
+			res = acquired(r)
 			return nil
 		}
-		next := b.fences[norm] + 1
-		if next > rules.FenceMax {
-			return &syncguard.Error{Op: string(OpAcquire), Code: syncguard.CodeInternal, Key: key,
-				Msg: fmt.Sprintf("fence counter for this key reached its maximum (%d); nothing was committed", int64(rules.FenceMax))}
+		res = syncguard.AcquireResult{Reason: syncguard.ReasonLocked}
+		if waits {
+			park = b.queue(id, w, ttlMs, ident, now)
 		}
-		text, ferr := rules.FormatFence(next)
-		if ferr != nil {
-			return ferr
-		}
-		fence := syncguard.Fence(text)
-		b.fences[norm] = next
-		if old := b.locks[norm]; old != nil {
-			delete(b.byID, old.lockID)
-		}
-		r := &record{key: norm, lockID: rules.GenerateLockID(), expiresMs: now + ttlMs, acquired: now, fence: fence, identity: ident}
-		b.locks[norm] = r
-		b.byID[r.lockID] = norm
-		res = syncguard.AcquireResult{OK: true, LockID: r.lockID, Fence: fence, ExpiresAt: time.UnixMilli(r.expiresMs)}
 		return nil
+	}, func() error {
+		if park == nil {
+			return nil
+		}
+		var err error
+		res, err = b.park(ctx, park, ttl)
+		return err
 	})
 	if err != nil {
 		return syncguard.AcquireResult{}, err
@@ -397,7 +348,34 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (s
 	return res, nil
 }
 
-// Release implements syncguard.LockBackend.
+// take writes a new lock of norm for ttlMs, with the key's next fence.
+// Caller holds mu.
+func (b *Backend) take(norm, key string, ttlMs int64, ident string, now int64) (*record, error) {
+	next := b.fences[norm] + 1
+	if next > rules.FenceMax {
+		return nil, &syncguard.Error{Op: string(OpAcquire), Code: syncguard.CodeInternal, Key: key,
+			Msg: fmt.Sprintf("fence counter for this key reached its maximum (%d); nothing was committed", int64(rules.FenceMax))}
+	}
+	text, err := rules.FormatFence(next)
+	if err != nil {
+		return nil, err
+	}
+	b.fences[norm] = next
+	if old := b.locks[norm]; old != nil {
+		delete(b.byID, old.lockID)
+	}
+	r := &record{key: norm, lockID: rules.GenerateLockID(), expiresMs: now + ttlMs, acquired: now, fence: syncguard.Fence(text), identity: ident}
+	b.locks[norm] = r
+	b.byID[r.lockID] = norm
+	return r, nil
+}
+
+func acquired(r *record) syncguard.AcquireResult {
+	return syncguard.AcquireResult{OK: true, LockID: r.lockID, Fence: r.fence, ExpiresAt: time.UnixMilli(r.expiresMs)}
+}
+
+// Release implements syncguard.LockBackend. It hands the key to the first
+// live waiter of syncguard.Lock, in the same step (see "Waiting").
 func (b *Backend) Release(ctx context.Context, lockID string) (syncguard.ReleaseResult, error) {
 	if err := b.check.release(ctx, lockID); err != nil {
 		return syncguard.ReleaseResult{}, err
@@ -405,15 +383,19 @@ func (b *Backend) Release(ctx context.Context, lockID string) (syncguard.Release
 	var res syncguard.ReleaseResult
 	err := b.do(ctx, Call{Op: OpRelease, LockID: lockID, Tx: b.tx}, func(now int64) error {
 		r := b.record(lockID)
+		if r != nil && r.crashed {
+			return crashedErr(OpRelease, lockID)
+		}
 		if reason := failReason(r, now); reason != "" {
 			res.Reason = reason
 			return nil
 		}
 		delete(b.locks, r.key)
 		delete(b.byID, lockID)
+		b.handOff(r.key, now)
 		res.OK = true
 		return nil
-	})
+	}, nil)
 	if err != nil {
 		return syncguard.ReleaseResult{}, err
 	}
@@ -429,6 +411,9 @@ func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) 
 	var res syncguard.ExtendResult
 	err := b.do(ctx, Call{Op: OpExtend, LockID: lockID, Tx: b.tx}, func(now int64) error {
 		r := b.record(lockID)
+		if r != nil && r.crashed {
+			return crashedErr(OpExtend, lockID)
+		}
 		if reason := failReason(r, now); reason != "" {
 			res.Reason = reason
 			return nil
@@ -436,7 +421,7 @@ func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) 
 		r.expiresMs = now + ttlMs
 		res = syncguard.ExtendResult{OK: true, ExpiresAt: time.UnixMilli(r.expiresMs)}
 		return nil
-	})
+	}, nil)
 	if err != nil {
 		return syncguard.ExtendResult{}, err
 	}
@@ -453,7 +438,7 @@ func (b *Backend) IsLocked(ctx context.Context, key string) (bool, error) {
 	err = b.do(ctx, Call{Op: OpIsLocked, Key: key, Tx: b.tx}, func(now int64) error {
 		locked = b.live(b.locks[norm], now) != nil
 		return nil
-	})
+	}, nil)
 	return locked && err == nil, err
 }
 
@@ -486,7 +471,7 @@ func (b *Backend) LookupKeyDebug(ctx context.Context, key string) (*syncguard.Lo
 	err = b.do(ctx, Call{Op: OpLookup, Key: key, Tx: b.tx}, func(now int64) error {
 		d = info(b.live(b.locks[norm], now))
 		return nil
-	})
+	}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -502,7 +487,7 @@ func (b *Backend) LookupIDDebug(ctx context.Context, lockID string) (*syncguard.
 	err := b.do(ctx, Call{Op: OpLookup, LockID: lockID, Tx: b.tx}, func(now int64) error {
 		d = info(b.live(b.record(lockID), now))
 		return nil
-	})
+	}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -517,10 +502,12 @@ func (b *Backend) Capabilities() syncguard.Capabilities {
 
 // --- internals
 
-// do runs exec against the store as one round trip: the hook and injected
-// failures first, the latency there and back, the context's end on the
-// way back reported although exec took effect.
-func (b *Backend) do(ctx context.Context, c Call, exec func(nowMs int64) error) error {
+// do runs exec against the store as one round trip: the hook, a
+// partition and injected failures first, the latency there and back, the
+// context's end on the way back reported although exec took effect. then,
+// if not nil, runs after exec, outside the lock, before the way back (an
+// attempt of Lock waiting in the queue).
+func (b *Backend) do(ctx context.Context, c Call, exec func(nowMs int64) error, then func() error) error {
 	b.mu.Lock()
 	hook, latency := b.hook, b.latency
 	b.mu.Unlock()
@@ -533,6 +520,10 @@ func (b *Backend) do(ctx context.Context, c Call, exec func(nowMs int64) error) 
 		return err
 	}
 	b.mu.Lock()
+	if b.proc.partitioned {
+		b.mu.Unlock()
+		return partitionErr(c)
+	}
 	var injected *syncguard.Error
 	if f := b.fails[c.Op]; f != nil {
 		injected = Err(c.Op, f.code)
@@ -556,67 +547,10 @@ func (b *Backend) do(ctx context.Context, c Call, exec func(nowMs int64) error) 
 	if injected != nil {
 		return injected
 	}
+	if then != nil {
+		if err := then(); err != nil {
+			return err
+		}
+	}
 	return b.wait(ctx, c, latency)
-}
-
-// wait sleeps d, or returns the real backend's error for ctx if it ends
-// first.
-func (b *Backend) wait(ctx context.Context, c Call, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return b.check.ctxErr(ctx, c)
-	}
-}
-
-// record returns the record of lockID, or nil. Caller holds mu.
-func (b *Backend) record(lockID string) *record {
-	if k, ok := b.byID[lockID]; ok {
-		return b.locks[k]
-	}
-	return nil
-}
-
-// live returns r if it is live at now, else nil.
-func (b *Backend) live(r *record, now int64) *record {
-	if r == nil || !rules.IsLive(r.expiresMs, now) {
-		return nil
-	}
-	return r
-}
-
-// failReason is why a release or extend of r does nothing at now: ""
-// when r is live.
-func failReason(r *record, now int64) string {
-	switch {
-	case r == nil:
-		return syncguard.ReasonNotFound
-	case !rules.IsLive(r.expiresMs, now):
-		return syncguard.ReasonExpired
-	}
-	return ""
-}
-
-func info(r *record) *syncguard.LockInfoDebug {
-	if r == nil {
-		return nil
-	}
-	return &syncguard.LockInfoDebug{
-		LockInfo: syncguard.LockInfo{
-			KeyHash:    syncguard.HashKey(r.key),
-			LockIDHash: syncguard.HashKey(r.lockID),
-			ExpiresAt:  time.UnixMilli(r.expiresMs),
-			AcquiredAt: time.UnixMilli(r.acquired),
-			Fence:      r.fence,
-			Identity:   r.identity,
-		},
-		Key:    r.key,
-		LockID: r.lockID,
-	}
 }

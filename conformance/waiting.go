@@ -532,11 +532,12 @@ func (e *sqlEnv) orderRound(n int) []int {
 
 // awaitQueued waits until key has n rows in the queue of waiters (pacing
 // between waiters that must queue in a known order), all of them notified
-// when notified is set.
+// when notified is set. The tombstone a waiter leaves when it gives up
+// (ttl_ms 0) is not in the queue.
 func (e *sqlEnv) awaitQueued(key string, n int, notified ...bool) {
 	e.t.Helper()
 	_, sk, _ := e.derive(key)
-	q := fmt.Sprintf(`SELECT count(*) FROM %s WHERE "key" = $1`, rules.QuoteIdent(e.cfg.TableName+"_waiters"))
+	q := fmt.Sprintf(`SELECT count(*) FROM %s WHERE "key" = $1 AND "ttl_ms" <> 0`, rules.QuoteIdent(e.cfg.TableName+"_waiters"))
 	if len(notified) > 0 && notified[0] {
 		q += ` AND "notified"`
 	}

@@ -24,9 +24,9 @@ import (
 //   - a wait is identified by the view it goes through, the key, the
 //     attempt context's deadline and the identity;
 //   - an attempt whose context has an identity is certainly Lock's: when
-//     contended it waits inside the fake (parks), for at most a quarter of
-//     its TTL and 2 s, and a release hands it the key and returns at once
-//     (the wake-up of the real backend);
+//     contended it waits inside the fake (parks; parkLimit bounds it), and
+//     a release hands it the key and returns at once (the wake-up of the
+//     real backend);
 //   - an attempt with a deadline and no identity may be Lock's: it queues,
 //     and only the first live waiter may take the free key, but it learns
 //     of it at its next retry.
@@ -38,10 +38,18 @@ import (
 // parked stays live: the PostgreSQL backend's queue window.
 const queueWindowMs = 3000
 
-// maxPark bounds one parked attempt. With Lock's retry delay at most 1 s
-// (no MaxRetries), the next attempt follows at once and the waiter is
-// almost always parked.
+// maxPark bounds one parked attempt.
 const maxPark = 2 * time.Second
+
+// parkLimit is how long an attempt with this TTL may park: Lock's lease
+// counts from the attempt's start, so a key handed over late in a long
+// park would leave the lease too little of its TTL; a quarter of it, but 1 s
+// when that leaves at least half (Lock's retry delay is at most 1 s
+// without MaxRetries: the retry due during a park of 1 s or more follows
+// at once, and the waiter stays parked), and 2 s at most.
+func parkLimit(ttl time.Duration) time.Duration {
+	return min(max(ttl/4, min(time.Second, ttl/2)), maxPark)
+}
 
 // deadWaiterMs: a waiter not seen for this long leaves the queue.
 const deadWaiterMs = 60_000
@@ -227,7 +235,7 @@ func wakeUp(w *waiter) {
 // attempt's start).
 func (b *Backend) park(ctx context.Context, w *waiter, ttl time.Duration) (syncguard.AcquireResult, error) {
 	locked := syncguard.AcquireResult{Reason: syncguard.ReasonLocked}
-	limit := time.NewTimer(min(ttl/4, maxPark))
+	limit := time.NewTimer(parkLimit(ttl))
 	defer limit.Stop()
 	for {
 		b.mu.Lock()
@@ -245,7 +253,7 @@ func (b *Backend) park(ctx context.Context, w *waiter, ttl time.Duration) (syncg
 
 		tick := stoppedTimer()
 		if at > 0 {
-			tick.Reset(time.Duration(at-now) * time.Millisecond)
+			tick.Reset(time.UnixMilli(at).Sub(b.Now()))
 		}
 		again := false
 		select {

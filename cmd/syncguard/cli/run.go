@@ -254,6 +254,12 @@ func (a *app) lock(b *syncguard.Backend, o *runOpts, sigs <-chan os.Signal) (*sy
 // forward notifications it just polls. Each attempt is bounded by
 // --timeout. A transient database error is retried within --wait too, with
 // one warning per outage.
+//
+// The end of --wait is "busy" (exit 75) unless PostgreSQL was unreachable
+// for the whole wait: no attempt got an answer and at least one failed by
+// itself (a refused connection, --timeout); then the last such failure
+// (exit 69). An attempt still in flight when --wait ran out says nothing
+// about the server: a loaded machine is slow.
 func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts) (*syncguard.Lease, time.Time, error) {
 	start := time.Now()
 	var deadline time.Time
@@ -271,25 +277,33 @@ func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts) (*s
 	// goroutine may be in a ping, which must not delay COMMAND.
 	defer func() { go b.Close() }()
 	announced, warned := false, false
-	var outage error // the last transient error, nil after a real answer
 	var outageStart time.Time
-	l := &attempts{b: b, timeout: a.timeout}
+	l := &attempts{b: b, timeout: a.timeout, waitCuts: o.wait > 0}
 	l.answered = func(r syncguard.AcquireResult) {
-		if outage != nil && warned && !o.quiet {
+		if !outageStart.IsZero() && warned && !o.quiet {
 			if r.OK {
 				a.notef("PostgreSQL answers again after %v; acquired %s", short(time.Since(outageStart)), displayKey(o.key))
 			} else {
 				a.notef("PostgreSQL answers again after %v", short(time.Since(outageStart)))
 			}
 		}
-		outage, warned = nil, false
+		outageStart, warned = time.Time{}, false
 		if !r.OK && o.verbose && !announced && o.wait > 0 {
 			announced = true
 			a.notef("%s is busy (%s); waiting %s", displayKey(o.key), a.holder(b, o), retryingFor(remaining()))
 		}
 	}
+	l.failed = func(err error) {
+		if outageStart.IsZero() {
+			outageStart = time.Now()
+		}
+		if left := remaining(); !warned && !o.quiet && o.wait > 0 && left > 0 {
+			warned = true
+			_, code, msg := describe(err)
+			a.errorf("warning", "cannot acquire %s yet (%s: %s); retrying %s", displayKey(o.key), code, trim(msg, 160), retryingFor(left))
+		}
+	}
 	for {
-		l.cutByWait = false
 		opts := a.lockOptions(o)
 		if o.wait > 0 {
 			opts.Acquisition = syncguard.AcquisitionOptions{
@@ -309,78 +323,70 @@ func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts) (*s
 		if ctx.Err() != nil {
 			return nil, time.Time{}, err
 		}
-		var se *syncguard.Error
-		isErr := errors.As(err, &se)
-		switch {
-		case isErr && se.Code == syncguard.CodeAcquisitionTimeout && (se.Err == nil || l.cutByWait && outage == nil && l.heldSeen):
-			// Busy: the key stayed held until the wait ran out (an attempt
-			// still in flight then is cut short; PostgreSQL's last answer
-			// before it was "held").
-		case isErr && (se.Retryable() || se.Code == syncguard.CodeAcquisitionTimeout): // no answer, or transient
-			if outage == nil {
-				outageStart = time.Now()
-			}
-			outage = err
-		default:
+		code := syncguard.CodeOf(err)
+		if code != syncguard.CodeAcquisitionTimeout && !code.Retryable() {
 			return nil, time.Time{}, err
 		}
 		left := remaining()
-		if left <= 0 {
-			if outage != nil {
-				return nil, time.Time{}, a.unavailable(o, outage)
-			}
-			return nil, time.Time{}, a.busy(b, o, time.Since(start))
-		}
-		if outage == nil {
+		switch {
+		case left > 0 && code == syncguard.CodeAcquisitionTimeout:
 			continue // busy for a whole waitChunk of --wait forever
+		case left > 0:
+			// An error Lock does not ride out (RateLimited), or a chunk
+			// of --wait forever without an answer: try again shortly.
+			d := pollDelay/2 + rand.N(pollDelay/2+1)
+			t := time.NewTimer(min(d, left))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, time.Time{}, ctx.Err()
+			}
+			continue
+		case !l.anyAnswer && l.lastFailure != nil:
+			return nil, time.Time{}, l.lastFailure
 		}
-		if !warned && !o.quiet {
-			warned = true
-			_, code, msg := describe(outage)
-			a.errorf("warning", "cannot acquire %s yet (%s: %s); retrying %s", displayKey(o.key), code, trim(msg, 160), retryingFor(left))
-		}
-		d := pollDelay/2 + rand.N(pollDelay/2+1)
-		t := time.NewTimer(min(d, left))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, time.Time{}, ctx.Err()
-		}
+		return nil, time.Time{}, a.busy(b, o, time.Since(start), !l.anyAnswer)
 	}
 }
 
 // attempts is the Locker run's Lock goes through: it bounds each attempt
-// by --timeout and reports every answer. It passes ctx on, so Lock's
+// by --timeout and reports every answer and every failure of an attempt's
+// own (not one cut short by the end of --wait). It passes ctx on, so Lock's
 // waiting queues and is woken on release as on the Backend itself. Lock
 // calls it from one goroutine at a time.
 type attempts struct {
-	b         *syncguard.Backend
-	timeout   time.Duration
-	answered  func(r syncguard.AcquireResult) // after each attempt PostgreSQL answered
-	cutByWait bool                            // an attempt was cut short by the end of Lock's wait
-	heldSeen  bool                            // PostgreSQL answered "held" at least once
+	b           *syncguard.Backend
+	timeout     time.Duration
+	waitCuts    bool                            // the end of --wait cuts attempts (--wait > 0)
+	answered    func(r syncguard.AcquireResult) // after each attempt PostgreSQL answered
+	failed      func(err error)                 // after each attempt that failed by itself
+	anyAnswer   bool                            // PostgreSQL answered at least once
+	lastFailure error                           // the last attempt's own failure
 }
 
 func (l *attempts) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {
 	actx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	r, err := l.b.Acquire(actx, key, ttl)
-	if err != nil {
-		l.cutByWait = l.cutByWait || ctx.Err() != nil
-		if ctx.Err() == nil && actx.Err() != nil {
-			// --timeout ran out, not the wait: an outage, reported as
-			// the single attempts of --wait 0 report it.
-			return r, &syncguard.Error{Op: "lock", Code: syncguard.CodeAcquisitionTimeout, Key: key, Err: err,
-				Msg: "no answer within --timeout " + fmtDuration(l.timeout)}
-		}
-		return r, err
+	if err == nil {
+		l.anyAnswer = true
+		l.answered(r)
+		return r, nil
 	}
-	if !r.OK {
-		l.heldSeen = true
+	if ctx.Err() != nil && l.waitCuts {
+		return r, err // cut short by the end of --wait (or a signal): no answer yet
 	}
-	l.answered(r)
-	return r, nil
+	if actx.Err() != nil {
+		// --timeout ran out, not the wait: an outage.
+		err = &syncguard.Error{Op: "lock", Code: syncguard.CodeNetworkTimeout, Key: key, Err: err,
+			Msg: "no answer from PostgreSQL within --timeout " + fmtDuration(l.timeout)}
+	}
+	if code := syncguard.CodeOf(err); code.Retryable() {
+		l.lastFailure = err
+		l.failed(err)
+	}
+	return r, err
 }
 
 func (l *attempts) Release(ctx context.Context, lockID string) (syncguard.ReleaseResult, error) {
@@ -411,17 +417,6 @@ func trim(s string, n int) string {
 	return s[:cut] + " ..."
 }
 
-// unavailable is the error when --wait ran out while PostgreSQL did not
-// answer or failed transiently.
-func (a *app) unavailable(o *runOpts, err error) error {
-	var se *syncguard.Error
-	if errors.As(err, &se) && se.Code == syncguard.CodeAcquisitionTimeout {
-		return &cliError{status: ExitUnavailable, code: string(syncguard.CodeNetworkTimeout),
-			msg: fmt.Sprintf("no answer from PostgreSQL within --timeout %v (--wait %v); nothing is held", fmtDuration(a.timeout), fmtDuration(o.wait))}
-	}
-	return err
-}
-
 // holder describes the current holder of o.key for messages.
 func (a *app) holder(b *syncguard.Backend, o *runOpts) string {
 	ctx, cancel := context.WithTimeout(context.Background(), min(a.timeout, 2*time.Second))
@@ -434,7 +429,9 @@ func (a *app) holder(b *syncguard.Backend, o *runOpts) string {
 		short(max(time.Until(info.ExpiresAt), 0)))
 }
 
-func (a *app) busy(b *syncguard.Backend, o *runOpts, waited time.Duration) error {
+// busy is the error when --wait ran out while the lock was busy, or while
+// an attempt was still in flight without any answer yet (noAnswer).
+func (a *app) busy(b *syncguard.Backend, o *runOpts, waited time.Duration, noAnswer bool) error {
 	e := &cliError{status: o.busyExit, code: string(syncguard.CodeAcquisitionTimeout), silent: o.quiet}
 	if o.quiet {
 		return e
@@ -442,6 +439,11 @@ func (a *app) busy(b *syncguard.Backend, o *runOpts, waited time.Duration) error
 	tail := "not waiting (--wait 0)"
 	if o.wait > 0 {
 		tail = fmt.Sprintf("gave up after %v (--wait %v)", waited.Round(time.Millisecond), fmtDuration(o.wait))
+	}
+	if noAnswer {
+		e.msg = fmt.Sprintf("lock busy or PostgreSQL slow: no answer yet about %s when --wait ran out (each attempt may take up to --timeout %v); %s; nothing is held",
+			displayKey(o.key), fmtDuration(a.timeout), tail)
+		return e
 	}
 	e.msg = fmt.Sprintf("lock busy: %s is %s; %s", displayKey(o.key), a.holder(b, o), tail)
 	return e

@@ -10,78 +10,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/syncguard/syncguard-go/election"
 	"github.com/syncguard/syncguard-go/syncguard"
 	"github.com/syncguard/syncguard-go/syncguardtest"
 )
-
-const runs = 100
-
-// electionRound: three candidates, each a process of its own, campaign
-// 1 ms apart; each leader works 1 s and resigns, and campaigns again
-// 10 ms later. It returns the leader sequence of 9 terms, each with the
-// fake time from the previous resignation to the new term.
-func electionRound(t *testing.T) string {
-	var out string
-	synctest.Test(t, func(t *testing.T) {
-		locks := syncguardtest.New()
-		ctx, stop := context.WithCancel(context.Background())
-		defer stop()
-		var (
-			mu       sync.Mutex
-			seq      []string
-			resigned time.Time
-		)
-		var wg sync.WaitGroup
-		for i := range 3 {
-			id := fmt.Sprintf("c%d", i)
-			el, err := election.New(locks.WithIdentity(id), "jobs:leader", &election.Options{Identity: id, TTL: 15 * time.Second, Recampaign: 10 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			wg.Go(func() {
-				_ = el.Run(ctx, func(ctx context.Context, term *election.Term) error {
-					mu.Lock()
-					if len(seq) == 9 { // stopping: a term handed over meanwhile
-						mu.Unlock()
-						return nil
-					}
-					gap := time.Duration(0)
-					if !resigned.IsZero() {
-						gap = time.Since(resigned)
-					}
-					seq = append(seq, fmt.Sprintf("%s+%v", id, gap))
-					done := len(seq) == 9
-					mu.Unlock()
-					if done {
-						stop()
-						return nil
-					}
-					time.Sleep(time.Second)
-					mu.Lock()
-					resigned = time.Now()
-					mu.Unlock()
-					return nil
-				})
-			})
-			time.Sleep(time.Millisecond)
-		}
-		wg.Wait()
-		out = strings.Join(seq, " ")
-	})
-	return out
-}
-
-// TestElectionOrderUnderSynctest: the same FIFO leader sequence on every
-// run, each new leader elected in the instant of the resignation.
-func TestElectionOrderUnderSynctest(t *testing.T) {
-	const want = "c0+0s c1+0s c2+0s c0+0s c1+0s c2+0s c0+0s c1+0s c2+0s"
-	for i := range runs {
-		if got := electionRound(t); got != want {
-			t.Fatalf("run %d: leader sequence (leader+fake time since the last resignation)\n got %s\nwant %s", i+1, got, want)
-		}
-	}
-}
 
 // lockRound: a holder releases after 100 ms; three Lock waiters, each a
 // process of its own, queued 1 ms apart, each holding 10 ms. It returns

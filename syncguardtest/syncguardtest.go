@@ -28,12 +28,22 @@
 //     at the start of every call, SetLatency delays every call;
 //   - contention: Contend makes acquires of a key lose as if other
 //     processes kept winning it;
+//   - crashes and partitions: Crash(lockID) makes a holder gone (its lock
+//     is neither extended nor released and expires at its TTL), Partition
+//     cuts one simulated process (a WithIdentity view) off until Heal;
 //   - transactions: WithTx returns a view shaped as syncguard's
 //     Backend.WithTx, for code that takes locks inside its own
 //     transaction (it does not simulate the transaction: see WithTx);
 //   - logging: leases made on the backend log nothing (failed automatic
 //     extensions under an injected outage would warn every TTL/10) unless
 //     SetLogger gives them a logger.
+//
+// Waiting: a waiter of syncguard.Lock or WithLock queues at its first
+// contended attempt and keeps its place; a release hands the key to the
+// first live waiter in the same step, a crashed holder's key goes to it
+// once the lock is no longer live. Waiters with an identity
+// (LockOptions.Identity, election candidates) are woken at once; others
+// learn of the free key at their next retry (queue.go, docs/testing.md).
 //
 // Inspection: Calls counts the calls that reached the store, Len the
 // stored lock records, SetHook sees each call (with the WithTx view's

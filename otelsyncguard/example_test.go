@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/syncguard/syncguard-go/election"
 	"github.com/syncguard/syncguard-go/otelsyncguard"
 	"github.com/syncguard/syncguard-go/syncguard"
 	"github.com/syncguard/syncguard-go/syncguardtest"
@@ -32,4 +33,28 @@ func Example() {
 	// Output:
 	// building the report with fence 000000000000001
 	// err: <nil>
+}
+
+// Each candidate of an election reports its leader status (1 or 0, from
+// its first campaign on), the newest term it saw and the leadership
+// changes it saw: syncguard_election_leader, syncguard_election_term and
+// syncguard_election_changes_total. docs/observability.md has the alerts.
+func ExampleNewElectionMetrics() {
+	ctx := context.Background()
+	locks := syncguardtest.New() // in a program: syncguard.New(db, nil)
+	em := otelsyncguard.NewElectionMetrics("billing-leader")
+	defer em.Close()
+	e, err := election.New(locks, "billing:leader", &election.Options{OnStatus: em.OnStatus})
+	if err != nil {
+		panic(err)
+	}
+	term, err := e.Campaign(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("leading with term", term.Fence())
+	fmt.Println("resign:", term.Resign(ctx))
+	// Output:
+	// leading with term 000000000000001
+	// resign: <nil>
 }

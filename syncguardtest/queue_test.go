@@ -246,3 +246,35 @@ func TestGivingUpLeavesTheQueue(t *testing.T) {
 		l.Close()
 	})
 }
+
+// wrapper is a Locker of a caller's own that passes ctx on.
+type wrapper struct{ syncguard.Locker }
+
+// Through a caller's wrapper that passes ctx on, a waiter keeps its place
+// and is handed the key at the release, as on the real backend.
+func TestHandOffThroughCallersWrapper(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		locks := syncguardtest.New()
+		held, _ := locks.Acquire(ctx, "k", time.Minute)
+		got := make(chan *syncguard.Lease, 1)
+		go func() {
+			l, err := syncguard.Lock(ctx, wrapper{locks.WithIdentity("w")}, "k", &syncguard.LockOptions{Identity: "w"})
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		time.Sleep(500 * time.Millisecond)
+		released := time.Now()
+		locks.Release(ctx, held.LockID)
+		l := <-got
+		if l == nil {
+			return
+		}
+		if time.Since(released) != 0 || l.Fence() <= held.Fence {
+			t.Errorf("through a wrapper: fence %s after %v, want above %s at once", l.Fence(), time.Since(released), held.Fence)
+		}
+		l.Close()
+	})
+}

@@ -127,6 +127,7 @@ func TestElectStoppedLeaderDeadMansSwitch(t *testing.T) {
 	}
 	_ = syscall.Kill(a.cmd.Process.Pid, syscall.SIGCONT)
 	a.waitStderr(t, "reached its last confirmed expiry")
+	t.Logf("the stopped leader, continued:\n%s", a.stderr.String())
 	// Both stop on SIGTERM: a (campaigning again) at once, b after its tree.
 	_ = a.cmd.Process.Signal(syscall.SIGTERM)
 	wantCode(t, a.wait(t, time.Minute), 0)
@@ -176,4 +177,37 @@ func mustAtoi(t *testing.T, s string) int {
 		t.Fatalf("%q is not a number", s)
 	}
 	return n
+}
+
+// With a terminal, COMMAND stays in its foreground process group under the
+// supervisor: it reads the terminal, and ^C reaches it and stops elect,
+// which resigns and exits 0.
+func TestElectOnTerminal(t *testing.T) {
+	t.Parallel()
+	tty := openPTY(t)
+	d := dsn(t)
+	k := key(t, "elect-tty")
+	p := startOnTTY(t, tty, env(d), "elect", "--key", k, "--ttl", "5s", "--", "sh", "-c", `echo leading; read x; echo "got $x"; exec sleep 600`)
+	deadline := time.Now().Add(2 * time.Minute)
+	waitOut := func(want string) {
+		t.Helper()
+		for !strings.Contains(tty.out.String(), want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q on the terminal within 2m:\n%s", want, tty.out.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitOut("leading")
+	if _, err := tty.master.Write([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitOut("got hello")
+	if _, err := tty.master.Write([]byte{3}); err != nil { // ^C
+		t.Fatal(err)
+	}
+	wantCode(t, p.wait(t, time.Minute), 0)
+	if r := sg(t, d, "leader", k); r.code != 1 {
+		t.Errorf("after ^C elect resigned: want no leader, got %s", r)
+	}
 }

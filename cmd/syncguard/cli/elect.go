@@ -149,6 +149,7 @@ func (a *app) leadTerm(ctx, sigCtx context.Context, term *election.Term, o *elec
 	var killC <-chan time.Time
 	stopping, status := false, -1
 	var gone *treeEvent
+	deadman := false // the supervisor killed the tree at the confirmed expiry
 	// stopTree: SIGTERM now, SIGKILL after --grace; once the term is lost,
 	// at its confirmed expiry at the latest.
 	stopTree := func(why string) {
@@ -205,6 +206,7 @@ func (a *app) leadTerm(ctx, sigCtx context.Context, term *election.Term, o *elec
 					stopTree(why)
 				}
 			case "deadman":
+				deadman = true
 				a.errorf("LockLost", "term %s of %s reached its last confirmed expiry before syncguard could extend it (was syncguard stopped or starved?); the supervisor killed %s and its process tree",
 					term.Fence(), displayKey(o.key), name)
 			case "gone":
@@ -217,10 +219,16 @@ func (a *app) leadTerm(ctx, sigCtx context.Context, term *election.Term, o *elec
 		a.errorf("warning", "the supervisor of %s died (%s); its processes were killed", name, gone.err)
 	}
 	result := "status " + strconv.Itoa(status)
-	if status >= 128 {
+	switch {
+	case status < 0:
+		result = "no exit status: its supervisor died"
+	case status >= 128:
 		result += " (" + signalName(syscall.Signal(status-128)) + ")"
 	}
-	if cause := term.Err(); cause != nil {
+	if cause := term.Err(); cause != nil || deadman {
+		if cause == nil {
+			cause = errors.New("its last confirmed expiry passed")
+		}
 		a.notef("term %s ended (%v): %s stopped (%s)", term.Fence(), cause, name, result)
 	} else {
 		a.notef("%s exited (%s): resigning term %s, campaigning again in %s", name, result, term.Fence(), fmtDuration(o.again))

@@ -213,12 +213,14 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		}
 		err = b.run(ctx, stmt, args, dest...)
 	}
-	// A free key without a row whose advisory lock only unprivileged roles
-	// hold: a placeholder row, then the attempt again (acquire.sql's gate).
-	for i := 0; err == nil && d.absent && i < 2 && ctx.Err() == nil; i++ {
-		err = (&Backend{shared: b.shared}).oneShot(ctx, b.shared.sql.placeholder, []any{k.Storage, lockID, k.Norm}, nil)
-		if err == nil {
+	// A free key without a row whose advisory lock someone else holds: a
+	// placeholder row if no acquire is in flight, then the attempt again.
+	for i, put := 0, false; err == nil && d.absent && i < 2 && ctx.Err() == nil; i++ {
+		err = (&Backend{shared: b.shared}).oneShot(ctx, b.shared.sql.placeholder, []any{k.Storage, lockID, k.Norm}, []any{&put})
+		if err == nil && put {
 			err = b.run(ctx, stmt, args, dest...)
+		} else if err == nil {
+			break // a racer's row, or its acquire in flight: locked
 		}
 	}
 	if err != nil {

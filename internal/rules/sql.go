@@ -17,6 +17,7 @@ import (
 //	{{fence_max}}               FenceMax
 //	{{cleanup_grace}}           CleanupGraceMs
 //	{{async_release_max}}       AsyncReleaseMaxMs
+//	{{gate_held_privileged(k)}} GateHeldSQL over the storage key k
 //
 // plus the names the caller passes (table and index identifiers).
 
@@ -41,6 +42,25 @@ func LiveSQL(alias, now string) string {
 // already within bounds (the acquire statement refuses to pass FenceMax).
 func FenceTextSQL(expr string) string {
 	return fmt.Sprintf(`lpad((%s)::text, %d, '0')`, expr, FenceDigits)
+}
+
+// GateHeldSQL is whether a session other than this one, of a role that
+// may update the lock table locks, holds the advisory lock hashtext(key)
+// (any mode, granted); a session whose role cannot be read (a prepared
+// transaction) counts. Any role can take advisory locks: held by no such
+// session, the lock is held by roles that cannot touch the lock tables
+// (design.md, "The advisory try-lock: a hint, not a gate"). Reading
+// pg_locks takes every lock-manager partition's lock: rare paths only.
+func GateHeldSQL(key, locks string) string {
+	return fmt.Sprintf(`EXISTS (
+  SELECT 1 FROM pg_catalog.pg_locks AS pl
+  LEFT JOIN pg_catalog.pg_stat_activity AS sa ON sa."pid" = pl."pid"
+  WHERE pl."locktype" = 'advisory' AND pl."granted" AND pl."objsubid" = 1
+    AND pl."database" = (SELECT d."oid" FROM pg_catalog.pg_database AS d WHERE d."datname" = current_database())
+    AND pl."classid" = ((hashtext(%[1]s)::bigint >> 32) & 4294967295)::oid
+    AND pl."objid" = (hashtext(%[1]s)::bigint & 4294967295)::oid
+    AND pl."pid" IS DISTINCT FROM pg_backend_pid()
+    AND (sa."usesysid" IS NULL OR has_table_privilege(sa."usesysid", %[2]s, 'UPDATE')))`, key, "'"+strings.ReplaceAll(locks, "'", "''")+"'")
 }
 
 var callRE = regexp.MustCompile(`\{\{\s*([a-z_]+)\s*(?:\(([^()]*)\))?\s*\}\}`)
@@ -101,6 +121,8 @@ func expand(name string, args []string, call bool, names map[string]string) (str
 		return strconv.Itoa(CleanupGraceMs), want(0)
 	case "async_release_max":
 		return strconv.Itoa(AsyncReleaseMaxMs), want(0)
+	case "gate_held_privileged":
+		return GateHeldSQL(strings.Join(args, ", "), names["locks"]), want(1)
 	}
 	if s, ok := names[name]; ok && !call {
 		return s, nil

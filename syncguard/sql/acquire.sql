@@ -35,19 +35,28 @@
 --       free are turned away by it instead of queueing on the counter row,
 --       and the reference implementation's acquire, which holds the same
 --       lock throughout its transaction, is excluded.
---       'open': the try-lock failed but no session of a role that may
---       write the lock table holds it (any role can take advisory locks:
---       it is a hint, never a gate), and the key's row exists. The attempt
---       then only takes that row over (upd), under its row lock, which an
---       acquire of the reference implementation takes too
---       (SELECT ... FOR UPDATE) before it writes.
---       'absent': as 'open', but the key has no row: the caller writes an
---       expired row for it (placeholder.sql, committed on its own) and
---       attempts again, since an insert without the advisory lock could be
---       overwritten by a reference acquire whose snapshot missed it.
+--       'open': the try-lock failed (another acquire in flight, or any
+--       role at all: advisory locks need no privilege, so the lock is a
+--       hint, never a gate) and the key's row exists. The attempt then
+--       only takes that row over (upd), under its row lock, which the
+--       reference implementation's acquire takes too (SELECT ... FOR
+--       UPDATE) before it writes: a row that existed before that acquire
+--       read it excludes it. Rows are created only under the advisory
+--       lock (ins), by a hand-off while a live lock held the key, or as a
+--       placeholder (acquired_at_ms 0, placeholder.sql): a placeholder is
+--       taken over only while no session of a role that may write the
+--       lock table holds the advisory lock (gate_held_privileged), so no
+--       reference acquire that read the key before it existed is in
+--       flight.
+--       'absent': as 'open', but the key has no row. The attempt writes
+--       nothing: an insert without the advisory lock could be overwritten
+--       by a reference acquire whose snapshot missed it. The caller
+--       writes a placeholder row (placeholder.sql, committed on its own,
+--       when no privileged session holds the advisory lock and the key
+--       still has no row) and attempts again.
 --       'busy': a live lock, a waiter ahead, or a privileged holder of the
---       advisory lock (another acquire in flight). A contended attempt
---       stops here: it reads only, writes nothing and never waits.
+--       advisory lock on a placeholder. A contended attempt stops here:
+--       it reads only, writes nothing and never waits.
 -- free: one row (carrying now_ms and whether the attempt is gated) when
 --       the attempt may take the key.
 -- snapf: the counter as this statement's snapshot sees it.
@@ -107,17 +116,10 @@ gate AS (
              WHEN EXISTS (SELECT 1 FROM me WHERE me."ttl_ms" = 0) THEN 'busy'
 --end
              WHEN pg_try_advisory_xact_lock(hashtext($1::text)) THEN 'gated'
-             WHEN EXISTS (
-               SELECT 1 FROM pg_catalog.pg_locks AS pl
-               LEFT JOIN pg_catalog.pg_stat_activity AS sa ON sa."pid" = pl."pid"
-               WHERE pl."locktype" = 'advisory' AND pl."granted" AND pl."objsubid" = 1
-                 AND pl."database" = (SELECT d."oid" FROM pg_catalog.pg_database AS d WHERE d."datname" = current_database())
-                 AND pl."classid" = ((hashtext($1::text)::bigint >> 32) & 4294967295)::oid
-                 AND pl."objid" = (hashtext($1::text)::bigint & 4294967295)::oid
-                 AND pl."pid" IS DISTINCT FROM pg_backend_pid()
-                 AND (sa."usesysid" IS NULL OR has_table_privilege(sa."usesysid", '{{locks}}', 'UPDATE'))) THEN 'busy'
-             WHEN EXISTS (SELECT 1 FROM row0) THEN 'open'
-             ELSE 'absent' END AS state
+             WHEN NOT EXISTS (SELECT 1 FROM row0) THEN 'absent'
+             WHEN EXISTS (SELECT 1 FROM row0 WHERE row0."acquired_at_ms" > 0) THEN 'open'
+             WHEN {{gate_held_privileged($1::text)}} THEN 'busy'
+             ELSE 'open' END AS state
 ),
 free AS (
   SELECT t.now_ms, gate.state = 'gated' AS gated FROM t, gate WHERE gate.state IN ('gated', 'open')

@@ -105,7 +105,7 @@ gives no fence. Use elect for a daemon that must always run somewhere.`)
 	_ = becomeSubreaper() // for the tree, should the supervisor die
 	return e.Run(runCtx, func(ctx context.Context, term *election.Term) error {
 		mu.Lock()
-		if runCtx.Err() != nil || ctx.Err() != nil {
+		if runCtx.Err() != nil || sigCtx.Err() != nil || ctx.Err() != nil {
 			mu.Unlock()
 			return nil // ended while elected: nothing started
 		}

@@ -57,7 +57,7 @@ func Context(ctx context.Context, cause error) (Result, bool) {
 	}
 	ctxe := context.Cause(ctx)
 	if cause != nil && !errors.Is(cause, ctx.Err()) {
-		r.Err = fmt.Errorf("%w (driver: %w)", ctxe, cause)
+		r.Err = fmt.Errorf("%w (driver: %w)", ctxe, CauseFirst(cause))
 	} else {
 		r.Err = ctxe
 	}
@@ -67,7 +67,9 @@ func Context(ctx context.Context, cause error) (Result, bool) {
 // Error classifies err, an error from a database/sql call made with ctx,
 // read through d (nil: only generic shapes are recognised). The context is
 // checked first: lib/pq reports our own cancellation as SQLSTATE 57014,
-// which would otherwise read as a server-side statement timeout.
+// which would otherwise read as a server-side statement timeout. Result.Err
+// is err, or an error that unwraps to it with the real cause first in its
+// text (CauseFirst).
 func Error(ctx context.Context, d driver.Dialect, err error) Result {
 	if r, done := Context(ctx, err); done {
 		return r
@@ -77,10 +79,10 @@ func Error(ctx context.Context, d driver.Dialect, err error) Result {
 		info = d.Inspect(err)
 	}
 	if info.SQLState == "" && badConnString(d, err) {
-		return Result{Code: InvalidArgument, Msg: badConnStringMsg, Err: err}
+		return Result{Code: InvalidArgument, Msg: badConnStringMsg, Err: CauseFirst(err)}
 	}
 	code, msg := classify(err, info)
-	return Result{Code: code, SQLState: info.SQLState, Msg: msg, Err: err}
+	return Result{Code: code, SQLState: info.SQLState, Msg: msg, Err: CauseFirst(err)}
 }
 
 // ConnStringReader is implemented by a dialect that can tell, among its

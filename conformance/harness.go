@@ -67,8 +67,23 @@ type Harness struct {
 	// then skipped with a message.
 	NoSessionState bool
 
-	// CaseTimeout bounds every case. Default 30 s.
+	// CaseTimeout bounds every case on the reference machine (2 quiet
+	// cores, a local server): a case's deadline is CaseTimeout × the
+	// slowdown (see Slowdown). Default 30 s.
 	CaseTimeout time.Duration
+
+	// Slowdown says how much slower than the suite's reference machine
+	// this one and its server are (a factor ≥ 1). Case deadlines and the
+	// suite's own waits stretch by it, and the cases that repeat a race
+	// many times (Races, MutualExclusion, ...) repeat it fewer times, down
+	// to a floor that still catches a real bug. 0 (the default): the
+	// factor SYNCGUARD_CONFORMANCE_SLOWDOWN (SlowdownEnv) gives, or
+	// without it the one the suite measures at the start of the run (round
+	// trips to the server, and a CPU calibration loop, against the
+	// reference's figures; at most 8, and deadlines at least ×2 in a CI
+	// job), measuring again when a case reaches its deadline. A case that
+	// runs out of time says how slow the machine measured.
+	Slowdown float64
 
 	// Serial disables t.Parallel between cases (for a server with few
 	// connections). Default false.
@@ -87,8 +102,13 @@ type BackendHarness struct {
 	// case's test goroutine. Required.
 	New func(t *testing.T) Target
 
-	// CaseTimeout bounds every case. Default 30 s.
+	// CaseTimeout bounds every case on the reference machine. Default
+	// 30 s. See Harness.CaseTimeout.
 	CaseTimeout time.Duration
+
+	// Slowdown: see Harness.Slowdown (without a server, the suite
+	// measures only the CPU).
+	Slowdown float64
 
 	// Serial disables t.Parallel between cases. Default false.
 	Serial bool
@@ -157,7 +177,7 @@ func Run(t *testing.T, h Harness) {
 	if !ok {
 		return
 	}
-	o := h.options()
+	o := h.options(t)
 	t.Run("Backend", func(t *testing.T) {
 		runCases(t, &backendCases, o, func(t *testing.T, ctx context.Context) *env {
 			s := newSQLEnv(t, ctx, h)
@@ -189,6 +209,8 @@ func RunBackend(t *testing.T, h BackendHarness) {
 	if o.timeout <= 0 {
 		o.timeout = defaultCaseTimeout
 	}
+	o.pace = newPace(t, h.Slowdown, nil)
+	t.Logf("conformance: %s", o.pace)
 	runCases(t, &backendCases, o, func(t *testing.T, ctx context.Context) *env {
 		tg := h.New(t)
 		if tg.Backend == nil {
@@ -209,7 +231,7 @@ func RunAdvisory(t *testing.T, h Harness) {
 	if !ok {
 		return
 	}
-	runCases(t, &advisoryCases, h.options(), func(t *testing.T, ctx context.Context) *sqlEnv {
+	runCases(t, &advisoryCases, h.options(t), func(t *testing.T, ctx context.Context) *sqlEnv {
 		return newSQLEnv(t, ctx, h)
 	})
 }
@@ -233,8 +255,13 @@ func (h Harness) ready(t *testing.T, groups ...[]string) (Harness, bool) {
 	return h, true
 }
 
-func (h Harness) options() runOptions {
-	return runOptions{timeout: h.CaseTimeout, serial: h.Serial, groups: h.Groups}
+// options are the run's options, with its pace: measured on a pool of its
+// own, kept for measuring again during the run.
+func (h Harness) options(t *testing.T) runOptions {
+	t.Helper()
+	p := newPace(t, h.Slowdown, h.Open(t))
+	t.Logf("conformance: %s", p)
+	return runOptions{timeout: h.CaseTimeout, pace: p, serial: h.Serial, groups: h.Groups}
 }
 
 // resolve fills the defaults of h. Without a database it skips t, or fails

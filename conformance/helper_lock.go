@@ -22,12 +22,13 @@ func init() {
 		// 8 goroutines over two pools increment a counter that nothing but
 		// the lock guards, with a pause between read and write. Any overlap
 		// of two critical sections loses an increment or is seen entering.
-		const workers, each = 8, 15
+		const workers = 8
+		each := e.slow().rounds(15, 5) // fewer on a slow machine
 		k := e.key("mutex")
 		var counter, inside atomic.Int64
 		opts := &syncguard.LockOptions{TTL: 30 * time.Second, Acquisition: syncguard.AcquisitionOptions{
 			MaxRetries: 100000, RetryDelay: 5 * time.Millisecond, Backoff: "fixed",
-			Jitter: "full", Timeout: 20 * time.Second}}
+			Jitter: "full", Timeout: e.slow().scale(20 * time.Second)}}
 		e.parallel(workers, func(_ int, b syncguard.LockBackend) {
 			for range each {
 				err := syncguard.WithLock(e.ctx, b, k, func(context.Context, *syncguard.Lease) error {
@@ -46,7 +47,7 @@ func init() {
 				}
 			}
 		})
-		if got := counter.Load(); got != workers*each {
+		if got := counter.Load(); got != int64(workers*each) {
 			e.t.Errorf("rule: WithLock gives mutual exclusion across pools; %d increments under the lock left the counter at %d", workers*each, got)
 		}
 		if e.isLocked(e.b, k) {
@@ -66,8 +67,8 @@ func init() {
 		if !errors.Is(err, syncguard.ErrAcquisitionTimeout) || !errors.As(err, &se) || !strings.Contains(se.Msg, "attempt") {
 			e.t.Fatalf("rule: a key held past the acquisition timeout gives AcquisitionTimeout naming the attempts; got %v", err)
 		}
-		if el := time.Since(start); el < 400*time.Millisecond || el > 5*time.Second {
-			e.t.Errorf("rule: the helper waits up to its timeout (400ms), not less and not much more; took %v", el)
+		if el := time.Since(start); el < 400*time.Millisecond || el > e.slow().scale(5*time.Second) {
+			e.t.Errorf("rule: the helper waits up to its timeout (400ms), not less and not much more; took %v (%s)", el, e.slow())
 		}
 	})
 

@@ -16,7 +16,8 @@ func init() {
 		// mutual exclusion increments get lost. (It is an atomic only so that
 		// the race detector, which cannot see a lock held in PostgreSQL, stays
 		// quiet; the read-modify-write itself is unguarded.)
-		const workers, perWorker = 8, 20
+		const workers = 8
+		perWorker := e.slow().rounds(20, 6) // fewer on a slow machine
 		k := e.key("counter")
 		var (
 			counter, inside atomic.Int64
@@ -56,7 +57,7 @@ func init() {
 				}
 			}
 		})
-		if got := counter.Load(); got != workers*perWorker {
+		if got := counter.Load(); got != int64(workers*perWorker) {
 			e.t.Errorf("rule: a lock gives mutual exclusion; %d workers x %d guarded increments left the counter at %d, want %d", workers, perWorker, got, workers*perWorker)
 		}
 		for i := 1; i < len(fences); i++ {
@@ -68,7 +69,8 @@ func init() {
 	})
 
 	register("MutualExclusion/TightAcquireReleaseLeavesNothingHeld", func(e *env) {
-		const workers, iterations, nKeys = 6, 40, 3
+		const workers, nKeys = 6, 3
+		iterations := e.slow().rounds(40, 12)
 		keys := make([]string, nKeys)
 		for i := range keys {
 			keys[i] = e.key(fmt.Sprintf("tight%d", i))

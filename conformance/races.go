@@ -14,7 +14,12 @@ import (
 
 func init() {
 	register("Races/OneWinnerPerRoundAcrossPools", func(e *env) {
-		const goroutines, rounds = 50, 8
+		// The race is as wide on a slow machine, repeated fewer times.
+		const goroutines = 50
+		rounds := e.slow().rounds(8, 3)
+		if rounds < 8 {
+			e.t.Logf("%d rounds instead of 8: %s", rounds, e.slow())
+		}
 		backends := e.backends()
 		// race lets every goroutine try k at once and returns the one winner.
 		race := func(round int, k string) (syncguard.AcquireResult, bool) {
@@ -54,7 +59,8 @@ func init() {
 		// times. Every win's fence must be unique, and fences must increase
 		// in the order the wins happened (each win starts after the previous
 		// holder released).
-		const workers, wins = 8, 120
+		const workers = 8
+		wins := e.slow().rounds(120, 40)
 		k := e.key("hot")
 		var (
 			mu     sync.Mutex
@@ -127,7 +133,7 @@ func init() {
 			extends    []int64
 		}
 		clock := e.serverClock()
-		budget := time.Now().Add(18 * time.Second)
+		budget := time.Now().Add(e.slow().scale(18 * time.Second))
 		var outer sync.WaitGroup
 		for ki := 0; ki < nKeys; ki++ {
 			outer.Add(1)
@@ -215,7 +221,7 @@ func init() {
 	register("Races/ReleaseRacingAcquireNeverDeletesNewHolder", func(e *env) {
 		// Part 1: the holder releases a live lock while contenders spin on it.
 		k := e.key("relacq")
-		for round := 0; round < 10; round++ {
+		for round := range e.slow().rounds(10, 4) {
 			old := e.mustAcquire(e.b, k, 30*time.Second)
 			var (
 				wg      sync.WaitGroup
@@ -223,7 +229,7 @@ func init() {
 				winners []syncguard.AcquireResult
 				stop    atomic.Bool
 			)
-			deadline := time.Now().Add(5 * time.Second)
+			deadline := time.Now().Add(e.slow().scale(5 * time.Second))
 			for c := 0; c < 3; c++ {
 				wg.Add(1)
 				go func() {
@@ -291,7 +297,7 @@ func init() {
 			go func() {
 				defer wg.Done()
 				clock.sleepUntil(e.ctx, boundary-20)
-				deadline := time.Now().Add(5 * time.Second)
+				deadline := time.Now().Add(e.slow().scale(5 * time.Second))
 				for time.Now().Before(deadline) {
 					r, err := e.b2.Acquire(e.ctx, keys[i], 30*time.Second)
 					if err != nil {
@@ -309,7 +315,7 @@ func init() {
 		wg.Wait()
 		for i := range keys {
 			if !news[i].OK {
-				e.t.Errorf("rule: a key whose lock expired can be taken; key %q not taken within 5 s of its expiry + tolerance", keys[i])
+				e.t.Errorf("rule: a key whose lock expired can be taken; key %q not taken within %v of its expiry + tolerance (%s)", keys[i], e.slow().scale(5*time.Second), e.slow())
 				continue
 			}
 			if snap := e.snapshot(keys[i]); !strings.Contains(snap, syncguard.HashKey(news[i].LockID)) {

@@ -49,6 +49,7 @@ func registerAdvisory(name string, fn func(e *sqlEnv)) {
 // runOptions are the knobs every entry point shares.
 type runOptions struct {
 	timeout time.Duration
+	pace    *pace
 	serial  bool
 	groups  []string
 }
@@ -116,7 +117,7 @@ func runCases[E any](t *testing.T, r *registry[E], o runOptions, newEnv func(t *
 						exclusive.RLock()
 						defer exclusive.RUnlock()
 					}
-					runCase(t, c.name, o.timeout, func(ctx context.Context) { c.fn(newEnv(t, ctx)) })
+					runCase(t, c.name, o.timeout, o.pace, func(ctx context.Context) { c.fn(newEnv(t, ctx)) })
 				})
 			}
 		})
@@ -128,17 +129,20 @@ func runCases[E any](t *testing.T, r *registry[E], o runOptions, newEnv func(t *
 func hangGrace(timeout time.Duration) time.Duration { return min(5*time.Second, timeout/2) }
 
 // runCase runs fn on the test goroutine, with a context that ends at the
-// case's deadline. Every wait in a case and every lock operation honours
-// that context, so a case that would hang instead fails, by its name, when
-// its deadline passes. A case stuck in something that ignores its context
-// is reported while it still runs (t.Errorf from the watchdog, with the
-// goroutine stacks), so the report does not depend on it ever returning;
-// the watchdog stops before runCase returns, so it can never report on a
-// finished test (which would crash the test binary).
-func runCase(t *testing.T, name string, timeout time.Duration, fn func(ctx context.Context)) {
+// case's deadline: timeout (Harness.CaseTimeout, a bound for the reference
+// machine) × the run's slowdown, pushed back, up to the cap, when the
+// machine measures slower at the deadline than it did at the start. Every
+// wait in a case and every lock operation honours that context, so a case
+// that would hang instead fails, by its name, when its deadline passes,
+// saying how slow the machine was. A case stuck in something that ignores
+// its context is reported while it still runs (t.Errorf from the watchdog,
+// with the goroutine stacks), so the report does not depend on it ever
+// returning; the watchdog stops before runCase returns, so it can never
+// report on a finished test (which would crash the test binary).
+func runCase(t *testing.T, name string, timeout time.Duration, p *pace, fn func(ctx context.Context)) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
+	ctx := newCaseContext(timeout, p)
+	defer ctx.stop()
 	done := make(chan struct{})
 	watchdog := make(chan struct{})
 	go func() {
@@ -151,19 +155,17 @@ func runCase(t *testing.T, name string, timeout time.Duration, fn func(ctx conte
 		case <-grace.C:
 			buf := make([]byte, 1<<20)
 			buf = buf[:runtime.Stack(buf, true)]
-			t.Errorf("rule: every case ends by its deadline (Harness.CaseTimeout %v); %s is still running %v after it, stuck in something that ignores its context. Goroutines:\n%s",
-				timeout, name, hangGrace(timeout), buf)
+			t.Errorf("rule: every case ends by its deadline (%s); %s is still running %v after it, stuck in something that ignores its context. Goroutines:\n%s",
+				ctx.budget(), name, hangGrace(timeout), buf)
 		}
 	}()
-	start := time.Now()
 	defer func() {
 		// Also after t.FailNow (runtime.Goexit) inside fn.
 		if ctx.Err() == context.DeadlineExceeded {
-			t.Errorf("rule: every case ends by its deadline (Harness.CaseTimeout %v); %s ran %v and its context expired (a hang in a lock operation or a wait?)",
-				timeout, name, time.Since(start).Round(time.Millisecond))
+			t.Errorf("rule: every case ends by its deadline (%s); %s", ctx.budget(), ctx.overrun(name))
 		}
 		close(done)
-		cancel()
+		ctx.stop()
 		<-watchdog
 	}()
 	fn(ctx)

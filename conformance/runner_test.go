@@ -39,8 +39,9 @@ func TestHangingCaseFailsByNameWithoutCrashing(t *testing.T) {
 	out, failed := runSelf(t, "^(TestHelperHang|TestHelperAfterHang)$", "hang")
 	for _, want := range []string{
 		"--- FAIL: TestHelperHang/Lifecycle/AcquireIsLockedLookupRelease",
-		"rule: every case ends by its deadline (Harness.CaseTimeout 400ms); Lifecycle/AcquireIsLockedLookupRelease is still running",
-		"rule: every case ends by its deadline (Harness.CaseTimeout 400ms); Lifecycle/AcquireIsLockedLookupRelease ran",
+		"rule: every case ends by its deadline (Harness.CaseTimeout 400ms × slowdown 1.0 = 400ms); Lifecycle/AcquireIsLockedLookupRelease is still running",
+		"rule: every case ends by its deadline (Harness.CaseTimeout 400ms × slowdown 1.0 = 400ms); Lifecycle/AcquireIsLockedLookupRelease ran",
+		"How slow the machine was: slowdown 1.0 (Harness.Slowdown; this machine measured CPU calibration",
 		"--- PASS: TestHelperAfterHang",
 	} {
 		if !strings.Contains(out, want) {
@@ -63,6 +64,7 @@ func TestHelperHang(t *testing.T) {
 	}
 	conformance.RunBackend(t, conformance.BackendHarness{
 		CaseTimeout: 400 * time.Millisecond,
+		Slowdown:    1,
 		Groups:      []string{"Lifecycle"},
 		New: func(t *testing.T) conformance.Target {
 			b := syncguardtest.New()

@@ -3,11 +3,9 @@ package syncguard
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/classify"
-	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
 // classifier turns errors of database/sql calls into *Error, by the policy
@@ -30,37 +28,10 @@ func (c classifier) wrap(ctx context.Context, op string, err error) *Error {
 		return se
 	}
 	e := fromResult(op, classify.Error(ctx, c.dialect, err))
-	if e.SQLState == "42501" {
-		if need := c.needs(op); need != "" {
-			e.Msg += "; " + need
-		}
+	if need := classify.Needs(op, c.table, c.fenceTable); e.SQLState == "42501" && need != "" {
+		e.Msg += "; " + need
 	}
 	return e
-}
-
-// needs says which privileges op needs, for a privilege error (42501).
-func (c classifier) needs(op string) string {
-	if c.table == "" {
-		return ""
-	}
-	locks, fences := rules.QuoteIdent(c.table), rules.QuoteIdent(c.fenceTable)
-	switch op {
-	case "acquire":
-		return fmt.Sprintf("acquire needs USAGE on the schema of %s and %s and SELECT, INSERT, UPDATE on both", locks, fences)
-	case "release":
-		return fmt.Sprintf("release needs USAGE on the schema of %s and SELECT, DELETE on it", locks)
-	case "extend":
-		return fmt.Sprintf("extend needs USAGE on the schema of %s and SELECT, UPDATE on it", locks)
-	case "isLocked", "lookup", "list":
-		return fmt.Sprintf("%s needs USAGE on the schema of %s and SELECT on it", op, locks)
-	case "lastFence":
-		return fmt.Sprintf("lastFence needs USAGE on the schema of %s and SELECT on it", fences)
-	case "cleanup":
-		return fmt.Sprintf("cleanup needs USAGE on the schema of %s and SELECT, DELETE on it", locks)
-	case "setupSchema":
-		return fmt.Sprintf("setupSchema needs CREATE on the schema that will hold %s and %s (the first schema of search_path), or the tables created beforehand by a role that has it", locks, fences)
-	}
-	return ""
 }
 
 // ctxErr returns Aborted (cancelled) or NetworkTimeout (deadline) when ctx

@@ -51,25 +51,17 @@ var (
 	ErrInternal           = errors.New("syncguard: internal error")
 )
 
+var sentinels = map[Code]error{
+	CodeServiceUnavailable: ErrServiceUnavailable, CodeAuthFailed: ErrAuthFailed, CodeInvalidArgument: ErrInvalidArgument,
+	CodeRateLimited: ErrRateLimited, CodeNetworkTimeout: ErrNetworkTimeout, CodeAcquisitionTimeout: ErrAcquisitionTimeout,
+	CodeAborted: ErrAborted,
+}
+
 func (c Code) sentinel() error {
-	switch c {
-	case CodeServiceUnavailable:
-		return ErrServiceUnavailable
-	case CodeAuthFailed:
-		return ErrAuthFailed
-	case CodeInvalidArgument:
-		return ErrInvalidArgument
-	case CodeRateLimited:
-		return ErrRateLimited
-	case CodeNetworkTimeout:
-		return ErrNetworkTimeout
-	case CodeAcquisitionTimeout:
-		return ErrAcquisitionTimeout
-	case CodeAborted:
-		return ErrAborted
-	default:
-		return ErrInternal
+	if s, ok := sentinels[c]; ok {
+		return s
 	}
+	return ErrInternal
 }
 
 // Retryable reports whether an operation that failed with this code may

@@ -76,9 +76,9 @@ func (b *Backend) List(ctx context.Context, opts *ListOptions) (*LockList, error
 	if b.shared.noHolders.Load() {
 		text = b.shared.sql.listPlain
 	}
-	rows, err := b.query(ctx, text, o.Expired, limit)
+	rows, err := b.inspector().QueryContext(ctx, text, o.Expired, limit)
 	if err != nil && text == b.shared.sql.list && ctx.Err() == nil && b.shared.holdersLost(err) {
-		rows, err = b.query(ctx, b.shared.sql.listPlain, o.Expired, limit)
+		rows, err = b.inspector().QueryContext(ctx, b.shared.sql.listPlain, o.Expired, limit)
 	}
 	if err != nil {
 		return nil, b.shared.cl.wrap(ctx, op, err)
@@ -132,17 +132,7 @@ func (b *Backend) LastFence(ctx context.Context, key string) (Fence, time.Time, 
 	}
 	var now int64
 	var n sql.NullInt64
-	rows, err := b.query(ctx, b.shared.sql.lastFence, k.Fence)
-	if err == nil {
-		defer rows.Close()
-		if rows.Next() {
-			err = rows.Scan(&now, &n)
-		}
-		if err == nil {
-			err = rows.Err()
-		}
-	}
-	if err != nil {
+	if err := pooler.QueryRow(ctx, b.inspector(), b.shared.sql.lastFence, []any{k.Fence}, &now, &n); err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
 		e.Key = key
 		return "", time.Time{}, e
@@ -157,14 +147,14 @@ func (b *Backend) LastFence(ctx context.Context, key string) (Fence, time.Time, 
 	return Fence(f), msToTime(now), nil
 }
 
-// query runs an inspection statement, unprepared (inspections are rare,
+// inspector runs inspection statements, unprepared (inspections are rare,
 // and a prepared statement would stay on every pooled connection), on the
 // transaction or the pool, as a one-shot statement (exec.go): one round
 // trip, and nothing named that a transaction-mode pooler could lose.
-func (b *Backend) query(ctx context.Context, text string, args ...any) (*sql.Rows, error) {
+func (b *Backend) inspector() pooler.Querier {
 	var on pooler.Querier = b.shared.db
 	if b.tx != nil {
 		on = b.tx
 	}
-	return pooler.Unprepared(on, b.shared.oneShotArgs).QueryContext(ctx, text, args...)
+	return pooler.Unprepared(on, b.shared.oneShotArgs)
 }

@@ -52,25 +52,23 @@ var ErrLeaseReleased = errors.New("syncguard: lease released")
 // the lock expired or gone, or the guaranteed lifetime ran out without a
 // successful extend.
 //
-// The lock's expiry is decided by PostgreSQL's clock: ExpiresAt is server
-// time, and client and server wall clocks cannot be compared. So the lease
-// never compares ExpiresAt with time.Now. It translates the lifetime the
-// server granted onto the local monotonic clock instead. The server set
-// ExpiresAt to its statement time + ttl (docs/spec.md, rule T1), with its now truncated
-// to the millisecond, and that statement cannot have started before this
-// process sent the request. The lock is therefore held at least until
+// PostgreSQL's clock decides expiry, and client and server wall clocks
+// cannot be compared: the lease never compares ExpiresAt (server time) with
+// time.Now, it translates the granted lifetime onto the local monotonic
+// clock. The server set ExpiresAt to its statement time (truncated to the
+// millisecond) + ttl (docs/spec.md, rule T1), and that statement cannot
+// have started before this process sent the request, so the lock is held
+// at least until
 //
 //	sent + ttl - 1ms   (local monotonic clock)
 //
-// which is the response's arrival time plus the granted lifetime, minus the
-// local time elapsed since the request was sent as the safety margin for
-// latency. A tenth of the lifetime (at most 1 s) is kept back on top of
-// that for timer latency and clock-rate differences; the lease is declared
-// lost at that point, before the server-side expiry, never after it. Other
-// clients may only take the key one liveness tolerance (1 s) after ExpiresAt,
-// which adds headroom but is not counted on. A step of the server's clock
-// (a manual change, not NTP slewing) breaks every TTL-based lock, this one
-// included; fencing tokens are what protects the resource then.
+// (the round trip is the margin for latency). A tenth of the lifetime (at
+// most 1 s) is kept back on top for timer latency and clock-rate
+// differences: the lease is declared lost then, before the server-side
+// expiry, never after it. Others may take the key only one liveness
+// tolerance (1 s) after ExpiresAt: headroom, not counted on. A step of the
+// server's clock (a manual change, not NTP slewing) breaks every TTL-based
+// lock; fencing tokens protect the resource then.
 //
 // An extend that returns an error (other than InvalidArgument, which is
 // reported before any I/O) has an unknown outcome: it may have committed
@@ -82,14 +80,13 @@ var ErrLeaseReleased = errors.New("syncguard: lease released")
 // ExpiresAt keeps reporting the last confirmed expiry.
 //
 // With LockOptions.AutoExtend the lease extends itself by TTL once a third
-// of the current lifetime has passed (measured from that request's send
-// time), retries a failed extend every tenth of the lifetime, and gives up
-// when the lifetime runs out. Extensions are serialized, so the latest
-// response always describes the latest expiry. A successful manual Extend
-// sets the current lifetime too: the next automatic extend is then due a
-// third of that extend's ttl after it was sent, so a manual Extend with a
-// shorter ttl does not let the lifetime run out before the next automatic
-// extend.
+// of the current lifetime has passed (from that request's send time),
+// retries a failed extend every tenth of the lifetime, and gives up when
+// the lifetime runs out; such an outage logs one warning (to
+// LockOptions.Logger) as it starts, one line as it ends. Extensions are
+// serialized, so the latest response describes the latest expiry. A
+// successful manual Extend sets the current lifetime too: the next
+// automatic extend is due a third of its ttl after it was sent.
 type Lease struct {
 	backend Locker
 	key     string
@@ -232,9 +229,8 @@ func (l *Lease) Context(parent context.Context) (context.Context, context.Cancel
 // extend moves the guaranteed lifetime, and with AutoExtend the next
 // automatic extend, to what ttl grants (see Lease). An extend that fails
 // may have committed: if its ttl would end the lock earlier than the
-// current guaranteed lifetime, the lease keeps only the earlier one. On a
-// lease that has
-// ended, Extend returns an error wrapping Err without I/O (see Lease).
+// current guaranteed lifetime, the lease keeps only the earlier one. On an
+// ended lease, Extend returns an error wrapping Err without I/O.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) (ExtendResult, error) {
 	res, _, err := l.extend(ctx, ttl, true)
 	return res, err
@@ -318,11 +314,10 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration, manual bool) (Ext
 }
 
 // mayHaveCommitted reports whether an operation that returned err may
-// still have committed on the server: every error but InvalidArgument,
-// which is reported before any I/O (or for a transaction that has already
-// ended). A server error such as a SQLSTATE rejection did not commit
-// either, but a LockBackend need not say so, and treating it as unknown
-// only ends a lease early.
+// have committed: every error but InvalidArgument (before any I/O, or for
+// an ended transaction). A server's rejection did not commit either, but
+// a LockBackend need not say so; treating it as unknown only ends a lease
+// early.
 func mayHaveCommitted(err error) bool {
 	return CodeOf(err) != CodeInvalidArgument
 }
@@ -349,11 +344,21 @@ func (l *Lease) checkLifetime() {
 	}
 }
 
-// autoExtend is the extension loop of an AutoExtend lease.
+// autoExtend is the extension loop of an AutoExtend lease. An outage logs
+// a warning as it starts, a line as it ends (extends work again, or lost).
 func (l *Lease) autoExtend(ctx context.Context, next time.Time) {
 	defer close(l.extenderDone)
 	t := time.NewTimer(time.Until(next))
 	defer t.Stop()
+	var outage time.Time // when extends started failing; zero while they work
+	keyHash, since := slog.String("keyHash", HashKey(l.key)), func(t time.Time) slog.Attr {
+		return slog.Duration("outage", time.Since(t).Round(time.Millisecond))
+	}
+	defer func() {
+		if err := l.Err(); !outage.IsZero() && errors.Is(err, ErrLockLost) {
+			l.cfg.logger.Warn("syncguard: automatic lock extension gave up: the lock is lost", keyHash, since(outage), slog.String("error", err.Error()))
+		}
+	}()
 	for {
 		select {
 		case <-t.C:
@@ -380,12 +385,18 @@ func (l *Lease) autoExtend(ctx context.Context, next time.Time) {
 		case ctx.Err() != nil, l.ctx.Err() != nil:
 			return // stopped by Release or by the caller, or ended: the outcome no longer matters
 		case err == nil && res.OK:
-			next = n
+			if !outage.IsZero() {
+				l.cfg.logger.Info("syncguard: automatic lock extension works again; the lock is still held", keyHash, since(outage))
+			}
+			next, outage = n, time.Time{}
 		case err == nil:
 			return // lost; extend ended the lease
 		default:
-			l.cfg.logger.Warn("syncguard: automatic lock extension failed; retrying until the lock's guaranteed lifetime runs out",
-				slog.String("keyHash", HashKey(l.key)), slog.String("code", string(CodeOf(err))), slog.String("error", err.Error()))
+			if outage.IsZero() {
+				outage = time.Now()
+				l.cfg.logger.Warn("syncguard: automatic lock extension failed; retrying until the lock's guaranteed lifetime runs out", keyHash,
+					slog.String("code", string(CodeOf(err))), slog.Duration("lostIn", time.Until(lostAt).Round(time.Millisecond)), slog.String("error", err.Error()))
+			}
 			next = time.Now().Add(extendRetryDelay(l.cfg.ttl))
 		}
 		t.Reset(time.Until(next))
@@ -498,18 +509,12 @@ type ReleaseErrorInfo struct {
 
 // lockConfig is LockOptions with defaults applied.
 type lockConfig struct {
-	ttl            time.Duration
-	maxRetries     int
-	retryDelay     time.Duration
-	backoff        string
-	jitter         string
-	timeout        time.Duration
-	failFast       bool
-	autoExtend     bool
-	releaseTimeout time.Duration
-	onReleaseError func(error, ReleaseErrorInfo)
-	logger         *slog.Logger
-	identity       string
+	ttl, retryDelay, timeout, releaseTimeout time.Duration
+	maxRetries                               int
+	backoff, jitter, identity                string
+	failFast, autoExtend                     bool
+	onReleaseError                           func(error, ReleaseErrorInfo)
+	logger                                   *slog.Logger
 }
 
 // The lock helper's events (LockEvent "wait" and "hold"), emitted when

@@ -27,7 +27,7 @@ func New(db *sql.DB, cfg *Config) (*Backend, error) {
 		return nil, err
 	}
 	if r.dialect == nil {
-		d, ok := lookupDialect(db)
+		d, ok := driver.Lookup(db.Driver())
 		if !ok {
 			return nil, &Error{Op: "new", Code: CodeInvalidArgument, Msg: fmt.Sprintf(
 				"no syncguard dialect registered for database/sql driver %T: import an adapter, "+
@@ -69,10 +69,6 @@ func (s *shared) releaseStmt() int {
 		return stmtReleaseQueue
 	}
 	return stmtRelease
-}
-
-func lookupDialect(db *sql.DB) (driver.Dialect, bool) {
-	return driver.Lookup(db.Driver())
 }
 
 // WithTx returns a view of b whose operations run inside tx: the lock row
@@ -159,7 +155,12 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 	args := []any{k.Storage, nil, k.Fence, k.Norm, ttlMs}
 	if rec != nil {
 		lockID, stmt = rec.lockID, stmtAcquireWait
-		args = append(args, b.shared.waitCfg.window.Milliseconds(), false)
+		// A queue row lives no longer than its wait (no hand-off to, no queueing behind, a waiter gone).
+		window := b.shared.waitCfg.window
+		if dl, ok := ctx.Deadline(); ok {
+			window = max(min(window, time.Until(dl)), time.Millisecond)
+		}
+		args = append(args, window.Milliseconds(), false)
 		wid, wrec := rec.lockID, rec
 		rec.join(b.shared, func() {
 			// A release of the waiter's lockId deletes its queue row and

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/deploy"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 )
@@ -111,7 +112,7 @@ func CheckDeployment(ctx context.Context, db *sql.DB, cfg *Config) (Report, erro
 		return Report{}, e
 	}
 	if r.dialect == nil {
-		r.dialect, _ = lookupDialect(db)
+		r.dialect, _ = driver.Lookup(db.Driver())
 	}
 	r.logger = slog.New(slog.DiscardHandler) // the findings say it
 	b := &Backend{shared: newShared(db, r)}

@@ -304,8 +304,8 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 	if c.maxRetries > 0 || c.identity != "" {
 		rec = waitRecordFor(key, c.identity, c.maxRetries == 0)
 	}
-	var lastErr, realErr error // the last attempt's error since an answer; the last not cut by the deadline
-	answered := false
+	var lastErr, realErr error                   // the last attempt's error since an answer; the last not cut by the deadline
+	answered, fastest := false, time.Duration(0) // fastest: the quickest answer so far
 	try := func() (AcquireResult, time.Time, bool, error) {
 		attempts++
 		sent := time.Now()
@@ -319,6 +319,9 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 		res, err := b.Acquire(actx, key, c.ttl)
 		cancel()
 		if err == nil {
+			if d := time.Since(sent); !answered || d < fastest {
+				fastest = d
+			}
 			answered, lastErr = true, nil
 			return res, sent.Add(-rec.grantAge()), false, nil // (sent matters only when res.OK)
 		}
@@ -427,8 +430,8 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res Acqu
 			return AcquireResult{}, time.Time{}, attempts, &Error{Op: "lock", Code: CodeAborted, Key: key,
 				Msg: fmt.Sprintf("context cancelled while waiting for the lock after %s", plural(attempts, "attempt")), Err: context.Cause(ctx)}
 		}
-		if !time.Now().Before(deadline) {
-			return giveUp(nil)
+		if !time.Now().Add(fastest).Before(deadline) { // (fastest: 0 before any answer)
+			return giveUp(nil) // no answer would come in time: no attempt is cut (pgx closes a cut statement's connection)
 		}
 		res, sent, cut, err = try()
 		switch {

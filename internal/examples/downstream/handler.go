@@ -35,8 +35,8 @@ func (h *ChargeHandler) Handle(ctx context.Context, invoiceID string) error {
 	}, &syncguard.LockOptions{TTL: 30 * time.Second, Acquisition: syncguard.AcquisitionOptions{Timeout: time.Second}})
 	switch {
 	case errors.Is(err, syncguard.ErrServiceUnavailable), errors.Is(err, syncguard.ErrNetworkTimeout):
-		// The database was unreachable until the wait ended (the
-		// AcquisitionTimeout wraps the outage's error): not "in progress".
+		// The database was unreachable for the whole wait (no attempt
+		// got an answer: the outage's code): not "in progress".
 		return fmt.Errorf("charging %s: %w", invoiceID, err)
 	case errors.Is(err, syncguard.ErrAcquisitionTimeout):
 		return ErrInProgress

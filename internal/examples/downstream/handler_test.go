@@ -65,8 +65,8 @@ func TestChargeHandler(t *testing.T) {
 		}
 
 		// The database is down for the whole wait: the handler reports it
-		// (the wait's AcquisitionTimeout wraps the outage's error), and
-		// nothing is charged.
+		// (no attempt got an answer: the wait ends with the outage's
+		// code), and nothing is charged.
 		locks.Fail(syncguardtest.OpAcquire, syncguard.CodeServiceUnavailable, -1)
 		if err := h.Handle(ctx, "inv-3"); !errors.Is(err, syncguard.ErrServiceUnavailable) {
 			t.Errorf("with the database down: %v", err)

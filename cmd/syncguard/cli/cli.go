@@ -85,6 +85,7 @@ func init() {
 		{"run", "KEY [flags] -- COMMAND [ARG...]", "run COMMAND while holding the lock on KEY (also: --key KEY; -c 'COMMAND LINE' for sh -c)", (*app).cmdRun},
 		{"status", "KEY", "show whether KEY is held, by whom, until when, with which fence", (*app).cmdStatus},
 		{"ls", "", "list active locks, newest first", (*app).cmdLs},
+		{"revoke", "KEY", "force the holder of KEY out: its lease ends as lost at its next extend; the first waiter gets KEY", (*app).cmdRevoke},
 		{"leader", "KEY [--watch]", "show the leader of the election KEY (identity, term), or follow it", (*app).cmdLeader},
 		{"elect", "--key KEY [flags] -- COMMAND [ARG...]", "run COMMAND whenever elected leader of KEY; campaign again after it exits or loses", (*app).cmdElect},
 		{"schema", "", "print the DDL of the lock tables (for migration tools)", (*app).cmdSchema},
@@ -174,7 +175,7 @@ func (a *app) usage(w io.Writer) {
 		"Exit statuses: 0 ok, 64 usage or configuration, 69 database unavailable, 70 internal,\n"+
 		"75 lock busy, 76 lock lost, 77 credentials or privileges refused;\n"+
 		"run: the command's own status, 128+N if it died of signal N;\n"+
-		"status: 0 held, 1 free.\n"+
+		"status: 0 held, 1 free; revoke: 0 revoked, 1 nothing held.\n"+
 		"Run 'syncguard help COMMAND' for a command's flags. Full reference:\n"+
 		"https://github.com/syncguard/syncguard-go/blob/main/docs/cli.md\n")
 }

@@ -116,12 +116,14 @@ func displayKey(k string) string {
 func (a *app) cmdLs(args []string) error {
 	fs := a.flagSet("ls")
 	expired := fs.Bool("expired", false, "also list expired lock rows (they stay until their key is acquired again)")
+	keys := fs.Bool("keys", false, "print raw keys instead of their hashes (keys may hold personal data), and still only the hashes of lockIds")
 	raw := fs.Bool("raw", false, "print raw keys and lockIds instead of their hashes ("+sensitiveNote+"; keys may hold personal data)")
 	limit := fs.Int("limit", 100, "list at most `N` locks; 0 for all")
 	if err := a.parseNoArgs(fs, args, `
 Lists the active locks, newest first: key hash, fence, acquisition time,
-expiry and the holder's lockId hash. Keys and lockIds are shown as HashKey
-values unless --raw is given. A lock is active while
+expiry and the holder's identity or lockId hash. Keys and lockIds are shown
+as HashKey values (as the library logs them) unless --keys (raw keys) or
+--raw (raw keys and lockIds) is given. A lock is active while
 expires_at_ms > server now_ms - 1000, the rule every syncguard operation
 uses.`); err != nil {
 		return err
@@ -139,7 +141,7 @@ uses.`); err != nil {
 	if lim == 0 {
 		lim = -1 // all
 	}
-	list, err := b.List(ctx, &syncguard.ListOptions{Limit: lim, Expired: *expired, Raw: *raw})
+	list, err := b.List(ctx, &syncguard.ListOptions{Limit: lim, Expired: *expired, Raw: *raw || *keys})
 	if err != nil {
 		return err
 	}
@@ -155,8 +157,11 @@ uses.`); err != nil {
 				"expiresInMs": r.ExpiresAt.Sub(now).Milliseconds(),
 				"live":        list.Live(r.LockInfo),
 			}
+			if *raw || *keys {
+				m["key"] = r.Key
+			}
 			if *raw {
-				m["key"], m["lockId"] = r.Key, r.LockID
+				m["lockId"] = r.LockID
 			}
 			locks = append(locks, m)
 		}
@@ -180,6 +185,9 @@ uses.`); err != nil {
 		key, holder := "key#"+r.KeyHash, "lock#"+r.LockIDHash
 		if r.Identity != "" {
 			holder = displayKey(r.Identity)
+		}
+		if *keys {
+			key = displayKey(r.Key)
 		}
 		if *raw {
 			key = displayKey(r.Key)

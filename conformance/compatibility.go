@@ -118,6 +118,26 @@ SELECT $1, $2, n + 30000, n, `+rules.FenceTextSQL("$3::bigint")+`, $4 FROM (SELE
 		_ = tx.Rollback()
 	})
 
+	registerSQL("Compatibility/ReferenceInFlightOnAnExpiredRow", func(e *sqlEnv) {
+		// A reference acquire that holds the advisory lock and has read
+		// the key's expired row FOR UPDATE, but not yet written: a Go
+		// acquire reports "locked" at once, neither waiting for that row
+		// (and deadlocking on the counter row) nor taking it over.
+		k := e.key("ref-expired")
+		_, storage, _ := e.derive(k)
+		old := e.mustAcquire(e.pb, k, 30*time.Second)
+		if _, err := e.db.ExecContext(e.ctx, `UPDATE `+e.locksTable()+` SET "expires_at_ms" = "expires_at_ms" - 120000 WHERE "lock_id" = $1`, old.LockID); err != nil {
+			e.t.Fatalf("setup: expiring the lock: %v", err)
+		}
+		ref := e.begin(e.db2)
+		e.txExec(ref, `SELECT pg_advisory_xact_lock(hashtext($1))`, storage)
+		e.txExec(ref, `SELECT 1 FROM `+e.locksTable()+` WHERE "key" = $1 FOR UPDATE`, storage)
+		got, err := e.acquireWhileOpen(ref, e.b, k)
+		if err != nil || got.OK || got.Reason != syncguard.ReasonLocked {
+			e.t.Errorf("rule: a reference acquire in flight (advisory lock held, row read FOR UPDATE) excludes a Go acquire of the same key; got %+v, %v", got, err)
+		}
+	})
+
 	registerSQL("Compatibility/SchemaMatchesSpec", func(e *sqlEnv) {
 		type col struct{ name, typ, nullable, def string }
 		cols := func(table string) []col {

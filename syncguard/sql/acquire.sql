@@ -35,19 +35,14 @@
 --       free are turned away by it instead of queueing on the counter row,
 --       and the reference implementation's acquire, which holds the same
 --       lock throughout its transaction, is excluded.
---       'open': the try-lock failed (another acquire in flight, or any
---       role at all: advisory locks need no privilege, so the lock is a
---       hint, never a gate) and the key's row exists. The attempt then
---       only takes that row over (upd), under its row lock, which the
---       reference implementation's acquire takes too (SELECT ... FOR
---       UPDATE) before it writes: a row that existed before that acquire
---       read it excludes it. Rows are created only under the advisory
---       lock (ins), by a hand-off while a live lock held the key, or as a
---       placeholder (acquired_at_ms 0, placeholder.sql): a placeholder is
---       taken over only while no session of a role that may write the
---       lock table holds the advisory lock (gate_held_privileged), so no
---       reference acquire that read the key before it existed is in
---       flight.
+--       'open': the try-lock failed, the key's row exists, and no session
+--       of a role that may write the lock table holds the advisory lock
+--       (gate_held_privileged: any role can take advisory locks, so the
+--       lock is a hint, never a gate; a privileged holder is another
+--       acquire in flight, ours or the reference implementation's, and
+--       makes the attempt 'busy'). The attempt then only takes that row
+--       over (upd), under its row lock, which a reference acquire that
+--       starts later takes too (SELECT ... FOR UPDATE) before it writes.
 --       'absent': as 'open', but the key has no row. The attempt writes
 --       nothing: an insert without the advisory lock could be overwritten
 --       by a reference acquire whose snapshot missed it. The caller
@@ -55,7 +50,9 @@
 --       when no privileged session holds the advisory lock and the key
 --       still has no row) and attempts again.
 --       'busy': a live lock, a waiter ahead, or a privileged holder of the
---       advisory lock on a placeholder. A contended attempt stops here:
+--       advisory lock (reading pg_locks for it takes every lock-manager
+--       partition's lock: only an attempt that found the key free and lost
+--       the try-lock pays it). A contended attempt stops here:
 --       it reads only, writes nothing and never waits.
 -- free: one row (carrying now_ms and whether the attempt is gated) when
 --       the attempt may take the key.
@@ -117,7 +114,6 @@ gate AS (
 --end
              WHEN pg_try_advisory_xact_lock(hashtext($1::text)) THEN 'gated'
              WHEN NOT EXISTS (SELECT 1 FROM row0) THEN 'absent'
-             WHEN EXISTS (SELECT 1 FROM row0 WHERE row0."acquired_at_ms" > 0) THEN 'open'
              WHEN {{gate_held_privileged($1::text)}} THEN 'busy'
              ELSE 'open' END AS state
 ),

@@ -351,8 +351,8 @@ func (l *Lease) autoExtend(ctx context.Context, next time.Time) {
 	t := time.NewTimer(time.Until(next))
 	defer t.Stop()
 	var outage time.Time // when extends started failing; zero while they work
-	keyHash, since := slog.String("keyHash", HashKey(l.key)), func(t time.Time) slog.Attr {
-		return slog.Duration("outage", time.Since(t).Round(time.Millisecond))
+	keyHash, since := slog.String("keyHash", HashKey(l.key)), func(from time.Time) slog.Attr {
+		return slog.Duration("outage", time.Since(from).Round(time.Millisecond))
 	}
 	defer func() {
 		if err := l.Err(); !outage.IsZero() && errors.Is(err, ErrLockLost) {

@@ -97,11 +97,11 @@ func (a *advEnv) advPIDHolds(pid int) int {
 	return n
 }
 
-// advWaitFor polls cond every 10 ms until it holds, 10 s pass or the case
-// deadline passes.
+// advWaitFor polls cond every 10 ms until it holds, 10 s (× the slowdown)
+// pass or the case deadline passes.
 func (a *advEnv) advWaitFor(what string, cond func() bool) {
 	a.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(a.slow().scale(10 * time.Second))
 	for !cond() {
 		if time.Now().After(deadline) {
 			a.t.Fatalf("setup: timed out waiting for %s", what)

@@ -68,10 +68,11 @@ func init() {
 	})
 }
 
-// advEventually polls cond every 10 ms for up to 10 s (a bound only a
-// session that never ends exceeds) and reports whether it came true.
+// advEventually polls cond every 10 ms for up to 10 s × the slowdown (a
+// bound only a session that never ends exceeds) and reports whether it
+// came true.
 func (a *advEnv) advEventually(cond func() bool) bool {
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(a.slow().scale(10 * time.Second))
 	for !cond() {
 		if time.Now().After(deadline) || a.ctx.Err() != nil {
 			return false

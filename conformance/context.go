@@ -71,12 +71,12 @@ func (e *sqlEnv) blockedAcquire(mkCtx func(context.Context) (context.Context, fu
 		close(returned)
 	}()
 	var got res
-	// await takes the acquire's result; still blocked 10 s on it fails the
-	// case with rule.
+	// await takes the acquire's result; still blocked 10 s (× the
+	// slowdown) on it fails the case with rule.
 	await := func(rule string) {
 		select {
 		case got = <-ch:
-		case <-time.After(10 * time.Second):
+		case <-time.After(e.slow().scale(10 * time.Second)):
 			unblock()
 			<-ch
 			e.t.Fatalf("rule: %s", rule)
@@ -86,13 +86,13 @@ func (e *sqlEnv) blockedAcquire(mkCtx func(context.Context) (context.Context, fu
 		if pid := e.waitLockWaiter(e.cfg.TableName, returned); pid == 0 {
 			unblock()
 			got = <-ch
-			e.t.Fatalf("setup: found no server backend waiting on a lock whose query text names %q within 10 s (the acquire returned %+v, %v)", e.cfg.TableName, got.r, got.err)
+			e.t.Fatalf("setup: found no server backend waiting on a lock whose query text names %q within %v (the acquire returned %+v, %v)", e.cfg.TableName, e.slow().scale(10*time.Second), got.r, got.err)
 		}
 		cancelAt := time.Now()
 		cancel()
 		await("a cancelled acquire returns promptly; still blocked 10 s after the cancel")
-		if d := got.at.Sub(cancelAt); d > 500*time.Millisecond {
-			e.t.Errorf("rule: an acquire blocked on the server returns within 500 ms of its context's cancellation; took %v", d)
+		if d, budget := got.at.Sub(cancelAt), e.slow().scale(500*time.Millisecond); d > budget {
+			e.t.Errorf("rule: an acquire blocked on the server returns within 500 ms of its context's cancellation (%v on this machine); took %v (%s)", budget, d, e.slow())
 		}
 	} else {
 		await("an acquire past its deadline returns promptly; still blocked 10 s later")
@@ -103,7 +103,7 @@ func (e *sqlEnv) blockedAcquire(mkCtx func(context.Context) (context.Context, fu
 	// The statement may still run on the server once the blocker goes; the
 	// backend must then release what it took, in the background.
 	unblock()
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(e.slow().scale(3 * time.Second))
 	var trace []bool
 	for {
 		locked := e.isLocked(e.b2, k)
@@ -112,7 +112,7 @@ func (e *sqlEnv) blockedAcquire(mkCtx func(context.Context) (context.Context, fu
 		}
 		if time.Now().After(deadline) {
 			if locked {
-				e.t.Errorf("rule: an acquire ended by its context leaves no lock behind; key %q still locked 3 s after the blocker rolled back (IsLocked changes seen: %v)", k, trace)
+				e.t.Errorf("rule: an acquire ended by its context leaves no lock behind; key %q still locked %v after the blocker rolled back (IsLocked changes seen: %v)", k, e.slow().scale(3*time.Second), trace)
 			}
 			break
 		}

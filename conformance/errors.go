@@ -13,7 +13,7 @@ func init() {
 	registerSQL("Errors/ConnectionRefusedIsServiceUnavailable", func(e *sqlEnv) {
 		e.skipUnless(e.h.OpenRefused != nil, "OpenRefused")
 		b := e.newBackend(e.h.OpenRefused(e.t), nil)
-		ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+		ctx, cancel := context.WithTimeout(e.ctx, e.slow().scale(20*time.Second))
 		defer cancel()
 		for op, err := range allOps(ctx, b, e.key("refused"), rules.GenerateLockID(), time.Second) {
 			if !errIs(err, syncguard.ErrServiceUnavailable) || !syncguard.CodeOf(err).Retryable() {
@@ -25,7 +25,7 @@ func init() {
 	registerSQL("Errors/WrongPasswordIsAuthFailed", func(e *sqlEnv) {
 		e.skipUnless(e.h.OpenWrongPassword != nil, "OpenWrongPassword")
 		db := e.h.OpenWrongPassword(e.t) // may skip, with its own reason
-		ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+		ctx, cancel := context.WithTimeout(e.ctx, e.slow().scale(20*time.Second))
 		defer cancel()
 		if err := db.PingContext(ctx); err == nil {
 			// The server let the "wrong" password in (trust authentication,
@@ -93,7 +93,7 @@ func init() {
 				}
 				unblock()
 				got = <-ch
-				e.t.Fatalf("setup: found no server backend waiting on a lock whose query text names %q within 10 s (terminated so far %v; the acquire returned %+v, %v)", e.cfg.TableName, terminated, got.r, got.err)
+				e.t.Fatalf("setup: found no server backend waiting on a lock whose query text names %q within %v (terminated so far %v; the acquire returned %+v, %v)", e.cfg.TableName, e.slow().scale(10*time.Second), terminated, got.r, got.err)
 			}
 			var ok bool
 			if err := e.db.QueryRowContext(e.ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&ok); err != nil || !ok {
@@ -122,7 +122,7 @@ func init() {
 		// its transaction, and lets go of the acquire's per-key advisory
 		// lock, when its process gets to it, which on a loaded machine
 		// takes a moment. Until then an acquire is rightly told "locked".
-		for deadline := time.Now().Add(10 * time.Second); ; {
+		for deadline := time.Now().Add(e.slow().scale(10 * time.Second)); ; {
 			var n int
 			if err := e.db.QueryRowContext(e.ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY ($1::int[])`, intArray(terminated)).Scan(&n); err != nil {
 				e.t.Fatalf("setup: reading pg_stat_activity: %v", err)
@@ -131,7 +131,7 @@ func init() {
 				break
 			}
 			if time.Now().After(deadline) {
-				e.t.Fatalf("setup: %d terminated backends still there after 10 s", n)
+				e.t.Fatalf("setup: %d terminated backends still there after %v (%s)", n, e.slow().scale(10*time.Second), e.slow())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}

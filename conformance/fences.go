@@ -124,7 +124,7 @@ func init() {
 			e.release(e.b, r.LockID)
 		}
 		held := e.mustAcquire(e.b, heldKey, 60*time.Second)
-		ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+		ctx, cancel := context.WithTimeout(e.ctx, e.slow().scale(20*time.Second))
 		err := e.h.Restart(ctx)
 		cancel()
 		if err != nil {
@@ -171,7 +171,7 @@ func init() {
 		// Cleanup may delete only rows expired more than 2 s ago (the spec's
 		// guard); wait past that on the server clock, then poll.
 		e.waitPast(ms(rExp.ExpiresAt) + 2000 + 50)
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(e.slow().scale(5 * time.Second))
 		deleted := false
 		for !deleted && time.Now().Before(deadline) {
 			if e.isLocked(cb, expiring) {
@@ -187,7 +187,7 @@ func init() {
 			}
 		}
 		if !deleted {
-			e.t.Errorf("rule: with CleanupInIsLocked, IsLocked eventually deletes a lock row expired more than 2 s ago; row of %q still there 5 s later", expiring)
+			e.t.Errorf("rule: with CleanupInIsLocked, IsLocked eventually deletes a lock row expired more than 2 s ago; row of %q still there %v later (%s)", expiring, e.slow().scale(5*time.Second), e.slow())
 		}
 		if after := e.fenceTable(); !maps.Equal(after, fencesBefore) {
 			e.t.Errorf("rule: fence counter rows are never deleted or changed by cleanup; before %v after %v", fencesBefore, after)

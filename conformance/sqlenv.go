@@ -352,10 +352,11 @@ func (e *sqlEnv) holdFenceRow(key string) (unblock func()) {
 
 // waitLockWaiter waits until a server backend whose query text contains
 // substr is waiting on a lock, and returns its pid. It gives up (returning
-// 0) when returned is closed first, the case deadline passes, or after 10 s.
+// 0) when returned is closed first, the case deadline passes, or after 10 s
+// (× the slowdown).
 func (e *sqlEnv) waitLockWaiter(substr string, returned <-chan struct{}, skip ...int) int {
 	e.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(e.slow().scale(10 * time.Second))
 	if skip == nil {
 		skip = []int{}
 	}
@@ -395,9 +396,10 @@ func intArray(v []int) string {
 }
 
 // retryTransient runs fn until it returns nil or a non-retryable error, for
-// up to d (after a server restart, pooled connections fail for a while).
+// up to d × the slowdown (after a server restart, pooled connections fail
+// for a while).
 func (e *sqlEnv) retryTransient(d time.Duration, fn func() error) error {
-	deadline := time.Now().Add(d)
+	deadline := time.Now().Add(e.slow().scale(d))
 	for {
 		err := fn()
 		if err == nil || !syncguard.CodeOf(err).Retryable() || time.Now().After(deadline) || e.ctx.Err() != nil {

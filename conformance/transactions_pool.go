@@ -16,7 +16,7 @@ func init() {
 		b := e.newBackend(db, nil) // nothing prepared yet
 		tx := e.begin(db)
 		defer tx.Rollback()
-		ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
+		ctx, cancel := context.WithTimeout(e.ctx, e.slow().scale(5*time.Second))
 		defer cancel()
 		bt := b.WithTx(tx)
 		k := e.key("onepool")

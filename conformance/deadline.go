@@ -122,7 +122,11 @@ func (c *caseContext) overrun(name string) string {
 	if c.at != nil {
 		s += fmt.Sprintf("; measured again at the deadline: %s (slowdown %.1f)", *c.at, c.at.factor())
 	}
-	if c.p.source == "measured" && c.factor >= maxSlowdown {
+	start := measurement{roundTrip: c.p.roundTrip, cpu: c.p.cpu}.factor()
+	switch {
+	case c.p.source != "measured" && start > c.factor*1.2:
+		return s + fmt.Sprintf(". The machine measured slower (slowdown %.1f) than the run was told (%.1f): set %s higher, or unset it (and Harness.Slowdown) to have the suite measure", start, c.factor, SlowdownEnv)
+	case c.p.source == "measured" && c.factor >= maxSlowdown:
 		return s + fmt.Sprintf(". That is as slow as a measured run allows for (×%d): on a machine this busy set %s higher (or Harness.Slowdown); if the case fails the same way on a quiet machine, a lock operation or a wait hangs", maxSlowdown, SlowdownEnv)
 	}
 	return s + fmt.Sprintf(". The budget allowed for that slowdown, so a lock operation or a wait probably hangs; if the machine was busier than that, set %s (or Harness.Slowdown) higher", SlowdownEnv)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,4 +127,65 @@ func TestHelperNoDSNRequired(t *testing.T) {
 		t.Skip("helper: run by TestMissingDSNUnderCIFails")
 	}
 	conformance.Run(t, conformance.Harness{DriverName: "pgx", Required: true})
+}
+
+// TestSlowdownStretchesTheDeadline: a case that needs 400 ms (its first
+// operation waits that long, honouring its context) fails against a
+// 200 ms CaseTimeout on a machine declared as fast as the reference
+// (SYNCGUARD_CONFORMANCE_SLOWDOWN=1), saying how slow the machine was, and
+// passes when the variable declares it 5 times slower; a malformed value
+// fails the run with one line.
+func TestSlowdownStretchesTheDeadline(t *testing.T) {
+	if os.Getenv(helperEnv) != "" {
+		t.Skip("helper run")
+	}
+	out, failed := runSelf(t, "^TestHelperSlowCase$", "slow", conformance.SlowdownEnv+"=1")
+	for _, want := range []string{
+		"rule: every case ends by its deadline (Harness.CaseTimeout 200ms × slowdown 1.0 = 200ms); Lifecycle/AcquireIsLockedLookupRelease ran",
+		"How slow the machine was: slowdown 1.0 (" + conformance.SlowdownEnv + "=1; this machine measured CPU calibration",
+	} {
+		if !failed || !strings.Contains(out, want) {
+			t.Errorf("the slow case against a 200 ms budget must fail saying %q; exit non-zero %v, output:\n%s", want, failed, out)
+		}
+	}
+	if !strings.Contains(out, "set "+conformance.SlowdownEnv+" (or Harness.Slowdown) higher") && !strings.Contains(out, "set "+conformance.SlowdownEnv+" higher, or unset it") {
+		t.Errorf("the failure says which knob gives the case more time:\n%s", out)
+	}
+	out, failed = runSelf(t, "^TestHelperSlowCase$", "slow", conformance.SlowdownEnv+"=5")
+	if failed || !strings.Contains(out, "conformance: slowdown 5.0 ("+conformance.SlowdownEnv+"=5;") {
+		t.Errorf("with %s=5 the budget is 1 s and the slow case passes; exit non-zero %v, output:\n%s", conformance.SlowdownEnv, failed, out)
+	}
+	out, failed = runSelf(t, "^TestHelperSlowCase$", "slow", conformance.SlowdownEnv+"=fast")
+	if !failed || !strings.Contains(out, conformance.SlowdownEnv+`="fast": want a factor ≥ 1`) {
+		t.Errorf("a malformed %s fails the run with one line; exit non-zero %v, output:\n%s", conformance.SlowdownEnv, failed, out)
+	}
+}
+
+func TestHelperSlowCase(t *testing.T) {
+	if os.Getenv(helperEnv) != "slow" {
+		t.Skip("helper: run by TestSlowdownStretchesTheDeadline")
+	}
+	conformance.RunBackend(t, conformance.BackendHarness{
+		CaseTimeout: 200 * time.Millisecond,
+		Groups:      []string{"Lifecycle"},
+		New: func(t *testing.T) conformance.Target {
+			if !strings.HasSuffix(t.Name(), "/AcquireIsLockedLookupRelease") {
+				t.Skip("one case is enough")
+			}
+			b := syncguardtest.New()
+			var once sync.Once
+			b.SetHook(func(ctx context.Context, _ syncguardtest.Call) error {
+				var err error
+				once.Do(func() {
+					select {
+					case <-time.After(400 * time.Millisecond):
+					case <-ctx.Done():
+						err = syncguardtest.Err(syncguardtest.OpAcquire, "NetworkTimeout")
+					}
+				})
+				return err
+			})
+			return conformance.Target{Backend: b}
+		},
+	})
 }

@@ -151,7 +151,7 @@ func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 		lease, err := syncguard.Lock(ctx, e.b, e.key, opts)
 		if err == nil {
 			t := &Term{lease: lease, since: time.Now()}
-			lctx, cancel := lease.Context(context.WithoutCancel(ctx))
+			lctx, cancel := lease.Bind(context.WithoutCancel(ctx))
 			t.ctx, t.cancel = context.WithCancelCause(lctx)
 			context.AfterFunc(t.ctx, cancel)
 			// The campaign's ctx ends the term: resign then.

@@ -226,7 +226,7 @@ func (b *Backend) Lock(ctx context.Context, key string, opts *syncguard.LockOpti
 		return nil, err
 	}
 	acquired(span, a, start)
-	lctx, cancel := lease.Context(context.Background())
+	lctx, cancel := lease.Bind(context.Background())
 	context.AfterFunc(lctx, func() {
 		cancel()
 		holdEnded(span, lease.Err())
@@ -253,7 +253,7 @@ func (b *Backend) WithLock(ctx context.Context, key string, fn func(ctx context.
 			lease = l
 			acquired(span, a, start)
 			// The moment of a loss, while fn still runs.
-			lctx, cancel := l.Context(context.Background())
+			lctx, cancel := l.Bind(context.Background())
 			defer cancel()
 			context.AfterFunc(lctx, func() { lost.record(span, l.Err(), false) })
 			return fn(ctx, l)

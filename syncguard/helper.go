@@ -224,7 +224,7 @@ func WithLock(ctx context.Context, backend Locker, key string, fn func(ctx conte
 	fnCtx := ctx
 	if lease.cfg.autoExtend {
 		var cancel context.CancelFunc
-		fnCtx, cancel = lease.Context(ctx)
+		fnCtx, cancel = lease.Bind(ctx)
 		defer cancel()
 	}
 	return fn(fnCtx, lease)

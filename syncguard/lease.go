@@ -211,10 +211,10 @@ func (l *Lease) Err() error {
 	return context.Cause(l.ctx)
 }
 
-// Context returns a copy of parent that is also cancelled when the lease
+// Bind returns a copy of parent that is also cancelled when the lease
 // ends, with Err as its cause (context.Cause). Call cancel when done with
 // it. WithLock gives fn such a context when AutoExtend is set.
-func (l *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
+func (l *Lease) Bind(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
 	stop := context.AfterFunc(l.ctx, func() { cancel(l.Err()) })
 	return ctx, func() {

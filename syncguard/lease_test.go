@@ -386,7 +386,7 @@ func TestManualExtend(t *testing.T) {
 func TestLeaseContextCancelledOnRelease(t *testing.T) {
 	b := syncguardtest.New()
 	l, _ := syncguard.Lock(context.Background(), b, "k", nil)
-	ctx, cancel := l.Context(context.Background())
+	ctx, cancel := l.Bind(context.Background())
 	defer cancel()
 	l.Close()
 	<-ctx.Done()

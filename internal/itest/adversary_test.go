@@ -298,14 +298,21 @@ func learnedFromPgLocks(ctx context.Context, t *testing.T, evil *sql.DB, backend
 	}
 }
 
-// shortTimeouts: six workers loop Lock with timeouts of 1 to 31 ms. Each
+// shortTimeouts: six workers loop Lock with timeouts of 1 to 31 ms (in
+// units of one worker's uncontended cycle when that is longer). Each
 // one that gives up passes its turn on, so the key is taken, not left free
 // behind queue rows of waiters that left; compared with one worker alone
 // over the same time on the same machine.
 func shortTimeouts(ctx context.Context, t *testing.T, admin *sql.DB, backend func() *syncguard.Backend, key func(string) string) {
+	var gapMu sync.Mutex
+	var last time.Time
+	var maxGap time.Duration // the longest time without a hold starting, in the six-worker run
+	unit := time.Millisecond // the timeouts are 1 to 31 units
 	run := func(k string, workers int, d time.Duration) (holds, timeouts int64) {
 		var h, to atomic.Int64
-		end := time.Now().Add(d)
+		start := time.Now()
+		end := start.Add(d)
+		last = start
 		var wg sync.WaitGroup
 		for w := range workers {
 			b := backend()
@@ -315,7 +322,7 @@ func shortTimeouts(ctx context.Context, t *testing.T, admin *sql.DB, backend fun
 				r := rand.New(rand.NewPCG(uint64(w), 7))
 				for time.Now().Before(end) {
 					lease, err := syncguard.Lock(ctx, b, k, &syncguard.LockOptions{TTL: 10 * time.Second,
-						Acquisition: syncguard.AcquisitionOptions{Timeout: time.Duration(1+r.IntN(31)) * time.Millisecond}})
+						Acquisition: syncguard.AcquisitionOptions{Timeout: time.Duration(1+r.IntN(31)) * unit}})
 					switch {
 					case errors.Is(err, syncguard.ErrAcquisitionTimeout), errors.Is(err, syncguard.ErrNetworkTimeout):
 						// (NetworkTimeout: the wait ended while an attempt's
@@ -326,6 +333,9 @@ func shortTimeouts(ctx context.Context, t *testing.T, admin *sql.DB, backend fun
 						return
 					default:
 						h.Add(1)
+						gapMu.Lock()
+						maxGap, last = max(maxGap, time.Since(last)), time.Now()
+						gapMu.Unlock()
 						lease.Close()
 					}
 				}
@@ -336,6 +346,12 @@ func shortTimeouts(ctx context.Context, t *testing.T, admin *sql.DB, backend fun
 	}
 	const d = 4 * time.Second
 	alone, _ := run(key("short-alone"), 1, d)
+	maxGap = 0
+	// One worker's Lock-and-Close cycle: about 1 ms on a quiet machine
+	// without -race, where the timeouts are the issue's 1 to 31 ms; a
+	// slower machine (or -race) stretches the unit by as much, so that a
+	// timeout is as many round trips as there.
+	unit = max(time.Millisecond, d/time.Duration(max(alone, 1)))
 	var s0, s1 int64 // connections opened (pgx closes a connection whose statement a deadline cuts; see pgxstd.NewConnector)
 	sessions := `SELECT sessions FROM pg_stat_database WHERE datname = current_database()`
 	_ = admin.QueryRowContext(ctx, sessions).Scan(&s0)
@@ -353,7 +369,8 @@ func shortTimeouts(ctx context.Context, t *testing.T, admin *sql.DB, backend fun
 	if live != 0 {
 		t.Errorf("%d live queue rows after every waiter gave up; want 0 (rule: a waiter that leaves passes the turn on)", live)
 	}
-	t.Logf("one worker: %d holds; six workers with 1-31 ms timeouts: %d holds, %d timeouts (%.2fx)", alone, holds, timeouts, float64(holds)/float64(max(alone, 1)))
+	t.Logf("one worker: %d holds; six workers with timeouts of 1 to 31 x %v: %d holds, %d timeouts (%.2fx), longest time without a hold %v",
+		alone, unit.Round(10*time.Microsecond), holds, timeouts, float64(holds)/float64(max(alone, 1)), maxGap.Round(time.Millisecond))
 	// The starvation this guards against gave 0 holds; a tenth leaves room
 	// for a loaded machine (docs/failure-model.md has the measured ratios).
 	if holds*10 < alone {

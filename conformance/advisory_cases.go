@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -158,8 +159,8 @@ func init() {
 			ok, err := try(ctx)
 			d := time.Since(start)
 			cancel()
-			if err != nil || ok || d > time.Second {
-				e.t.Errorf("rule: %s of a held key returns false at once; got %v, %v after %v (held by pid %d)", name, ok, err, d, holder)
+			if err != nil || ok || d > e.slow().scale(time.Second) {
+				e.t.Errorf("rule: %s of a held key returns false at once (within 1 s × the slowdown); got %v, %v after %v (held by pid %d; %s)", name, ok, err, d, holder, e.slow())
 			}
 		}
 		for _, pid := range pids {
@@ -295,7 +296,13 @@ func init() {
 		a := newAdvEnv(e)
 		key := a.advKey("cancel-race")
 		holder, _ := a.advHoldTx(key)
-		for i := range 24 {
+		// A LockTx whose wait had not reached the server within advisory's
+		// window for the server-side cancel (advCancelWindow) falls back to
+		// the driver's cancel, which breaks the transaction, as documented:
+		// on a slow machine some may; all of them is a broken cancel.
+		var fellBack []string
+		const tries = 24
+		for i := range tries {
 			tx := a.begin(e.db)
 			a.advPID(tx)
 			delay := time.Duration(i) * 250 * time.Microsecond
@@ -313,8 +320,19 @@ func init() {
 				e.t.Errorf("rule: a cancel %v after LockTx starts returns within %v (%v × the slowdown); took %v (%s)", delay, budget, advCancelBudget, took, e.slow())
 			}
 			if err := tx.Rollback(); err != nil {
-				e.t.Errorf("rule: the transaction of a LockTx cancelled %v after it started can be rolled back; Rollback = %v", delay, err)
+				if took >= delay+advCancelWindow {
+					fellBack = append(fellBack, fmt.Sprintf("cancelled after %v, returned after %v: Rollback = %v", delay, took, err))
+					continue
+				}
+				e.t.Errorf("rule: the transaction of a LockTx cancelled %v after it started can be rolled back; Rollback = %v (LockTx returned after %v)", delay, err, took)
 			}
+		}
+		if len(fellBack) > 0 {
+			e.t.Logf("on this machine (%s) %d of %d LockTx calls outlasted the server-side cancel's %v and fell back to the driver's cancel: %s",
+				e.slow(), len(fellBack), tries, advCancelWindow, strings.Join(fellBack, "; "))
+		}
+		if len(fellBack) == tries {
+			e.t.Errorf("rule: a LockTx cancelled as its wait begins is cancelled on the server, keeping the transaction; all %d fell back to the driver's cancel (%s)", tries, e.slow())
 		}
 		if rows := a.advRows(key); len(rows) != 1 || rows[0].PID != holder || !rows[0].Granted {
 			e.t.Errorf("rule: cancelling waiters does not disturb the holder; pg_locks rows %+v", rows)

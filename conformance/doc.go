@@ -35,8 +35,13 @@
 // an hour).
 //
 // Each case runs on its own test goroutine with a deadline
-// (Harness.CaseTimeout): every wait and lock operation of a case honours it,
-// so a case that would hang fails by its name instead. A failure message
+// (Harness.CaseTimeout × the machine's slowdown): every wait and lock
+// operation of a case honours it, so a case that would hang fails by its
+// name instead, saying how slow the machine measured. The slowdown is
+// measured at the start of the run (round trips, a CPU calibration loop)
+// or given (SYNCGUARD_CONFORMANCE_SLOWDOWN, Harness.Slowdown); the suite's
+// own waits stretch by it and its heaviest races repeat fewer times, so a
+// busy CI runner is not reported as a bug. A failure message
 // states the broken rule in one line ("rule: ..."), then the evidence; a
 // message starting "setup:" means the case could not set itself up. Cases
 // create their own uniquely named tables and drop them at the end, so the

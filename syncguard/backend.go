@@ -217,7 +217,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 	// A free key without a row whose advisory lock someone else holds: a
 	// placeholder row if no acquire is in flight, then the attempt again.
 	for i, put := 0, false; err == nil && d.absent && i < 2 && ctx.Err() == nil; i++ {
-		err = (&Backend{shared: b.shared}).oneShot(ctx, b.shared.sql.placeholder, []any{k.Storage, lockID, k.Norm}, []any{&put})
+		err = (&Backend{shared: b.shared}).run(ctx, stmtPlaceholder, []any{k.Storage, lockID, k.Norm}, &put)
 		if err == nil && put {
 			err = b.run(ctx, stmt, args, dest...)
 		} else if err == nil {

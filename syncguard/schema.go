@@ -33,6 +33,7 @@ const (
 	stmtLookupID
 	stmtLookupKeyPlain
 	stmtLookupIDPlain
+	stmtPlaceholder // an expired row for an acquire to take over (acquire.sql's absent)
 	numStmts
 )
 
@@ -43,7 +44,6 @@ type statements struct {
 	cleanup                    string
 	list, listPlain, lastFence string // inspections (inspect.go)
 	releaseOrphans             string // background release (orphans.go)
-	placeholder                string // an expired row for an acquire to take over (acquire.sql's absent)
 }
 
 // render expands a statement file: the rules' SQL fragments ({{now_ms}},
@@ -133,6 +133,7 @@ func renderStatements(table, fenceTable string) statements {
 			stmtReleasePlain: v("release.sql", false, false), stmtExtend: v("extend.sql", true, true),
 			stmtLookupKey: v("lookup_key.sql", true, true), stmtLookupID: v("lookup_id.sql", true, true),
 			stmtLookupKeyPlain: v("lookup_key.sql", true, false), stmtLookupIDPlain: v("lookup_id.sql", true, false),
+			stmtPlaceholder: v("placeholder.sql", true, true),
 		},
 		cleanup:   v("cleanup.sql", true, true),
 		list:      v("list.sql", true, true),
@@ -140,7 +141,6 @@ func renderStatements(table, fenceTable string) statements {
 		lastFence: v("last_fence.sql", true, true),
 
 		releaseOrphans: v("release_orphans.sql", true, true),
-		placeholder:    v("placeholder.sql", true, true),
 	}
 }
 

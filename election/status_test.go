@@ -13,49 +13,6 @@ import (
 	"github.com/syncguard/syncguard-go/syncguardtest"
 )
 
-// killable is one simulated process's connection to the database: once
-// killed, every operation fails as an outage would, so its lock is never
-// extended again and expires at its TTL.
-type killable struct {
-	syncguard.LockBackend
-	dead atomic.Bool
-}
-
-func (k *killable) down(op string) error {
-	if k.dead.Load() {
-		return &syncguard.Error{Op: op, Code: syncguard.CodeServiceUnavailable, Msg: "killed"}
-	}
-	return nil
-}
-
-func (k *killable) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {
-	if err := k.down("acquire"); err != nil {
-		return syncguard.AcquireResult{}, err
-	}
-	return k.LockBackend.Acquire(ctx, key, ttl)
-}
-
-func (k *killable) Release(ctx context.Context, lockID string) (syncguard.ReleaseResult, error) {
-	if err := k.down("release"); err != nil {
-		return syncguard.ReleaseResult{}, err
-	}
-	return k.LockBackend.Release(ctx, lockID)
-}
-
-func (k *killable) Extend(ctx context.Context, lockID string, ttl time.Duration) (syncguard.ExtendResult, error) {
-	if err := k.down("extend"); err != nil {
-		return syncguard.ExtendResult{}, err
-	}
-	return k.LockBackend.Extend(ctx, lockID, ttl)
-}
-
-func (k *killable) LookupKey(ctx context.Context, key string) (*syncguard.LockInfo, error) {
-	if err := k.down("lookup"); err != nil {
-		return nil, err
-	}
-	return k.LockBackend.LookupKey(ctx, key)
-}
-
 // statuses records what OnStatus is told.
 type statuses struct {
 	mu  sync.Mutex
@@ -84,7 +41,7 @@ func TestOnStatusFollowerSeesTheLeaderThenLeads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fake := syncguardtest.New()
 		ctx := t.Context()
-		procA := &killable{LockBackend: fake}
+		procA := fake.WithIdentity("a") // a simulated process of its own
 		var stA, stB statuses
 		opts := func(id string, s *statuses) *election.Options {
 			return &election.Options{Identity: id, TTL: 3 * time.Second, PollInterval: 100 * time.Millisecond, OnStatus: s.add}
@@ -120,7 +77,7 @@ func TestOnStatusFollowerSeesTheLeaderThenLeads(t *testing.T) {
 			t.Errorf("follower's statuses %+v, want {false, \"\"} at the campaign's start, then {false, %s}", first, termA.Fence())
 		}
 
-		procA.dead.Store(true) // a's process dies: its lock expires at its TTL
+		procA.Partition() // a's process dies: its lock expires at its TTL
 		<-termA.Done()
 		synctest.Wait()
 		if got, _ := stA.last(); got.Leader {

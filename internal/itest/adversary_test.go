@@ -371,9 +371,12 @@ func shortTimeouts(ctx context.Context, t *testing.T, admin *sql.DB, backend fun
 	}
 	t.Logf("one worker: %d holds; six workers with timeouts of 1 to 31 x %v: %d holds, %d timeouts (%.2fx), longest time without a hold %v",
 		alone, unit.Round(10*time.Microsecond), holds, timeouts, float64(holds)/float64(max(alone, 1)), maxGap.Round(time.Millisecond))
-	// The starvation this guards against gave 0 holds; a tenth leaves room
-	// for a loaded machine (docs/failure-model.md has the measured ratios).
-	if holds*10 < alone {
+	// The starvation this guards against gave 0 holds (0 of 2,813). The
+	// ratio itself is a speed, measured, not asserted (docs/failure-model.md:
+	// 0.06x to 0.38x, 0.08x with both cores kept busy by a build loop): a
+	// hundredth is a bound only that bug falls under, however busy the
+	// machine.
+	if holds*100 < alone {
 		t.Errorf("six workers with short timeouts got %d holds, one worker alone %d: waiters that give up must pass the turn on", holds, alone)
 	}
 }

@@ -31,8 +31,8 @@ FUZZTIME ?= 3s
 # What make test leaves to make check (printed by make test, so that
 # nothing is skipped silently; each long test also skips with a message
 # naming SYNCGUARD_LONG).
-LONG_SUITES := the conformance suite through PgBouncer (internal/itest), failovers on pg_auto_failover \
-	(internal/ha), the fault suite (internal/chaos TestChaos), fuzzing, release-check, the core with go$(MIN_GO)
+LONG_SUITES := the conformance suite through PgBouncer (tests/itest), failovers on pg_auto_failover \
+	(tests/ha), the fault suite (tests/chaos TestChaos), fuzzing, release-check, the core with go$(MIN_GO)
 
 .PHONY: test check test-modules vet demo bench schema tidy fuzz deps release release-check test-min-go test-loaded
 
@@ -88,7 +88,7 @@ fuzz:
 
 demo:
 	@scripts/deps.sh demo
-	cd internal/demo && $(GO) run .
+	cd examples/demo && $(GO) run .
 
 # Installs missing Debian packages (as root) or says what to install.
 deps:
@@ -102,23 +102,23 @@ test-min-go:
 
 # A simulated release as a user meets it: see docs/release.md.
 release-check:
-	$(GO) run ./internal/release check
+	$(GO) run ./tools/release check
 
 # make release VERSION=vX.Y.Z: sets the version at which the published
 # modules require each other and prints the tags to push (docs/release.md).
 release:
 	@test -n "$(VERSION)" || { echo "usage: make release VERSION=vX.Y.Z"; exit 2; }
-	$(GO) run ./internal/release version $(VERSION)
-	$(GO) run ./internal/release tidy
+	$(GO) run ./tools/release version $(VERSION)
+	$(GO) run ./tools/release tidy
 
 schema:
 	$(GO) generate ./syncguard
 
 # go mod tidy of every module, without replace directives (the siblings are
-# served from a file-system proxy of this tree; see internal/release).
+# served from a file-system proxy of this tree; see tools/release).
 tidy:
-	$(GO) run ./internal/release tidy
+	$(GO) run ./tools/release tidy
 
 -include bench/Makefile.inc
--include internal/chaos/Makefile.inc
--include internal/ha/Makefile.inc
+-include tests/chaos/Makefile.inc
+-include tests/ha/Makefile.inc

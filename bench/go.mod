@@ -6,7 +6,7 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/lib/pq v1.12.3
 	github.com/syncguard/syncguard-go v0.1.0
-	github.com/syncguard/syncguard-go/internal/pgtest v0.1.0
+	github.com/syncguard/syncguard-go/tests/pgtest v0.1.0
 	github.com/syncguard/syncguard-go/pgxstd v0.1.0
 	github.com/syncguard/syncguard-go/pq v0.1.0
 )

@@ -39,7 +39,7 @@ func TestInspectReportsShapes(t *testing.T) {
 }
 
 // A pool opened with NewConnector finds, by its driver's type, a dialect
-// that can LISTEN (syncguard.New looks it up so; internal/itest's
+// that can LISTEN (syncguard.New looks it up so; tests/itest's
 // TestPQConnectorListens checks it against PostgreSQL); a pool of lib/pq's
 // own driver finds the plain Dialect, which cannot.
 func TestConnectorPoolFindsTheListeningDialect(t *testing.T) {

@@ -434,7 +434,7 @@ func TestSchemaSQLQuotesAndNames(t *testing.T) {
 	def, _ := SchemaSQL(nil)
 	file, err := os.ReadFile("../schema.sql")
 	if err != nil || string(file) != def {
-		t.Errorf("schema.sql at the repository root must equal SchemaSQL(nil); regenerate it with `go run ./internal/genschema` (%v)", err)
+		t.Errorf("schema.sql at the repository root must equal SchemaSQL(nil); regenerate it with `go run ./tools/genschema` (%v)", err)
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 
 // Revoke ends the holding it finds: the holder's lease ends as lost at its
 // next automatic extend, and the key goes to its waiter with a larger
-// fence. (internal/clitest runs the same against PostgreSQL.)
+// fence. (tests/clitest runs the same against PostgreSQL.)
 func TestRevokeEndsTheHolder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()

@@ -251,4 +251,4 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	return nil
 }
 
-//go:generate go run ../internal/genschema ../schema.sql
+//go:generate go run ../tools/genschema ../schema.sql

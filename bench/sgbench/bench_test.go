@@ -26,7 +26,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "github.com/lib/pq"
 
-	"github.com/syncguard/syncguard-go/internal/pgtest"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
 	_ "github.com/syncguard/syncguard-go/pgxstd"
 	_ "github.com/syncguard/syncguard-go/pq"
 )

@@ -11,7 +11,7 @@ import (
 // far client does: a delay line, not a throughput cap. Each chunk is due
 // at the time it was read plus the delay, so chunks that follow each other
 // closely (two notifications) arrive as closely, each one delay late.
-// (internal/pgtest/tcpproxy's SetDelay sleeps in its copy loop instead: a
+// (tests/pgtest/tcpproxy's SetDelay sleeps in its copy loop instead: a
 // chunk read during another's sleep waits for it, so bursts queue up; right
 // for faults, not for a far client.)
 type DelayProxy struct {

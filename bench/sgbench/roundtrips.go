@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/syncguard/syncguard-go/internal/pgtest/tcpproxy"
+	"github.com/syncguard/syncguard-go/tests/pgtest/tcpproxy"
 )
 
 // ProxyDSN returns dsn with its host and port replaced by 127.0.0.1:port

@@ -5,7 +5,7 @@
 // a SELECT 1 round trip.
 //
 // It uses the server named by SYNCGUARD_BENCH_DSN, or else starts a
-// throwaway PostgreSQL with fsync on (internal/pgtest). Human-readable tables
+// throwaway PostgreSQL with fsync on (tests/pgtest). Human-readable tables
 // go to stdout, each followed by one JSON line (lines starting with '{')
 // summarizing that workload; -json also writes the JSON lines to a file.
 //
@@ -36,8 +36,8 @@ import (
 
 	"github.com/syncguard/syncguard-go/bench/sgbench"
 	"github.com/syncguard/syncguard-go/driver"
-	"github.com/syncguard/syncguard-go/internal/pgtest"
-	"github.com/syncguard/syncguard-go/internal/pgtest/tcpproxy"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
+	"github.com/syncguard/syncguard-go/tests/pgtest/tcpproxy"
 	"github.com/syncguard/syncguard-go/pgxstd"
 	sgpq "github.com/syncguard/syncguard-go/pq"
 )
@@ -367,7 +367,7 @@ func describe(ctx context.Context, dsn string) (map[string]string, error) {
 		}
 		info[s] = v
 	}
-	info["server_kind"] = "throwaway (internal/pgtest)"
+	info["server_kind"] = "throwaway (tests/pgtest)"
 	if os.Getenv(EnvDSN) != "" {
 		info["server_kind"] = EnvDSN
 	}
@@ -636,7 +636,7 @@ func runThroughPgBouncer(ctx context.Context, o options, want map[string]bool, w
 		return err
 	}
 	defer b.Stop()
-	params := "&default_query_exec_mode=exec" // see internal/itest: one round trip PgBouncer cannot split
+	params := "&default_query_exec_mode=exec" // see tests/itest: one round trip PgBouncer cannot split
 	if we.Driver == "pq" {
 		params = "&binary_parameters=yes"
 	}

@@ -1,0 +1,755 @@
+//go:build unix
+
+// The tests build the syncguard binary once and drive it as a user would,
+// against a throwaway PostgreSQL (tests/pgtest), or SYNCGUARD_TEST_DSN.
+package clitest
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/syncguard/syncguard-go/tests/pgtest"
+	_ "github.com/syncguard/syncguard-go/pgxstd"
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+// bin is the syncguard binary built by TestMain.
+var bin string
+
+const binDirPrefix = "syncguard-cli-test-"
+
+func TestMain(m *testing.M) {
+	dir, err := buildBinary()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building syncguard: %v\n", err)
+		os.Exit(1)
+	}
+	bin = filepath.Join(dir, "syncguard")
+	// pgtest.Main exits the process, so dir cannot be removed afterwards;
+	// buildBinary removes the directories of earlier runs that are gone.
+	pgtest.Main(m, pgtest.Options{Fsync: true})
+}
+
+// buildBinary builds the command (with -race when the tests run with it)
+// into a fresh temp directory named after this process, and removes those
+// left by earlier test processes that no longer run.
+func buildBinary() (string, error) {
+	old, _ := filepath.Glob(filepath.Join(os.TempDir(), binDirPrefix+"*"))
+	for _, d := range old {
+		pidText, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), binDirPrefix), "-")
+		if pid, err := strconv.Atoi(pidText); err == nil && syscall.Kill(pid, 0) == syscall.ESRCH {
+			os.RemoveAll(d)
+		}
+	}
+	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", binDirPrefix, os.Getpid()))
+	if err != nil {
+		return "", err
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	args := []string{"build", "-o", filepath.Join(dir, "syncguard")}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command(goTool, append(args, "github.com/syncguard/syncguard-go/cmd/syncguard")...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("%v\n%s", err, out)
+	}
+	return dir, nil
+}
+
+var (
+	dbOnce sync.Once
+	dbDSN  string
+	dbErr  error
+)
+
+// dsn returns the DSN of the tests' database, with the schema set up.
+func dsn(t *testing.T) string {
+	t.Helper()
+	srv := pgtest.Require(t)
+	dbOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if dbDSN, dbErr = srv.CreateDatabase(ctx, "syncguard_cli"); dbErr != nil {
+			return
+		}
+		db, err := sql.Open("pgx", dbDSN)
+		if err != nil {
+			dbErr = err
+			return
+		}
+		defer db.Close()
+		dbErr = syncguard.SetupSchema(ctx, db, nil)
+	})
+	if dbErr != nil {
+		t.Fatal(dbErr)
+	}
+	return dbDSN
+}
+
+// freshDB creates an empty database of its own for t and returns its
+// name and DSN.
+func freshDB(t *testing.T, prefix string) (string, string) {
+	t.Helper()
+	srv := pgtest.Require(t)
+	name := fmt.Sprintf("%s_%d_%d", prefix, os.Getpid(), uniq())
+	d, err := srv.CreateDatabase(ctxT(t), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name, d
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func openDB(t *testing.T, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func backend(t *testing.T, db *sql.DB, cfg *syncguard.Config) *syncguard.Backend {
+	t.Helper()
+	b, err := syncguard.New(db, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+var seq atomic.Int64
+
+// uniq is unique in this test process, so that tests also pass with -count.
+func uniq() int64 { return seq.Add(1) }
+
+// key returns a key unique to this run of the test.
+func key(t *testing.T, suffix string) string {
+	return fmt.Sprintf("cli-test:%s:%s:%d", t.Name(), suffix, uniq())
+}
+
+// env is the environment of the binary: no PG* or DATABASE_URL from the
+// developer's shell, and DATABASE_URL set to dsn unless dsn is empty.
+func env(dsn string, extra ...string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "PG") || strings.HasPrefix(kv, "DATABASE_URL=") || strings.HasPrefix(kv, "SYNCGUARD_") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	if dsn != "" {
+		out = append(out, "DATABASE_URL="+dsn)
+	}
+	return append(append(out, noExitSleep()), extra...)
+}
+
+// noExitSleep is GORACE for the binaries the tests run: a -race binary
+// that exits 0 first sleeps GORACE's atexit_sleep_ms, 1 s by default (to
+// let other goroutines report races), so every run (syncguard and its
+// supervisor) cost 2 s of waiting. Races found are still reported, and
+// fail the exit status, without the sleep.
+func noExitSleep() string {
+	g := os.Getenv("GORACE")
+	if strings.Contains(g, "atexit_sleep_ms") {
+		return "GORACE=" + g
+	}
+	return "GORACE=" + strings.TrimSpace(g+" atexit_sleep_ms=0")
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+	elapsed        time.Duration
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d after %v\nstdout:\n%s\nstderr:\n%s", r.code, r.elapsed.Round(time.Millisecond), r.stdout, r.stderr)
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and readers at once, so
+// that tests can watch a running process's output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is a started syncguard process.
+type proc struct {
+	cmd            *exec.Cmd
+	stdout, stderr syncBuffer
+	start          time.Time
+	done           chan struct{}
+	res            result
+}
+
+// waitOutput waits until the process's stderr (or stdout) contains want,
+// and fails when it exits without.
+func (p *proc) waitStderr(t *testing.T, want string) {
+	t.Helper()
+	p.waitFor(t, want, &p.stderr)
+}
+
+func (p *proc) waitStdout(t *testing.T, want string) {
+	t.Helper()
+	p.waitFor(t, want, &p.stdout)
+}
+
+func (p *proc) waitFor(t *testing.T, want string, b *syncBuffer) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !strings.Contains(b.String(), want) {
+		select {
+		case <-p.done:
+			if strings.Contains(b.String(), want) {
+				return
+			}
+			t.Fatalf("syncguard exited without printing %q\n%s", want, p.res)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("syncguard did not print %q within 2m\nstdout:\n%s\nstderr:\n%s", want, p.stdout.String(), b.String())
+		}
+	}
+}
+
+func start(t *testing.T, environ []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(bin, args...), done: make(chan struct{})}
+	p.cmd.Env = environ
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	p.begin(t)
+	return p
+}
+
+// begin starts p.cmd and waits for it in the background; the test's
+// cleanup kills it if it still runs.
+func (p *proc) begin(t *testing.T) {
+	t.Helper()
+	p.start = time.Now()
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		err := p.cmd.Wait()
+		p.res = result{code: p.cmd.ProcessState.ExitCode(), stdout: p.stdout.String(), stderr: p.stderr.String(), elapsed: time.Since(p.start)}
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			p.res.code = -1
+			p.res.stderr += "\n(wait: " + err.Error() + ")"
+		}
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+}
+
+func (p *proc) wait(t *testing.T, timeout time.Duration) result {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.res
+	case <-time.After(timeout):
+		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+		<-p.done
+		t.Fatalf("syncguard did not exit within %v\n%s", timeout, p.res)
+		return result{}
+	}
+}
+
+// sg runs syncguard with DATABASE_URL=dsn and waits for it.
+func sg(t *testing.T, dsn string, args ...string) result {
+	t.Helper()
+	return start(t, env(dsn), args...).wait(t, time.Minute)
+}
+
+func waitFile(t *testing.T, path string, timeout time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+			return string(b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not appear within %v", path, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func wantCode(t *testing.T, r result, code int) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("want exit %d, got %s", code, r)
+	}
+}
+
+// wantOneLineError checks the error format: one line on stderr,
+// "syncguard: CMD: CODE: ...".
+func wantOneLineError(t *testing.T, r result, prefix string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], prefix) {
+		t.Fatalf("want one stderr line starting %q, got %s", prefix, r)
+	}
+}
+
+func assertFree(t *testing.T, b *syncguard.Backend, key string) {
+	t.Helper()
+	held, err := b.IsLocked(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held {
+		t.Fatalf("%q is still held: the lock was not released", key)
+	}
+}
+
+func TestRunExitStatusPassthrough(t *testing.T) {
+	t.Parallel()
+	d := dsn(t)
+	b := backend(t, openDB(t, d), nil)
+	for _, c := range []struct {
+		script string
+		want   int
+	}{
+		{"exit 0", 0},
+		{"exit 7", 7},
+		{"exit 255", 255},
+		{"kill -KILL $$", 128 + 9},
+		{"kill -TERM $$", 128 + 15},
+	} {
+		k := key(t, c.script)
+		r := sg(t, d, "run", "--key", k, "--", "sh", "-c", c.script)
+		wantCode(t, r, c.want)
+		if r.stderr != "" {
+			t.Errorf("%q: syncguard printed on stderr without --verbose: %s", c.script, r)
+		}
+		assertFree(t, b, k)
+	}
+}
+
+func TestRunFenceAndKeyInEnvironment(t *testing.T) {
+	t.Parallel()
+	d := dsn(t)
+	k := key(t, "k")
+	r1 := sg(t, d, "run", "--key", k, "--", "sh", "-c", `echo "$SYNCGUARD_FENCE $SYNCGUARD_KEY"`)
+	wantCode(t, r1, 0)
+	f1, k1, _ := strings.Cut(strings.TrimSpace(r1.stdout), " ")
+	if len(f1) != 15 || k1 != k {
+		t.Fatalf("child saw fence %q key %q, want a 15-digit fence and %q", f1, k1, k)
+	}
+	r2 := sg(t, d, "run", "--key", k, "--fence-env", "MY_FENCE", "--", "sh", "-c", `echo "$MY_FENCE"`)
+	wantCode(t, r2, 0)
+	if f2 := strings.TrimSpace(r2.stdout); len(f2) != 15 || f2 <= f1 {
+		t.Fatalf("second fence %q must be greater than the first %q", f2, f1)
+	}
+}
+
+func TestRunBusyTryOnce(t *testing.T) {
+	t.Parallel()
+	d := dsn(t)
+	b, k, res := holdKey(t, d)
+	marker := filepath.Join(t.TempDir(), "ran")
+	r := sg(t, d, "run", "--key", k, "--wait", "0", "--", "touch", marker)
+	wantCode(t, r, 75)
+	wantOneLineError(t, r, "syncguard: run: AcquisitionTimeout: lock busy: ")
+	if !strings.Contains(r.stderr, string(res.Fence)) || !strings.Contains(r.stderr, "--wait 0") {
+		t.Errorf("the reason should name the holder's fence and --wait 0: %s", r)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran although the lock was busy")
+	}
+	if r.elapsed > 45*time.Second { // a bug (waiting --timeout, retrying) would; load would not
+		t.Errorf("try-once took %v", r.elapsed)
+	}
+	rq := sg(t, d, "run", "--key", k, "--wait", "0", "--quiet", "--", "true")
+	wantCode(t, rq, 75)
+	if rq.stderr != "" {
+		t.Errorf("--quiet printed: %s", rq)
+	}
+	// The holder keeps its lock.
+	if info, _ := b.LookupKey(ctxT(t), k); info == nil || info.Fence != res.Fence {
+		t.Fatalf("holder lost its lock: %+v", info)
+	}
+}
+
+func TestRunWaitTimeout(t *testing.T) {
+	t.Parallel()
+	d := dsn(t)
+	_, k, _ := holdKey(t, d)
+	r := sg(t, d, "run", "--key", k, "--wait", "1s", "--", "true")
+	wantCode(t, r, 75)
+	wantOneLineError(t, r, "syncguard: run: AcquisitionTimeout: lock busy: ")
+	if r.elapsed < time.Second || r.elapsed > 45*time.Second {
+		t.Errorf("--wait 1s gave up after %v", r.elapsed)
+	}
+}
+
+func TestRunWaitsForRelease(t *testing.T) {
+	t.Parallel()
+	d := dsn(t)
+	b := backend(t, openDB(t, d), nil)
+	k := key(t, "k")
+	res, err := b.Acquire(ctxT(t), k, time.Minute)
+	if err != nil || !res.OK {
+		t.Fatalf("acquire: %+v %v", res, err)
+	}
+	p := start(t, env(d), "run", "--key", k, "--wait", "1m", "--verbose", "--", "sh", "-c", `echo "$SYNCGUARD_FENCE"`)
+	p.waitStderr(t, "is busy")
+	if _, err := b.Release(ctxT(t), res.LockID); err != nil {
+		t.Fatal(err)
+	}
+	r := p.wait(t, time.Minute)
+	wantCode(t, r, 0)
+	if f := strings.TrimSpace(r.stdout); f <= string(res.Fence) {
+		t.Fatalf("waiter's fence %q not above the previous holder's %q", f, res.Fence)
+	}
+	for _, w := range []string{"is busy", "acquired", "released"} {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("--verbose output lacks %q: %s", w, r)
+		}
+	}
+}
+
+func TestRunForwardsSignals(t *testing.T) {
+	t.Parallel()
+	d := dsn(t)
+	b := backend(t, openDB(t, d), nil)
+	k := key(t, "k")
+	dir := t.TempDir()
+	script := fmt.Sprintf(`trap 'echo usr1 >> %[1]s/usr1' USR1
+trap 'echo term > %[1]s/term; exit 3' TERM
+echo ready > %[1]s/ready
+while :; do sleep 0.05; done`, dir)
+	p := start(t, env(d), "run", "--key", k, "--", "sh", "-c", script)
+	waitFile(t, filepath.Join(dir, "ready"), 20*time.Second)
+	p.cmd.Process.Signal(syscall.SIGUSR1)
+	waitFile(t, filepath.Join(dir, "usr1"), 10*time.Second)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	r := p.wait(t, 20*time.Second)
+	wantCode(t, r, 3)
+	if got := waitFile(t, filepath.Join(dir, "term"), time.Second); strings.TrimSpace(got) != "term" {
+		t.Fatalf("term file: %q", got)
+	}
+	assertFree(t, b, k)
+}
+
+func TestRunInterruptWhileWaiting(t *testing.T) {
+	t.Parallel()
+	d := dsn(t)
+	_, k, _ := holdKey(t, d)
+	marker := filepath.Join(t.TempDir(), "ran")
+	p := start(t, env(d), "run", "--key", k, "--wait", "1m", "-v", "--", "touch", marker)
+	p.waitStderr(t, "is busy") // waiting, with its signal handlers installed
+	p.cmd.Process.Signal(syscall.SIGINT)
+	r := p.wait(t, time.Minute)
+	wantCode(t, r, 130)
+	if !strings.Contains(r.stderr, "syncguard: run: Aborted: got SIGINT while waiting") {
+		t.Errorf("no Aborted message: %s", r)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran")
+	}
+}
+
+func TestRunLockLostStopsCommand(t *testing.T) {
+	t.Parallel()
+	d := dsn(t)
+	db := openDB(t, d)
+	dir := t.TempDir()
+
+	t.Run("SIGTERM", func(t *testing.T) {
+		t.Parallel()
+		k := key(t, "k")
+		script := fmt.Sprintf(`trap 'echo term > %[1]s/term1; exit 0' TERM
+echo ready > %[1]s/ready1
+while :; do sleep 0.05; done`, dir)
+		p := start(t, env(d), "run", "--key", k, "--ttl", "2s", "--grace", "5s", "--", "sh", "-c", script)
+		waitFile(t, filepath.Join(dir, "ready1"), 20*time.Second)
+		if _, err := db.ExecContext(ctxT(t), `DELETE FROM syncguard_locks WHERE user_key = $1`, k); err != nil {
+			t.Fatal(err)
+		}
+		r := p.wait(t, time.Minute) // the command never ends on its own
+		wantCode(t, r, 76)
+		if !strings.Contains(r.stderr, "syncguard: run: LockLost: lost the lock on") {
+			t.Errorf("no LockLost message: %s", r)
+		}
+		waitFile(t, filepath.Join(dir, "term1"), time.Second)
+	})
+	t.Run("SIGKILL after grace", func(t *testing.T) {
+		t.Parallel()
+		k := key(t, "k")
+		// The command ignores SIGTERM, and so does a background child of it.
+		script := fmt.Sprintf(`trap '' TERM
+(trap '' TERM; while :; do sleep 0.05; done) &
+echo $! > %[1]s/bgpid
+echo ready > %[1]s/ready2
+while :; do sleep 0.05; done`, dir)
+		p := start(t, env(d), "run", "--key", k, "--ttl", "2s", "--grace", "700ms", "--", "sh", "-c", script)
+		waitFile(t, filepath.Join(dir, "ready2"), 20*time.Second)
+		bg, _ := strconv.Atoi(strings.TrimSpace(waitFile(t, filepath.Join(dir, "bgpid"), time.Second)))
+		if _, err := db.ExecContext(ctxT(t), `DELETE FROM syncguard_locks WHERE user_key = $1`, k); err != nil {
+			t.Fatal(err)
+		}
+		r := p.wait(t, 20*time.Second)
+		wantCode(t, r, 76)
+		if !strings.Contains(r.stderr, "sending SIGKILL") {
+			t.Errorf("no SIGKILL notice: %s", r)
+		}
+		// The background member of the command's process group is gone too.
+		deadline := time.Now().Add(5 * time.Second)
+		for syscall.Kill(bg, 0) == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("background process %d of the command survived the lost lock", bg)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
+
+func TestRunReleasesOnCrashAndExecFailure(t *testing.T) {
+	t.Parallel()
+	d := dsn(t)
+	b := backend(t, openDB(t, d), nil)
+
+	k := key(t, "crash")
+	r := sg(t, d, "run", "--key", k, "--ttl", "1m", "--", "sh", "-c", "kill -SEGV $$")
+	wantCode(t, r, 128+int(syscall.SIGSEGV))
+	assertFree(t, b, k) // released at once, not after the 1m TTL
+
+	k = key(t, "notfound")
+	r = sg(t, d, "run", "--key", k, "--ttl", "1m", "--", "syncguard-test-no-such-command")
+	wantCode(t, r, 127)
+	wantOneLineError(t, r, "syncguard: run: CommandNotFound: ")
+	assertFree(t, b, k)
+
+	k = key(t, "noexec")
+	r = sg(t, d, "run", "--key", k, "--ttl", "1m", "--", "/etc/hostname")
+	wantCode(t, r, 126)
+	assertFree(t, b, k)
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	d := dsn(t)
+	for _, args := range [][]string{
+		{},
+		{"frobnicate"},
+		{"run", "--", "true"},
+		{"run", "--key", "k"},
+		{"run", "--key", "k", "--ttl", "10ms", "--", "true"},
+		{"run", "--key", "k", "--wait", "-1s", "--", "true"},
+		{"run", "--key", "k", "--bogus", "--", "true"},
+		{"run", "--key", "k", "--fence-env", "A=B", "--", "true"},
+		{"run", "--key", "k", "--table", "no-such-name!", "--", "true"},
+		{"status"},
+		{"status", "a", "b"},
+		{"status", ""},
+		{"ls", "extra"},
+		{"advisory"},
+	} {
+		r := sg(t, d, args...)
+		if r.code != 64 {
+			t.Errorf("%q: want exit 64, got %s", args, r)
+			continue
+		}
+		if len(args) > 0 && !strings.HasPrefix(r.stderr, "syncguard: ") || strings.Count(strings.TrimSpace(r.stderr), "\n") > 0 && len(args) > 0 {
+			t.Errorf("%q: want a one-line error, got %s", args, r)
+		}
+	}
+	for _, h := range [][]string{{"-h"}, {"--help"}, {"help"}} {
+		r := sg(t, d, h...)
+		wantCode(t, r, 0)
+		if !strings.Contains(r.stdout, "syncguard run KEY") {
+			t.Errorf("%q: no usage on stdout: %s", h, r)
+		}
+	}
+	r := sg(t, d, "help", "run")
+	wantCode(t, r, 0)
+	if !strings.Contains(r.stdout, "--fence-env") {
+		t.Errorf("help run lacks its flags: %s", r)
+	}
+}
+
+func TestUnavailable(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.Require(t)
+	r := sg(t, "", "--dsn", srv.RefusedDSN(), "status", "some-key")
+	wantCode(t, r, 69)
+	wantOneLineError(t, r, "syncguard: status: ServiceUnavailable: ")
+	r = sg(t, "", "run", "--dsn", srv.RefusedDSN(), "--key", "k", "--wait", "0", "--", "true")
+	wantCode(t, r, 69)
+	wantOneLineError(t, r, "syncguard: run: ServiceUnavailable: ")
+}
+
+func TestPGEnvironment(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.Require(t)
+	if srv.Kind == pgtest.KindEnv {
+		t.Skip("the PG* form of SYNCGUARD_TEST_DSN is not known")
+	}
+	dsn(t) // creates the database syncguard_cli with the schema
+	p := start(t, env("", "PGHOST="+srv.Host, "PGPORT="+strconv.Itoa(srv.Port), "PGUSER=postgres",
+		"PGDATABASE=syncguard_cli", "PGSSLMODE=disable"), "status", "--json", key(t, "k"))
+	r := p.wait(t, time.Minute)
+	wantCode(t, r, 1) // free
+	if m := decode(t, r); m["held"] != false {
+		t.Errorf("status: %v", m)
+	}
+}
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	d := dsn(t)
+	b := backend(t, openDB(t, d), nil)
+	k := key(t, "k")
+
+	r := sg(t, d, "status", k)
+	wantCode(t, r, 1) // free
+	if !strings.Contains(r.stdout, "free") || !strings.Contains(r.stdout, "never acquired") {
+		t.Errorf("status of a new key: %s", r)
+	}
+	res, err := b.Acquire(ctxT(t), k, time.Minute)
+	if err != nil || !res.OK {
+		t.Fatalf("acquire: %+v %v", res, err)
+	}
+	r = sg(t, d, "status", k)
+	wantCode(t, r, 0)
+	hash := syncguard.HashKey(res.LockID)
+	for _, w := range []string{"held", string(res.Fence), "lock#" + hash, "in "} {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("status lacks %q: %s", w, r)
+		}
+	}
+	if strings.Contains(r.stdout, res.LockID) {
+		t.Errorf("status shows the raw lockId without --raw: %s", r)
+	}
+	r = sg(t, d, "status", k, "--raw")
+	if !strings.Contains(r.stdout, res.LockID) || !strings.Contains(r.stdout, "sensitive") {
+		t.Errorf("status --raw: %s", r)
+	}
+	b.Release(ctxT(t), res.LockID)
+	r = sg(t, d, "status", k)
+	wantCode(t, r, 1)
+	if !strings.Contains(r.stdout, "free") || !strings.Contains(r.stdout, string(res.Fence)) {
+		t.Errorf("status after release should show the last fence: %s", r)
+	}
+}
+
+func TestMissingSchema(t *testing.T) {
+	t.Parallel()
+	_, d := freshDB(t, "cli_noschema")
+	r := sg(t, d, "status", "k")
+	wantCode(t, r, 70)
+	wantOneLineError(t, r, "syncguard: status: Internal: lock table missing: run 'syncguard setup' first")
+	// The command's own way, not the Go API's.
+	for _, goAPI := range []string{"SetupSchema", "SchemaSQL"} {
+		if strings.Contains(r.stderr, goAPI) {
+			t.Errorf("the error names the Go API (%s) to a user of the command: %s", goAPI, r)
+		}
+	}
+	r = sg(t, d, "run", "--key", "k", "--", "true")
+	wantCode(t, r, 70)
+}
+
+// A server that accepts connections and never answers: --timeout bounds
+// every command, and run holds nothing.
+func TestSilentServer(t *testing.T) {
+	t.Parallel()
+	pgtest.Require(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	silent := fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", l.Addr())
+	marker := filepath.Join(t.TempDir(), "ran")
+	for _, args := range [][]string{
+		// Attempts that --timeout ends (before --wait does) make an outage;
+		// one that the end of --wait cuts would be "no answer yet" (75).
+		{"run", "--key", "k", "--wait", "3s", "--", "touch", marker},
+		{"status", "k"},
+		{"ls"},
+	} {
+		r := sg(t, "", append([]string{"--dsn", silent, "--timeout", "1s"}, args...)...)
+		wantCode(t, r, 69)
+		if r.elapsed > 45*time.Second { // without the bound it would hang
+			t.Errorf("%q took %v with --timeout 1s", args, r.elapsed)
+		}
+		wantFinalError(t, r, "syncguard: "+args[0]+": ")
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran")
+	}
+}
+
+// holdKey takes a fresh key for the test's duration, as another holder
+// would, and releases it when the test ends.
+func holdKey(t *testing.T, d string) (*syncguard.Backend, string, syncguard.AcquireResult) {
+	t.Helper()
+	b := backend(t, openDB(t, d), nil)
+	k := key(t, "k")
+	res, err := b.Acquire(ctxT(t), k, time.Minute)
+	if err != nil || !res.OK {
+		t.Fatalf("acquire: %+v %v", res, err)
+	}
+	t.Cleanup(func() { b.Release(context.Background(), res.LockID) })
+	return b, k, res
+}

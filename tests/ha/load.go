@@ -1,0 +1,724 @@
+package ha
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	libpq "github.com/lib/pq"
+
+	"github.com/syncguard/syncguard-go/tests/pgtest/history"
+	"github.com/syncguard/syncguard-go/syncguard"
+
+	_ "github.com/syncguard/syncguard-go/pgxstd" // registers pgx's dialect
+	_ "github.com/syncguard/syncguard-go/pq"     // registers lib/pq's dialect
+)
+
+// FaultKind is one way the primary goes away.
+type FaultKind string
+
+const (
+	// KillPostmaster: kill -9 of the primary's postmaster. Its keeper
+	// survives, reports Postgres down and the monitor fails over at once.
+	KillPostmaster FaultKind = "kill -9 postmaster"
+	// KillNode: kill -9 of the primary's whole process group (keeper,
+	// postmaster, backends), as when the machine dies. The monitor notices
+	// through its health checks and timeouts. The node is started again
+	// once the standby took over, and rejoins as the new standby.
+	KillNode FaultKind = "kill -9 node"
+	// Switchover: a planned failover requested from the monitor.
+	Switchover FaultKind = "switchover"
+)
+
+// RunOptions configure Run.
+type RunOptions struct {
+	// Faults in order; each waits for the formation to be stable again
+	// (a primary and a secondary) and for Settle of load before the next.
+	Faults []FaultKind
+	// Settle is the load before the first fault and after each recovery.
+	// Default 3 s.
+	Settle time.Duration
+	// Keys is the number of hot keys all workers contend on. Default 4.
+	Keys int
+	// StableTimeout bounds the wait for a primary and a secondary after a
+	// fault. Default 2 minutes.
+	StableTimeout time.Duration
+	// Seed seeds the workers' random choices; 0 picks one.
+	Seed uint64
+	Logf func(format string, args ...any)
+}
+
+// Run puts load on f through both adapters (lib/pq and pgx, each through
+// the multi-host DSN with target_session_attrs=read-write), applies the
+// faults, and checks the invariants (see Report).
+func Run(ctx context.Context, f *Formation, o RunOptions) (*Report, error) {
+	if o.Settle == 0 {
+		o.Settle = 3 * time.Second
+	}
+	if o.Keys == 0 {
+		o.Keys = 4
+	}
+	if o.StableTimeout == 0 {
+		o.StableTimeout = 2 * time.Minute
+	}
+	if o.Seed == 0 {
+		o.Seed = rand.Uint64()
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	r := &runner{f: f, o: o, hist: history.New(), rep: &Report{Async: f.Async, Timeouts: f.Timeouts, Seed: o.Seed,
+		Ops: map[string]int64{}, Errors: map[string]int64{}, LeaseLosses: map[string]int64{}}}
+	for i := range o.Keys {
+		r.keys = append(r.keys, fmt.Sprintf("ha-hot-%d", i))
+	}
+	if err := r.open(ctx); err != nil {
+		return nil, err
+	}
+	defer r.close()
+	return r.run(ctx)
+}
+
+// adapter is one driver's pool and backend.
+type adapter struct {
+	name string
+	db   *sql.DB
+	b    *syncguard.Backend
+
+	sentinelMu sync.Mutex // held by the checker while it reads the sentinels
+	sentinels  []*sentinel
+
+	mu        sync.Mutex
+	successes []time.Time // send times of successful acquires, in order
+	acks      []time.Time // when they were acknowledged, in order
+}
+
+type runner struct {
+	f    *Formation
+	o    RunOptions
+	keys []string
+	hist *history.History
+	rep  *Report
+	ad   []*adapter
+
+	ctx   context.Context // the load's; cancelled at the end
+	repMu sync.Mutex
+}
+
+// DSN is the multi-host connection string clients use: both nodes, in a
+// fixed order, and target_session_attrs=read-write so that only the
+// primary is used. It is in key=value form, which both drivers read: lib/pq
+// v1.12 reads several hosts from key=value strings only (in a URL it takes
+// "host:port,host:port" for one host name).
+func (f *Formation) DSN(app string) string {
+	return fmt.Sprintf("host=127.0.0.1,127.0.0.1 port=%d,%d user=postgres dbname=postgres sslmode=disable target_session_attrs=read-write connect_timeout=2 application_name=%s",
+		f.Nodes[0].Port, f.Nodes[1].Port, app)
+}
+
+// NodeDSN reaches one node only.
+func (f *Formation) NodeDSN(n *Node, app string) string {
+	return fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=disable connect_timeout=2 application_name=%s", n.Port, app)
+}
+
+// OpenPool opens a pool on the formation's multi-host DSN with the named
+// adapter's driver ("pq" or "pgx").
+func (f *Formation) OpenPool(adapterName, app string) (*sql.DB, error) {
+	switch adapterName {
+	case "pq":
+		c, err := libpq.NewConnector(f.DSN(app))
+		if err != nil {
+			return nil, err
+		}
+		return sql.OpenDB(c), nil
+	case "pgx":
+		return sql.Open("pgx", f.DSN(app))
+	}
+	return nil, fmt.Errorf("ha: unknown adapter %q", adapterName)
+}
+
+func (r *runner) open(ctx context.Context) error {
+	for _, name := range []string{"pq", "pgx"} {
+		db, err := r.f.OpenPool(name, "ha-"+name)
+		if err != nil {
+			return err
+		}
+		db.SetMaxOpenConns(8)
+		b, err := syncguard.New(db, &syncguard.Config{Logger: discard()})
+		if err != nil {
+			db.Close()
+			return err
+		}
+		r.ad = append(r.ad, &adapter{name: name, db: db, b: b})
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return syncguard.SetupSchema(cctx, r.ad[1].db, nil)
+}
+
+func (r *runner) close() {
+	for _, a := range r.ad {
+		a.db.Close()
+	}
+}
+
+func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func (r *runner) run(ctx context.Context) (*Report, error) {
+	lctx, stopLoad := context.WithCancel(ctx)
+	r.ctx = lctx
+	var wg sync.WaitGroup
+	seed := r.o.Seed
+	for _, a := range r.ad {
+		for i := range 2 {
+			wg.Go(func() {
+				r.withLockWorker(a, fmt.Sprintf("%s-withlock-%d", a.name, i), rand.New(rand.NewPCG(seed, uint64(len(a.name)*100+i))))
+			})
+			wg.Go(func() {
+				r.leaseWorker(a, fmt.Sprintf("%s-lease-%d", a.name, i), rand.New(rand.NewPCG(seed, uint64(len(a.name)*100+10+i))))
+			})
+		}
+		wg.Go(func() { r.sentinelWorker(a) })
+	}
+	t0 := time.Now()
+	err := r.schedule(ctx)
+	stopLoad()
+	wg.Wait()
+	r.rep.Duration = time.Since(t0)
+	if err != nil {
+		return r.rep, err
+	}
+	// The last check, after the load: every acknowledged sentinel is there.
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	n, err := r.checkSentinels(cctx, time.Now())
+	if err != nil {
+		return r.rep, err
+	}
+	r.rep.SentinelChecks += n
+	r.finish()
+	return r.rep, nil
+}
+
+// schedule applies the faults.
+func (r *runner) schedule(ctx context.Context) error {
+	f := r.f
+	sleepCtx(ctx, r.o.Settle)
+	for i, kind := range r.o.Faults {
+		primary, err := f.WaitStable(ctx, r.o.StableTimeout)
+		if err != nil {
+			return fmt.Errorf("before fault %d (%s): %w", i+1, kind, err)
+		}
+		standby := f.Other(primary)
+		fr := FaultResult{Kind: kind, Node: primary.Name, FirstAcquire: map[string]time.Duration{}, MaxGap: map[string]time.Duration{}}
+		maxFences := r.hist.MaxAckedFences(time.Now())
+		switch kind {
+		case KillPostmaster:
+			fr.At, err = f.KillPostmaster(primary)
+		case KillNode:
+			fr.At, err = f.KillNode(primary)
+		case Switchover:
+			fr.At, err = f.Switchover(ctx)
+		default:
+			err = fmt.Errorf("unknown fault %q", kind)
+		}
+		if err != nil {
+			return err
+		}
+		r.o.Logf("fault %d: %s on %s (primary)", i+1, kind, primary.Name)
+		// Promotion: the monitor reports the standby as the new primary.
+		// A killed postmaster may instead be restarted in place by its
+		// keeper before the monitor decides to fail over: the fault then
+		// ends once the old primary is back and the monitor's decision
+		// window (see decisionWindow) has passed without a failover.
+		failover := false
+		err = f.waitFor(ctx, standby.Name+" promoted", r.o.StableTimeout, func(ctx context.Context) (bool, error) {
+			ss, err := f.State(ctx)
+			if err != nil {
+				return false, nil
+			}
+			back := 0
+			for _, s := range ss {
+				if s.Name == standby.Name && (s.Reported == "wait_primary" || s.Reported == "primary") {
+					failover = true
+					return true, nil
+				}
+				if (s.Name == primary.Name && s.Reported == "primary" && s.Goal == "primary" && s.Running) ||
+					(s.Name == standby.Name && s.Reported == "secondary" && s.Goal == "secondary") {
+					back++
+				}
+			}
+			return kind == KillPostmaster && back == 2 && time.Since(fr.At) > f.decisionWindow(), nil
+		})
+		if err != nil {
+			return fmt.Errorf("fault %d (%s): %w", i+1, kind, err)
+		}
+		if failover {
+			fr.Promoted = time.Since(fr.At)
+			r.o.Logf("fault %d: %s promoted after %v", i+1, standby.Name, fr.Promoted.Round(time.Millisecond))
+		} else {
+			fr.InPlace = true
+			r.o.Logf("fault %d: %s restarted in place by its keeper; no failover", i+1, primary.Name)
+		}
+		// The killed node's pg_autoctl is started again if it is not
+		// running (KillNode), as its service manager would.
+		if !primary.Running() {
+			if kind != KillNode {
+				r.o.Logf("fault %d: pg_autoctl of %s exited; starting it again", i+1, primary.Name)
+			}
+			if err := f.StartNode(primary); err != nil {
+				return err
+			}
+		}
+		if _, err := f.WaitStable(ctx, r.o.StableTimeout); err != nil {
+			return fmt.Errorf("after fault %d (%s): %w", i+1, kind, err)
+		}
+		fr.Stable = time.Since(fr.At)
+		// Some load on the new primary, then the checks.
+		sleepCtx(ctx, r.o.Settle)
+		for _, a := range r.ad {
+			fr.FirstAcquire[a.name] = a.firstSuccessAfter(fr.At)
+			fr.MaxGap[a.name] = a.maxGap(fr.At, fr.At.Add(fr.Stable))
+		}
+		// Every sentinel acknowledged so far, including those the old
+		// primary acknowledged after the fault, must be on the new one.
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		n, err := r.checkSentinels(cctx, time.Now())
+		cancel()
+		if err != nil {
+			return err
+		}
+		fr.SentinelsChecked = n
+		r.rep.SentinelChecks += n
+		r.rep.fenceChecks = append(r.rep.fenceChecks, fenceCheck{at: fr.At, max: maxFences})
+		r.o.Logf("fault %d: formation stable after %v, first acquire pq %s pgx %s, longest gap pq %s pgx %s; %d sentinel locks verified",
+			i+1, fr.Stable.Round(time.Millisecond), ms(fr.FirstAcquire["pq"]), ms(fr.FirstAcquire["pgx"]),
+			ms(fr.MaxGap["pq"]), ms(fr.MaxGap["pgx"]), n)
+		r.rep.Faults = append(r.rep.Faults, fr)
+	}
+	return nil
+}
+
+func p50max(ds []time.Duration) (p50, maxd time.Duration) {
+	if len(ds) == 0 {
+		return 0, 0
+	}
+	slices.Sort(ds)
+	return ds[(len(ds)-1)/2], ds[len(ds)-1]
+}
+
+func (a *adapter) succeeded(sent time.Time) {
+	a.mu.Lock()
+	a.successes = append(a.successes, sent)
+	a.acks = append(a.acks, time.Now())
+	a.mu.Unlock()
+}
+
+// maxGap is the longest time between at and end without an acknowledged
+// acquire: the unavailability a fault caused, including a second outage
+// when a restarted old primary served for a while before the failover.
+func (a *adapter) maxGap(at, end time.Time) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	prev, gap := at, time.Duration(0)
+	for _, t := range a.acks {
+		if !t.After(at) {
+			continue
+		}
+		if t.After(end) {
+			break
+		}
+		gap = max(gap, t.Sub(prev))
+		prev = t
+	}
+	return max(gap, end.Sub(prev))
+}
+
+// firstSuccessAfter returns how long after t the first acquire that was
+// sent after t succeeded (-1 if none).
+func (a *adapter) firstSuccessAfter(t time.Time) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	i := sort.Search(len(a.successes), func(i int) bool { return !a.successes[i].Before(t) })
+	if i == len(a.successes) {
+		return -1
+	}
+	// Successes are appended at acknowledgement; the send times are close
+	// to ordered. Take the earliest at or after t.
+	best := a.successes[i]
+	for _, s := range a.successes[i:] {
+		if !s.Before(t) && s.Before(best) {
+			best = s
+		}
+	}
+	return best.Sub(t)
+}
+
+// note counts an operation and checks its error.
+func (r *runner) note(a *adapter, op string, outcome string, err error) {
+	r.repMu.Lock()
+	defer r.repMu.Unlock()
+	if err == nil {
+		r.rep.Ops[a.name+" "+op+" "+outcome]++
+		return
+	}
+	if r.ctx.Err() != nil && syncguard.CodeOf(err) == syncguard.CodeAborted {
+		return // the run ended
+	}
+	var se *syncguard.Error
+	if !errors.As(err, &se) {
+		r.rep.Errors[fmt.Sprintf("%s %s untyped: %v", a.name, op, err)]++
+		r.rep.Violations = append(r.rep.Violations, history.Violation{Rule: RuleErrors, At: time.Now(),
+			Detail: fmt.Sprintf("%s %s returned an error that is no *syncguard.Error: %v", a.name, op, err)})
+		return
+	}
+	code, cause := se.Code, se
+	if code == syncguard.CodeAcquisitionTimeout {
+		var ce *syncguard.Error
+		if !errors.As(se.Err, &ce) {
+			r.rep.Ops[a.name+" "+op+" contended"]++
+			return // contention, not a fault
+		}
+		cause = ce
+	}
+	key := fmt.Sprintf("%s %s %s", a.name, op, cause.Code)
+	if cause.SQLState != "" {
+		key += " " + cause.SQLState
+	}
+	key += ": " + cause.Msg
+	r.rep.Errors[key]++
+	if !cause.Code.Retryable() {
+		r.rep.Violations = append(r.rep.Violations, history.Violation{Rule: RuleErrors, At: time.Now(),
+			Detail: fmt.Sprintf("%s %s: %v", a.name, op, err)})
+	}
+}
+
+// backoff after the n-th consecutive error: 50 ms doubling to 800 ms.
+func backoff(ctx context.Context, rng *rand.Rand, n int) {
+	d := min(50*time.Millisecond<<min(n-1, 4), 800*time.Millisecond)
+	sleepCtx(ctx, d/2+time.Duration(rng.Int64N(int64(d/2)+1)))
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+const (
+	hotTTL             = 3 * time.Second
+	acquisitionTimeout = 2 * time.Second
+	opTimeout          = 3 * time.Second
+)
+
+func (r *runner) lockOptions(a *adapter, autoExtend bool) *syncguard.LockOptions {
+	return &syncguard.LockOptions{
+		TTL:            hotTTL,
+		AutoExtend:     autoExtend,
+		Acquisition:    syncguard.AcquisitionOptions{Timeout: acquisitionTimeout, RetryDelay: 20 * time.Millisecond, MaxRetries: 1000},
+		ReleaseTimeout: opTimeout,
+		Logger:         discard(),
+		OnReleaseError: func(err error, info syncguard.ReleaseErrorInfo) { r.note(a, "release", "", err) },
+	}
+}
+
+// withLockWorker runs short critical sections through syncguard.WithLock.
+func (r *runner) withLockWorker(a *adapter, name string, rng *rand.Rand) {
+	opts := r.lockOptions(a, false)
+	fails := 0
+	for r.ctx.Err() == nil {
+		key := r.keys[rng.IntN(len(r.keys))]
+		var h *history.Holding
+		sent := time.Now()
+		ctx, cancel := context.WithTimeout(r.ctx, acquisitionTimeout+opTimeout)
+		err := syncguard.WithLock(ctx, a.b, key, func(ctx context.Context, lease *syncguard.Lease) error {
+			a.succeeded(sent)
+			h = r.hist.Begin(key, name, acquired(lease), hotTTL, sent, time.Now())
+			sleepCtx(ctx, time.Duration(10+rng.IntN(100))*time.Millisecond)
+			r.hist.ReleaseSent(h, time.Now())
+			return nil
+		}, opts)
+		cancel()
+		switch {
+		case err == nil:
+			fails = 0
+			r.note(a, "withlock", "ok", nil)
+		case syncguard.CodeOf(err) == syncguard.CodeAcquisitionTimeout:
+			r.note(a, "withlock", "", err)
+		default:
+			r.note(a, "withlock", "", err)
+			fails++
+			backoff(r.ctx, rng, fails)
+		}
+	}
+}
+
+// leaseWorker takes a Lease with AutoExtend through syncguard.Lock, holds
+// it for 0.2-2 s (across automatic extensions), and releases it.
+func (r *runner) leaseWorker(a *adapter, name string, rng *rand.Rand) {
+	opts := r.lockOptions(a, true)
+	fails := 0
+	for r.ctx.Err() == nil {
+		key := r.keys[rng.IntN(len(r.keys))]
+		sent := time.Now()
+		lctx, stop := context.WithCancel(r.ctx)
+		lease, err := syncguard.Lock(lctx, a.b, key, opts)
+		if err != nil {
+			stop()
+			r.note(a, "lock", "", err)
+			if syncguard.CodeOf(err) != syncguard.CodeAcquisitionTimeout {
+				fails++
+				backoff(r.ctx, rng, fails)
+			}
+			continue
+		}
+		fails = 0
+		a.succeeded(sent)
+		r.note(a, "lock", "ok", nil)
+		h := r.hist.Begin(key, name, acquired(lease), hotTTL, sent, time.Now())
+		holdUntil := time.Now().Add(time.Duration(200+rng.IntN(1800)) * time.Millisecond)
+		tick := time.NewTicker(100 * time.Millisecond)
+		lost := ""
+	hold:
+		for time.Now().Before(holdUntil) {
+			select {
+			case <-lease.Done():
+				lost = lease.Err().Error()
+				break hold
+			case <-r.ctx.Done():
+				break hold
+			case <-tick.C:
+				r.hist.Extended(h, lease.ExpiresAt())
+			}
+		}
+		tick.Stop()
+		r.hist.Extended(h, lease.ExpiresAt())
+		if lost != "" {
+			r.repMu.Lock()
+			r.rep.LeaseLosses[leaseLossKind(lost)]++
+			r.repMu.Unlock()
+		}
+		r.hist.ReleaseSent(h, time.Now())
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		res, err := lease.Release(ctx)
+		cancel()
+		stop()
+		if err != nil && lost == "" {
+			r.note(a, "release", "", err)
+		} else if err == nil {
+			r.note(a, "release", map[bool]string{true: "ok", false: res.Reason}[res.OK], nil)
+		}
+	}
+}
+
+func leaseLossKind(msg string) string {
+	switch {
+	case strings.Contains(msg, "expired"):
+		return "extend found it expired"
+	case strings.Contains(msg, "gone"):
+		return "extend found it gone"
+	case strings.Contains(msg, "not extended"):
+		return "not extended in time"
+	}
+	return msg
+}
+
+// sentinel is one of an adapter's long-lived locks: acquired with a long
+// TTL, then extended, then released and taken again, in a ring.
+type sentinel struct {
+	key    string
+	held   bool
+	lockID string
+	fence  syncguard.Fence
+	expiry time.Time // last acknowledged expiry
+	acked  time.Time // when the last acquire or extend was acknowledged
+}
+
+const (
+	sentinelSlots = 12
+	sentinelTTL   = 10 * time.Minute
+)
+
+// sentinelWorker keeps sentinelSlots locks held, renewing them one after
+// the other (release, acquire, extend) so that acknowledged acquires and
+// extends happen right up to every fault. checkSentinels looks them up
+// after each failover.
+func (r *runner) sentinelWorker(a *adapter) {
+	gen := 0
+	a.sentinelMu.Lock()
+	for i := range sentinelSlots {
+		a.sentinels = append(a.sentinels, &sentinel{key: fmt.Sprintf("ha-sentinel-%s-%d-%d", a.name, i, gen)})
+	}
+	a.sentinelMu.Unlock()
+	rng := rand.New(rand.NewPCG(r.o.Seed, uint64(len(a.name))))
+	fails := 0
+	for i := 0; r.ctx.Err() == nil; i++ {
+		a.sentinelMu.Lock()
+		s := a.sentinels[i%sentinelSlots]
+		ok := r.renewSentinel(a, s, &gen)
+		a.sentinelMu.Unlock()
+		if !ok {
+			fails++
+			backoff(r.ctx, rng, fails)
+			continue
+		}
+		fails = 0
+		sleepCtx(r.ctx, 10*time.Millisecond)
+	}
+}
+
+// renewSentinel releases s (if held), acquires it again and extends it.
+// After an error whose outcome is unknown the slot moves to a fresh key.
+func (r *runner) renewSentinel(a *adapter, s *sentinel, gen *int) bool {
+	fresh := func() {
+		*gen++
+		base := s.key[:strings.LastIndexByte(s.key, '-')]
+		*s = sentinel{key: fmt.Sprintf("%s-%d", base, *gen)}
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, opTimeout)
+	defer cancel()
+	if s.held {
+		res, err := a.b.Release(ctx, s.lockID)
+		if err != nil {
+			r.note(a, "sentinel-release", "", err)
+			fresh()
+			return false
+		}
+		r.note(a, "sentinel-release", map[bool]string{true: "ok", false: res.Reason}[res.OK], nil)
+		if !res.OK {
+			r.addViolation(history.Violation{Rule: RuleAcked, Key: s.key,
+				Detail: fmt.Sprintf("%s: release of the held sentinel lock (fence %s, acknowledged expiry %s) found it %s",
+					a.name, s.fence, s.expiry.Format(time.StampMilli), res.Reason)})
+		}
+		s.held = false
+	}
+	sent := time.Now()
+	res, err := a.b.Acquire(ctx, s.key, sentinelTTL)
+	if err != nil {
+		r.note(a, "sentinel-acquire", "", err)
+		fresh()
+		return false
+	}
+	if !res.OK {
+		// Held by an acquire of ours whose outcome was unknown: move on.
+		r.note(a, "sentinel-acquire", "locked", nil)
+		fresh()
+		return true
+	}
+	a.succeeded(sent)
+	r.note(a, "sentinel-acquire", "ok", nil)
+	*s = sentinel{key: s.key, held: true, lockID: res.LockID, fence: res.Fence, expiry: res.ExpiresAt, acked: time.Now()}
+	x, err := a.b.Extend(ctx, s.lockID, sentinelTTL+time.Minute)
+	if err != nil {
+		// Unknown outcome: the lock is held with at least the acquire's
+		// expiry.
+		r.note(a, "sentinel-extend", "", err)
+		return false
+	}
+	r.note(a, "sentinel-extend", map[bool]string{true: "ok", false: x.Reason}[x.OK], nil)
+	if !x.OK {
+		r.addViolation(history.Violation{Rule: RuleAcked, Key: s.key,
+			Detail: fmt.Sprintf("%s: extend of the just acquired sentinel lock (fence %s) found it %s", a.name, s.fence, x.Reason)})
+		s.held = false
+		return true
+	}
+	s.expiry, s.acked = x.ExpiresAt, time.Now()
+	return true
+}
+
+func (r *runner) addViolation(v history.Violation) {
+	if v.At.IsZero() {
+		v.At = time.Now()
+	}
+	r.repMu.Lock()
+	r.rep.Violations = append(r.rep.Violations, v)
+	r.repMu.Unlock()
+}
+
+// checkSentinels verifies, through each adapter, that every sentinel lock
+// acknowledged before t is held on the current primary with the same
+// lockId and fence and an expiry no earlier than the acknowledged one.
+func (r *runner) checkSentinels(ctx context.Context, t time.Time) (int, error) {
+	n := 0
+	for _, a := range r.ad {
+		a.sentinelMu.Lock()
+		for _, s := range a.sentinels {
+			if !s.held || !s.acked.Before(t) {
+				continue
+			}
+			var info *syncguard.LockInfoDebug
+			var err error
+			for attempt := 0; ; attempt++ {
+				info, err = a.b.LookupIDDebug(ctx, s.lockID)
+				if err == nil || attempt == 20 || !syncguard.CodeOf(err).Retryable() {
+					break
+				}
+				sleepCtx(ctx, 250*time.Millisecond)
+			}
+			if err != nil {
+				a.sentinelMu.Unlock()
+				return n, fmt.Errorf("looking up sentinel %s: %w", s.key, err)
+			}
+			n++
+			switch {
+			case info == nil:
+				r.addViolation(history.Violation{Rule: RuleAcked, Key: s.key,
+					Detail: fmt.Sprintf("%s: sentinel lock (fence %s, acknowledged %s, expiry %s) is gone from the new primary",
+						a.name, s.fence, s.acked.Format(time.StampMilli), s.expiry.Format(time.StampMilli))})
+			case info.Fence != s.fence:
+				r.addViolation(history.Violation{Rule: RuleAcked, Key: s.key,
+					Detail: fmt.Sprintf("%s: sentinel lock acknowledged with fence %s has fence %s on the new primary", a.name, s.fence, info.Fence)})
+			case info.ExpiresAt.Before(s.expiry):
+				r.addViolation(history.Violation{Rule: RuleAcked, Key: s.key,
+					Detail: fmt.Sprintf("%s: sentinel lock (fence %s) acknowledged until %s expires at %s on the new primary (an acknowledged extend was lost)",
+						a.name, s.fence, s.expiry.Format(time.StampMilli), info.ExpiresAt.Format(time.StampMilli))})
+			}
+		}
+		a.sentinelMu.Unlock()
+	}
+	return n, nil
+}
+
+// statementSlackMs allows for the clocks compared (this process's, the
+// servers' across a failover): see history.Check.
+const statementSlackMs = 50
+
+// acquired is what the hot-key history records of a lease's acquire.
+func acquired(l *syncguard.Lease) syncguard.AcquireResult {
+	return syncguard.AcquireResult{OK: true, LockID: l.LockID(), Fence: l.Fence(), ExpiresAt: l.ExpiresAt()}
+}
+
+// finish runs the history checks and fills in the report.
+func (r *runner) finish() {
+	vs, st := r.hist.Check(statementSlackMs)
+	r.rep.Violations = append(r.rep.Violations, vs...)
+	for _, fc := range r.rep.fenceChecks {
+		r.rep.Violations = append(r.rep.Violations, r.hist.CheckFencesAfter(fc.at, fc.max)...)
+	}
+	r.rep.Holdings, r.rep.Pairs = st.Holdings, st.Pairs
+	var firsts, gaps []time.Duration
+	for _, fr := range r.rep.Faults {
+		for _, a := range []string{"pq", "pgx"} {
+			if d := fr.FirstAcquire[a]; d >= 0 {
+				firsts = append(firsts, d)
+			}
+			gaps = append(gaps, fr.MaxGap[a])
+		}
+	}
+	r.rep.RecoveryP50, r.rep.RecoveryMax = p50max(firsts)
+	r.rep.GapP50, r.rep.GapMax = p50max(gaps)
+}

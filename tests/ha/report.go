@@ -1,0 +1,187 @@
+package ha
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/syncguard/syncguard-go/tests/pgtest/history"
+)
+
+// Rules checked by Run; the Rule of every Report.Violations entry is one
+// of them (the history checks shared with tests/chaos report the four
+// from package history).
+const (
+	RuleAcked      = "no acknowledged acquire or extend is lost"
+	RuleFenceTwice = history.RuleFenceTwice
+	RuleFenceOrder = history.RuleFenceOrder
+	RuleFenceAfter = history.RuleFenceAfter
+	RuleOverlap    = history.RuleOverlap
+	RuleErrors     = "every error is a typed, retryable *syncguard.Error"
+)
+
+// FaultResult is what one fault cost.
+type FaultResult struct {
+	Kind FaultKind
+	Node string    // the primary that was hit
+	At   time.Time // when
+	// InPlace: the keeper restarted the killed postmaster on the same
+	// node before the monitor failed over (KillPostmaster only); Promoted
+	// is then 0.
+	InPlace bool
+	// Promoted is the time until the monitor reported the standby as
+	// wait_primary or primary.
+	Promoted time.Duration
+	// FirstAcquire is, per adapter, the time from the fault to the first
+	// successful acquire sent after it (-1: none).
+	FirstAcquire map[string]time.Duration
+	// MaxGap is, per adapter, the longest time from the fault to the
+	// formation being stable again without an acknowledged acquire.
+	MaxGap map[string]time.Duration
+	// Stable is the time until the formation had a primary and a
+	// secondary again (the old primary rewound and following).
+	Stable           time.Duration
+	SentinelsChecked int
+}
+
+type fenceCheck struct {
+	at  time.Time
+	max map[string]int64
+}
+
+// Report is the outcome of Run.
+type Report struct {
+	Async    bool
+	Timeouts Timeouts
+	Seed     uint64
+	Duration time.Duration
+	Faults   []FaultResult
+	// RecoveryP50 and RecoveryMax are over all faults and both adapters of
+	// FirstAcquire.
+	RecoveryP50, RecoveryMax time.Duration
+	// GapP50 and GapMax are over all faults and both adapters of MaxGap.
+	GapP50, GapMax  time.Duration
+	Ops             map[string]int64 // "adapter op outcome" -> count
+	Errors          map[string]int64 // "adapter op code SQLSTATE: message" -> count
+	LeaseLosses     map[string]int64 // how AutoExtend leases ended early
+	Holdings, Pairs int              // hot-key holdings; consecutive pairs checked
+	SentinelChecks  int              // sentinel lookups after failovers
+	Violations      []history.Violation
+
+	fenceChecks []fenceCheck
+}
+
+// faultBefore returns the index of the last fault at or before t (-1:
+// none).
+func (r *Report) faultBefore(t time.Time) int {
+	i := -1
+	for j, f := range r.Faults {
+		if !f.At.After(t) {
+			i = j
+		}
+	}
+	return i
+}
+
+// ViolationsByRule counts the violations per rule.
+func (r *Report) ViolationsByRule() map[string]int {
+	m := map[string]int{}
+	for _, v := range r.Violations {
+		m[v.Rule]++
+	}
+	return m
+}
+
+// Acquires counts the successful acquires of an adapter (any path).
+func (r *Report) Acquires(adapter string) int64 {
+	var n int64
+	for k, c := range r.Ops {
+		if strings.HasPrefix(k, adapter+" ") && (strings.HasSuffix(k, "withlock ok") || strings.HasSuffix(k, "lock ok") || strings.HasSuffix(k, "sentinel-acquire ok")) {
+			n += c
+		}
+	}
+	return n
+}
+
+// Summary is a readable report.
+func (r *Report) Summary() string {
+	var b strings.Builder
+	mode := "synchronous"
+	if r.Async {
+		mode = "ASYNCHRONOUS"
+	}
+	fmt.Fprintf(&b, "replication: %s; %v of load, seed %d\n", mode, r.Duration.Round(time.Second), r.Seed)
+	fmt.Fprintf(&b, "failover manager timeouts: %s\n", r.Timeouts)
+	fmt.Fprintf(&b, "faults:\n")
+	for i, f := range r.Faults {
+		kind := string(f.Kind)
+		promoted := "promoted " + ms(f.Promoted)
+		if f.InPlace {
+			promoted = "restarted in place, no failover"
+		}
+		fmt.Fprintf(&b, "  %d. %-20s on %s: %s; first acquire pq %s pgx %s; longest gap pq %s pgx %s; stable %v; sentinels verified %d\n",
+			i+1, kind, f.Node, promoted, ms(f.FirstAcquire["pq"]), ms(f.FirstAcquire["pgx"]),
+			ms(f.MaxGap["pq"]), ms(f.MaxGap["pgx"]), f.Stable.Round(time.Millisecond), f.SentinelsChecked)
+	}
+	fmt.Fprintf(&b, "time from the primary's death to the first successful acquire: p50 %v, max %v (%d samples)\n",
+		r.RecoveryP50.Round(time.Millisecond), r.RecoveryMax.Round(time.Millisecond), 2*len(r.Faults))
+	fmt.Fprintf(&b, "longest time without a successful acquire per fault and adapter: p50 %v, max %v\n",
+		r.GapP50.Round(time.Millisecond), r.GapMax.Round(time.Millisecond))
+	fmt.Fprintf(&b, "acquires: pq %d, pgx %d; hot-key holdings %d, hand-offs checked %d; sentinel lookups %d\n",
+		r.Acquires("pq"), r.Acquires("pgx"), r.Holdings, r.Pairs, r.SentinelChecks)
+	b.WriteString("operations:\n")
+	writeCounts(&b, r.Ops)
+	b.WriteString("errors (adapter op code SQLSTATE: message):\n")
+	writeCounts(&b, r.Errors)
+	if len(r.LeaseLosses) > 0 {
+		b.WriteString("AutoExtend leases ended early:\n")
+		writeCounts(&b, r.LeaseLosses)
+	}
+	if len(r.Violations) == 0 {
+		b.WriteString("invariants: all held\n")
+	} else {
+		b.WriteString("invariants BROKEN:\n")
+		byRule := r.ViolationsByRule()
+		for _, k := range slices.Sorted(maps.Keys(byRule)) {
+			fmt.Fprintf(&b, "  %4d x %s\n", byRule[k], k)
+		}
+		b.WriteString("violations by the last fault before them:\n")
+		byFault := map[int]int{}
+		for _, v := range r.Violations {
+			byFault[r.faultBefore(v.At)]++
+		}
+		for i := -1; i < len(r.Faults); i++ {
+			if n := byFault[i]; n > 0 {
+				what := "before the first fault"
+				if i >= 0 {
+					what = fmt.Sprintf("after fault %d (%s", i+1, r.Faults[i].Kind)
+					if r.Faults[i].InPlace {
+						what += ", restarted in place)"
+					} else {
+						what += ", failover)"
+					}
+				}
+				fmt.Fprintf(&b, "  %4d %s\n", n, what)
+			}
+		}
+	}
+	return b.String()
+}
+
+func ms(d time.Duration) string {
+	if d < 0 {
+		return "none"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+func writeCounts[V int | int64](b *strings.Builder, m map[string]V) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		fmt.Fprintf(b, "  %7d  %s\n", m[k], k)
+	}
+	if len(m) == 0 {
+		b.WriteString("  (none)\n")
+	}
+}

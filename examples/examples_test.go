@@ -23,9 +23,9 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/syncguard/syncguard-go/tests/pgtest"
 	_ "github.com/syncguard/syncguard-go/pgxstd" // registers "pgx" and its dialect
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m, pgtest.Options{}) }

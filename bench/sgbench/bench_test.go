@@ -26,9 +26,9 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "github.com/lib/pq"
 
-	"github.com/syncguard/syncguard-go/tests/pgtest"
 	_ "github.com/syncguard/syncguard-go/pgxstd"
 	_ "github.com/syncguard/syncguard-go/pq"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
 )
 
 var benchDSN string

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncguard/syncguard-go/tests/pgtest"
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
 )
 
 func TestMain(m *testing.M) {

@@ -10,9 +10,9 @@ import (
 
 	"github.com/lib/pq"
 
-	"github.com/syncguard/syncguard-go/tests/pgtest/history"
 	sgpq "github.com/syncguard/syncguard-go/pq"
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest/history"
 )
 
 // adapter is one driver's pool and backend.

@@ -32,12 +32,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/syncguard/syncguard-go/tests/pgtest"
-	"github.com/syncguard/syncguard-go/tests/pgtest/history"
-	"github.com/syncguard/syncguard-go/tests/pgtest/tcpproxy"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/pgxstd"
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
+	"github.com/syncguard/syncguard-go/tests/pgtest/history"
+	"github.com/syncguard/syncguard-go/tests/pgtest/tcpproxy"
 )
 
 // Options configures a Run. Zero fields take the defaults noted.

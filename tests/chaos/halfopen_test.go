@@ -12,10 +12,10 @@ import (
 
 	"github.com/lib/pq"
 
-	"github.com/syncguard/syncguard-go/tests/pgtest"
-	"github.com/syncguard/syncguard-go/tests/pgtest/tcpproxy"
 	sgpq "github.com/syncguard/syncguard-go/pq"
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
+	"github.com/syncguard/syncguard-go/tests/pgtest/tcpproxy"
 )
 
 // TestHalfOpen shows which timeout releases a caller whose connection is

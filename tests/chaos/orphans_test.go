@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncguard/syncguard-go/tests/pgtest"
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
 )
 
 // TestCancelledAcquireOrphans is the workload of issue 14, item 3: 8

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncguard/syncguard-go/syncguard"
 	"github.com/syncguard/syncguard-go/tests/pgtest"
 	"github.com/syncguard/syncguard-go/tests/pgtest/tcpproxy"
-	"github.com/syncguard/syncguard-go/syncguard"
 )
 
 // TestPgBouncerDriverSettings verifies, per driver setting, what docs and

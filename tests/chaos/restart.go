@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/syncguard/syncguard-go/tests/pgtest/history"
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest/history"
 )
 
 // sentinel is a lock acknowledged just before a crash.

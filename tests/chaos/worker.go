@@ -9,8 +9,8 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/syncguard/syncguard-go/tests/pgtest/history"
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest/history"
 )
 
 // worker is one load goroutine on one adapter.

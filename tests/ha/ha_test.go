@@ -13,9 +13,9 @@ import (
 
 	"github.com/syncguard/syncguard-go/cmd/syncguard/cli"
 	"github.com/syncguard/syncguard-go/conformance"
-	"github.com/syncguard/syncguard-go/tests/pgtest"
 	"github.com/syncguard/syncguard-go/internal/replication"
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
 )
 
 // TestMain doubles as the syncguard CLI (for the doctor checks) when

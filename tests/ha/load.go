@@ -16,8 +16,8 @@ import (
 
 	libpq "github.com/lib/pq"
 
-	"github.com/syncguard/syncguard-go/tests/pgtest/history"
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest/history"
 
 	_ "github.com/syncguard/syncguard-go/pgxstd" // registers pgx's dialect
 	_ "github.com/syncguard/syncguard-go/pq"     // registers lib/pq's dialect

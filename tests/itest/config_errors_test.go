@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncguard/syncguard-go/syncguard"
 	"github.com/syncguard/syncguard-go/tests/pgtest"
 	"github.com/syncguard/syncguard-go/tests/pgtest/suite"
-	"github.com/syncguard/syncguard-go/syncguard"
 )
 
 // TestUnknownDatabaseIsConfigurationError: a DSN naming a database the

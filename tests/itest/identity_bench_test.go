@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncguard/syncguard-go/tests/pgtest"
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
 )
 
 // BenchmarkAcquireIdentity compares an acquire (and its release) without

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/conformance"
-	"github.com/syncguard/syncguard-go/tests/pgtest"
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
 )
 
 // TestInspect: Backend.List and Backend.LastFence against PostgreSQL with

@@ -4,10 +4,10 @@ import (
 	"testing"
 
 	"github.com/syncguard/syncguard-go/conformance"
-	"github.com/syncguard/syncguard-go/tests/pgtest"
-	"github.com/syncguard/syncguard-go/tests/pgtest/suite"
 	"github.com/syncguard/syncguard-go/pgxstd"
 	sgpq "github.com/syncguard/syncguard-go/pq"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
+	"github.com/syncguard/syncguard-go/tests/pgtest/suite"
 )
 
 // The conformance runs spend their time waiting (expiries, TTLs,

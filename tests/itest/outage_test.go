@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncguard/syncguard-go/tests/pgtest"
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
 )
 
 // flakyPort forwards 127.0.0.1:<port> to a server, and can go away for a

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
-	"github.com/syncguard/syncguard-go/tests/pgtest"
 	sgpq "github.com/syncguard/syncguard-go/pq"
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
 )
 
 // A lib/pq pool opened with sgpq.NewConnector(dsn) needs the DSN once: the

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/conformance"
-	"github.com/syncguard/syncguard-go/tests/pgtest"
 	_ "github.com/syncguard/syncguard-go/pgxstd"
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
 )
 
 const helperEnv = "SYNCGUARD_ITEST_HELPER"

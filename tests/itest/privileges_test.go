@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncguard/syncguard-go/syncguard"
 	"github.com/syncguard/syncguard-go/tests/pgtest"
 	"github.com/syncguard/syncguard-go/tests/pgtest/suite"
-	"github.com/syncguard/syncguard-go/syncguard"
 )
 
 // TestPrivilegeErrorsNameTheObject checks, against the server's real

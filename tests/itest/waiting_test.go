@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncguard/syncguard-go/tests/pgtest"
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
 )
 
 // waitEnv is a lock table of its own on the shared test server, and

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/syncguard/syncguard-go/tests/pgtest/pginstall"
 	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/tests/pgtest/pginstall"
 )
 
 // Options configures the throwaway server (local and docker kinds). They do

@@ -17,14 +17,14 @@ func fakeRepo(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
 	files := map[string]string{
-		"go.work":                  "go 1.26.0\n\nuse (\n\t.\n\t./pq\n\t./pgxstd\n\t./otelsyncguard\n\t./cmd/syncguard\n\t./internal/itest\n)\n\nreplace github.com/syncguard/syncguard-go v0.1.0 => ./\n",
-		"go.mod":                   "module github.com/syncguard/syncguard-go\n\ngo 1.25.0\n",
-		"syncguard/a.go":           "package syncguard\n",
-		"pq/go.mod":                "module github.com/syncguard/syncguard-go/pq\n\ngo 1.25.0\n\nrequire github.com/syncguard/syncguard-go v0.1.0\n",
-		"pq/pq.go":                 "package pq\n",
-		"otelsyncguard/go.mod":     "module github.com/syncguard/syncguard-go/otelsyncguard\n\ngo 1.25.0\n\nrequire github.com/syncguard/syncguard-go v0.1.0\n",
-		"pgxstd/go.mod":            "module github.com/syncguard/syncguard-go/pgxstd\n\ngo 1.25.0\n\nrequire github.com/syncguard/syncguard-go v0.1.0\n",
-		"cmd/syncguard/go.mod":     "module github.com/syncguard/syncguard-go/cmd/syncguard\n\ngo 1.25.0\n\nrequire (\n\tgithub.com/syncguard/syncguard-go v0.1.0\n\tgithub.com/syncguard/syncguard-go/pgxstd v0.1.0\n)\n",
+		"go.work":               "go 1.26.0\n\nuse (\n\t.\n\t./pq\n\t./pgxstd\n\t./otelsyncguard\n\t./cmd/syncguard\n\t./internal/itest\n)\n\nreplace github.com/syncguard/syncguard-go v0.1.0 => ./\n",
+		"go.mod":                "module github.com/syncguard/syncguard-go\n\ngo 1.25.0\n",
+		"syncguard/a.go":        "package syncguard\n",
+		"pq/go.mod":             "module github.com/syncguard/syncguard-go/pq\n\ngo 1.25.0\n\nrequire github.com/syncguard/syncguard-go v0.1.0\n",
+		"pq/pq.go":              "package pq\n",
+		"otelsyncguard/go.mod":  "module github.com/syncguard/syncguard-go/otelsyncguard\n\ngo 1.25.0\n\nrequire github.com/syncguard/syncguard-go v0.1.0\n",
+		"pgxstd/go.mod":         "module github.com/syncguard/syncguard-go/pgxstd\n\ngo 1.25.0\n\nrequire github.com/syncguard/syncguard-go v0.1.0\n",
+		"cmd/syncguard/go.mod":  "module github.com/syncguard/syncguard-go/cmd/syncguard\n\ngo 1.25.0\n\nrequire (\n\tgithub.com/syncguard/syncguard-go v0.1.0\n\tgithub.com/syncguard/syncguard-go/pgxstd v0.1.0\n)\n",
 		"tests/itest/go.mod":    "module github.com/syncguard/syncguard-go/tests/itest\n\ngo 1.26.0\n\nrequire (\n\tgithub.com/syncguard/syncguard-go v0.1.0\n\tgithub.com/syncguard/syncguard-go/pq v0.1.0\n)\n",
 		"tests/itest/x_test.go": "package itest\n",
 	}

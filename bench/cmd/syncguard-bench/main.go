@@ -36,10 +36,10 @@ import (
 
 	"github.com/syncguard/syncguard-go/bench/sgbench"
 	"github.com/syncguard/syncguard-go/driver"
-	"github.com/syncguard/syncguard-go/tests/pgtest"
-	"github.com/syncguard/syncguard-go/tests/pgtest/tcpproxy"
 	"github.com/syncguard/syncguard-go/pgxstd"
 	sgpq "github.com/syncguard/syncguard-go/pq"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
+	"github.com/syncguard/syncguard-go/tests/pgtest/tcpproxy"
 )
 
 // EnvDSN names the variable with the server to benchmark against.

@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncguard/syncguard-go/tests/oteltest"
-	"github.com/syncguard/syncguard-go/tests/pgtest"
 	_ "github.com/syncguard/syncguard-go/pgxstd"
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/oteltest"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m, pgtest.Options{}) }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/syncguard/syncguard-go/conformance"
 	"github.com/syncguard/syncguard-go/driver"
-	"github.com/syncguard/syncguard-go/tests/pgtest"
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
 )
 
 // Driver is one database/sql driver under test.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/rules"
-	"github.com/syncguard/syncguard-go/internal/txunwrap"
 )
 
 var _ LockBackend = (*Backend)(nil)
@@ -98,7 +97,7 @@ func (b *Backend) WithTx(tx Tx) *Backend {
 	if t, ok := tx.(*sql.Tx); tx == nil || ok && t == nil {
 		return &Backend{shared: b.shared}
 	}
-	if t := txunwrap.SQLTx(tx); t != nil {
+	if t := unwrapSQLTx(tx); t != nil {
 		tx = t // the *sql.Tx under an ORM's wrapper (txunwrap.go)
 	}
 	v := &Backend{shared: b.shared, tx: tx}

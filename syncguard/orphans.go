@@ -2,21 +2,167 @@ package syncguard
 
 import (
 	"context"
+	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
-	"github.com/syncguard/syncguard-go/internal/orphans"
+	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
-// newOrphans is the Backend's background release of acquires whose
-// outcome is unknown (internal/orphans says when and how).
-func newOrphans(s *shared) *orphans.Queue {
-	return orphans.New(func(ctx context.Context, ids string) (string, error) {
-		var out string
-		err := (&Backend{shared: s}).oneShot(ctx, s.sql.releaseOrphans, []any{ids}, []any{&out})
-		return out, err
-	}, s.cfg.logger, s.cfg.releaseTimeout)
-}
+// The background release of the locks of acquires whose outcome is
+// unknown.
+//
+// An acquire on the pool whose context ended (or whose connection broke)
+// after its statement went out may still commit on the server: pgx stops
+// reading at once and cancels asynchronously, and a cancel request can
+// arrive after the commit. Its lock would then stay held until its TTL with
+// nobody knowing its lockId. The Backend releases such lockIds itself, in
+// the background, through one worker per Backend:
+//
+//   - only when the statement may have reached the server: an acquire that
+//     timed out waiting for a pool connection, or whose context was done
+//     before its arguments were converted for sending, enqueues nothing;
+//   - batched: one DELETE ... WHERE lock_id = ANY(...) statement
+//     (release_orphans.sql) per round, on one pool connection at a time,
+//     taken in turn like any caller's, so a storm of cancelled acquires
+//     costs a few statements, not a goroutine and a transaction each;
+//   - retried while the lockId is not found, since the statement may commit
+//     after the client gave up: after 50, 100, 200, 400, 800 ms, 1.6 and
+//     3.2 s (orphanRetries), never past the lock's own expiry;
+//   - bounded: at most maxOrphans lockIds wait; beyond that the newest are
+//     dropped (they expire with their TTL) and a warning says so, once.
+//
+// The worker goroutine exits when nothing is pending. Its state is
+// shared.orphans (an orphanQueue, shared.go).
+
+// maxOrphans bounds the lockIds waiting for a background release.
+const maxOrphans = 4096
+
+// orphanBatch is the most lockIds one statement releases.
+const orphanBatch = 100
+
+// orphanRetries are the waits before each retry of a lockId not found.
+var orphanRetries = [...]time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond,
+	400 * time.Millisecond, 800 * time.Millisecond, 1600 * time.Millisecond, 3200 * time.Millisecond}
+
+// orphanErrorDelay is the wait after a batch that failed (pool timeout,
+// server down); a failure costs no retry, the lock's expiry bounds it.
+const orphanErrorDelay = 500 * time.Millisecond
+
+// newOrphans is the background release of s, with nothing pending.
+func newOrphans(s *shared) *orphanQueue { return &orphanQueue{s: s} }
 
 // releaseInBackground hands lockID, of an acquire with the given ttl whose
 // outcome is unknown, to the Backend's background release.
-func (s *shared) releaseInBackground(lockID string, ttl time.Duration) { s.orphans.Add(lockID, ttl) }
+func (s *shared) releaseInBackground(lockID string, ttl time.Duration) {
+	q := s.orphans
+	now := time.Now()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.pending) >= maxOrphans {
+		if !q.warned {
+			q.warned = true
+			s.cfg.logger.Warn("syncguard: background release queue full; locks of cancelled acquires that may have committed are left to expire with their TTL",
+				slog.Int("queued", len(q.pending)), slog.String("lockIdHash", rules.HashKey(lockID)))
+		}
+		return
+	}
+	q.pending = append(q.pending, orphan{lockID: lockID, due: now, until: now.Add(ttl + rules.ToleranceMs*time.Millisecond)})
+	if q.wake == nil {
+		q.wake = make(chan struct{}, 1)
+	}
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+	if !q.running {
+		q.running = true
+		go q.run()
+	}
+}
+
+// run is the worker: it releases due lockIds in batches until nothing is
+// pending.
+func (q *orphanQueue) run() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		q.mu.Lock()
+		var batch []string
+		next := time.Time{}
+		keep := q.pending[:0]
+		for _, o := range q.pending {
+			switch {
+			case !now.Before(o.until):
+				continue // expired by itself
+			case len(batch) < orphanBatch && !o.due.After(now):
+				batch = append(batch, o.lockID)
+			default:
+				if next.IsZero() || o.due.Before(next) {
+					next = o.due
+				}
+			}
+			keep = append(keep, o)
+		}
+		q.pending = keep
+		if len(q.pending) == 0 {
+			q.running = false
+			q.mu.Unlock()
+			return
+		}
+		q.mu.Unlock()
+
+		if len(batch) == 0 {
+			timer.Reset(time.Until(next))
+			select {
+			case <-timer.C:
+			case <-q.wake:
+				timer.Stop()
+			}
+			continue
+		}
+		deleted, err := q.releaseBatch(batch)
+		now = time.Now()
+		q.mu.Lock()
+		for i := range q.pending {
+			o := &q.pending[i]
+			if o.due.After(now) || !slices.Contains(batch, o.lockID) {
+				continue
+			}
+			switch {
+			case err != nil:
+				o.due = now.Add(orphanErrorDelay)
+			case deleted[o.lockID]:
+				o.until = now // done
+			case o.retries < len(orphanRetries):
+				o.due = now.Add(orphanRetries[o.retries])
+				o.retries++
+			default:
+				o.until = now // never committed, as far as anyone can tell
+			}
+		}
+		q.mu.Unlock()
+	}
+}
+
+// releaseBatch deletes the rows of ids in one statement
+// (release_orphans.sql: lockIds joined by ',', returning those deleted,
+// joined the same way), bounded by Config.ReleaseTimeout, and returns the
+// ids it deleted.
+func (q *orphanQueue) releaseBatch(ids []string) (map[string]bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), q.s.cfg.releaseTimeout)
+	defer cancel()
+	var out string
+	if err := (&Backend{shared: q.s}).oneShot(ctx, q.s.sql.releaseOrphans, []any{strings.Join(ids, ",")}, []any{&out}); err != nil {
+		return nil, err
+	}
+	deleted := map[string]bool{}
+	for _, id := range strings.Split(out, ",") {
+		if id != "" {
+			deleted[id] = true
+		}
+	}
+	return deleted, nil
+}

@@ -16,8 +16,7 @@ import (
 func waitIdle(t *testing.T, s *shared) {
 	t.Helper()
 	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-		idle := s.orphans.Idle()
-		if idle {
+		if s.orphans.idle() {
 			return
 		}
 	}
@@ -77,7 +76,7 @@ func TestPoolWaitTimeoutStartsNoBackgroundRelease(t *testing.T) {
 		cancel()
 		wantCode(t, err, CodeNetworkTimeout)
 	}
-	n, running := b.shared.orphans.Pending(), !b.shared.orphans.Idle()
+	n, running := b.shared.orphans.pendingCount(), !b.shared.orphans.idle()
 	if n != 0 || running {
 		t.Fatalf("acquires that never left the pool queued %d background releases (worker running %v)", n, running)
 	}
@@ -99,9 +98,23 @@ func TestCancelledAfterSendQueuesBackgroundRelease(t *testing.T) {
 	defer cancel()
 	_, err := b.Acquire(ctx, "k", 300*time.Millisecond)
 	wantCode(t, err, CodeNetworkTimeout)
-	n := b.shared.orphans.Pending()
+	n := b.shared.orphans.pendingCount()
 	if n != 1 {
 		t.Fatalf("want the lockId queued for release, got %d pending", n)
 	}
 	waitIdle(t, b.shared) // gives up at the lock's expiry (300 ms + 1 s)
+}
+
+// idle reports whether nothing is pending and no worker runs.
+func (q *orphanQueue) idle() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return !q.running && len(q.pending) == 0
+}
+
+// pendingCount is how many lockIds wait.
+func (q *orphanQueue) pendingCount() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.pending)
 }

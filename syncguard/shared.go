@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/syncguard/syncguard-go/internal/orphans"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 )
 
@@ -60,16 +59,36 @@ type shared struct {
 	unprep   [numStmts]string // the statements' unprepared text (see unpreparedText)
 	lastSwep atomic.Int64     // unix nanos of the last background cleanup
 
-	orphans     *orphans.Queue // background release (orphans.go)
-	prep        atomic.Int32   // prepUnknown, prepOn or prepOff (exec.go)
-	probeMu     sync.Mutex     // serializes the pooler probe
-	oneShotArgs []any          // the dialect's driver.OneShot arguments, or nil
-	hub         *waiting.Hub   // wakes waiting Lock calls (wait.go)
-	noQueue     atomic.Bool    // the waiters table is missing or not granted (wait.go)
+	orphans     *orphanQueue // background release (orphans.go)
+	prep        atomic.Int32 // prepUnknown, prepOn or prepOff (exec.go)
+	probeMu     sync.Mutex   // serializes the pooler probe
+	oneShotArgs []any        // the dialect's driver.OneShot arguments, or nil
+	hub         *waiting.Hub // wakes waiting Lock calls (wait.go)
+	noQueue     atomic.Bool  // the waiters table is missing or not granted (wait.go)
 	queueWarned atomic.Bool
 	noHolders   atomic.Bool // the holders table is missing or not granted (identity.go)
 	holdWarned  atomic.Bool
 	waitCfg     waitTunables
+}
+
+// orphanQueue is the state of a Backend's background release of acquires
+// whose outcome is unknown (orphans.go acts on it).
+type orphanQueue struct {
+	s *shared
+
+	mu      sync.Mutex
+	pending []orphan
+	running bool // the worker goroutine is running
+	warned  bool // the queue-full warning was logged
+	wake    chan struct{}
+}
+
+// orphan is one lockId waiting for the background release.
+type orphan struct {
+	lockID  string
+	due     time.Time // next attempt
+	until   time.Time // the lock has expired by then: give up
+	retries int       // not-found answers so far
 }
 
 // waitTunables are a Backend's waiting parameters (tests shorten them).

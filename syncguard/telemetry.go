@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/syncguard/syncguard-go/internal/eventq"
 )
 
 // Event types (LockEvent.Type): one per LockBackend operation, the same
@@ -101,7 +99,7 @@ type TelemetryBackend struct {
 	inner  LockBackend
 	opts   TelemetryOptions
 	logger *slog.Logger
-	q      *eventq.Queue[rawEvent]
+	q      *eventQueue[rawEvent]
 }
 
 // debugLookuper is implemented by backends that can return raw keys and
@@ -133,7 +131,7 @@ func WithTelemetry(backend LockBackend, opts TelemetryOptions) *TelemetryBackend
 	if t.logger == nil {
 		t.logger = slog.Default()
 	}
-	t.q = eventq.New(opts.BufferSize, t.deliver)
+	t.q = newEventQueue(opts.BufferSize, t.deliver)
 	return t
 }
 

@@ -1,4 +1,4 @@
-package eventq
+package syncguard
 
 import (
 	"sync"
@@ -7,29 +7,29 @@ import (
 	"time"
 )
 
-type sink struct {
+type eventSink struct {
 	mu  sync.Mutex
 	got []int
 }
 
-func (s *sink) deliver(v *int) {
+func (s *eventSink) deliver(v *int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.got = append(s.got, *v)
 }
 
-func (s *sink) n() int {
+func (s *eventSink) n() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.got)
 }
 
-// A value waits for its batch at most Linger; no goroutine runs meanwhile,
+// A value waits for its batch at most eventLinger; no goroutine runs meanwhile,
 // and none is left when the queue is delivered.
-func TestDeliversWithinLinger(t *testing.T) {
+func TestEventQueueDeliversWithinLinger(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var s sink
-		q := New(1024, s.deliver)
+		var s eventSink
+		q := newEventQueue(1024, s.deliver)
 		start := time.Now()
 		q.Push(1)
 		q.Push(2)
@@ -37,18 +37,18 @@ func TestDeliversWithinLinger(t *testing.T) {
 		if n := s.n(); n != 0 {
 			t.Fatalf("delivered %d values at once, want them to wait for the batch", n)
 		}
-		time.Sleep(Linger - time.Nanosecond)
+		time.Sleep(eventLinger - time.Nanosecond)
 		synctest.Wait()
 		if n := s.n(); n != 0 {
-			t.Fatalf("delivered %d values before Linger", n)
+			t.Fatalf("delivered %d values before eventLinger", n)
 		}
 		time.Sleep(time.Nanosecond)
 		synctest.Wait()
 		if s.n() != 2 || s.got[0] != 1 || s.got[1] != 2 {
-			t.Fatalf("after Linger (%v) delivered %v, want [1 2]", time.Since(start), s.got)
+			t.Fatalf("after eventLinger (%v) delivered %v, want [1 2]", time.Since(start), s.got)
 		}
 		q.Push(3) // a new batch, a new timer
-		time.Sleep(Linger)
+		time.Sleep(eventLinger)
 		synctest.Wait()
 		if n := s.n(); n != 3 {
 			t.Fatalf("the next batch: %d delivered in all, want 3", n)
@@ -58,10 +58,10 @@ func TestDeliversWithinLinger(t *testing.T) {
 
 // A full batch starts delivery at once; so does Flush, which returns when
 // every value is delivered.
-func TestBatchAndFlushStartAtOnce(t *testing.T) {
+func TestEventQueueBatchAndFlushStartAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var s sink
-		q := New(8, s.deliver) // batch: 8/4 = 2
+		var s eventSink
+		q := newEventQueue(8, s.deliver) // batch: 8/4 = 2
 		q.Push(1)
 		q.Push(2)
 		synctest.Wait()
@@ -83,9 +83,9 @@ func TestBatchAndFlushStartAtOnce(t *testing.T) {
 
 // A full queue drops new values and counts them; the ones queued are
 // delivered in order.
-func TestDropsWhenFull(t *testing.T) {
-	var s sink
-	q := New(4, s.deliver)
+func TestEventQueueDropsWhenFull(t *testing.T) {
+	var s eventSink
+	q := newEventQueue(4, s.deliver)
 	q.mu.Lock() // hold delivery off: every Push below waits its turn behind this
 	q.running = true
 	q.idle = make(chan struct{})

@@ -1,17 +1,16 @@
-// Package txunwrap finds the *sql.Tx inside an ORM's transaction wrapper,
-// for syncguard's Backend.WithTx.
-package txunwrap
+package syncguard
 
 import (
 	"database/sql"
 	"reflect"
 )
 
-// SQLTx returns the *sql.Tx that tx is, or that it embeds: as an
-// embedded *sql.Tx field (*sqlx.Tx, bun.Tx), or an embedded interface
-// field holding one (GORM's *gorm.PreparedStmtTX, whose Tx field is the
-// *sql.Tx when GORM runs on database/sql), followed through at most
-// maxTxDepth levels of embedding. nil when there is none.
+// unwrapSQLTx returns, for Backend.WithTx, the *sql.Tx that tx (an ORM's
+// transaction wrapper) is, or that it embeds: as an embedded *sql.Tx field
+// (*sqlx.Tx, bun.Tx), or an embedded interface field holding one (GORM's
+// *gorm.PreparedStmtTX, whose Tx field is the *sql.Tx when GORM runs on
+// database/sql), followed through at most maxTxDepth levels of embedding.
+// nil when there is none.
 //
 // WithTx runs its statements on that *sql.Tx, not through the wrapper's
 // own query methods, which may prepare what they run (GORM's PrepareStmt:
@@ -20,7 +19,7 @@ import (
 // statement on the connection, which a transaction-mode pooler loses) or
 // rewrite it (bun.Tx expands "?"). Embedding is the wrapper's statement
 // that it is that transaction: the statements still run in it.
-func SQLTx(tx any) *sql.Tx {
+func unwrapSQLTx(tx any) *sql.Tx {
 	return findSQLTx(reflect.ValueOf(tx), 0)
 }
 

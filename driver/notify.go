@@ -34,14 +34,15 @@ type Listener interface {
 type NotifyConn interface {
 	// Wait blocks until the next notification arrives on any channel the
 	// connection listens on (the one Listen opened it with, and those of
-	// LISTEN statements run by Exec) and returns its payload, or until ctx
-	// is done (returning an error for which ctx.Err() != nil; the
-	// connection stays usable), or until the connection fails (any other
-	// error; the core then closes it). Notifications that arrive while
-	// nobody waits are kept, in order, for the next call, up to a bound
-	// (NotifyQueue): any role can NOTIFY, so beyond it the oldest are
-	// dropped. The core treats notifications as hints only.
-	Wait(ctx context.Context) (payload string, err error)
+	// LISTEN statements run by Exec) and returns it, with the channel it
+	// was sent on, or until ctx is done (returning an error for which
+	// ctx.Err() != nil; the connection stays usable), or until the
+	// connection fails (any other error; the core then closes it).
+	// Notifications that arrive while nobody waits are kept, in order, for
+	// the next call, up to a bound (NotifyQueue): any role can NOTIFY, so
+	// beyond it the oldest are dropped. The core treats notifications as
+	// hints only, each for the channel it came on.
+	Wait(ctx context.Context) (Notification, error)
 	// Ping checks the connection with a round trip.
 	Ping(ctx context.Context) error
 	// Exec runs sql, one or more statements without parameters, as one
@@ -54,16 +55,23 @@ type NotifyConn interface {
 	Close() error
 }
 
+// Notification is one notification a NotifyConn received: the channel it
+// was sent on (as LISTEN named it, unquoted) and its payload.
+type Notification struct {
+	Channel string
+	Payload string
+}
+
 // NotifyQueueMax is how many undelivered notifications a NotifyQueue keeps.
 const NotifyQueueMax = 1024
 
-// NotifyQueue is a bounded FIFO of notification payloads, safe for
-// concurrent use, for NotifyConn implementations: past NotifyQueueMax the
-// oldest is dropped, so a flood of notifications from another role costs a
-// listening process a fixed amount of memory. The zero value is ready.
+// NotifyQueue is a bounded FIFO of notifications, safe for concurrent use,
+// for NotifyConn implementations: past NotifyQueueMax the oldest is
+// dropped, so a flood of notifications from another role costs a listening
+// process a fixed amount of memory. The zero value is ready.
 type NotifyQueue struct {
 	mu    sync.Mutex
-	items []string
+	items []Notification
 	head  int
 	ready chan struct{} // capacity 1: something was pushed
 }
@@ -74,19 +82,19 @@ func (q *NotifyQueue) init() {
 	}
 }
 
-// Push adds a payload.
-func (q *NotifyQueue) Push(p string) {
+// Push adds a notification.
+func (q *NotifyQueue) Push(n Notification) {
 	q.mu.Lock()
 	q.init()
 	if len(q.items)-q.head >= NotifyQueueMax {
-		q.items[q.head] = ""
+		q.items[q.head] = Notification{}
 		q.head++
 	}
 	if q.head > NotifyQueueMax {
 		q.items = append(q.items[:0], q.items[q.head:]...)
 		q.head = 0
 	}
-	q.items = append(q.items, p)
+	q.items = append(q.items, n)
 	q.mu.Unlock()
 	select {
 	case q.ready <- struct{}{}:
@@ -94,18 +102,18 @@ func (q *NotifyQueue) Push(p string) {
 	}
 }
 
-// Pop removes and returns the oldest payload, if any.
-func (q *NotifyQueue) Pop() (string, bool) {
+// Pop removes and returns the oldest notification, if any.
+func (q *NotifyQueue) Pop() (Notification, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.head == len(q.items) {
 		q.items, q.head = q.items[:0], 0
-		return "", false
+		return Notification{}, false
 	}
-	p := q.items[q.head]
-	q.items[q.head] = ""
+	n := q.items[q.head]
+	q.items[q.head] = Notification{}
 	q.head++
-	return p, true
+	return n, true
 }
 
 // Ready is signalled (coalesced) after a Push.

@@ -34,7 +34,9 @@ func (dialect) Listen(ctx context.Context, db *sql.DB, channel string) (driver.N
 	// The copy carries the pooled connection's notification handler (pgx
 	// sets it to that connection's buffer); ours buffers, bounded.
 	n := &notifyConn{}
-	cfg.OnNotification = func(_ *pgconn.PgConn, nt *pgconn.Notification) { n.queue.Push(nt.Payload) }
+	cfg.OnNotification = func(_ *pgconn.PgConn, nt *pgconn.Notification) {
+		n.queue.Push(driver.Notification{Channel: nt.Channel, Payload: nt.Payload})
+	}
 	c, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -78,15 +80,15 @@ type notifyConn struct {
 	queue driver.NotifyQueue
 }
 
-// Wait returns the next notification on any channel the connection
-// listens on.
-func (n *notifyConn) Wait(ctx context.Context) (string, error) {
+// Wait returns the next notification, with its channel, on any channel
+// the connection listens on.
+func (n *notifyConn) Wait(ctx context.Context) (driver.Notification, error) {
 	for {
-		if p, ok := n.queue.Pop(); ok {
-			return p, nil
+		if nt, ok := n.queue.Pop(); ok {
+			return nt, nil
 		}
 		if err := n.c.PgConn().WaitForNotification(ctx); err != nil {
-			return "", err
+			return driver.Notification{}, err
 		}
 	}
 }

@@ -86,30 +86,32 @@ func (n *notifyConn) pump(ch <-chan *pq.Notification) {
 	defer close(n.pumped)
 	for nt := range ch {
 		if nt != nil {
-			n.queue.Push(nt.Extra)
+			n.queue.Push(driver.Notification{Channel: nt.Channel, Payload: nt.Extra})
 		}
 	}
 }
 
 var errListenerClosed = errors.New("pq: LISTEN connection closed")
 
-func (n *notifyConn) Wait(ctx context.Context) (string, error) {
+// Wait returns the next notification, with its channel, on any channel
+// the connection listens on.
+func (n *notifyConn) Wait(ctx context.Context) (driver.Notification, error) {
 	for {
-		if p, ok := n.queue.Pop(); ok {
-			return p, nil
+		if nt, ok := n.queue.Pop(); ok {
+			return nt, nil
 		}
 		select {
 		case <-n.queue.Ready():
 		case <-n.pumped:
-			if p, ok := n.queue.Pop(); ok {
-				return p, nil
+			if nt, ok := n.queue.Pop(); ok {
+				return nt, nil
 			}
 			if err := n.lc.Err(); err != nil {
-				return "", err
+				return driver.Notification{}, err
 			}
-			return "", errListenerClosed
+			return driver.Notification{}, errListenerClosed
 		case <-ctx.Done():
-			return "", ctx.Err()
+			return driver.Notification{}, ctx.Err()
 		}
 	}
 }

@@ -241,12 +241,12 @@ type countingConn struct {
 	n *atomic.Int64
 }
 
-func (c countingConn) Wait(ctx context.Context) (string, error) {
-	p, err := c.NotifyConn.Wait(ctx)
+func (c countingConn) Wait(ctx context.Context) (driver.Notification, error) {
+	n, err := c.NotifyConn.Wait(ctx)
 	if err == nil {
 		c.n.Add(1)
 	}
-	return p, err
+	return n, err
 }
 
 // WaitRow is one variant's result in a waiting workload.

@@ -1,15 +1,20 @@
 // Package waiting wakes the callers of syncguard.Lock that wait for a
 // contended key: one LISTEN connection per Backend, opened when a caller
 // first has to wait, listening on the channels of the keys its callers wait
-// for, and delivering each notification to the one waiter it names.
+// for (and watch), and delivering each notification by its channel: to the
+// one waiter of that channel that its payload names, and to the watchers of
+// that channel.
 //
-// A notification is only ever a hint that causes an attempt. Any role that
-// can connect can LISTEN and NOTIFY on any channel, so nothing here decides
-// order, membership or expiry: the queue and the hand-off are rows in the
-// lock tables (see "Waiting" in docs/design.md). What a forger can do is
-// bounded: a payload that names no waiter of this process costs a map
-// lookup; one that does costs that waiter one attempt, coalesced while one
-// is pending; and the connection's buffer is bounded (driver adapters drop
+// A notification is only ever a hint that causes an attempt (or a read).
+// Any role that can connect can LISTEN and NOTIFY on any channel, so
+// nothing here decides order, membership or expiry: the queue and the
+// hand-off are rows in the lock tables (see "Waiting" in docs/design.md).
+// What a forger can do is bounded: a notification on a channel nobody here
+// waits on or watches, or whose payload names no waiter of its channel,
+// costs two map lookups; one that does costs that waiter one attempt (a
+// watcher one read), coalesced while one is pending; no notification adds
+// state beyond a few channel names per waiter of this process that it
+// names; and the connection's buffer is bounded (driver adapters drop
 // beyond it).
 package waiting
 
@@ -19,6 +24,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -115,8 +121,7 @@ type Hub struct {
 	cancel context.CancelFunc // Close: ends whatever the connection does
 
 	mu       sync.Mutex
-	subs     map[string]*Sub     // by payload
-	watchers int                 // subs made by Watch
+	subs     map[string]*Sub     // waiters (Expect), by payload
 	chans    map[string]*channel // channels wanted or listened
 	st       Status
 	running  bool
@@ -124,15 +129,17 @@ type Hub struct {
 	statusAt time.Time     // a Status call keeps the connection until Idle after it
 	retryAt  time.Time     // no reopen before
 	backoff  time.Duration // the last retry delay
+	retry    *time.Timer   // reopens after a failure while a channel is wanted
 	kick     func()        // ends the goroutine's current Wait
 	settled  chan struct{} // closed when the current opening attempt settles
 	done     chan struct{} // closed when the goroutine exits
 }
 
+// channel is one key channel: who wants it, and whether it is listened on.
 type channel struct {
-	refs     int
-	listened bool      // LISTEN took effect on the current connection
-	idle     time.Time // when refs dropped to 0
+	members  map[*Sub]struct{} // waiters that asked for it (Listen) and watchers (Watch)
+	listened bool              // LISTEN took effect on the current connection
+	idle     time.Time         // when its last member left
 }
 
 // New returns a Hub; it opens nothing until a waiter listens.
@@ -145,47 +152,61 @@ func New(cfg Config) *Hub {
 		subs: map[string]*Sub{}, chans: map[string]*channel{}, settled: make(chan struct{})}
 }
 
-// Sub is one waiter: C receives a value (coalesced) when a notification
-// names it, when its channel starts being listened on (a hand-off may have
-// been missed before), and when the connection fails.
+// Sub is one waiter's or one watcher's wake-up: C receives a value
+// (coalesced) when a notification on its key's channel is for it (for a
+// waiter, one whose payload names it; for a watcher, any), when its
+// channel starts being listened on (a hand-off may have been missed
+// before), and when the connection fails.
 type Sub struct {
 	C       <-chan struct{}
 	c       chan struct{}
 	h       *Hub
-	payload string
-	channel string
-	watch   bool // made by Watch
+	payload string // a waiter's; "" for a watcher
+	channel string // its key's channel, once known
+	// early: a waiter's, before it names its channel (Listen): the
+	// channels of notifications that named it meanwhile (a hand-off may
+	// come between its first attempt and its Listen), at most maxEarly;
+	// earlyMore: more came.
+	early     []string
+	earlyMore bool
 }
 
+// maxEarly bounds Sub.early: a waiter's payload is known to nobody before
+// a hand-off names it, so a longer list means forged notifications, and
+// costs the waiter one attempt at its Listen.
+const maxEarly = 4
+
 // Expect registers the waiter whose payload is payload, before its first
-// attempt, so that no notification for it is missed once its key's channel
-// is listened on. No I/O.
-func (h *Hub) Expect(payload string) *Sub { return h.expect(payload, false) }
+// attempt, so that no notification for it on its key's channel is missed
+// once that channel is listened on (Listen names the channel; one that
+// came before is kept for it, by channel). No I/O.
+func (h *Hub) Expect(payload string) *Sub {
+	s := newSub(h)
+	s.payload = payload
+	h.mu.Lock()
+	h.subs[payload] = s
+	h.mu.Unlock()
+	return s
+}
 
 // Watch registers a watcher of the key channel name and asks for the
 // channel to be listened on: its Sub is signalled as a waiter's is (when
 // the channel starts being listened on, when the connection fails) and on
-// every notification the hub receives, whatever it names (a hand-off's
-// payload names the waiter, not the key; anyone can send one). A hint to
-// read the key again, never what changed. Close it when done.
+// every notification on that channel, whatever its payload names (a
+// hand-off's payload names the waiter, not the key; anyone can send one),
+// never by another channel's. A hint to read the key again, never what
+// changed. Close it when done.
 func (h *Hub) Watch(name string) *Sub {
-	var b [8]byte
-	rand.Read(b[:])
-	s := h.expect("watch:"+hex.EncodeToString(b[:]), true)
-	s.Listen(name)
+	s := newSub(h)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.joinLocked(s, name)
 	return s
 }
 
-func (h *Hub) expect(payload string, watch bool) *Sub {
+func newSub(h *Hub) *Sub {
 	c := make(chan struct{}, 1)
-	s := &Sub{C: c, c: c, h: h, payload: payload, watch: watch}
-	h.mu.Lock()
-	h.subs[payload] = s
-	if watch {
-		h.watchers++
-	}
-	h.mu.Unlock()
-	return s
+	return &Sub{C: c, c: c, h: h}
 }
 
 func (s *Sub) signal() {
@@ -195,9 +216,10 @@ func (s *Sub) signal() {
 	}
 }
 
-// Listen asks for s's key channel to be listened on, once. It returns at
-// once; s is signalled when the LISTEN has taken effect (unless it already
-// had).
+// Listen names s's key channel, once, and asks for it to be listened on.
+// It returns at once; s is signalled when the LISTEN has taken effect
+// (unless it already had), and now if a notification on name named s
+// before (kept since Expect).
 func (s *Sub) Listen(name string) {
 	h := s.h
 	h.mu.Lock()
@@ -205,13 +227,23 @@ func (s *Sub) Listen(name string) {
 	if s.channel != "" || h.subs[s.payload] != s {
 		return
 	}
+	if s.earlyMore || slices.Contains(s.early, name) {
+		s.signal()
+	}
+	s.early, s.earlyMore = nil, false
+	h.joinLocked(s, name)
+}
+
+// joinLocked makes s a member of the channel name and has the channel
+// listened on.
+func (h *Hub) joinLocked(s *Sub, name string) {
 	s.channel = name
 	c := h.chans[name]
 	if c == nil {
-		c = &channel{}
+		c = &channel{members: map[*Sub]struct{}{}}
 		h.chans[name] = c
 	}
-	c.refs++
+	c.members[s] = struct{}{}
 	if !c.listened {
 		h.startLocked()
 		if h.kick != nil {
@@ -245,18 +277,18 @@ func (s *Sub) Close() {
 	h := s.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.subs[s.payload] == s {
+	if s.payload != "" && h.subs[s.payload] == s {
 		delete(h.subs, s.payload)
-		if s.watch {
-			h.watchers--
+	}
+	if c := h.chans[s.channel]; c != nil {
+		if _, ok := c.members[s]; ok {
+			delete(c.members, s)
+			if len(c.members) == 0 {
+				c.idle = time.Now()
+			}
 		}
 	}
-	if c := h.chans[s.channel]; c != nil && s.channel != "" {
-		if c.refs--; c.refs == 0 {
-			c.idle = time.Now()
-		}
-	}
-	s.channel = ""
+	s.early = nil
 }
 
 // Wake signals the waiter named by payload, if it is this process's: a
@@ -270,19 +302,32 @@ func (h *Hub) Wake(payload string) {
 	}
 }
 
-// notification delivers a notification's payload: to the waiter it names,
-// and to every watcher.
-func (h *Hub) notification(payload string) {
-	h.Wake(payload)
+// deliver routes a notification by its channel: to the watchers of that
+// channel, and to the waiter its payload names if that waiter waits on
+// that channel (or has not named its channel yet: kept for its Listen). A
+// payload naming a waiter of another channel wakes nobody: anyone can
+// NOTIFY.
+func (h *Hub) deliver(n driver.Notification) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.watchers == 0 {
-		return
-	}
-	for _, s := range h.subs {
-		if s.watch {
-			s.signal()
+	if c := h.chans[n.Channel]; c != nil {
+		for s := range c.members {
+			if s.payload == "" {
+				s.signal()
+			}
 		}
+	}
+	s := h.subs[n.Payload]
+	switch {
+	case s == nil:
+	case s.channel == n.Channel:
+		s.signal()
+	case s.channel != "":
+	case slices.Contains(s.early, n.Channel):
+	case len(s.early) < maxEarly:
+		s.early = append(s.early, n.Channel)
+	default:
+		s.earlyMore = true
 	}
 }
 
@@ -317,6 +362,9 @@ func (h *Hub) Close() {
 		return
 	}
 	h.closed = true
+	if h.retry != nil {
+		h.retry.Stop()
+	}
 	h.setLocked(Status{Kind: KindClosed, Reason: "Backend.Close was called: waiting polls"})
 	done := h.done
 	h.mu.Unlock()
@@ -366,6 +414,11 @@ func (h *Hub) setLocked(st Status) {
 			for _, s := range h.subs {
 				s.signal() // attempt now; then poll
 			}
+			for _, c := range h.chans {
+				for s := range c.members {
+					s.signal() // watchers: read now
+				}
+			}
 			if h.cfg.OnFallback != nil && st.Kind != KindClosed && st.Kind != KindNone {
 				h.cfg.OnFallback(st) // a log record: must not call the hub
 			}
@@ -374,8 +427,9 @@ func (h *Hub) setLocked(st Status) {
 }
 
 // run serves one connection while anyone needs it, and records how it
-// ended. After a failure the next Listen or Status starts again, from
-// retryAt on (RetryMin, doubling up to RetryMax).
+// ended. After a failure it starts again at retryAt (RetryMin, doubling up
+// to RetryMax) if a channel is still wanted then, or at the first Listen,
+// Watch or Status after it.
 func (h *Hub) run(done chan struct{}) {
 	defer close(done)
 	h.mu.Lock()
@@ -395,6 +449,24 @@ func (h *Hub) run(done chan struct{}) {
 	if st.Kind != KindNone {
 		h.backoff = min(max(2*h.backoff, h.cfg.RetryMin), h.cfg.RetryMax)
 		h.retryAt = time.Now().Add(h.backoff)
+		if h.retry != nil {
+			h.retry.Stop()
+		}
+		h.retry = time.AfterFunc(h.backoff, h.reopen)
+	}
+}
+
+// reopen starts the goroutine again after a failure's backoff, if a
+// waiter or a watcher still wants a channel: they are not left polling
+// for good, and each is signalled when its channel is listened on again.
+func (h *Hub) reopen() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range h.chans {
+		if len(c.members) > 0 {
+			h.startLocked()
+			return
+		}
 	}
 }
 
@@ -404,7 +476,7 @@ func (h *Hub) wantedLocked(now time.Time) bool {
 		return true
 	}
 	for _, c := range h.chans {
-		if c.refs > 0 || now.Sub(c.idle) < h.cfg.Idle {
+		if len(c.members) > 0 || now.Sub(c.idle) < h.cfg.Idle {
 			return true
 		}
 	}
@@ -427,12 +499,11 @@ func (h *Hub) serve() Status {
 	ctx, cancel = context.WithTimeout(h.ctx, h.cfg.ProbeTimeout)
 	err = h.cfg.Notify(ctx, h.probe, h.probe)
 	for err == nil {
-		var p string
-		if p, err = conn.Wait(ctx); err == nil {
-			if p == h.probe {
-				break
-			}
-			h.Wake(p)
+		// Only the probe channel is listened on yet: anything else on it
+		// is someone else's.
+		var n driver.Notification
+		if n, err = conn.Wait(ctx); err == nil && n == (driver.Notification{Channel: h.probe, Payload: h.probe}) {
+			break
 		}
 	}
 	timedOut := ctx.Err() != nil
@@ -494,7 +565,7 @@ func (h *Hub) serve() Status {
 		h.mu.Lock()
 		h.kick = cancel
 		h.mu.Unlock()
-		p, err := conn.Wait(ctx)
+		n, err := conn.Wait(ctx)
 		ended := ctx.Err() != nil // a timeout or a kick, not a failure
 		h.mu.Lock()
 		h.kick = nil
@@ -503,7 +574,7 @@ func (h *Hub) serve() Status {
 		switch {
 		case err == nil:
 			last = time.Now()
-			h.notification(p)
+			h.deliver(n)
 		case h.ctx.Err() != nil:
 			return Status{Kind: KindClosed}
 		case !ended:
@@ -518,10 +589,10 @@ func (h *Hub) commandsLocked(now time.Time) ([]string, []string) {
 	var stmts, names []string
 	for name, c := range h.chans {
 		switch {
-		case c.refs > 0 && !c.listened:
+		case len(c.members) > 0 && !c.listened:
 			stmts = append(stmts, "LISTEN "+quote(name))
 			names = append(names, name)
-		case c.refs == 0 && now.Sub(c.idle) >= h.cfg.Linger:
+		case len(c.members) == 0 && now.Sub(c.idle) >= h.cfg.Linger:
 			if c.listened {
 				stmts = append(stmts, "UNLISTEN "+quote(name))
 			}
@@ -532,21 +603,16 @@ func (h *Hub) commandsLocked(now time.Time) ([]string, []string) {
 	return stmts, names
 }
 
-// listened marks names as listened on and signals their waiters.
+// listened marks names as listened on and signals their waiters and
+// watchers.
 func (h *Hub) listened(names []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, n := range names {
 		if c := h.chans[n]; c != nil {
 			c.listened = true
-		}
-	}
-	for _, s := range h.subs {
-		if s.channel != "" && h.chans[s.channel] != nil && h.chans[s.channel].listened {
-			for _, n := range names {
-				if n == s.channel {
-					s.signal()
-				}
+			for s := range c.members {
+				s.signal()
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package waiting
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -17,19 +18,24 @@ type fakeConn struct {
 	mu     sync.Mutex
 	execs  []string
 	closed bool
-	in     chan string
+	in     chan driver.Notification
 	fail   chan error
 }
 
-func (c *fakeConn) Wait(ctx context.Context) (string, error) {
+func (c *fakeConn) Wait(ctx context.Context) (driver.Notification, error) {
 	select {
-	case p := <-c.in:
-		return p, nil
+	case n := <-c.in:
+		return n, nil
 	case err := <-c.fail:
-		return "", err
+		return driver.Notification{}, err
 	case <-ctx.Done():
-		return "", ctx.Err()
+		return driver.Notification{}, ctx.Err()
 	}
+}
+
+// send delivers a notification on channel to the connection.
+func (c *fakeConn) send(channel, payload string) {
+	c.in <- driver.Notification{Channel: channel, Payload: payload}
 }
 func (c *fakeConn) Ping(context.Context) error { return nil }
 func (c *fakeConn) Exec(_ context.Context, sql string) error {
@@ -66,7 +72,7 @@ func newWorld(t *testing.T) *world {
 	w := &world{}
 	w.h = New(Config{
 		Open: func(ctx context.Context, channel string) (driver.NotifyConn, error) {
-			c := &fakeConn{in: make(chan string, 16), fail: make(chan error, 1)}
+			c := &fakeConn{in: make(chan driver.Notification, 16), fail: make(chan error, 1)}
 			w.mu.Lock()
 			w.conns = append(w.conns, c)
 			w.mu.Unlock()
@@ -77,7 +83,7 @@ func newWorld(t *testing.T) *world {
 			c, lost := w.conns[len(w.conns)-1], w.lostProbe
 			w.mu.Unlock()
 			if !lost {
-				c.in <- payload
+				c.send(channel, payload)
 			}
 			return nil
 		},
@@ -118,7 +124,7 @@ func TestListenThenWakeOnlyTheNamedWaiter(t *testing.T) {
 		if !a.Listening() {
 			t.Error("rule: Listening is true once the channel is listened on and the probe came back")
 		}
-		w.conn().in <- Payload("B")
+		w.conn().send("chan1", Payload("B"))
 		if signalled(a) || !signalled(b) {
 			t.Error("rule: a notification wakes only the waiter it names")
 		}
@@ -129,7 +135,7 @@ func TestListenThenWakeOnlyTheNamedWaiter(t *testing.T) {
 	})
 }
 
-func TestWatcherWakesOnEveryNotification(t *testing.T) {
+func TestWatcherWakesOnItsChannelOnly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t)
 		a := w.h.Expect(Payload("A"))
@@ -141,22 +147,96 @@ func TestWatcherWakesOnEveryNotification(t *testing.T) {
 		if got := w.conn().log(); got != `LISTEN "chan1"|LISTEN "chan2"` && got != `LISTEN "chan2"|LISTEN "chan1"` {
 			t.Errorf("rule: Watch listens on the watched channel; ran %q", got)
 		}
-		w.conn().in <- Payload("A")
-		if !signalled(a) || !signalled(o) {
-			t.Error("rule: a notification wakes the waiter it names and every watcher")
+		w.conn().send("chan1", Payload("A"))
+		if !signalled(a) || signalled(o) {
+			t.Error("rule: a notification on a waiter's channel wakes the waiter it names, not the watchers of another channel")
 		}
-		w.conn().in <- Payload("someone else's waiter")
+		w.conn().send("chan2", Payload("someone else's waiter"))
 		if signalled(a) || !signalled(o) {
-			t.Error("rule: a notification naming no waiter of this process still wakes the watchers (a hand-off elsewhere)")
+			t.Error("rule: any notification on the watched channel wakes its watchers (a hand-off to a waiter elsewhere), and no waiter it does not name")
 		}
 		o.Close()
-		w.conn().in <- Payload("B")
+		w.conn().send("chan2", Payload("B"))
 		synctest.Wait()
 		w.h.mu.Lock()
-		n, watchers := len(w.h.subs), w.h.watchers
+		n, members := len(w.h.subs), len(w.h.chans["chan2"].members)
 		w.h.mu.Unlock()
-		if signalled(o) || n != 1 || watchers != 0 {
-			t.Errorf("rule: a closed watcher is gone (signalled again: %v; %d subs, %d watchers left)", signalled(o), n, watchers)
+		if signalled(o) || n != 1 || members != 0 {
+			t.Errorf("rule: a closed watcher is gone (signalled again: %v; %d waiters, %d members of its channel left)", signalled(o), n, members)
+		}
+	})
+}
+
+// Anyone can NOTIFY on any channel: a payload that names a waiter of one
+// key, sent on another key's channel, wakes neither that waiter nor the
+// other key's waiters; the other key's watchers only read it again.
+func TestAnotherKeysChannelWakesNoWaiterOrWatcherOfThisKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t)
+		a := w.h.Expect(Payload("A"))
+		a.Listen("this")
+		o := w.h.Watch("this")
+		b := w.h.Expect(Payload("B"))
+		b.Listen("other")
+		other := w.h.Watch("other")
+		for _, s := range []*Sub{a, o, b, other} {
+			if !signalled(s) {
+				t.Fatal("setup: each is signalled once its channel is listened on")
+			}
+		}
+		w.conn().send("other", Payload("A"))
+		if signalled(a) || signalled(o) {
+			t.Error("rule: a notification on another key's channel, even one naming this key's waiter, signals no waiter or watcher of this key")
+		}
+		if signalled(b) || !signalled(other) {
+			t.Error("rule: it signals the other key's watchers only, not its waiters that it does not name")
+		}
+		w.conn().send("this", Payload("A"))
+		if !signalled(a) || !signalled(o) || signalled(b) || signalled(other) {
+			t.Error("rule: a notification on this key's channel signals this key's named waiter and watchers only")
+		}
+	})
+}
+
+// A hand-off may name a waiter between its first attempt and its Listen:
+// it is kept, by channel, and signals the waiter at its Listen of that
+// channel only; a flood of such notifications keeps a bounded list.
+func TestNotificationBeforeListenIsKeptForItsChannel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t)
+		other := w.h.Expect(Payload("other"))
+		other.Listen("chan1") // chan1 is listened on: a's first attempt may be handed the key
+		signalled(other)
+		a, b, c := w.h.Expect(Payload("A")), w.h.Expect(Payload("B")), w.h.Expect(Payload("C"))
+		w.conn().send("chan1", Payload("A"))
+		w.conn().send("chan2", Payload("B"))
+		if signalled(a) || signalled(b) {
+			t.Fatal("rule: a waiter that has not named its channel is not signalled yet")
+		}
+		a.Listen("chan1")
+		if !signalled(a) {
+			t.Error("rule: a notification that named the waiter on its channel before its Listen signals it at its Listen")
+		}
+		b.Listen("chan1")
+		if signalled(b) {
+			t.Error("rule: a notification that named the waiter on another channel does not signal it at its Listen")
+		}
+		for i := range 1000 {
+			w.conn().send(fmt.Sprint("forged", i), Payload("C"))
+			if i%16 == 15 {
+				synctest.Wait()
+			}
+		}
+		synctest.Wait()
+		w.h.mu.Lock()
+		kept := len(c.early)
+		w.h.mu.Unlock()
+		if kept > maxEarly {
+			t.Errorf("rule: what a waiter keeps before its Listen is bounded; %d channels kept", kept)
+		}
+		c.Listen("chan1")
+		if !signalled(c) {
+			t.Error("rule: past the bound, the waiter is signalled at its Listen (one attempt: a hint may have been dropped)")
 		}
 	})
 }
@@ -168,19 +248,27 @@ func TestForgedPayloadsCostNothing(t *testing.T) {
 		a.Listen("chan1")
 		signalled(a)
 		for i := range 10000 {
-			w.conn().in <- Payload(strings.Repeat("x", i%50))
+			channel, payload := "chan1", Payload(strings.Repeat("x", i%50))
+			switch i % 3 {
+			case 1:
+				channel = fmt.Sprint("chan", i) // a channel nobody here listens on
+			case 2:
+				payload = Payload("A") // naming the waiter, on a channel not its own
+				channel = fmt.Sprint("chan", i)
+			}
+			w.conn().send(channel, payload)
 			if i%16 == 15 {
 				synctest.Wait()
 			}
 		}
 		if signalled(a) {
-			t.Error("rule: a payload that names no waiter wakes nobody")
+			t.Error("rule: a payload that names no waiter of its channel wakes nobody")
 		}
 		w.h.mu.Lock()
-		n, c := len(w.h.subs), len(w.h.chans)
+		n, c, early := len(w.h.subs), len(w.h.chans), len(a.early)
 		w.h.mu.Unlock()
-		if n != 1 || c != 1 {
-			t.Errorf("rule: forged notifications add no state; %d waiters, %d channels known", n, c)
+		if n != 1 || c != 1 || early != 0 {
+			t.Errorf("rule: forged notifications add no state; %d waiters, %d channels known, %d kept for the waiter", n, c, early)
 		}
 	})
 }
@@ -265,7 +353,8 @@ func TestTwoChannelsAtOnce(t *testing.T) {
 		a, b := w.h.Expect(Payload("A")), w.h.Expect(Payload("B"))
 		w.h.mu.Lock() // both wanted before the goroutine looks
 		a.channel, b.channel = "chan1", "chan2"
-		w.h.chans["chan1"], w.h.chans["chan2"] = &channel{refs: 1}, &channel{refs: 1}
+		w.h.chans["chan1"] = &channel{members: map[*Sub]struct{}{a: {}}}
+		w.h.chans["chan2"] = &channel{members: map[*Sub]struct{}{b: {}}}
 		w.h.startLocked()
 		w.h.mu.Unlock()
 		if !signalled(a) || !signalled(b) {
@@ -276,6 +365,49 @@ func TestTwoChannelsAtOnce(t *testing.T) {
 		}
 		if got := w.conn().log(); got != `LISTEN "chan1"|LISTEN "chan2"` {
 			t.Errorf("ran %q", got)
+		}
+	})
+}
+
+// After a failure the connection is opened again, after the backoff, while
+// someone still waits or watches: nobody is left polling for good, and
+// each is signalled when its channel is listened on again.
+func TestReopensAfterAFailureWhileWatched(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t)
+		o := w.h.Watch("chan1")
+		a := w.h.Expect(Payload("A"))
+		a.Listen("chan2")
+		signalled(o)
+		signalled(a)
+		w.conn().fail <- errors.New("connection reset")
+		if !signalled(o) || !signalled(a) {
+			t.Fatal("rule: a failed connection signals its watchers and waiters")
+		}
+		time.Sleep(5 * time.Second) // RetryMin
+		if !signalled(o) || !signalled(a) {
+			t.Error("rule: after the backoff the channels are listened on again, and their watchers and waiters signalled")
+		}
+		if n := len(w.conns); n != 2 {
+			t.Fatalf("rule: one new connection after the backoff; %d opened", n)
+		}
+		if got := w.conn().log(); got != `LISTEN "chan1"|LISTEN "chan2"` {
+			t.Errorf("rule: the new connection listens on the wanted channels; ran %q", got)
+		}
+		if !a.Listening() {
+			t.Error("rule: the waiter's channel is listened on again")
+		}
+		w.conn().send("chan1", "anything")
+		if !signalled(o) {
+			t.Error("rule: the new connection's notifications reach the watcher")
+		}
+		o.Close()
+		a.Close()
+		w.conn().fail <- errors.New("connection reset")
+		synctest.Wait()
+		time.Sleep(time.Hour)
+		if n := len(w.conns); n != 2 {
+			t.Errorf("rule: nothing reopens when nobody waits or watches; %d opened", n)
 		}
 	})
 }

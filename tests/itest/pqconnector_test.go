@@ -47,8 +47,8 @@ func TestPQConnectorListens(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `SELECT pg_notify('pq connector test', 'hello')`); err != nil {
 		t.Fatal(err)
 	}
-	if p, err := nc.Wait(ctx); err != nil || p != "hello" {
-		t.Fatalf("Wait: %q, %v; want the pool's notification", p, err)
+	if n, err := nc.Wait(ctx); err != nil || n != (driver.Notification{Channel: "pq connector test", Payload: "hello"}) {
+		t.Fatalf("Wait: %+v, %v; want the pool's notification, with its channel", n, err)
 	}
 
 	if err := syncguard.SetupSchema(ctx, db, nil); err != nil {

@@ -42,10 +42,6 @@ const (
 // resignTimeout bounds the release of Resign.
 const resignTimeout = 5 * time.Second
 
-// campaignSlice bounds each Lock of a campaign; Campaign locks again after
-// it, so that a campaign has no end but its context's.
-const campaignSlice = time.Hour
-
 // Options configure an Election. The zero value (or nil) means the
 // defaults documented on each field.
 type Options struct {
@@ -59,7 +55,8 @@ type Options struct {
 	TTL time.Duration
 	// PollInterval is how often Observe reads the leader at least. On a
 	// *syncguard.Backend woken by notifications it also reads when a
-	// release hands the election over (Backend.WatchKey). Default 1 s.
+	// release hands the election over (a hint from Backend.WatchKey).
+	// Default 1 s.
 	PollInterval time.Duration
 	// Recampaign is how long Run waits before campaigning again after the
 	// leader's work returned nil (not after a loss: then it campaigns at
@@ -143,28 +140,23 @@ var ErrResigned = errors.New("election: resigned")
 func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 	opts := &syncguard.LockOptions{
 		TTL: e.o.TTL, AutoExtend: true, Identity: e.o.Identity,
-		Acquisition: syncguard.AcquisitionOptions{Timeout: campaignSlice},
+		Acquisition: syncguard.AcquisitionOptions{Timeout: -1}, // no end but ctx's
 	}
 	unobserve := e.campaigning(ctx)
 	defer unobserve()
-	for {
-		lease, err := syncguard.Lock(ctx, e.b, e.key, opts)
-		if err == nil {
-			t := &Term{lease: lease, since: time.Now()}
-			lctx, cancel := lease.Bind(context.WithoutCancel(ctx))
-			t.ctx, t.cancel = context.WithCancelCause(lctx)
-			context.AfterFunc(t.ctx, cancel)
-			// The campaign's ctx ends the term: resign then.
-			stop := context.AfterFunc(ctx, func() { _ = t.Resign(context.Background()) })
-			context.AfterFunc(t.ctx, func() { stop() })
-			e.elected(t)
-			return t, nil
-		}
-		if errors.Is(err, syncguard.ErrAcquisitionTimeout) && ctx.Err() == nil {
-			continue // the slice ended: campaign on
-		}
+	lease, err := syncguard.Lock(ctx, e.b, e.key, opts)
+	if err != nil {
 		return nil, err
 	}
+	t := &Term{lease: lease, since: time.Now()}
+	lctx, cancel := lease.Bind(context.WithoutCancel(ctx))
+	t.ctx, t.cancel = context.WithCancelCause(lctx)
+	context.AfterFunc(t.ctx, cancel)
+	// The campaign's ctx ends the term: resign then.
+	stop := context.AfterFunc(ctx, func() { _ = t.Resign(context.Background()) })
+	context.AfterFunc(t.ctx, func() { stop() })
+	e.elected(t)
+	return t, nil
 }
 
 // Fence returns the term: the lease's fence, strictly greater than every
@@ -267,58 +259,37 @@ func (e *Election) Leader(ctx context.Context) (*Leader, error) {
 
 // Observe reports the leader now and every change after, nil for "no
 // leader", until ctx ends; then it closes the channel. It does not
-// campaign. It reads the leader every Options.PollInterval and, on a
-// Backend woken by notifications, as soon as a release hands the election
-// to a queued candidate (a hint: a read follows it, at most every
-// minObserveGap, doubling while hints bring no change, back to it after an
-// interval without hints, so that forged notifications cost at most about
-// a read per PollInterval); it reports a change
-// of term (or of leader to none). A term that began and ended between two
-// reads is not seen, and the terms it reports are strictly increasing. A
-// failed read is skipped. The channel is unbuffered: a reader that falls
-// behind delays the next read, never skips a change it was going to be
-// told.
+// campaign. It is a plain loop: read the leader, then wait for a hint on
+// the election's key or for Options.PollInterval, and read again. On a
+// Backend woken by notifications (Backend.WatchKey) a hint comes when a
+// release hands the election to a queued candidate, when the key's
+// channel starts being listened on and when the LISTEN connection fails,
+// and only from the key's own channel; hints that come during a read
+// count as one. It reports a change of term (or of leader to none). A term
+// that began and ended between two reads is not seen, and the terms it
+// reports are strictly increasing. A failed read is skipped. The channel
+// is unbuffered: a reader that falls behind delays the next read, never
+// skips a change it was going to be told.
 func (e *Election) Observe(ctx context.Context) <-chan *Leader {
 	ch := make(chan *Leader)
-	wctx, unwatch := context.WithCancel(ctx)
-	hint := watchKey(wctx, e.b, e.key)
+	hint := watchKey(ctx, e.b, e.key) // nil without WatchKey: polling only
 	go func() {
-		defer func() { unwatch(); close(ch) }()
+		defer close(ch)
 		var last *Leader
-		first, hinted, gap := true, false, minObserveGap
+		first := true
 		for {
-			read := time.Now()
-			l, err := e.Leader(ctx)
-			if err == nil && (first || changed(last, l)) {
+			if l, err := e.Leader(ctx); err == nil && (first || changed(last, l)) {
 				select {
 				case ch <- l:
-					first, last, gap = false, l, minObserveGap
+					first, last = false, l
 				case <-ctx.Done():
 					return
 				}
-			} else if hinted {
-				gap = min(2*gap, e.o.PollInterval)
 			}
-			hinted = false
 			poll := time.NewTimer(e.o.PollInterval)
 			select {
 			case <-poll.C:
-				gap = minObserveGap // a quiet interval: hints count again
-				if hint != nil {
-					// Watch anew (then stop the old watch): a LISTEN
-					// connection that failed is opened again, after its
-					// backoff, only when a watch asks for it.
-					nctx, stop := context.WithCancel(ctx)
-					hint = watchKey(nctx, e.b, e.key)
-					unwatch()
-					unwatch = stop
-				}
 			case <-hint:
-				hinted = true
-				select {
-				case <-time.After(time.Until(read.Add(gap))):
-				case <-ctx.Done():
-				}
 			case <-ctx.Done():
 			}
 			poll.Stop()
@@ -330,27 +301,17 @@ func (e *Election) Observe(ctx context.Context) <-chan *Leader {
 	return ch
 }
 
-// minObserveGap is the least time between two reads of Observe that
-// notifications cause.
-const minObserveGap = 5 * time.Millisecond
-
 // watchKey returns b's WatchKey channel of key, looking through wrappers
 // (Unwrap), or nil when b has none.
 func watchKey(ctx context.Context, b syncguard.LockBackend, key string) <-chan struct{} {
-	for range 16 {
-		if w, ok := b.(interface {
-			WatchKey(context.Context, string) (<-chan struct{}, error)
-		}); ok {
-			c, _ := w.WatchKey(ctx, key) // an invalid key: every read reports it
-			return c
-		}
-		u, ok := b.(interface{ Unwrap() syncguard.LockBackend })
-		if !ok {
-			return nil
-		}
-		b = u.Unwrap()
+	w, ok := syncguard.As[interface {
+		WatchKey(context.Context, string) (<-chan struct{}, error)
+	}](b)
+	if !ok {
+		return nil
 	}
-	return nil
+	c, _ := w.WatchKey(ctx, key) // an invalid key: every read reports it
+	return c
 }
 
 func changed(a, b *Leader) bool {

@@ -123,6 +123,12 @@ func (b *Backend) releaseTimeout() time.Duration { return b.shared.cfg.releaseTi
 // Acquire implements LockBackend. It is a single attempt: OK == false
 // means the key is held; use the lock helper for retries.
 func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
+	return b.acquire(ctx, key, ttl, b.shared.cfg.identity, nil)
+}
+
+// acquire is one attempt for holder ident; q, a waiter on the pool, makes
+// it keep the waiter's place in the queue, under the waiter's lockId.
+func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, ident string, q *queueState) (AcquireResult, error) {
 	const op = "acquire"
 	k, e := checkKey(op, key)
 	if e != nil {
@@ -137,48 +143,22 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		e.Key = key
 		return AcquireResult{}, e
 	}
-	// A waiter of Lock on this key, on the pool: its attempt keeps its
-	// place in the queue, under its own lockId (wait.go).
-	// The holder's identity: Lock's, else the Backend's (identity.go).
-	rec, ident := recordOf(ctx), b.shared.cfg.identity
-	if rec != nil && rec.identity != "" && rec.storage == k.Storage {
-		ident = rec.identity
-	}
-	if rec != nil && (rec.storage != k.Storage || b.tx != nil || rec.single || b.shared.noQueue.Load()) {
-		rec = nil
+	if b.shared.noQueue.Load() {
+		q = nil
 	}
 	if b.shared.noHolders.Load() {
 		ident = ""
 	}
-	lockID, stmt := rules.GenerateLockID(), stmtAcquire
+	lockID := rules.GenerateLockID()
 	args := []any{k.Storage, nil, k.Fence, k.Norm, ttlMs}
-	if rec != nil {
-		lockID, stmt = rec.lockID, stmtAcquireWait
+	if q != nil {
+		lockID = q.lockID
 		// A queue row lives no longer than its wait (no hand-off to, no queueing behind, a waiter gone).
 		window := b.shared.waitCfg.window
 		if dl, ok := ctx.Deadline(); ok {
 			window = max(min(window, time.Until(dl)), time.Millisecond)
 		}
-		args = append(args, window.Milliseconds(), false)
-		wid, wrec := rec.lockID, rec
-		rec.join(b.shared, func() {
-			// A release of the waiter's lockId deletes its queue row and
-			// passes on a key handed to it meanwhile. When it found
-			// neither, a hand-off may have been committing: its snapshot
-			// missed the lock row, and the queue row was gone when its
-			// delete got to it. A second statement sees that commit.
-			ctx, cancel := context.WithTimeout(context.Background(), b.shared.cfg.releaseTimeout)
-			defer cancel()
-			pool := &Backend{shared: b.shared}
-			r, left, err := pool.release(ctx, wid, k.Storage)
-			if err == nil && !r.OK && !left {
-				r, _, err = pool.release(ctx, wid, k.Storage)
-			}
-			if err != nil || !r.OK && wrec.unknown.Load() {
-				b.shared.releaseInBackground(wid, time.Duration(ttlMs)*time.Millisecond)
-			}
-		})
-		args[6] = rec.notified()
+		args = append(args, window.Milliseconds(), q.join(ttlMs))
 	}
 	// One struct, so the scan destinations escape as one allocation.
 	var d struct {
@@ -193,24 +173,26 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 	sent := &sentArg{v: lockID}
 	args[1] = sent
 	if ident != "" {
-		stmt += stmtAcquireHolders - stmtAcquire
 		args = append(args, ident)
 	}
+	stmt := acquireStmt(q != nil, ident != "")
 	dest := []any{&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted, &d.now, &d.absent}
 	err := b.run(ctx, stmt, args, dest...)
 	if err != nil && ident != "" && ctx.Err() == nil && b.shared.holdersLost(err) {
 		// No holders table: the attempt without the identity.
-		stmt, args = stmt-(stmtAcquireHolders-stmtAcquire), args[:len(args)-1]
+		ident, args = "", args[:len(args)-1]
+		stmt = acquireStmt(q != nil, false)
 		err = b.run(ctx, stmt, args, dest...)
 	}
-	if err != nil && rec != nil && ctx.Err() == nil && b.shared.queueLost(err) {
+	if err != nil && q != nil && ctx.Err() == nil && b.shared.queueLost(err) {
 		// No waiters table: a plain attempt, polling.
-		rec, lockID = nil, rules.GenerateLockID()
+		q, lockID = nil, rules.GenerateLockID()
 		sent = &sentArg{v: lockID}
-		stmt, args = stmtAcquire, []any{k.Storage, sent, k.Fence, k.Norm, ttlMs}
-		if ident != "" && !b.shared.noHolders.Load() {
-			stmt, args = stmtAcquireHolders, append(args, ident)
+		args = []any{k.Storage, sent, k.Fence, k.Norm, ttlMs}
+		if ident != "" {
+			args = append(args, ident)
 		}
+		stmt = acquireStmt(false, ident != "")
 		err = b.run(ctx, stmt, args, dest...)
 	}
 	// A free key without a row whose advisory lock someone else holds: a
@@ -232,10 +214,10 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		// no orphan stays until its TTL (orphans.go); a waiter's once Lock
 		// withdraws it (a grant committed after its release looked).
 		if b.tx == nil && sent.sent.Load() && outcomeUnknown(ctx, e) {
-			if rec == nil {
+			if q == nil {
 				b.shared.releaseInBackground(lockID, time.Duration(ttlMs)*time.Millisecond)
 			} else {
-				rec.unknown.Store(true)
+				q.unknown.Store(true)
 			}
 		}
 		return AcquireResult{}, e
@@ -247,7 +229,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 		// background.
 		e := unconfirmed(ctx, op)
 		e.Key = key
-		if rec == nil && d.gotID.Valid && d.gotID.String == lockID {
+		if q == nil && d.gotID.Valid && d.gotID.String == lockID {
 			b.shared.releaseInBackground(lockID, time.Duration(ttlMs)*time.Millisecond)
 		}
 		return AcquireResult{}, e
@@ -257,31 +239,30 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 			Msg: fmt.Sprintf("fence counter for this key reached its maximum (%d); nothing was committed", int64(rules.FenceMax))}
 	}
 	if !d.gotID.Valid || d.gotID.String != lockID {
-		if rec != nil {
-			var retryIn time.Duration
-			if d.expires.Valid {
-				// The holder's lock can be taken once it is no longer live.
-				retryIn = time.Duration(d.expires.Int64+rules.ToleranceMs+1-d.now) * time.Millisecond
-			}
-			rec.contended(retryIn)
+		res := AcquireResult{OK: false, Reason: ReasonLocked}
+		if d.expires.Valid {
+			// The holder's lock can be taken once it is no longer live.
+			res.RetryIn = max(time.Duration(d.expires.Int64+rules.ToleranceMs+1-d.now)*time.Millisecond, 0)
 		}
-		return AcquireResult{OK: false, Reason: ReasonLocked}, nil
+		if q != nil {
+			q.contended()
+		}
+		return res, nil
 	}
 	fence, ferr := rules.ParseFence(d.fence.String)
 	if !d.expires.Valid || !d.fence.Valid || ferr != nil {
 		return AcquireResult{}, &Error{Op: op, Code: CodeInternal, Key: key, Msg: "malformed row returned by acquire"}
 	}
-	if rec != nil && d.acquired.Valid {
-		rec.mu.Lock()
-		rec.age = time.Duration(max(d.now-d.acquired.Int64, 0)) * time.Millisecond
-		rec.mu.Unlock()
+	var age time.Duration
+	if q != nil && d.acquired.Valid {
+		age = time.Duration(max(d.now-d.acquired.Int64, 0)) * time.Millisecond
 	}
 	if fence > rules.FenceWarn {
 		b.shared.cfg.logger.Warn("syncguard: fence above warning threshold; plan a key rotation before it reaches the maximum",
 			slog.String("keyHash", rules.HashKey(k.Norm)), slog.String("fence", d.fence.String),
 			slog.Int64("warnThreshold", rules.FenceWarn), slog.Int64("max", rules.FenceMax))
 	}
-	return AcquireResult{OK: true, LockID: lockID, Fence: Fence(d.fence.String), ExpiresAt: msToTime(d.expires.Int64)}, nil
+	return AcquireResult{OK: true, LockID: lockID, Fence: Fence(d.fence.String), ExpiresAt: msToTime(d.expires.Int64), HandedOver: age}, nil
 }
 
 // outcomeUnknown reports whether an acquire that failed with e may still
@@ -441,18 +422,16 @@ func (r *lockRow) live() bool {
 	return r.lockID.Valid && r.expires.Valid && rules.IsLive(r.expires.Int64, r.now)
 }
 
-func (b *Backend) readRow(ctx context.Context, op string, i int, arg string) (*lockRow, *Error) {
+func (b *Backend) readRow(ctx context.Context, op string, byID bool, arg string) (*lockRow, *Error) {
 	if e := ctxErr(ctx, op); e != nil {
 		return nil, e
 	}
 	var r lockRow
-	if b.shared.noHolders.Load() {
-		i += stmtLookupKeyPlain - stmtLookupKey
-	}
+	holders := !b.shared.noHolders.Load()
 	dest := []any{&r.lockID, &r.expires, &r.acquired, &r.fence, &r.userKey, &r.now, &r.identity}
-	err := b.run(ctx, i, []any{arg}, dest...)
-	if err != nil && i < stmtLookupKeyPlain && ctx.Err() == nil && b.shared.holdersLost(err) {
-		err = b.run(ctx, i+stmtLookupKeyPlain-stmtLookupKey, []any{arg}, dest...)
+	err := b.run(ctx, lookupStmts[b2i(byID)][b2i(holders)], []any{arg}, dest...)
+	if err != nil && holders && ctx.Err() == nil && b.shared.holdersLost(err) {
+		err = b.run(ctx, lookupStmts[b2i(byID)][0], []any{arg}, dest...)
 	}
 	if err != nil {
 		return nil, b.shared.cl.wrap(ctx, op, err)
@@ -468,7 +447,7 @@ func (b *Backend) IsLocked(ctx context.Context, key string) (bool, error) {
 	if e != nil {
 		return false, e
 	}
-	r, e := b.readRow(ctx, op, stmtLookupKey, k.Storage)
+	r, e := b.readRow(ctx, op, false, k.Storage)
 	if e != nil {
 		e.Key = key
 		return false, e
@@ -532,7 +511,7 @@ func (b *Backend) LookupKeyDebug(ctx context.Context, key string) (*LockInfoDebu
 	if e != nil {
 		return nil, e
 	}
-	r, e := b.readRow(ctx, op, stmtLookupKey, k.Storage)
+	r, e := b.readRow(ctx, op, false, k.Storage)
 	if e != nil {
 		e.Key = key
 		return nil, e
@@ -547,7 +526,7 @@ func (b *Backend) LookupIDDebug(ctx context.Context, lockID string) (*LockInfoDe
 	if e := checkLockID(op, lockID); e != nil {
 		return nil, e
 	}
-	r, e := b.readRow(ctx, op, stmtLookupID, lockID)
+	r, e := b.readRow(ctx, op, true, lockID)
 	if e != nil {
 		e.LockID = lockID
 		return nil, e

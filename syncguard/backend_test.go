@@ -301,23 +301,19 @@ func TestAcquireOutcomesFromRow(t *testing.T) {
 	// longer live, expires + tolerance, 1 ms after.
 	b, mock := newMock(t, nil)
 	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow("BBBBBBBBBBBBBBBBBBBBBB", int64(2000), int64(1000), "000000000000007", false, int64(1500), false))
-	rec := waitRecordFor("k", "", false)
-	r, err := b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), "k", time.Second)
+	r, err := b.Acquire(context.Background(), "k", time.Second)
 	if err != nil || r.OK || r.Reason != ReasonLocked || r.Fence != "" || r.LockID != "" {
 		t.Fatalf("contention: got %+v, %v", r, err)
 	}
-	if _, _, retryIn, _ := rec.state(); retryIn != (2000+rules.ToleranceMs+1-1500)*time.Millisecond {
-		t.Errorf("contention: retry in %v, want %v (holder expires 2000, server now 1500)", retryIn, (2000+rules.ToleranceMs+1-1500)*time.Millisecond)
+	if r.RetryIn != (2000+rules.ToleranceMs+1-1500)*time.Millisecond {
+		t.Errorf("contention: retry in %v, want %v (holder expires 2000, server now 1500)", r.RetryIn, (2000+rules.ToleranceMs+1-1500)*time.Millisecond)
 	}
-	rec.end(true, false)
 	// Nobody and no fence: contention (a lost race), expiry unknown.
 	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, false, int64(1500), false))
-	rec = waitRecordFor("k", "", false)
-	r, err = b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), "k", time.Second)
-	if _, _, retryIn, _ := rec.state(); err != nil || r.OK || r.Reason != ReasonLocked || retryIn != 0 {
-		t.Fatalf("lost race: got %+v, %v, retry in %v", r, err, retryIn)
+	r, err = b.Acquire(context.Background(), "k", time.Second)
+	if err != nil || r.OK || r.Reason != ReasonLocked || r.RetryIn != 0 {
+		t.Fatalf("lost race: got %+v, %v", r, err)
 	}
-	rec.end(true, false)
 	// Fence counter at its maximum: Internal, and the statement committed nothing.
 	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, true, int64(1500), false))
 	_, err = b.Acquire(context.Background(), "k", time.Second)
@@ -605,30 +601,28 @@ func TestNoListenerNamesTheWay(t *testing.T) {
 	}
 }
 
-// A waiter's record is used only when the Backend is asked for Lock's own
-// key: a wrapper that locks another key (a namespace prefix, say) must
-// not queue Lock's waiter for it. The waiter's attempt carries its own
-// lockId and the queue window.
-func TestWaitRecordOnlyForLocksKey(t *testing.T) {
+// A waiter's attempts carry its own lockId and the queue window, and the
+// first one registers its wake-up; a plain Acquire (or a single attempt
+// of Lock) does neither.
+func TestWaiterAttemptQueues(t *testing.T) {
 	b, mock := newMock(t, &Config{})
-	for _, key := range []string{"k", "ns:k"} {
-		rec := waitRecordFor("k", "", false)
+	for _, once := range []bool{false, true} {
+		w := b.Queue("k", "", once).(*queueWaiter)
 		args := []sqldriver.Value{sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg()}
-		if key == "k" {
-			args = []sqldriver.Value{sqlmock.AnyArg(), rec.lockID, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), defaultWaitWindow.Milliseconds(), false}
+		if !once {
+			args = []sqldriver.Value{sqlmock.AnyArg(), w.q.lockID, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), defaultWaitWindow.Milliseconds(), false}
 		}
 		mock.ExpectQuery("INSERT INTO").WithArgs(args...).
 			WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false))
-		if _, err := b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), key, time.Second); err != nil {
-			t.Fatalf("key %q: %v", key, err)
+		if _, err := w.Attempt(context.Background(), time.Second); err != nil {
+			t.Fatalf("once %v: %v", once, err)
 		}
-		if joined := rec.wakeC() != nil; joined != (key == "k") {
-			t.Errorf("key %q: the waiter joined the queue: %v, want %v", key, joined, key == "k")
+		if wake, renew, _ := w.Hints(); (wake != nil) != !once || (renew == defaultWaitWindow/3) != !once {
+			t.Errorf("once %v: hints %v, %v: the waiter joined the queue: %v, want %v", once, wake, renew, wake != nil, !once)
 		}
-		rec.mu.Lock()
-		rec.withdraw = func() {}
-		rec.mu.Unlock()
-		rec.end(false, false)
+		if w.q != nil {
+			w.q.close() // no withdrawal statement expected
+		}
 	}
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Fatal(err)
@@ -641,26 +635,32 @@ func TestWaitRecordOnlyForLocksKey(t *testing.T) {
 // once more, with a new snapshot, so the key is passed on, not left held.
 func TestWithdrawReleasesAgainWhenAHandOffRaced(t *testing.T) {
 	b, mock := newMock(t, &Config{})
-	rec := waitRecordFor("k", "", false)
+	w := b.Queue("k", "", false)
+	lockID := w.(*queueWaiter).q.lockID
 	mock.ExpectQuery("INSERT INTO").
 		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false))
-	if _, err := b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), "k", time.Second); err != nil {
+	if _, err := w.Attempt(context.Background(), time.Second); err != nil {
 		t.Fatal(err)
 	}
 	rc := []string{"lock_id", "seen", "now", "woke", "left_queue"}
 	// Neither the lock nor the queue row: released again.
-	mock.ExpectQuery("DELETE FROM").WithArgs(rec.lockID, true, true, sqlmock.AnyArg()).WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000), nil, false))
-	mock.ExpectQuery("DELETE FROM").WithArgs(rec.lockID, true, true, sqlmock.AnyArg()).WillReturnRows(sqlmock.NewRows(rc).AddRow(rec.lockID, nil, int64(2000), nil, false))
-	rec.end(false, false)
-	// It left the queue: once is enough.
-	rec = waitRecordFor("k", "", false)
-	mock.ExpectQuery("INSERT INTO").
-		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false))
-	if _, err := b.Acquire(context.WithValue(context.Background(), waitKey{}, rec), "k", time.Second); err != nil {
+	mock.ExpectQuery("DELETE FROM").WithArgs(lockID, true, true, sqlmock.AnyArg()).WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000), nil, false))
+	mock.ExpectQuery("DELETE FROM").WithArgs(lockID, true, true, sqlmock.AnyArg()).WillReturnRows(sqlmock.NewRows(rc).AddRow(lockID, nil, int64(2000), nil, false))
+	if err := w.Leave(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	mock.ExpectQuery("DELETE FROM").WithArgs(rec.lockID, true, true, sqlmock.AnyArg()).WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000), nil, true))
-	rec.end(false, false)
+	// It left the queue: once is enough.
+	w = b.Queue("k", "", false)
+	lockID = w.(*queueWaiter).q.lockID
+	mock.ExpectQuery("INSERT INTO").
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false))
+	if _, err := w.Attempt(context.Background(), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	mock.ExpectQuery("DELETE FROM").WithArgs(lockID, true, true, sqlmock.AnyArg()).WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000), nil, true))
+	if err := w.Leave(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Errorf("rule: a withdrawal that found neither its lock nor its queue row releases once more, and only then: %v", err)
 	}

@@ -2,11 +2,9 @@ package syncguard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"time"
 
 	"github.com/syncguard/syncguard-go/internal/rules"
@@ -19,12 +17,6 @@ const (
 	defaultTTL            = 30 * time.Second
 	defaultRetryDelay     = 100 * time.Millisecond
 	defaultAcquireTimeout = 5 * time.Second
-	// Values of AcquisitionOptions.Backoff and .Jitter, the spec's words.
-	backoffExponential = "exponential"
-	backoffFixed       = "fixed"
-	jitterEqual        = "equal"
-	jitterFull         = "full"
-	jitterNone         = "none"
 )
 
 // AcquisitionOptions are the limits of waiting for a contended key in Lock
@@ -56,7 +48,8 @@ type AcquisitionOptions struct {
 	// other value fails Lock with ErrInvalidArgument.
 	Jitter string
 	// Timeout bounds the whole acquisition, attempts and waits together.
-	// A wait never extends past it. Default 5 s.
+	// A wait never extends past it. Default 5 s. Negative: no bound but
+	// ctx (a campaign, a job that waits its turn however long).
 	Timeout time.Duration
 	// FailFast returns an outage's error (ServiceUnavailable,
 	// NetworkTimeout) at once. By default waiting rides it out within
@@ -104,6 +97,16 @@ type LockOptions struct {
 	// Config.Identity (see there). Default: Config.Identity.
 	Identity string
 
+	// OnAttempt, if set, is called after each acquire attempt of Lock and
+	// WithLock, on the caller's goroutine, with its result (tracing, a
+	// progress line). Default: none.
+	OnAttempt func(res AcquireResult, err error)
+
+	// OnExtend, if set, is called after each extension of the lease that
+	// the server confirmed (AutoExtend's and Lease.Extend's), with its
+	// result, on the goroutine that extended. Default: none.
+	OnExtend func(res ExtendResult)
+
 	// Logger receives the default OnReleaseError records and warnings about
 	// failed auto-extensions. Default: the backend's LeaseLogger() when it
 	// has one (syncguardtest's discards), else slog.Default().
@@ -121,6 +124,7 @@ func (o *LockOptions) resolve() (lockConfig, error) {
 		backoff: a.Backoff, jitter: a.Jitter, timeout: a.Timeout, failFast: a.FailFast,
 		autoExtend: opts.AutoExtend, releaseTimeout: opts.ReleaseTimeout,
 		onReleaseError: opts.OnReleaseError, logger: opts.Logger, identity: opts.Identity,
+		onAttempt: opts.OnAttempt, onExtend: opts.OnExtend,
 	}
 	if err := checkIdentity("lock", "Identity", c.identity); err != nil {
 		return c, err
@@ -132,7 +136,6 @@ func (o *LockOptions) resolve() (lockConfig, error) {
 	}{
 		{"TTL", &c.ttl, defaultTTL},
 		{"Acquisition.RetryDelay", &c.retryDelay, defaultRetryDelay},
-		{"Acquisition.Timeout", &c.timeout, defaultAcquireTimeout},
 		{"ReleaseTimeout", &c.releaseTimeout, 0}, // 0: the backend's, see Lock
 	} {
 		if *d.v < 0 {
@@ -141,6 +144,9 @@ func (o *LockOptions) resolve() (lockConfig, error) {
 		if *d.v == 0 {
 			*d.v = d.def
 		}
+	}
+	if c.timeout == 0 {
+		c.timeout = defaultAcquireTimeout
 	}
 	switch {
 	case c.maxRetries == 0:
@@ -257,7 +263,7 @@ func Lock(ctx context.Context, backend Locker, key string, opts *LockOptions) (*
 			cfg.onReleaseError = logReleaseError(cfg.logger)
 		}
 	}
-	sink, _ := backend.(helperSink)
+	sink, _ := As[helperSink](backend)
 	start := time.Now()
 	res, sent, attempts, err := acquire(ctx, backend, key, &cfg)
 	if sink != nil {
@@ -269,236 +275,11 @@ func Lock(ctx context.Context, backend Locker, key string, opts *LockOptions) (*
 	return newLease(ctx, backend, key, res, sent, cfg, sink), nil
 }
 
-// acquire is the waiting loop of Lock and WithLock. It returns the
-// successful result and the local time its request was sent, moved back by
-// the lock's age when a release handed it over before this attempt (see
-// Lease for why that time matters).
-//
-// Every attempt goes through b with a waitRecord in its context (wait.go):
-// on a *Backend beneath, the waiter keeps one place in the queue of the
-// key, and a release hands it the key in the release's own commit. After a
-// failed attempt the waiter attempts again when:
-//   - a release handed it the key (its wake-up: the Backend's own release,
-//     or the notification naming it), or the key's channel starts being
-//     listened on, or the LISTEN connection fails (a hint may be lost);
-//   - the holder's lock, as the last attempt saw it, is no longer live (a
-//     crashed holder: the first live waiter takes the key);
-//   - a third of the queue window has passed (the attempt renews the
-//     waiter's place; a release skips a waiter that stopped renewing);
-//   - a scheduled retry is due (AcquisitionOptions);
-//   - no notification reaches it: no release hands it the key, so it
-//     polls for the free key, 5 ms after its last attempt, doubling to
-//     25 ms (only the first waiter can take it).
-//
-// Only scheduled retries count against MaxRetries. Wake-ups that find
-// nothing (forged or replayed notifications) are spaced out, from 5 ms
-// doubling to 1 s. An error that an outage causes (ServiceUnavailable,
-// NetworkTimeout) is retried on the schedule within Timeout unless
-// FailFast; giveUp says how a wait ends. A waiter that gives up leaves
-// the queue with one statement (a release of its lockId, which passes on a
-// key handed to it meanwhile).
-func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (res AcquireResult, sent time.Time, attempts int, err error) {
-	start := time.Now()
-	deadline := start.Add(c.timeout)
-	var rec *waitRecord
-	if c.maxRetries > 0 || c.identity != "" {
-		rec = waitRecordFor(key, c.identity, c.maxRetries == 0)
-	}
-	var lastErr, realErr error                   // the last attempt's error since an answer; the last not cut by the deadline
-	answered, fastest := false, time.Duration(0) // fastest: the quickest answer so far
-	try := func() (AcquireResult, time.Time, bool, error) {
-		attempts++
-		sent := time.Now()
-		// The attempt too ends at the deadline: on a half-open connection
-		// it would otherwise wait as long as ctx allows (forever without a
-		// deadline), and ctx must outlive Lock for AutoExtend.
-		actx, cancel := context.WithDeadline(ctx, deadline)
-		if rec != nil {
-			actx = context.WithValue(actx, waitKey{}, rec)
-		}
-		res, err := b.Acquire(actx, key, c.ttl)
-		cancel()
-		if err == nil {
-			if d := time.Since(sent); !answered || d < fastest {
-				fastest = d
-			}
-			answered, lastErr = true, nil
-			return res, sent.Add(-rec.grantAge()), false, nil // (sent matters only when res.OK)
-		}
-		// Cut by the wait's end: no answer yet, which says nothing of the server.
-		cut := ctx.Err() == nil && !time.Now().Before(deadline) || errors.Is(ctx.Err(), context.DeadlineExceeded)
-		if cut {
-			err = &Error{Op: "lock", Code: CodeNetworkTimeout, Key: key, Err: err,
-				Msg: fmt.Sprintf("attempt %d got no answer before the end of the wait (%v)", attempts, time.Since(start).Round(time.Millisecond))}
-		} else {
-			realErr = err
-		}
-		lastErr = err
-		return AcquireResult{}, time.Time{}, cut, err
-	}
-	// giveUp ends the wait (cause: ctx's, if done): busy once any attempt
-	// got an answer, else the outage, with its last real cause.
-	giveUp := func(cause error) (AcquireResult, time.Time, int, error) {
-		elapsed := time.Since(start).Round(time.Millisecond)
-		e := &Error{Op: "lock", Code: CodeAcquisitionTimeout, Key: key, Err: cause,
-			Msg: fmt.Sprintf("lock still held by another owner after %s in %v", plural(attempts, "attempt"), elapsed)}
-		switch {
-		case !answered && realErr == nil:
-			return AcquireResult{}, time.Time{}, attempts, lastErr // the only attempt, cut
-		case !answered:
-			e.Code, e.Err, e.Msg = CodeOf(realErr), realErr, fmt.Sprintf("no answer from the server to %s in %v", plural(attempts, "attempt"), elapsed)
-		case lastErr != nil:
-			e.Msg += fmt.Sprintf(" (the last attempt got no answer: %s)", CodeOf(lastErr))
-		}
-		return AcquireResult{}, time.Time{}, attempts, e
-	}
-	outage := func(err error) bool { // ridden out rather than returned
-		return !c.failFast && (CodeOf(err) == CodeServiceUnavailable || CodeOf(err) == CodeNetworkTimeout)
-	}
-	if rec != nil {
-		defer func() { rec.end(err == nil && res.OK, realErr != nil) }() // a cut attempt is no outage: withdraw now
-	}
-
-	res, sent, cut, err := try()
-	switch {
-	case err == nil && res.OK:
-		return res, sent, attempts, nil
-	case err != nil && (c.maxRetries == 0 || !cut && !outage(err)):
-		return AcquireResult{}, time.Time{}, attempts, err
-	case cut || c.maxRetries == 0 || !time.Now().Before(deadline):
-		return giveUp(context.Cause(ctx))
-	}
-
-	// Wait.
-	var wake <-chan struct{}
-	expiry, renew, hintOK, look := stoppedTimer(), stoppedTimer(), stoppedTimer(), stoppedTimer()
-	defer func() { expiry.Stop(); renew.Stop(); hintOK.Stop(); look.Stop() }()
-	hintGap, paused, pollGap := time.Duration(0), false, time.Duration(0)
-	learn := func() {
-		if rec == nil {
-			return
-		}
-		w, every, retryIn, poll := rec.state()
-		if !paused {
-			wake = w
-		}
-		if retryIn > 0 {
-			expiry.Reset(retryIn)
-		}
-		if every > 0 {
-			renew.Reset(every)
-		}
-		// Without notifications no release hands it the key: it looks for
-		// the free key itself, soon after each attempt (5 ms, doubling to
-		// 25 ms); the queue keeps the order.
-		if poll {
-			pollGap = min(max(2*pollGap, pollMin), pollMax)
-			look.Reset(pollGap)
-		} else {
-			pollGap = 0
-			look.Stop()
-		}
-	}
-	learn()
-	retry := time.NewTimer(c.delay(1))
-	defer retry.Stop()
-	end := time.NewTimer(time.Until(deadline))
-	defer end.Stop()
-	retries := 0
-	for {
-		hinted, final := false, false
-		select {
-		case <-wake:
-			hinted = true
-		case <-hintOK.C:
-			paused = false
-			wake = rec.wakeC()
-			continue
-		case <-expiry.C:
-		case <-renew.C:
-		case <-look.C:
-		case <-retry.C:
-			retries++
-			final = retries >= c.maxRetries
-			retry.Reset(c.delay(retries + 1))
-		case <-end.C:
-			return giveUp(nil)
-		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return giveUp(context.Cause(ctx))
-			}
-			return AcquireResult{}, time.Time{}, attempts, &Error{Op: "lock", Code: CodeAborted, Key: key,
-				Msg: fmt.Sprintf("context cancelled while waiting for the lock after %s", plural(attempts, "attempt")), Err: context.Cause(ctx)}
-		}
-		if !time.Now().Add(fastest).Before(deadline) { // (fastest: 0 before any answer)
-			return giveUp(nil) // no answer would come in time: no attempt is cut (pgx closes a cut statement's connection)
-		}
-		res, sent, cut, err = try()
-		switch {
-		case err == nil && res.OK:
-			return res, sent, attempts, nil
-		case cut:
-			return giveUp(context.Cause(ctx))
-		case err != nil && !outage(err):
-			return AcquireResult{}, time.Time{}, attempts, err
-		case final:
-			return giveUp(nil)
-		}
-		learn()
-		if hinted && err == nil {
-			// A wake-up that found the key still held: the next one is
-			// heeded only after a pause (forged or replayed hints).
-			hintGap = min(max(2*hintGap, 5*time.Millisecond), time.Second)
-			wake, paused = nil, true
-			hintOK.Reset(hintGap)
-		}
-	}
-}
-
-func stoppedTimer() *time.Timer {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return t
-}
-
-const (
-	maxDelay = time.Duration(1 << 62)
-	// unboundedMaxDelay caps the retry delay when MaxRetries is not set.
-	unboundedMaxDelay = time.Second
-	// The polling of a waiter that no notification reaches (acquire).
-	pollMin = 5 * time.Millisecond
-	pollMax = 25 * time.Millisecond
-)
-
-// delay returns the wait before retry n (1-based), before clamping to the
-// remaining time.
-func (c *lockConfig) delay(n int) time.Duration {
-	d := c.retryDelay
-	if c.backoff == backoffExponential {
-		for i := 1; i < n && d < maxDelay; i++ {
-			d *= 2
-		}
-	}
-	d = min(d, maxDelay) // no overflow below, whatever the options
-	if c.maxRetries == math.MaxInt {
-		// Without MaxRetries the schedule is a safety net, not a budget:
-		// it stops growing at unboundedMaxDelay.
-		d = min(d, max(c.retryDelay, unboundedMaxDelay))
-	}
-	switch c.jitter {
-	case jitterEqual:
-		d = d/2 + rand.N(d-d/2+1)
-	case jitterFull:
-		d = rand.N(d + 1)
-	}
-	return d
-}
-
 // releaseTimeoutOf is the default LockOptions.ReleaseTimeout for leases on
 // backend: its Config.ReleaseTimeout when it is a *Backend (or wraps one,
 // like a TelemetryBackend), else the default of Config.ReleaseTimeout.
 func releaseTimeoutOf(backend Locker) time.Duration {
-	if b, ok := backend.(interface{ releaseTimeout() time.Duration }); ok {
+	if b, ok := As[interface{ releaseTimeout() time.Duration }](backend); ok {
 		return b.releaseTimeout()
 	}
 	return defaultReleaseTimeout

@@ -227,7 +227,6 @@ func TestWithLockValidatesBeforeIO(t *testing.T) {
 	fn := func(context.Context, *syncguard.Lease) error { t.Error("fn must not run"); return nil }
 	for name, opts := range map[string]*syncguard.LockOptions{
 		"negative TTL":     {TTL: -time.Second},
-		"negative timeout": {Acquisition: syncguard.AcquisitionOptions{Timeout: -1}},
 		"negative delay":   {Acquisition: syncguard.AcquisitionOptions{RetryDelay: -1}},
 		"bad backoff":      {Acquisition: syncguard.AcquisitionOptions{Backoff: "linear"}},
 		"bad jitter":       {Acquisition: syncguard.AcquisitionOptions{Jitter: "some"}},

@@ -1,7 +1,6 @@
 package syncguard
 
 import (
-	"context"
 	"os"
 	"strconv"
 )
@@ -17,15 +16,4 @@ func DefaultIdentity() string {
 		host = "unknown-host"
 	}
 	return host + ":" + strconv.Itoa(os.Getpid())
-}
-
-// ContextIdentity returns the holder identity that Lock and WithLock ask
-// the Locker beneath to store for the attempt whose context is ctx
-// (LockOptions.Identity), or "". A *Backend reads it itself; it is for
-// other Locker implementations, such as syncguardtest's.
-func ContextIdentity(ctx context.Context) string {
-	if r := recordOf(ctx); r != nil {
-		return r.identity
-	}
-	return ""
 }

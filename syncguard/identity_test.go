@@ -34,13 +34,15 @@ func TestIdentityTooLongIsRejectedBeforeIO(t *testing.T) {
 	}
 }
 
-func TestContextIdentity(t *testing.T) {
-	if got := ContextIdentity(context.Background()); got != "" {
-		t.Errorf("no record: %q", got)
+// Lock's identity goes to the Backend as the waiter's argument; "" means
+// the Backend's Config.Identity.
+func TestQueueIdentity(t *testing.T) {
+	b, _ := newMock(t, &Config{Identity: "host:1"})
+	if got := b.Queue("k", "job-1", true).(*queueWaiter).identity; got != "job-1" {
+		t.Errorf("Lock's identity: %q", got)
 	}
-	rec := waitRecordFor("k", "job-1", true)
-	if got := ContextIdentity(context.WithValue(context.Background(), waitKey{}, rec)); got != "job-1" {
-		t.Errorf("Lock's record: %q", got)
+	if got := b.Queue("k", "", false).(*queueWaiter).identity; got != "host:1" {
+		t.Errorf("no identity: %q, want the Backend's", got)
 	}
 }
 

@@ -112,6 +112,7 @@ type Lease struct {
 	releasing chan struct{} // non-nil while a release is in flight; closed when it ends
 	released  bool
 	result    ReleaseResult
+	loss      string // LockEvent.LossReason, once lost
 
 	closing chan struct{} // non-nil once Close started; closed when it is done
 
@@ -247,7 +248,14 @@ func (l *Lease) endedError() error {
 // extendAt and returns when to extend next; a result with OK false ends the
 // lease as lost. manual is true for Lease.Extend, false for the
 // auto-extender, whose errors are kept in lastErr.
-func (l *Lease) extend(ctx context.Context, ttl time.Duration, manual bool) (ExtendResult, time.Time, error) {
+func (l *Lease) extend(ctx context.Context, ttl time.Duration, manual bool) (res ExtendResult, next time.Time, err error) {
+	if l.cfg.onExtend != nil {
+		defer func() { // after mu and extendSem are released
+			if err == nil && res.OK {
+				l.cfg.onExtend(res)
+			}
+		}()
+	}
 	if l.ctx.Err() != nil {
 		return ExtendResult{}, time.Time{}, l.endedError()
 	}
@@ -271,7 +279,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration, manual bool) (Ext
 		return ExtendResult{}, time.Time{}, l.endedError()
 	}
 	sent := time.Now()
-	res, err := l.backend.Extend(ctx, l.lockID, ttl)
+	res, err = l.backend.Extend(ctx, l.lockID, ttl)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -297,6 +305,10 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration, manual bool) (Ext
 		return res, time.Time{}, err
 	}
 	if !res.OK {
+		l.loss = lossGone
+		if res.Reason == ReasonExpired {
+			l.loss = lossExpired
+		}
 		l.end(lostBecause(res.Reason))
 		return res, time.Time{}, nil
 	}
@@ -337,6 +349,7 @@ func (l *Lease) checkLifetime() {
 	if l.released || time.Now().Before(l.lostAt) {
 		return
 	}
+	l.loss = lossNotExtended
 	if last := l.lastErr; last != nil {
 		l.end(fmt.Errorf("%w: not extended before its guaranteed lifetime ran out; last extend error: %w", ErrLockLost, last))
 	} else {
@@ -514,51 +527,9 @@ type lockConfig struct {
 	backoff, jitter, identity                string
 	failFast, autoExtend                     bool
 	onReleaseError                           func(error, ReleaseErrorInfo)
+	onAttempt                                func(AcquireResult, error)
+	onExtend                                 func(ExtendResult)
 	logger                                   *slog.Logger
-}
-
-// The lock helper's events (LockEvent "wait" and "hold"), emitted when
-// Lock is given a helperSink (a TelemetryBackend).
-const (
-	eventWait = "wait"
-	eventHold = "hold"
-
-	reasonTimeout   = "timeout"   // wait: AcquisitionTimeout
-	reasonCancelled = "cancelled" // wait: ctx ended (Aborted)
-	reasonError     = "error"     // wait: another error (see Err)
-	reasonReleased  = "released"  // hold: released by its holder
-	reasonLost      = "lost"      // hold: lost (see Err)
-)
-
-// rawEvent is what the hot path records for a LockEvent: no hashing, no
-// callbacks.
-type rawEvent struct {
-	typ, reason string
-	ok          bool
-	key, lockID string
-	err         error
-	dur         time.Duration
-	attempts    int
-}
-
-// helperSink receives the lock helper's events (TelemetryBackend).
-type helperSink interface{ helperEvent(rawEvent) }
-
-// waitEvent is the "wait" event of an acquisition that ended with err
-// after attempts attempts, started at start.
-func waitEvent(key string, res AcquireResult, err error, attempts int, start time.Time) rawEvent {
-	e := rawEvent{typ: eventWait, ok: err == nil, key: key, err: err, dur: time.Since(start), attempts: attempts}
-	switch {
-	case err == nil:
-		e.lockID = res.LockID
-	case errors.Is(err, ErrAcquisitionTimeout):
-		e.reason = reasonTimeout
-	case errors.Is(err, ErrAborted):
-		e.reason = reasonCancelled
-	default:
-		e.reason = reasonError
-	}
-	return e
 }
 
 // reportHold makes the lease emit its "hold" event to sink when it ends,
@@ -571,10 +542,10 @@ func (l *Lease) reportHold(sink helperSink) {
 		end(cause)
 		once.Do(func() {
 			cause := context.Cause(l.ctx) // the first one
-			e := rawEvent{typ: eventHold, ok: errors.Is(cause, ErrLeaseReleased), reason: reasonReleased,
+			e := rawEvent{typ: EventHold, ok: errors.Is(cause, ErrLeaseReleased), reason: reasonReleased,
 				key: l.key, lockID: l.lockID, dur: time.Since(start)}
 			if !e.ok {
-				e.reason, e.err = reasonLost, cause
+				e.reason, e.err, e.loss = reasonLost, cause, l.loss
 			}
 			sink.helperEvent(e)
 		})

@@ -37,6 +37,21 @@ const (
 	numStmts
 )
 
+// acquireStmts picks the acquire's variant: [queued][holders].
+var acquireStmts = [2][2]int{{stmtAcquire, stmtAcquireHolders}, {stmtAcquireWait, stmtAcquireWaitHolders}}
+
+// lookupStmts picks a lookup's variant: [byID][holders].
+var lookupStmts = [2][2]int{{stmtLookupKeyPlain, stmtLookupKey}, {stmtLookupIDPlain, stmtLookupID}}
+
+func acquireStmt(queued, holders bool) int { return acquireStmts[b2i(queued)][b2i(holders)] }
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // statements holds the SQL of one Backend, rendered once from the embedded
 // files with its quoted table names.
 type statements struct {

@@ -2,6 +2,7 @@ package syncguard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -10,12 +11,60 @@ import (
 // Event types (LockEvent.Type): one per LockBackend operation, the same
 // words as Error.Op, and two of the lock helper (Lock, WithLock, Lease).
 const (
-	eventAcquire  = "acquire"
-	eventRelease  = "release"
-	eventExtend   = "extend"
-	eventIsLocked = "isLocked"
-	eventLookup   = "lookup"
+	EventAcquire  = "acquire"
+	EventRelease  = "release"
+	EventExtend   = "extend"
+	EventIsLocked = "isLocked"
+	EventLookup   = "lookup" // LookupKey, LookupID and their Debug forms
+	EventWait     = "wait"   // one acquisition of Lock or WithLock
+	EventHold     = "hold"   // one Lease, when it ends
 )
+
+// The lock helper's events (LockEvent "wait" and "hold"), emitted when
+// Lock is given a helperSink (a TelemetryBackend).
+const (
+	reasonTimeout   = "timeout"   // wait: AcquisitionTimeout
+	reasonCancelled = "cancelled" // wait: ctx ended (Aborted)
+	reasonError     = "error"     // wait: another error (see Err)
+	reasonReleased  = "released"  // hold: released by its holder
+	reasonLost      = "lost"      // hold: lost (see Err)
+
+	lossNotExtended = "not-extended" // LockEvent.LossReason values
+	lossExpired     = "expired"
+	lossGone        = "gone"
+)
+
+// rawEvent is what the hot path records for a LockEvent: no hashing, no
+// callbacks.
+type rawEvent struct {
+	typ, reason string
+	loss        string // LockEvent.LossReason
+	ok          bool
+	key, lockID string
+	err         error
+	dur         time.Duration
+	attempts    int
+}
+
+// helperSink receives the lock helper's events (TelemetryBackend).
+type helperSink interface{ helperEvent(rawEvent) }
+
+// waitEvent is the "wait" event of an acquisition that ended with err
+// after attempts attempts, started at start.
+func waitEvent(key string, res AcquireResult, err error, attempts int, start time.Time) rawEvent {
+	e := rawEvent{typ: EventWait, ok: err == nil, key: key, err: err, dur: time.Since(start), attempts: attempts}
+	switch {
+	case err == nil:
+		e.lockID = res.LockID
+	case errors.Is(err, ErrAcquisitionTimeout):
+		e.reason = reasonTimeout
+	case errors.Is(err, ErrAborted):
+		e.reason = reasonCancelled
+	default:
+		e.reason = reasonError
+	}
+	return e
+}
 
 // LockEvent describes one completed LockBackend operation, as in the spec,
 // or one wait or holding of the lock helper.
@@ -61,6 +110,12 @@ type LockEvent struct {
 	Duration time.Duration
 	// Attempts is the number of acquire attempts of a "wait"; 0 otherwise.
 	Attempts int
+	// LossReason, for a "hold" that lost its lock, says why:
+	// "not-extended" (its guaranteed lifetime ran out before an extend
+	// was confirmed), "expired" (an extend found it expired) or "gone" (an
+	// extend found it released through its lockId elsewhere, deleted or
+	// taken over). Empty otherwise.
+	LossReason string
 }
 
 // TelemetryOptions configures WithTelemetry.
@@ -149,7 +204,7 @@ func (t *TelemetryBackend) Flush(ctx context.Context) error { return t.q.Flush(c
 func (t *TelemetryBackend) emit(e rawEvent) { t.q.Push(e) }
 
 func (t *TelemetryBackend) deliver(e *rawEvent) {
-	ev := LockEvent{Type: e.typ, OK: e.ok, Reason: e.reason, Err: e.err, Duration: e.dur, Attempts: e.attempts}
+	ev := LockEvent{Type: e.typ, OK: e.ok, Reason: e.reason, Err: e.err, Duration: e.dur, Attempts: e.attempts, LossReason: e.loss}
 	if e.key != "" {
 		ev.KeyHash = HashKey(e.key)
 	}
@@ -183,10 +238,6 @@ func (t *TelemetryBackend) includeRaw(ev LockEvent) (ok bool) {
 // helperEvent queues an event of the lock helper (helperSink).
 func (t *TelemetryBackend) helperEvent(e rawEvent) { t.emit(e) }
 
-// releaseTimeout forwards the wrapped backend's Config.ReleaseTimeout to
-// leases (see LockOptions.ReleaseTimeout).
-func (t *TelemetryBackend) releaseTimeout() time.Duration { return releaseTimeoutOf(t.inner) }
-
 // Acquire implements LockBackend.
 func (t *TelemetryBackend) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
 	start := time.Now()
@@ -195,8 +246,37 @@ func (t *TelemetryBackend) Acquire(ctx context.Context, key string, ttl time.Dur
 	return r, err
 }
 
+// Queue implements Queuer when the wrapped backend is one (else it
+// returns nil: Lock polls); each attempt of the waiter is an "acquire"
+// event.
+func (t *TelemetryBackend) Queue(key, identity string, once bool) Waiter {
+	q, ok := t.inner.(Queuer)
+	if !ok {
+		return nil
+	}
+	w := q.Queue(key, identity, once)
+	if w == nil {
+		return nil
+	}
+	return &telemetryWaiter{Waiter: w, t: t, key: key}
+}
+
+type telemetryWaiter struct {
+	Waiter
+	t   *TelemetryBackend
+	key string
+}
+
+// Attempt is the wrapped waiter's, reported as an "acquire" event.
+func (w *telemetryWaiter) Attempt(ctx context.Context, ttl time.Duration) (AcquireResult, error) {
+	start := time.Now()
+	r, err := w.Waiter.Attempt(ctx, ttl)
+	w.t.emitAcquire(w.key, r, err, time.Since(start))
+	return r, err
+}
+
 func (t *TelemetryBackend) emitAcquire(key string, r AcquireResult, err error, dur time.Duration) {
-	e := rawEvent{typ: eventAcquire, ok: err == nil && r.OK, reason: r.Reason, key: key, err: err, dur: dur}
+	e := rawEvent{typ: EventAcquire, ok: err == nil && r.OK, reason: r.Reason, key: key, err: err, dur: dur}
 	if r.OK {
 		e.lockID = r.LockID
 	}
@@ -207,7 +287,7 @@ func (t *TelemetryBackend) emitAcquire(key string, r AcquireResult, err error, d
 func (t *TelemetryBackend) Release(ctx context.Context, lockID string) (ReleaseResult, error) {
 	start := time.Now()
 	r, err := t.inner.Release(ctx, lockID)
-	t.emit(rawEvent{typ: eventRelease, ok: err == nil && r.OK, reason: r.Reason, lockID: lockID, err: err, dur: time.Since(start)})
+	t.emit(rawEvent{typ: EventRelease, ok: err == nil && r.OK, reason: r.Reason, lockID: lockID, err: err, dur: time.Since(start)})
 	return r, err
 }
 
@@ -215,7 +295,7 @@ func (t *TelemetryBackend) Release(ctx context.Context, lockID string) (ReleaseR
 func (t *TelemetryBackend) Extend(ctx context.Context, lockID string, ttl time.Duration) (ExtendResult, error) {
 	start := time.Now()
 	r, err := t.inner.Extend(ctx, lockID, ttl)
-	t.emit(rawEvent{typ: eventExtend, ok: err == nil && r.OK, reason: r.Reason, lockID: lockID, err: err, dur: time.Since(start)})
+	t.emit(rawEvent{typ: EventExtend, ok: err == nil && r.OK, reason: r.Reason, lockID: lockID, err: err, dur: time.Since(start)})
 	return r, err
 }
 
@@ -224,7 +304,7 @@ func (t *TelemetryBackend) Extend(ctx context.Context, lockID string, ttl time.D
 func (t *TelemetryBackend) IsLocked(ctx context.Context, key string) (bool, error) {
 	start := time.Now()
 	locked, err := t.inner.IsLocked(ctx, key)
-	t.emit(rawEvent{typ: eventIsLocked, ok: err == nil && locked, key: key, err: err, dur: time.Since(start)})
+	t.emit(rawEvent{typ: EventIsLocked, ok: err == nil && locked, key: key, err: err, dur: time.Since(start)})
 	return locked, err
 }
 
@@ -233,7 +313,7 @@ func (t *TelemetryBackend) IsLocked(ctx context.Context, key string) (bool, erro
 func (t *TelemetryBackend) LookupKey(ctx context.Context, key string) (*LockInfo, error) {
 	start := time.Now()
 	info, err := t.inner.LookupKey(ctx, key)
-	t.emit(rawEvent{typ: eventLookup, ok: err == nil && info != nil, key: key, err: err, dur: time.Since(start)})
+	t.emit(rawEvent{typ: EventLookup, ok: err == nil && info != nil, key: key, err: err, dur: time.Since(start)})
 	return info, err
 }
 
@@ -241,7 +321,7 @@ func (t *TelemetryBackend) LookupKey(ctx context.Context, key string) (*LockInfo
 func (t *TelemetryBackend) LookupID(ctx context.Context, lockID string) (*LockInfo, error) {
 	start := time.Now()
 	info, err := t.inner.LookupID(ctx, lockID)
-	t.emit(rawEvent{typ: eventLookup, ok: err == nil && info != nil, lockID: lockID, err: err, dur: time.Since(start)})
+	t.emit(rawEvent{typ: EventLookup, ok: err == nil && info != nil, lockID: lockID, err: err, dur: time.Since(start)})
 	return info, err
 }
 
@@ -253,7 +333,7 @@ func (t *TelemetryBackend) LookupKeyDebug(ctx context.Context, key string) (*Loc
 		return nil, noDebug(t.inner)
 	}
 	info, err := d.LookupKeyDebug(ctx, key)
-	t.emit(rawEvent{typ: eventLookup, ok: err == nil && info != nil, key: key, err: err})
+	t.emit(rawEvent{typ: EventLookup, ok: err == nil && info != nil, key: key, err: err})
 	return info, err
 }
 
@@ -265,7 +345,7 @@ func (t *TelemetryBackend) LookupIDDebug(ctx context.Context, lockID string) (*L
 		return nil, noDebug(t.inner)
 	}
 	info, err := d.LookupIDDebug(ctx, lockID)
-	t.emit(rawEvent{typ: eventLookup, ok: err == nil && info != nil, lockID: lockID, err: err})
+	t.emit(rawEvent{typ: EventLookup, ok: err == nil && info != nil, lockID: lockID, err: err})
 	return info, err
 }
 

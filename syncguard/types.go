@@ -7,13 +7,11 @@ import (
 
 // Locker is the part of a LockBackend that Lock, WithLock and a Lease use:
 // the three operations that take, give back and prolong a lock. Wrap a
-// backend in a Locker of your own to add tracing or metrics around them;
-// pass ctx on to the wrapped Locker (or a context derived from it): Lock
-// and WithLock carry in it what lets a *Backend beneath wake their waiting
-// on release, and the deadline of each attempt. A wrapper that drops ctx
-// still works, by polling, but Lock can then neither end an attempt at
-// its Timeout nor cancel it; one that locks another key than it was given
-// (a prefix, say) is not woken by releases of that key either.
+// backend in a Locker of your own to add tracing or metrics around them,
+// and pass ctx on: it carries the deadline of each attempt. Lock waits on
+// a Locker by polling on its retry schedule; one that is also a Queuer
+// keeps its waiters in the key's queue instead (a wrapper forwards Queue to
+// keep that).
 //
 // Every method validates its input before any I/O and returns a *Error on
 // failure. Contention is not an error: Acquire returns OK == false.
@@ -67,6 +65,67 @@ type AcquireResult struct {
 	// ExpiresAt is the server-computed expiry (server now + ttl),
 	// millisecond precision. The lock stays exclusive until then.
 	ExpiresAt time.Time
+	// RetryIn, when OK is false, is how long the holder's lock stays live,
+	// by the server's clock (its expiry plus the spec's tolerance): an
+	// attempt after it can take the key if nobody extends or queues
+	// first. 0 when unknown.
+	RetryIn time.Duration
+	// HandedOver, for a Waiter's successful attempt, is how long the lock
+	// had existed when the attempt's statement started: a release handed
+	// the key to the waiter in its own commit, and the TTL counts from
+	// there. 0 otherwise.
+	HandedOver time.Duration
+}
+
+// Queuer is a Locker that keeps the callers of Lock and WithLock waiting
+// for a key in the key's queue, in arrival order, so that a release hands
+// the key to the first of them in its own commit. *Backend (on a pool) is
+// one, and so are the wrappers that forward Queue (TelemetryBackend,
+// otelsyncguard, syncguardtest's backends).
+type Queuer interface {
+	Locker
+	// Queue returns the waiter of one Lock or WithLock call for key, whose
+	// holder is named identity ("": the backend's default). It does no I/O:
+	// the first attempt reports an invalid key. With once, the call makes
+	// a single attempt and takes no place in the queue. A nil Waiter means
+	// no queue (a wrapper around a Locker without one): Lock polls.
+	Queue(key, identity string, once bool) Waiter
+}
+
+// Waiter is one caller's wait for a key, made by Queuer.Queue: its
+// attempts keep one place in the key's queue. Lock uses it from one
+// goroutine, and ends it with Leave unless an attempt took the key.
+type Waiter interface {
+	// Attempt is one acquire attempt as the waiter, as Locker.Acquire.
+	Attempt(ctx context.Context, ttl time.Duration) (AcquireResult, error)
+	// Hints says, after an attempt, what ends the wait for the next one:
+	// wake receives a value when a release may have handed the key to the
+	// waiter (nil: nothing wakes it); renew, if not 0, is when the next
+	// attempt must come to keep the waiter's place; poll says that no
+	// release can hand it the key (no notification reaches it), so it
+	// must look for the free key itself, soon.
+	Hints() (wake <-chan struct{}, renew time.Duration, poll bool)
+	// Leave takes the waiter out of the queue, passing on a key handed to
+	// it meanwhile.
+	Leave(ctx context.Context) error
+}
+
+// As finds the first of l and the Lockers it wraps (through their
+// Unwrap() LockBackend methods) that is a T, as errors.As finds an error:
+// a capability such as *Backend's NotificationStatus behind wrappers.
+func As[T any](l Locker) (T, bool) {
+	for range 16 {
+		if t, ok := l.(T); ok {
+			return t, true
+		}
+		u, ok := l.(interface{ Unwrap() LockBackend })
+		if !ok {
+			break
+		}
+		l = u.Unwrap()
+	}
+	var zero T
+	return zero, false
 }
 
 // ReleaseResult is the outcome of Release.

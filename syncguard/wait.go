@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
-	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 )
 
@@ -93,143 +92,6 @@ func newHub(s *shared) *waiting.Hub {
 	return waiting.New(cfg)
 }
 
-// waitRecord is the one record that Lock and WithLock pass, in the context
-// of each of their attempts, through any Locker that passes ctx on, to the
-// *Backend beneath. The Backend uses it only for an attempt on Lock's own
-// key (a wrapper may lock another) on its pool: it then runs the waiter's
-// attempt (stmtAcquireWait) under the record's lockId, so that the waiter
-// keeps one place in the queue and a release can hand it the key, and
-// fills in what Lock waits on.
-type waitRecord struct {
-	storage  string      // Lock's key, as stored
-	lockID   string      // the waiter's lockId, for all its attempts
-	identity string      // LockOptions.Identity, or ""
-	single   bool        // no waiting: only the identity is passed on
-	unknown  atomic.Bool // an attempt's outcome was unknown: withdraw also releases in the background
-
-	mu       sync.Mutex
-	hub      *waiting.Hub
-	sub      *waiting.Sub  // the Backend's wake-up for this waiter
-	channel  string        // the key's notification channel
-	withdraw func()        // takes the waiter out of the queue
-	window   time.Duration // the Backend's queue window
-	retryIn  time.Duration // a failed attempt: until the holder's lock is no longer live, by the server's clock
-	age      time.Duration // a successful attempt: how long the lock existed when the attempt's statement started
-}
-
-type waitKey struct{}
-
-func recordOf(ctx context.Context) *waitRecord {
-	r, _ := ctx.Value(waitKey{}).(*waitRecord)
-	return r
-}
-
-// waitRecordFor returns a record for Lock's key, or nil when the key is
-// invalid (the first attempt reports it).
-func waitRecordFor(key, identity string, single bool) *waitRecord {
-	k, err := checkKey("lock", key)
-	if err != nil {
-		return nil
-	}
-	return &waitRecord{storage: k.Storage, lockID: rules.GenerateLockID(), identity: identity, single: single}
-}
-
-// join registers the waiter with s, once, before its first queued
-// attempt; withdraw takes it out of the queue when it gives up.
-func (r *waitRecord) join(s *shared, withdraw func()) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.sub != nil {
-		return
-	}
-	r.hub, r.sub = s.hub, s.hub.Expect(waiting.Payload(r.lockID))
-	r.channel = waiting.Channel(waiting.Prefix(s.cfg.table), r.storage)
-	r.window = s.waitCfg.window
-	r.withdraw = withdraw
-}
-
-// notified reports whether a notification reaches the waiter now: its
-// key's channel is listened on (before its first attempt asked for it: by
-// another waiter, or lingering). A release hands the key only to such a
-// waiter.
-func (r *waitRecord) notified() bool {
-	r.mu.Lock()
-	hub, ch := r.hub, r.channel
-	r.mu.Unlock()
-	return hub != nil && hub.Listened(ch)
-}
-
-// contended records what a failed queued attempt learned, and asks for
-// the key's channel.
-func (r *waitRecord) contended(retryIn time.Duration) {
-	r.mu.Lock()
-	r.retryIn = retryIn
-	sub, ch := r.sub, r.channel
-	r.mu.Unlock()
-	if sub != nil {
-		sub.Listen(ch)
-	}
-}
-
-// state returns what Lock waits on: the wake-up channel (nil: none), the
-// renewal interval (0: not queued), the holder's remaining life, and
-// whether the waiter must poll for a free key itself: no notification
-// reaches it, so no release hands it the key, and it cannot know when the
-// waiters before it are gone but by looking.
-func (r *waitRecord) state() (wake <-chan struct{}, renew, retryIn time.Duration, poll bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.sub != nil {
-		wake, renew = r.sub.C, r.window/3
-		poll = !r.sub.Listening()
-	}
-	retryIn, r.retryIn = r.retryIn, 0
-	return wake, renew, retryIn, poll
-}
-
-// wakeC is the waiter's wake-up channel, or nil.
-func (r *waitRecord) wakeC() <-chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.sub == nil {
-		return nil
-	}
-	return r.sub.C
-}
-
-// end closes the waiter's wake-up and, unless it got the key, takes it
-// out of the queue: at once, or in the background while the server is
-// unreachable (the wait ended in an outage), so that Lock returns at its
-// Timeout.
-func (r *waitRecord) end(acquired, outage bool) {
-	r.mu.Lock()
-	sub, withdraw := r.sub, r.withdraw
-	r.mu.Unlock()
-	if sub == nil {
-		return
-	}
-	sub.Close()
-	switch {
-	case acquired:
-	case outage:
-		go withdraw()
-	default:
-		withdraw()
-	}
-}
-
-// grantAge is how long the lock existed when the successful attempt's
-// statement started (a key handed over by a release), for the lease's
-// clock.
-func (r *waitRecord) grantAge() time.Duration {
-	if r == nil {
-		return 0
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.age
-}
-
 // queueLost and holdersLost report whether err says that the waiters (or
 // holders) table is missing or not granted to this role (a schema set up
 // before the table existed, or by the reference implementation). The
@@ -254,5 +116,54 @@ func (s *shared) tableLost(err error, table string, lost, warned *atomic.Bool, u
 		s.cfg.logger.Warn("syncguard: the "+strings.TrimPrefix(table, s.cfg.table+"_")+" table is missing or not granted: run SetupSchema (or apply SchemaSQL) and grant it like the lock table; until then "+until,
 			slog.String("table", table), slog.String("sqlstate", st))
 	}
+	return true
+}
+
+// queueState is a queued waiter's place: its lockId and its wake-up.
+type queueState struct {
+	s       *shared
+	storage string
+	lockID  string
+	channel string
+	unknown atomic.Bool // an attempt's outcome was unknown: Leave also releases in the background
+	ttl     atomic.Int64
+
+	mu  sync.Mutex
+	sub *waiting.Sub // the wake-up, from the first queued attempt on
+}
+
+// join registers the waiter's wake-up before its queued attempt of ttl
+// ms, and reports whether a notification reaches it now: its key's
+// channel is listened on (asked for by another waiter, or lingering). A
+// release hands the key only to such a waiter.
+func (q *queueState) join(ttlMs int64) bool {
+	q.ttl.Store(ttlMs)
+	q.mu.Lock()
+	if q.sub == nil {
+		q.sub = q.s.hub.Expect(waiting.Payload(q.lockID))
+	}
+	q.mu.Unlock()
+	return q.s.hub.Listened(q.channel)
+}
+
+// contended asks for the key's channel after a failed queued attempt.
+func (q *queueState) contended() {
+	q.mu.Lock()
+	sub := q.sub
+	q.mu.Unlock()
+	if sub != nil {
+		sub.Listen(q.channel)
+	}
+}
+
+// close ends the wake-up; it reports whether the waiter had joined.
+func (q *queueState) close() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.sub == nil {
+		return false
+	}
+	q.sub.Close()
+	q.sub = nil
 	return true
 }

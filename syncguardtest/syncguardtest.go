@@ -307,7 +307,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (s
 	}
 	ttlMs := ttl.Milliseconds()
 	ident := b.identity
-	if id := syncguard.ContextIdentity(ctx); id != "" {
+	if id := contextIdentity(ctx); id != "" {
 		ident = id
 	}
 	id, waits := b.waitOf(ctx, norm)

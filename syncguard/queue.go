@@ -1,0 +1,81 @@
+package syncguard
+
+import (
+	"context"
+	"time"
+
+	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/waiting"
+)
+
+// Queue implements Queuer. On the pool, the waiter's attempts run under
+// one lockId and keep its place in the key's queue (the waiters table;
+// docs/design.md, "Waiting"). Inside WithTx, with once, or when the key is
+// invalid, its attempts are plain ones (with identity).
+func (b *Backend) Queue(key, identity string, once bool) Waiter {
+	if identity == "" {
+		identity = b.shared.cfg.identity
+	}
+	w := &queueWaiter{b: b, key: key, identity: identity}
+	k, err := checkKey("lock", key)
+	if b.tx != nil || once || err != nil {
+		return w
+	}
+	w.q = &queueState{s: b.shared, storage: k.Storage, lockID: rules.GenerateLockID(),
+		channel: waiting.Channel(waiting.Prefix(b.shared.cfg.table), k.Storage)}
+	return w
+}
+
+// queueWaiter is the Waiter of a Backend.
+type queueWaiter struct {
+	b        *Backend
+	key      string
+	identity string
+	q        *queueState // nil: plain attempts
+}
+
+// Attempt implements Waiter: an acquire as the waiter.
+func (w *queueWaiter) Attempt(ctx context.Context, ttl time.Duration) (AcquireResult, error) {
+	res, err := w.b.acquire(ctx, w.key, ttl, w.identity, w.q)
+	if err == nil && res.OK && w.q != nil {
+		w.q.close()
+	}
+	return res, err
+}
+
+// Hints implements Waiter: the waiter's wake-up once it has queued, a
+// renewal every third of the queue window, and polling while its key's
+// channel is not listened on.
+func (w *queueWaiter) Hints() (wake <-chan struct{}, renew time.Duration, poll bool) {
+	if w.q == nil {
+		return nil, 0, false
+	}
+	w.q.mu.Lock()
+	defer w.q.mu.Unlock()
+	if w.q.sub == nil {
+		return nil, 0, false
+	}
+	return w.q.sub.C, w.q.s.waitCfg.window / 3, !w.q.sub.Listening()
+}
+
+// Leave releases the waiter's lockId: that deletes its queue row and
+// passes on a key handed to it meanwhile. When it found neither, a
+// hand-off may have been committing: its snapshot missed the lock row,
+// and the queue row was gone when its delete got to it. A second
+// statement sees that commit. A Leave that fails, or that follows an
+// attempt of unknown outcome, leaves the release to the background.
+func (w *queueWaiter) Leave(ctx context.Context) error {
+	q := w.q
+	if q == nil || !q.close() {
+		return nil
+	}
+	pool := &Backend{shared: q.s}
+	r, left, err := pool.release(ctx, q.lockID, q.storage)
+	if err == nil && !r.OK && !left {
+		r, _, err = pool.release(ctx, q.lockID, q.storage)
+	}
+	if err != nil || !r.OK && q.unknown.Load() {
+		q.s.releaseInBackground(q.lockID, time.Duration(q.ttl.Load())*time.Millisecond)
+	}
+	return err
+}

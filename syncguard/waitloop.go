@@ -1,0 +1,301 @@
+package syncguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// acquire is the waiting loop of Lock and WithLock. It returns the
+// successful result and the local time its request was sent, moved back by
+// the lock's age when a release handed it over before this attempt (see
+// Lease for why that time matters).
+//
+// On a Queuer (a *Backend, or a wrapper that forwards Queue) the attempts
+// go through one Waiter: it keeps one place in the queue of the key, and a
+// release hands it the key in the release's own commit. On any other
+// Locker the loop polls on the retry schedule. A waiter that gives up
+// leaves the queue before Lock returns (in the background when the wait
+// ended in an outage, so that Lock returns at its Timeout).
+func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (AcquireResult, time.Time, int, error) {
+	l := &waitLoop{ctx: ctx, b: b, key: key, c: c, start: time.Now()}
+	if c.timeout > 0 {
+		l.deadline = l.start.Add(c.timeout)
+	}
+	if q, ok := b.(Queuer); ok {
+		l.w = q.Queue(key, c.identity, c.maxRetries == 0)
+	}
+	res, sent, err := l.run()
+	if l.w != nil && (err != nil || !res.OK) {
+		leave := func() {
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.releaseTimeout)
+			defer cancel()
+			_ = l.w.Leave(lctx) // a Waiter that cannot leave now cleans up after itself
+		}
+		if l.realErr != nil {
+			go leave() // an outage: the server may not answer before the release timeout
+		} else {
+			leave()
+		}
+	}
+	return res, sent, l.attempts, err
+}
+
+// cue is an event the waiting loop waits for between two attempts: one
+// place in run for each.
+type cue int
+
+const (
+	cueDeadline cue = iota // Timeout reached: the wait ends
+	cueRetry               // a scheduled retry, counted against MaxRetries
+	cueExpiry              // the holder's lock, as the last attempt saw it, is no longer live
+	cueRenew               // the waiter's place in the queue needs renewing
+	cuePoll                // no release can hand the waiter the key: it looks itself
+	cueHeed                // a fruitless wake-up's pause is over: wake-ups count again
+	numCues
+	cueWoken     // a release may have handed the key to the waiter
+	cueCancelled // ctx is done
+)
+
+// Values of AcquisitionOptions.Backoff and .Jitter, the spec's words.
+const (
+	backoffExponential = "exponential"
+	backoffFixed       = "fixed"
+	jitterEqual        = "equal"
+	jitterFull         = "full"
+	jitterNone         = "none"
+)
+
+const (
+	maxDelay = time.Duration(1 << 62)
+	// unboundedMaxDelay caps the retry delay when MaxRetries is not set.
+	unboundedMaxDelay = time.Second
+)
+
+// delay returns the wait before retry n (1-based), before clamping to the
+// remaining time.
+func (c *lockConfig) delay(n int) time.Duration {
+	d := c.retryDelay
+	if c.backoff == backoffExponential {
+		for i := 1; i < n && d < maxDelay; i++ {
+			d *= 2
+		}
+	}
+	d = min(d, maxDelay) // no overflow below, whatever the options
+	if c.maxRetries == math.MaxInt {
+		// Without MaxRetries the schedule is a safety net, not a budget:
+		// it stops growing at unboundedMaxDelay.
+		d = min(d, max(c.retryDelay, unboundedMaxDelay))
+	}
+	switch c.jitter {
+	case jitterEqual:
+		d = d/2 + rand.N(d-d/2+1)
+	case jitterFull:
+		d = rand.N(d + 1)
+	}
+	return d
+}
+
+// The polling of a waiter that no notification reaches: 5 ms after its
+// last attempt, doubling to 25 ms (only the first waiter can take the key).
+const (
+	pollMin = 5 * time.Millisecond
+	pollMax = 25 * time.Millisecond
+)
+
+// waitLoop is the state of one acquire.
+type waitLoop struct {
+	ctx             context.Context
+	b               Locker
+	w               Waiter // nil: polling on the schedule
+	key             string
+	c               *lockConfig
+	start, deadline time.Time // deadline zero: no Timeout, only ctx
+
+	attempts, retries int
+	final             bool          // the last scheduled retry is running
+	answered          bool          // some attempt got an answer
+	fastest           time.Duration // the quickest answer so far
+	lastErr, realErr  error         // the last attempt's error since an answer; the last not cut by the deadline
+
+	due              [numCues]time.Time // zero: not expected
+	timer            *time.Timer
+	wake, hintWake   <-chan struct{} // the waiter's wake-up: heeded, and as the waiter gave it
+	hintGap, pollGap time.Duration
+}
+
+func (l *waitLoop) run() (AcquireResult, time.Time, error) {
+	l.timer = time.NewTimer(time.Hour)
+	defer l.timer.Stop()
+	if !l.deadline.IsZero() {
+		l.due[cueDeadline] = l.deadline
+	}
+	l.due[cueRetry] = l.start.Add(l.c.delay(1))
+	woken := false
+	for {
+		res, sent, cut, err := l.attempt()
+		switch {
+		case err == nil && res.OK:
+			return res, sent, nil
+		case cut:
+			return l.giveUp(context.Cause(l.ctx))
+		case err != nil && (l.c.maxRetries == 0 || !l.outage(err)):
+			return AcquireResult{}, time.Time{}, err
+		case l.c.maxRetries == 0 || l.final:
+			return l.giveUp(nil)
+		}
+		l.plan(res, woken && err == nil)
+		woken = false
+	wait:
+		for {
+			switch ev := l.next(); ev {
+			case cueDeadline:
+				return l.giveUp(nil)
+			case cueCancelled:
+				if errors.Is(l.ctx.Err(), context.DeadlineExceeded) {
+					return l.giveUp(context.Cause(l.ctx))
+				}
+				return AcquireResult{}, time.Time{}, &Error{Op: "lock", Code: CodeAborted, Key: l.key, Err: context.Cause(l.ctx),
+					Msg: fmt.Sprintf("context cancelled while waiting for the lock after %s", plural(l.attempts, "attempt"))}
+			case cueHeed:
+				l.wake = l.hintWake
+			case cueRetry:
+				l.retries++
+				l.final = l.retries >= l.c.maxRetries
+				l.due[cueRetry] = time.Now().Add(l.c.delay(l.retries + 1))
+				break wait
+			case cueWoken:
+				woken = true
+				break wait
+			default: // cueExpiry, cueRenew, cuePoll
+				break wait
+			}
+		}
+		if !l.deadline.IsZero() && !time.Now().Add(l.fastest).Before(l.deadline) {
+			return l.giveUp(nil) // no answer would come in time: no attempt is cut (pgx closes a cut statement's connection)
+		}
+	}
+}
+
+// attempt makes one attempt, ending at the deadline: on a half-open
+// connection it would otherwise wait as long as ctx allows (forever
+// without a deadline), and ctx must outlive Lock for AutoExtend. cut says
+// that the wait's end cut it before an answer came.
+func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err error) {
+	l.attempts++
+	sent = time.Now()
+	actx, cancel := l.ctx, context.CancelFunc(func() {})
+	if !l.deadline.IsZero() {
+		actx, cancel = context.WithDeadline(l.ctx, l.deadline)
+	}
+	if l.w != nil {
+		res, err = l.w.Attempt(actx, l.c.ttl)
+	} else {
+		res, err = l.b.Acquire(actx, l.key, l.c.ttl)
+	}
+	cancel()
+	if err == nil {
+		if d := time.Since(sent); !l.answered || d < l.fastest {
+			l.fastest = d
+		}
+		l.answered, l.lastErr = true, nil
+		sent = sent.Add(-res.HandedOver) // (sent matters only when res.OK)
+	} else {
+		// Cut by the wait's end: no answer yet, which says nothing of the server.
+		cut = l.ctx.Err() == nil && !l.deadline.IsZero() && !time.Now().Before(l.deadline) || errors.Is(l.ctx.Err(), context.DeadlineExceeded)
+		if cut {
+			err = &Error{Op: "lock", Code: CodeNetworkTimeout, Key: l.key, Err: err,
+				Msg: fmt.Sprintf("attempt %d got no answer before the end of the wait (%v)", l.attempts, time.Since(l.start).Round(time.Millisecond))}
+		} else {
+			l.realErr = err
+		}
+		l.lastErr = err
+	}
+	if l.c.onAttempt != nil {
+		l.c.onAttempt(res, err)
+	}
+	return res, sent, cut, err
+}
+
+// plan sets what the loop waits for after a failed attempt; fruitless
+// says it was a wake-up's and found the key still held.
+func (l *waitLoop) plan(res AcquireResult, fruitless bool) {
+	now := time.Now()
+	if res.RetryIn > 0 {
+		l.due[cueExpiry] = now.Add(res.RetryIn)
+	}
+	if l.w == nil {
+		return
+	}
+	wake, renew, poll := l.w.Hints()
+	l.hintWake = wake
+	if l.due[cueHeed].IsZero() {
+		l.wake = wake
+	}
+	if renew > 0 {
+		l.due[cueRenew] = now.Add(renew)
+	}
+	if poll {
+		l.pollGap = min(max(2*l.pollGap, pollMin), pollMax)
+		l.due[cuePoll] = now.Add(l.pollGap)
+	} else {
+		l.pollGap, l.due[cuePoll] = 0, time.Time{}
+	}
+	if fruitless {
+		// The next wake-up is heeded only after a pause (forged or
+		// replayed hints), from 5 ms doubling to 1 s.
+		l.hintGap = min(max(2*l.hintGap, 5*time.Millisecond), time.Second)
+		l.wake, l.due[cueHeed] = nil, now.Add(l.hintGap)
+	}
+}
+
+// next waits for the next cue and returns it.
+func (l *waitLoop) next() cue {
+	first := numCues
+	for i, t := range l.due {
+		if !t.IsZero() && (first == numCues || t.Before(l.due[first])) {
+			first = cue(i)
+		}
+	}
+	var timer <-chan time.Time
+	if first != numCues {
+		l.timer.Reset(time.Until(l.due[first]))
+		timer = l.timer.C
+	}
+	select {
+	case <-l.wake:
+		return cueWoken
+	case <-timer:
+		if first != cueRetry && first != cueDeadline {
+			l.due[first] = time.Time{}
+		}
+		return first
+	case <-l.ctx.Done():
+		return cueCancelled
+	}
+}
+
+// outage reports whether err is ridden out rather than returned.
+func (l *waitLoop) outage(err error) bool {
+	return !l.c.failFast && (CodeOf(err) == CodeServiceUnavailable || CodeOf(err) == CodeNetworkTimeout)
+}
+
+// giveUp ends the wait (cause: ctx's, if done): busy once any attempt got
+// an answer, else the outage, with its last real cause.
+func (l *waitLoop) giveUp(cause error) (AcquireResult, time.Time, error) {
+	elapsed := time.Since(l.start).Round(time.Millisecond)
+	e := &Error{Op: "lock", Code: CodeAcquisitionTimeout, Key: l.key, Err: cause,
+		Msg: fmt.Sprintf("lock still held by another owner after %s in %v", plural(l.attempts, "attempt"), elapsed)}
+	switch {
+	case !l.answered && l.realErr == nil:
+		return AcquireResult{}, time.Time{}, l.lastErr // the only attempt, cut
+	case !l.answered:
+		e.Code, e.Err, e.Msg = CodeOf(l.realErr), l.realErr, fmt.Sprintf("no answer from the server to %s in %v", plural(l.attempts, "attempt"), elapsed)
+	case l.lastErr != nil:
+		e.Msg += fmt.Sprintf(" (the last attempt got no answer: %s)", CodeOf(l.lastErr))
+	}
+	return AcquireResult{}, time.Time{}, e
+}

@@ -259,7 +259,8 @@ func (h *hinted) LookupKey(ctx context.Context, key string) (*syncguard.LockInfo
 	return h.Backend.LookupKey(ctx, key)
 }
 
-func TestObserveReadsOnHintsAndBoundsForgedOnes(t *testing.T) {
+// Observe is a plain loop: read, then wait for a hint or PollInterval.
+func TestObserveReadsOnEachHint(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := &hinted{Backend: syncguardtest.New(), hints: make(chan struct{}, 1)}
 		observer, err := election.New(b, "jobs:leader", &election.Options{PollInterval: time.Hour})
@@ -279,25 +280,34 @@ func TestObserveReadsOnHintsAndBoundsForgedOnes(t *testing.T) {
 		if l := <-obs; l == nil || l.Identity != "a" || time.Since(start) >= time.Second {
 			t.Errorf("rule: a hint makes Observe read at once, not at its next poll (an hour away); got %+v after %v", l, time.Since(start))
 		}
-		// A flood of hints that bring no change: reads spaced out, doubling.
+		// Hints that bring no change: one read each, nothing reported.
+		synctest.Wait()
 		before := b.lookups.Load()
-		for range 10_000 {
-			select {
-			case b.hints <- struct{}{}:
-			default:
-			}
-			time.Sleep(time.Millisecond)
+		for range 10 {
+			b.hints <- struct{}{}
+			synctest.Wait()
 		}
-		if n := b.lookups.Load() - before; n < 2 || n > 20 {
-			t.Errorf("rule: hints that bring no change are read ever more rarely (5 ms doubling); %d reads in 10 s of hints", n)
+		if n := b.lookups.Load() - before; n != 10 {
+			t.Errorf("rule: each hint makes one read; %d reads for 10 hints", n)
+		}
+		// No hint, no poll due: no read.
+		before = b.lookups.Load()
+		time.Sleep(30 * time.Minute)
+		synctest.Wait()
+		if n := b.lookups.Load() - before; n != 0 {
+			t.Errorf("rule: Observe reads on a hint or at PollInterval only; %d reads in half an interval without hints", n)
+		}
+		select {
+		case l := <-obs:
+			t.Errorf("rule: reads that find no change report nothing; got %+v", l)
+		default:
 		}
 		_ = term.Resign(t.Context())
 	})
 }
 
-// After a quiet PollInterval Observe watches the key anew: a Backend's
-// LISTEN connection that failed is opened again only when a watch asks.
-func TestObserveWatchesAnewAfterAQuietInterval(t *testing.T) {
+// Observe watches the key once, and reads every PollInterval besides.
+func TestObserveWatchesOnceAndPolls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := &hinted{Backend: syncguardtest.New(), hints: make(chan struct{}, 1)}
 		observer, err := election.New(b, "jobs:leader", &election.Options{PollInterval: time.Second})
@@ -307,10 +317,15 @@ func TestObserveWatchesAnewAfterAQuietInterval(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		obs := observer.Observe(ctx)
 		<-obs
+		synctest.Wait()
+		before := b.lookups.Load()
 		time.Sleep(10*time.Second + time.Millisecond)
 		synctest.Wait()
-		if n := b.watches.Load(); n < 10 {
-			t.Errorf("rule: each quiet PollInterval watches the key anew; %d watches in 10 intervals", n)
+		if n := b.lookups.Load() - before; n != 10 {
+			t.Errorf("rule: without hints Observe reads once every PollInterval; %d reads in 10 intervals", n)
+		}
+		if n := b.watches.Load(); n != 1 {
+			t.Errorf("rule: Observe watches the key once (the Backend keeps the watch served); %d watches", n)
 		}
 		cancel()
 		for range obs {

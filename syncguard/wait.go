@@ -44,13 +44,14 @@ func (b *Backend) NotificationStatus(ctx context.Context) NotificationStatus {
 }
 
 // WatchKey returns a channel that receives a value (coalesced) when the
-// lock of key may have changed hands, until ctx ends: at a release's
-// hand-off notification (or any other this Backend's LISTEN connection
-// receives: anyone can send one) and once the key's channel is listened
-// on; it keeps that connection open meanwhile. A hint to read the key
-// again, never what changed: a release to no waiter, a takeover at expiry
-// or a Backend without notifications sends nothing, so poll as well.
-// election's Observe uses it.
+// lock of key may have changed hands, until ctx ends: at each notification
+// on the key's own channel (a release's hand-off, or any other: anyone can
+// send one; never another key's), once the key's channel is listened on,
+// and when the LISTEN connection fails; it keeps that connection open
+// meanwhile, and opens it again after a failure (after its backoff). A
+// hint to read the key again, never what changed: a release to no waiter,
+// a takeover at expiry or a Backend without notifications sends nothing,
+// so poll as well. election's Observe uses it.
 func (b *Backend) WatchKey(ctx context.Context, key string) (<-chan struct{}, error) {
 	k, err := checkKey("watch", key)
 	if err != nil {

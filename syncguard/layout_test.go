@@ -2,15 +2,20 @@ package syncguard
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"go/ast"
 	"go/importer"
 	"go/parser"
 	"go/token"
 	"go/types"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -129,25 +134,329 @@ func TestNoFileCycles(t *testing.T) {
 	}
 }
 
-// The core package stays readable in an afternoon: at most 4,000 non-test
-// lines (issue 20); mechanisms of their own go to packages of their own.
-func TestPackageSize(t *testing.T) {
-	files, err := filepath.Glob("*.go")
+// The size limits (issue 28): the library reads in an afternoon, one file
+// at a time. Each test logs its figures, and names the file or the packages
+// and their lines when it fails.
+const (
+	maxProductFileLines = 600   // any non-test .go file of a published module
+	maxCoreLines        = 5_400 // package syncguard and the internal packages only it imports
+	maxCLILines         = 3_600 // cmd/syncguard, every package of the module
+)
+
+// TestProductFileSize: no non-test .go file of a published module is over
+// maxProductFileLines lines. A file that grows past it splits along its
+// functions, into files whose names say what they hold.
+func TestProductFileSize(t *testing.T) {
+	tr := loadTree(t)
+	longest, longestLines := "", 0
+	for _, p := range tr.sortedPackages() {
+		if !tr.isPublished(p) {
+			continue
+		}
+		for _, f := range sortedKeys(p.lines) {
+			n := p.lines[f]
+			if n > longestLines {
+				longest, longestLines = path.Join(p.dir, f), n
+			}
+			if n > maxProductFileLines {
+				t.Errorf("%s has %d lines; a product file has at most %d (move whole functions to files of their own)",
+					path.Join(p.dir, f), n, maxProductFileLines)
+			}
+		}
+	}
+	t.Logf("longest product file: %s, %d lines (at most %d)", longest, longestLines, maxProductFileLines)
+}
+
+// TestCoreSize: package syncguard and the internal packages only it
+// imports (computed from the imports of the published modules' non-test
+// code: see corePackages) hold at most maxCoreLines non-test lines
+// together. Moving code to an internal package of its own
+// does not make the core smaller.
+func TestCoreSize(t *testing.T) {
+	tr := loadTree(t)
+	core := tr.corePackages()
+	total, parts := 0, []string{}
+	for _, p := range core {
+		n := p.totalLines()
+		total += n
+		parts = append(parts, fmt.Sprintf("%s %d", p.dir, n))
+	}
+	summary := fmt.Sprintf("the core (%s) has %d non-test lines; at most %d", strings.Join(parts, ", "), total, maxCoreLines)
+	if total > maxCoreLines {
+		t.Errorf("%s: %d over", summary, total-maxCoreLines)
+	} else {
+		t.Log(summary)
+	}
+}
+
+// TestCLISize: the CLI, every package of the cmd/syncguard module, holds
+// at most maxCLILines non-test lines.
+func TestCLISize(t *testing.T) {
+	tr := loadTree(t)
+	total, parts := 0, []string{}
+	for _, p := range tr.sortedPackages() {
+		if p.module != "cmd/syncguard" {
+			continue
+		}
+		n := p.totalLines()
+		total += n
+		parts = append(parts, fmt.Sprintf("%s %d", p.dir, n))
+	}
+	if total == 0 {
+		t.Fatal("found no non-test Go file in cmd/syncguard")
+	}
+	summary := fmt.Sprintf("the CLI (%s) has %d non-test lines; at most %d", strings.Join(parts, ", "), total, maxCLILines)
+	if total > maxCLILines {
+		t.Errorf("%s: %d over", summary, total-maxCLILines)
+	} else {
+		t.Log(summary)
+	}
+}
+
+// sourceTree is the repository's Go code as the layout tests see it,
+// parsed with go/parser (no go command, so it works with GOWORK=off and the
+// oldest supported Go as well).
+type sourceTree struct {
+	modulePath string             // the core module's path
+	published  map[string]bool    // the published modules' directories ("." for the core)
+	pkgs       map[string]*srcPkg // by import path
+}
+
+// srcPkg is one directory of Go files.
+type srcPkg struct {
+	dir         string          // relative to the repository root, slash-separated ("." for the root)
+	path        string          // import path
+	module      string          // the directory of its module
+	lines       map[string]int  // non-test file name -> lines
+	imports     map[string]bool // imports of the non-test files
+	testImports map[string]bool // imports of the _test.go files
+}
+
+func (p *srcPkg) totalLines() int {
+	n := 0
+	for _, l := range p.lines {
+		n += l
+	}
+	return n
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func (tr *sourceTree) sortedPackages() []*srcPkg {
+	out := make([]*srcPkg, 0, len(tr.pkgs))
+	for _, k := range sortedKeys(tr.pkgs) {
+		out = append(out, tr.pkgs[k])
+	}
+	return out
+}
+
+// isPublished reports whether p is product code: a package with non-test
+// files in a published module.
+func (tr *sourceTree) isPublished(p *srcPkg) bool { return tr.published[p.module] && len(p.lines) > 0 }
+
+// isInternal reports whether p is one of the core module's internal
+// packages (internal/...).
+func (tr *sourceTree) isInternal(p *srcPkg) bool {
+	return p.module == "." && (p.dir == "internal" || strings.HasPrefix(p.dir, "internal/"))
+}
+
+// importers returns the published packages whose non-test code imports
+// path.
+func (tr *sourceTree) importers(path string) []*srcPkg {
+	var out []*srcPkg
+	for _, p := range tr.sortedPackages() {
+		if tr.isPublished(p) && p.imports[path] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// corePackages returns package syncguard and the internal packages that
+// only it imports: those whose one importer in the published modules'
+// non-test code is package syncguard (importers in tests/, tools/ and
+// examples/ do not count). An internal package that another one imports as
+// well (internal/pooler, by internal/deploy too) is shared, not the core's.
+func (tr *sourceTree) corePackages() []*srcPkg {
+	corePath := tr.modulePath + "/syncguard"
+	out := []*srcPkg{tr.pkgs[corePath]}
+	for _, p := range tr.sortedPackages() {
+		if !tr.isInternal(p) || len(p.lines) == 0 {
+			continue
+		}
+		if imps := tr.importers(p.path); len(imps) == 1 && imps[0].path == corePath {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// loadTree reads every Go file of the repository (this package is
+// syncguard/ in it), skipping testdata and hidden folders. It skips the
+// test outside a checkout (no tools/release, which lists the published
+// modules).
+func loadTree(t *testing.T) *sourceTree {
+	t.Helper()
+	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := 0
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
+	pub, err := publishedModules(filepath.Join(root, "tools", "release", "modules.go"))
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Skip("not a checkout of the repository: no tools/release/modules.go")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &sourceTree{published: map[string]bool{}, pkgs: map[string]*srcPkg{}}
+	for _, d := range pub {
+		tr.published[d] = true
+	}
+	modPaths := map[string]string{} // module directory -> module path
+	moduleOf := func(dir string) string {
+		for d := dir; ; d = path.Dir(d) {
+			if _, ok := modPaths[d]; ok || d == "." {
+				return d
+			}
+		}
+	}
+	fset := token.NewFileSet()
+	err = filepath.WalkDir(root, func(file string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, file)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		name := e.Name()
+		if e.IsDir() {
+			if rel != "." && (name == "testdata" || name == "vendor" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		dir := path.Dir(rel)
+		switch {
+		case name == "go.mod":
+			b, err := os.ReadFile(file)
+			if err != nil {
+				return err
+			}
+			for _, l := range strings.Split(string(b), "\n") {
+				if f := strings.Fields(l); len(f) == 2 && f[0] == "module" {
+					modPaths[dir] = strings.Trim(f[1], `"`)
+				}
+			}
+			if modPaths[dir] == "" {
+				return fmt.Errorf("%s: no module line", rel)
+			}
+		case strings.HasSuffix(name, ".go"):
+			b, err := os.ReadFile(file)
+			if err != nil {
+				return err
+			}
+			f, err := parser.ParseFile(fset, rel, b, parser.ImportsOnly)
+			if err != nil {
+				return err
+			}
+			p := tr.pkgs[dir]
+			if p == nil {
+				p = &srcPkg{dir: dir, lines: map[string]int{}, imports: map[string]bool{}, testImports: map[string]bool{}}
+				tr.pkgs[dir] = p
+			}
+			imps := p.imports
+			if strings.HasSuffix(name, "_test.go") {
+				imps = p.testImports
+			} else {
+				p.lines[name] = bytes.Count(b, []byte("\n"))
+			}
+			for _, im := range f.Imports {
+				ip, err := strconv.Unquote(im.Path.Value)
+				if err != nil {
+					return err
+				}
+				imps[ip] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Key the packages by import path, now that every go.mod is known
+	// (WalkDir visits a folder's files in name order: go.mod may come after
+	// a .go file).
+	byDir := tr.pkgs
+	tr.pkgs = map[string]*srcPkg{}
+	for dir, p := range byDir {
+		p.module = moduleOf(dir)
+		p.path = modPaths[p.module]
+		if dir != p.module {
+			sub := dir
+			if p.module != "." {
+				sub = strings.TrimPrefix(dir, p.module+"/")
+			}
+			p.path += "/" + sub
+		}
+		tr.pkgs[p.path] = p
+	}
+	tr.modulePath = modPaths["."]
+	for d := range tr.published {
+		if modPaths[d] == "" {
+			t.Fatalf("published module %s (tools/release/modules.go) has no go.mod", d)
+		}
+	}
+	if tr.pkgs[tr.modulePath+"/syncguard"] == nil {
+		t.Fatalf("package syncguard not found under %s", root)
+	}
+	return tr
+}
+
+// publishedModules reads the directories of the published modules from
+// the release tool's list (var published in tools/release/modules.go),
+// their one home.
+func publishedModules(file string) ([]string, error) {
+	f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.VAR {
 			continue
 		}
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
+		for _, s := range g.Specs {
+			vs := s.(*ast.ValueSpec)
+			if len(vs.Names) != 1 || vs.Names[0].Name != "published" || len(vs.Values) != 1 {
+				continue
+			}
+			lit, ok := vs.Values[0].(*ast.CompositeLit)
+			if !ok {
+				return nil, fmt.Errorf("%s: var published is not a literal", file)
+			}
+			var out []string
+			for _, e := range lit.Elts {
+				b, ok := e.(*ast.BasicLit)
+				if !ok || b.Kind != token.STRING {
+					return nil, fmt.Errorf("%s: var published holds a non-string", file)
+				}
+				v, err := strconv.Unquote(b.Value)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, v)
+			}
+			return out, nil
 		}
-		lines += bytes.Count(b, []byte("\n"))
 	}
-	if lines > 4000 {
-		t.Errorf("package syncguard has %d non-test lines; at most 4,000 (move a mechanism to a package of its own)", lines)
-	}
+	return nil, fmt.Errorf("%s: no var published", file)
 }

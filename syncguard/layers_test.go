@@ -1,0 +1,105 @@
+package syncguard
+
+import (
+	"strings"
+	"testing"
+)
+
+// The layers of the repository (docs/design.md, Layout), bottom up: the
+// internal packages; the core (syncguard, driver); what is built on the
+// core's exported API (the adapters pq and pgxstd, election, advisory,
+// conformance, syncguardtest, otelsyncguard); the CLI. Outside them, the
+// test suites, tools, examples and benchmarks (tests/, tools/, examples/,
+// bench/) may import anything, and nothing of the library imports them.
+// These tests read the imports of the non-test code (sourceTree,
+// layout_test.go).
+
+// aboveInternal are the packages (with their subpackages) that no internal
+// package may import: the core and what is built on it.
+var aboveInternal = []string{"syncguard", "election", "conformance", "advisory", "syncguardtest"}
+
+// outsideLibrary are the folders of programs and suites outside the
+// library, which its non-test code must not import.
+var outsideLibrary = []string{"tests", "tools", "examples", "bench"}
+
+// underPath reports whether path is pkg or one of its subpackages.
+func underPath(path, pkg string) bool { return path == pkg || strings.HasPrefix(path, pkg+"/") }
+
+// TestInternalImportsNoHigherLayer: no package under internal/ imports the
+// core or a package built on it; an arrow from a lower layer to a higher
+// one would hide the architecture (and invite import cycles).
+func TestInternalImportsNoHigherLayer(t *testing.T) {
+	tr := loadTree(t)
+	for _, p := range tr.sortedPackages() {
+		if !tr.isInternal(p) {
+			continue
+		}
+		for _, imp := range sortedKeys(p.imports) {
+			for _, up := range aboveInternal {
+				if underPath(imp, tr.modulePath+"/"+up) {
+					t.Errorf("%s imports %s: an internal package is below %s/ (move what needs it up, or what it needs down)", p.dir, imp, up)
+				}
+			}
+		}
+	}
+}
+
+// TestLibraryImportsNoTestMachinery: the published modules' non-test code
+// imports nothing of tests/, tools/, examples/ or bench/.
+func TestLibraryImportsNoTestMachinery(t *testing.T) {
+	tr := loadTree(t)
+	for _, p := range tr.sortedPackages() {
+		if !tr.isPublished(p) {
+			continue
+		}
+		for _, imp := range sortedKeys(p.imports) {
+			for _, out := range outsideLibrary {
+				if underPath(imp, tr.modulePath+"/"+out) {
+					t.Errorf("%s (published module %s) imports %s, which is outside the library (%s/)", p.dir, p.module, imp, out)
+				}
+			}
+		}
+	}
+}
+
+// TestInternalHoldsOnlyTheLibrarysPackages: every package under internal/
+// is imported, directly or through another internal package, by the
+// non-test code of a published package outside internal/. Test suites,
+// harnesses and tools live in tests/ and tools/.
+func TestInternalHoldsOnlyTheLibrarysPackages(t *testing.T) {
+	tr := loadTree(t)
+	used := map[string]bool{}
+	var visit func(path string)
+	visit = func(path string) {
+		if used[path] {
+			return
+		}
+		used[path] = true
+		if p := tr.pkgs[path]; p != nil {
+			for imp := range p.imports {
+				visit(imp)
+			}
+		}
+	}
+	for _, p := range tr.sortedPackages() {
+		if tr.isPublished(p) && !tr.isInternal(p) {
+			visit(p.path)
+		}
+	}
+	n := 0
+	for _, p := range tr.sortedPackages() {
+		if !tr.isInternal(p) {
+			continue
+		}
+		n++
+		switch {
+		case len(p.lines) == 0:
+			t.Errorf("%s holds only tests: internal/ is for the library's own packages (test suites go to tests/)", p.dir)
+		case !used[p.path]:
+			t.Errorf("%s is imported by no package of the library (the published modules' non-test code): move it to tests/ or tools/, or delete it", p.dir)
+		}
+	}
+	if n == 0 {
+		t.Fatal("found no package under internal/")
+	}
+}

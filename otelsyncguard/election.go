@@ -11,9 +11,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// attrElection is ElectionMetrics' name of the election.
-const attrElection = attribute.Key("syncguard.election.name")
-
 // ElectionMetrics reports one candidate of an election, from its
 // election.Options.OnStatus:
 //
@@ -62,7 +59,7 @@ func NewElectionMetrics(name string, opts ...Option) *ElectionMetrics {
 	}
 	kv := append([]attribute.KeyValue(nil), c.attrs...)
 	if name != "" {
-		kv = append(kv, attrElection.String(name))
+		kv = append(kv, AttrElectionName.String(name))
 	}
 	set := metric.WithAttributeSet(attribute.NewSet(kv...))
 	meter := c.mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))

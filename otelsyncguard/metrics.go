@@ -2,8 +2,6 @@ package otelsyncguard
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -12,29 +10,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
-
-// Attribute keys.
-const (
-	// attrOutcome is what an operation, wait or holding came to; see the
-	// metric table in docs/observability.md.
-	attrOutcome = attribute.Key("syncguard.outcome")
-	// attrReason is why a release or extend failed: "expired" or
-	// "not-found" (syncguard.ReasonExpired, ReasonNotFound).
-	attrReason = attribute.Key("syncguard.reason")
-	// attrLossReason is why a lock was lost: "expired", "not_extended" or
-	// "gone".
-	attrLossReason = attribute.Key("syncguard.loss.reason")
-	// attrLabel is WithKeyLabel's label of the key.
-	attrLabel = attribute.Key("syncguard.lock.label")
-	// attrErrorType is the syncguard error code (syncguard.CodeOf), or
-	// "_OTHER" for an error without one (the semantic conventions' key).
-	attrErrorType = attribute.Key("error.type")
-	// attrAttempts is the number of acquire attempts of a Lock or WithLock
-	// span.
-	attrAttempts = attribute.Key("syncguard.attempts")
-)
-
-var dbSystem = attribute.String("db.system.name", "postgresql")
 
 // Outcomes (syncguard.outcome).
 const (
@@ -48,7 +23,9 @@ const (
 	// wait: also "timeout" and "cancelled", the LockEvent's Reason.
 )
 
-// Loss reasons (syncguard.loss.reason).
+// Loss reasons (syncguard.loss.reason). The words predate the core's
+// LockEvent.LossReason, whose "not-extended" is written not_extended here,
+// as dashboards and alerts already read it.
 const (
 	lossExpired     = "expired"      // an extend, or the release, found the lock expired
 	lossNotExtended = "not_extended" // no extend succeeded before the guaranteed lifetime ran out
@@ -56,19 +33,15 @@ const (
 	lossUnknown     = "unknown"
 )
 
-// lossReason says why a lease whose "hold" event ended with err lost its
-// lock. The lease's errors say it in their text (syncguard/lease.go).
-func lossReason(err error) string {
-	if !errors.Is(err, syncguard.ErrLockLost) {
-		return lossUnknown
-	}
-	msg := err.Error()
-	switch {
-	case strings.Contains(msg, "not extended"):
+// lossValue is the syncguard.loss.reason of a "hold" event's
+// LockEvent.LossReason.
+func lossValue(reason string) string {
+	switch reason {
+	case "not-extended":
 		return lossNotExtended
-	case strings.Contains(msg, "expired"):
+	case "expired":
 		return lossExpired
-	case strings.Contains(msg, "gone"):
+	case "gone":
 		return lossGone
 	}
 	return lossUnknown
@@ -210,16 +183,16 @@ func (m *metrics) set(outcome, reason, code, label string) *measure {
 	}
 	kv := append(make([]attribute.KeyValue, 0, len(m.base)+4), m.base...)
 	if outcome != "" {
-		kv = append(kv, attrOutcome.String(outcome))
+		kv = append(kv, AttrOutcome.String(outcome))
 	}
 	if reason != "" {
-		kv = append(kv, attrReason.String(reason))
+		kv = append(kv, AttrReason.String(reason))
 	}
 	if code != "" {
 		kv = append(kv, attrErrorType.String(code))
 	}
 	if label != "" {
-		kv = append(kv, attrLabel.String(label))
+		kv = append(kv, AttrLockLabel.String(label))
 	}
 	o := newMeasure(kv)
 	if len(m.sets) < 4096 { // labels are bounded; this only guards a mistake
@@ -235,9 +208,9 @@ func lossSet(m *metrics, why, label string) *measure {
 		return o
 	}
 	kv := append(make([]attribute.KeyValue, 0, len(m.base)+2), m.base...)
-	kv = append(kv, attrLossReason.String(why))
+	kv = append(kv, AttrLossReason.String(why))
 	if label != "" {
-		kv = append(kv, attrLabel.String(label))
+		kv = append(kv, AttrLockLabel.String(label))
 	}
 	o := newMeasure(kv)
 	if len(m.sets) < 4096 {
@@ -253,7 +226,7 @@ func errorType(err error) string {
 	if c := syncguard.CodeOf(err); c != "" {
 		return string(c)
 	}
-	return "_OTHER"
+	return errorTypeOther
 }
 
 // record is the wrapper's OnEvent: it runs on the telemetry goroutine.
@@ -261,7 +234,7 @@ func (m *metrics) record(e syncguard.LockEvent) {
 	ctx := context.Background()
 	label := m.label(e.Key) // "" without WithKeyLabel: the raw key is never recorded
 	switch e.Type {
-	case "acquire":
+	case syncguard.EventAcquire:
 		outcome, code := outcomeAcquired, ""
 		switch {
 		case e.Err != nil:
@@ -273,7 +246,7 @@ func (m *metrics) record(e syncguard.LockEvent) {
 		o := m.set(outcome, "", code, label)
 		m.attempts.Add(ctx, 1, o.add...)
 		m.acquireDur.Record(ctx, e.Duration.Seconds(), o.rec...)
-	case "wait":
+	case syncguard.EventWait:
 		outcome, code := outcomeAcquired, ""
 		if !e.OK {
 			outcome = e.Reason
@@ -289,12 +262,12 @@ func (m *metrics) record(e syncguard.LockEvent) {
 		if e.Attempts > 1 {
 			m.lastContended.Store(time.Now().UnixNano())
 		}
-	case "hold":
+	case syncguard.EventHold:
 
 		outcome := outcomeReleased
 		why := ""
 		if !e.OK {
-			outcome, why = outcomeLost, lossReason(e.Err)
+			outcome, why = outcomeLost, lossValue(e.LossReason)
 		} else if r, ok := m.failedRelease[e.LockIDHash]; ok {
 			// Released, but the release found the lock expired or gone:
 			// the holding had lost it.
@@ -306,9 +279,9 @@ func (m *metrics) record(e syncguard.LockEvent) {
 		if why != "" {
 			m.losses.Add(ctx, 1, lossSet(m, why, label).add...)
 		}
-	case "extend":
+	case syncguard.EventExtend:
 		m.extends.Add(ctx, 1, m.set(resultOutcome(e), e.Reason, errorType(e.Err), "").add...)
-	case "release":
+	case syncguard.EventRelease:
 		m.releases.Add(ctx, 1, m.set(resultOutcome(e), e.Reason, errorType(e.Err), "").add...)
 		if !e.OK && e.Err == nil && e.LockIDHash != "" {
 			if len(m.failedRelease) >= 1024 {

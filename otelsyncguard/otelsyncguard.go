@@ -23,7 +23,6 @@ import (
 	"context"
 	"runtime/debug"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -117,13 +116,6 @@ func WithOnEvent(onEvent func(syncguard.LockEvent)) Option {
 	return optionFunc(func(c *config) { c.onEvent = onEvent })
 }
 
-// telemetryBackend is embedded under an unexported name: Backend gets the
-// TelemetryBackend's methods (Flush, Dropped, Unwrap, the debug lookups)
-// and, because an embedded field promotes unexported methods too, it is
-// itself the telemetry sink that syncguard.Lock and WithLock look for, and
-// forwards the wrapped Backend's Config.ReleaseTimeout to leases.
-type telemetryBackend = syncguard.TelemetryBackend
-
 // Backend is a syncguard.LockBackend that records metrics and spans for the
 // backend it wraps. Make one with Wrap.
 //
@@ -135,8 +127,16 @@ type telemetryBackend = syncguard.TelemetryBackend
 // buffer). The span of a backend operation is started and ended on the
 // caller's goroutine, with the caller's ctx: it has ended when the
 // operation returns, and needs no Flush.
+//
+// A Backend is a syncguard.Queuer when the wrapped backend is one (a
+// *syncguard.Backend on a pool): Lock and WithLock keep their place in the
+// key's queue through it, each attempt in a span "syncguard.acquire".
+// Unwrap returns the syncguard.TelemetryBackend that makes its events, so
+// that syncguard.Lock and WithLock find through it (syncguard.As) where to
+// report their waits and holdings, and the wrapped backend's release
+// timeout and lease logger.
 type Backend struct {
-	*telemetryBackend
+	tb        *syncguard.TelemetryBackend
 	tracer    trace.Tracer
 	spanAttrs []attribute.KeyValue // db.system.name and WithAttributes
 	ops       opSpans
@@ -146,12 +146,16 @@ type Backend struct {
 	closeOnce sync.Once
 }
 
-var _ syncguard.LockBackend = (*Backend)(nil)
+var (
+	_ syncguard.LockBackend = (*Backend)(nil)
+	_ syncguard.Queuer      = (*Backend)(nil)
+)
 
 // Wrap returns a Backend that records metrics and spans for backend.
 // backend is usually a *syncguard.Backend; any LockBackend works (the
 // polling metric syncguard.wait.polling needs a backend with
-// NotificationStatus, such as *syncguard.Backend).
+// NotificationStatus, such as *syncguard.Backend, found through wrappers
+// with syncguard.As).
 func Wrap(backend syncguard.LockBackend, opts ...Option) *Backend {
 	var c config
 	for _, o := range opts {
@@ -170,12 +174,45 @@ func Wrap(backend syncguard.LockBackend, opts ...Option) *Backend {
 	}
 	b.ops = newOpSpans(b.spanAttrs)
 	b.m = newMetrics(c.mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version())), c)
-	b.telemetryBackend = syncguard.WithTelemetry(backend, syncguard.TelemetryOptions{
+	b.tb = syncguard.WithTelemetry(backend, syncguard.TelemetryOptions{
 		OnEvent:    b.m.record,
 		IncludeRaw: c.keyLabel != nil,
 	})
-	b.reg = b.m.observe(b.telemetryBackend, notifier(backend))
+	ns, _ := syncguard.As[notificationStatuser](backend)
+	b.reg = b.m.observe(b.tb, ns)
 	return b
+}
+
+// Unwrap returns the syncguard.TelemetryBackend around the wrapped backend
+// that reports each operation to the metrics. syncguard.As finds the
+// capabilities of the wrapped backend through it.
+func (b *Backend) Unwrap() syncguard.LockBackend { return b.tb }
+
+// Flush waits until the metrics of the events queued so far are recorded,
+// or ctx is done (syncguard.TelemetryBackend.Flush). Call it at exit
+// before the MeterProvider's Shutdown, and in tests before collecting.
+// Spans need no Flush.
+func (b *Backend) Flush(ctx context.Context) error { return b.tb.Flush(ctx) }
+
+// Dropped returns how many events were dropped because the wrapper's
+// buffer was full: the metrics miss them (also observed as
+// syncguard.telemetry.dropped).
+func (b *Backend) Dropped() uint64 { return b.tb.Dropped() }
+
+// Capabilities implements syncguard.LockBackend: the wrapped backend's.
+func (b *Backend) Capabilities() syncguard.Capabilities { return b.tb.Capabilities() }
+
+// LookupKeyDebug is LookupKeyDebug of the wrapped backend (a
+// *syncguard.Backend has it; any other fails with ErrInvalidArgument),
+// counted as a lookup. It returns the raw key and lockId: for debugging
+// only.
+func (b *Backend) LookupKeyDebug(ctx context.Context, key string) (*syncguard.LockInfoDebug, error) {
+	return b.tb.LookupKeyDebug(ctx, key)
+}
+
+// LookupIDDebug is LookupKeyDebug by lockId.
+func (b *Backend) LookupIDDebug(ctx context.Context, lockID string) (*syncguard.LockInfoDebug, error) {
+	return b.tb.LookupIDDebug(ctx, lockID)
 }
 
 // Close stops the observable metrics of this wrapper (syncguard.wait.polling,
@@ -201,7 +238,7 @@ func (b *Backend) label(key string) (attribute.KeyValue, bool) {
 	if l == "" {
 		return attribute.KeyValue{}, false
 	}
-	return attrLabel.String(l), true
+	return AttrLockLabel.String(l), true
 }
 
 // safeLabel calls label, treating a panic as no label.
@@ -217,38 +254,6 @@ func safeLabel(label func(string) string, key string) (l string) {
 // notificationStatuser is *syncguard.Backend's NotificationStatus.
 type notificationStatuser interface {
 	NotificationStatus(ctx context.Context) syncguard.NotificationStatus
-}
-
-// notifier finds a backend with NotificationStatus in the chain of
-// wrappers (Unwrap) starting at b.
-func notifier(b syncguard.LockBackend) notificationStatuser {
-	for range 16 {
-		if n, ok := b.(notificationStatuser); ok {
-			return n
-		}
-		u, ok := b.(interface{ Unwrap() syncguard.LockBackend })
-		if !ok {
-			return nil
-		}
-		b = u.Unwrap()
-	}
-	return nil
-}
-
-// attempts counts the acquire attempts made through a Backend with a ctx
-// that carries it: those of one Lock or WithLock call, until it stops
-// counting (when the lock is acquired: fn may take other locks).
-type attempts struct {
-	n    atomic.Int64
-	done atomic.Bool
-}
-
-type attemptsKey struct{}
-
-func countAttempt(ctx context.Context) {
-	if a, ok := ctx.Value(attemptsKey{}).(*attempts); ok && !a.done.Load() {
-		a.n.Add(1)
-	}
 }
 
 // pollingWindow is how long after the last contended attempt the polling

@@ -2,9 +2,7 @@ package otelsyncguard
 
 import (
 	"context"
-	"errors"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -25,12 +23,14 @@ const (
 	spanWithLock = "syncguard.with_lock"
 )
 
+// db.operation.name of each operation: the event type of the core's
+// telemetry (LockEvent.Type).
 var (
-	opAcquire  = attribute.String("db.operation.name", "acquire")
-	opRelease  = attribute.String("db.operation.name", "release")
-	opExtend   = attribute.String("db.operation.name", "extend")
-	opIsLocked = attribute.String("db.operation.name", "isLocked")
-	opLookup   = attribute.String("db.operation.name", "lookup")
+	opAcquire  = attrOperation.String(syncguard.EventAcquire)
+	opRelease  = attrOperation.String(syncguard.EventRelease)
+	opExtend   = attrOperation.String(syncguard.EventExtend)
+	opIsLocked = attrOperation.String(syncguard.EventIsLocked)
+	opLookup   = attrOperation.String(syncguard.EventLookup)
 )
 
 // An opSpan is how the client span of one kind of backend operation is
@@ -64,10 +64,10 @@ var (
 func newOpSpan(name string, op attribute.KeyValue, yes, no string, spanAttrs []attribute.KeyValue) *opSpan {
 	s := &opSpan{name: name, op: op, yes: yes, no: no, start: clientSpan}
 	for slot, end := range [...][]attribute.KeyValue{
-		endYes:      {attrOutcome.String(yes)},
-		endNo:       {attrOutcome.String(no)},
-		endExpired:  {attrOutcome.String(no), attrReason.String(syncguard.ReasonExpired)},
-		endNotFound: {attrOutcome.String(no), attrReason.String(syncguard.ReasonNotFound)},
+		endYes:      {AttrOutcome.String(yes)},
+		endNo:       {AttrOutcome.String(no)},
+		endExpired:  {AttrOutcome.String(no), AttrReason.String(syncguard.ReasonExpired)},
+		endNotFound: {AttrOutcome.String(no), AttrReason.String(syncguard.ReasonNotFound)},
 	} {
 		s.ends[slot] = slices.Concat(spanAttrs, []attribute.KeyValue{op}, end)
 	}
@@ -125,13 +125,13 @@ func (b *Backend) endOp(span trace.Span, s *opSpan, key string, ok bool, reason 
 			code := errorType(err)
 			switch {
 			case err != nil:
-				attrs = append(attrs, attrOutcome.String(outcomeError), attrErrorType.String(code))
+				attrs = append(attrs, AttrOutcome.String(outcomeError), attrErrorType.String(code))
 			case ok:
-				attrs = append(attrs, attrOutcome.String(s.yes))
+				attrs = append(attrs, AttrOutcome.String(s.yes))
 			default:
-				attrs = append(attrs, attrOutcome.String(s.no))
+				attrs = append(attrs, AttrOutcome.String(s.no))
 				if reason != "" {
-					attrs = append(attrs, attrReason.String(reason))
+					attrs = append(attrs, AttrReason.String(reason))
 				}
 			}
 			span.SetAttributes(attrs...)
@@ -146,7 +146,7 @@ func (b *Backend) endOp(span trace.Span, s *opSpan, key string, ok bool, reason 
 
 func recordError(span trace.Span, err error) {
 	code := errorType(err)
-	span.SetAttributes(attrOutcome.String(outcomeError), attrErrorType.String(code))
+	span.SetAttributes(AttrOutcome.String(outcomeError), attrErrorType.String(code))
 	span.RecordError(err)
 	span.SetStatus(codes.Error, code)
 }
@@ -154,9 +154,8 @@ func recordError(span trace.Span, err error) {
 // Acquire implements syncguard.LockBackend: one attempt, in a client span
 // "syncguard.acquire" (outcome acquired or contended).
 func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {
-	countAttempt(ctx)
 	ctx, span := b.startOp(ctx, b.ops.acquire)
-	r, err := b.telemetryBackend.Acquire(ctx, key, ttl)
+	r, err := b.tb.Acquire(ctx, key, ttl)
 	b.endOp(span, b.ops.acquire, key, r.OK, "", err)
 	return r, err
 }
@@ -165,7 +164,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (s
 // "syncguard.release" (outcome ok or failed, with the reason).
 func (b *Backend) Release(ctx context.Context, lockID string) (syncguard.ReleaseResult, error) {
 	ctx, span := b.startOp(ctx, b.ops.release)
-	r, err := b.telemetryBackend.Release(ctx, lockID)
+	r, err := b.tb.Release(ctx, lockID)
 	b.endOp(span, b.ops.release, "", r.OK, r.Reason, err)
 	return r, err
 }
@@ -174,7 +173,7 @@ func (b *Backend) Release(ctx context.Context, lockID string) (syncguard.Release
 // "syncguard.extend" (outcome ok or failed, with the reason).
 func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) (syncguard.ExtendResult, error) {
 	ctx, span := b.startOp(ctx, b.ops.extend)
-	r, err := b.telemetryBackend.Extend(ctx, lockID, ttl)
+	r, err := b.tb.Extend(ctx, lockID, ttl)
 	b.endOp(span, b.ops.extend, "", r.OK, r.Reason, err)
 	return r, err
 }
@@ -183,7 +182,7 @@ func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) 
 // "syncguard.isLocked".
 func (b *Backend) IsLocked(ctx context.Context, key string) (bool, error) {
 	ctx, span := b.startOp(ctx, b.ops.isLocked)
-	locked, err := b.telemetryBackend.IsLocked(ctx, key)
+	locked, err := b.tb.IsLocked(ctx, key)
 	b.endOp(span, b.ops.isLocked, key, locked, "", err)
 	return locked, err
 }
@@ -192,7 +191,7 @@ func (b *Backend) IsLocked(ctx context.Context, key string) (bool, error) {
 // "syncguard.lookup".
 func (b *Backend) LookupKey(ctx context.Context, key string) (*syncguard.LockInfo, error) {
 	ctx, span := b.startOp(ctx, b.ops.lookup)
-	info, err := b.telemetryBackend.LookupKey(ctx, key)
+	info, err := b.tb.LookupKey(ctx, key)
 	b.endOp(span, b.ops.lookup, key, info != nil, "", err)
 	return info, err
 }
@@ -201,167 +200,33 @@ func (b *Backend) LookupKey(ctx context.Context, key string) (*syncguard.LockInf
 // "syncguard.lookup".
 func (b *Backend) LookupID(ctx context.Context, lockID string) (*syncguard.LockInfo, error) {
 	ctx, span := b.startOp(ctx, b.ops.lookup)
-	info, err := b.telemetryBackend.LookupID(ctx, lockID)
+	info, err := b.tb.LookupID(ctx, lockID)
 	b.endOp(span, b.ops.lookup, "", info != nil, "", err)
 	return info, err
 }
 
-// Lock is syncguard.Lock(ctx, b, key, opts) in a span "syncguard.lock"
-// that lasts until the lease ends: the acquire attempts are its children,
-// and so are the lease's extends and release when made with a context
-// derived from ctx (auto-extension's are). When the lock is acquired the
-// span gets the event "acquired" and the attributes syncguard.attempts and
-// syncguard.outcome=acquired (or timeout, cancelled, error with error.type
-// and status Error); when the lease ends, the event "released" or "lost"
-// (with syncguard.loss.reason). End the lease (Close, Release) to end the
-// span.
-func (b *Backend) Lock(ctx context.Context, key string, opts *syncguard.LockOptions) (*syncguard.Lease, error) {
-	ctx, span := b.startLock(ctx, spanLock, key)
-	a := &attempts{}
-	start := time.Now()
-	lease, err := syncguard.Lock(context.WithValue(ctx, attemptsKey{}, a), b, key, opts)
-	if err != nil {
-		waitFailed(span, a, start, err)
-		span.End()
-		return nil, err
+// Queue implements syncguard.Queuer: the wrapped backend's waiter (nil,
+// so that Lock polls, when it has no queue), each attempt in a client span
+// "syncguard.acquire" as Acquire's.
+func (b *Backend) Queue(key, identity string, once bool) syncguard.Waiter {
+	w := b.tb.Queue(key, identity, once)
+	if w == nil {
+		return nil
 	}
-	acquired(span, a, start)
-	lctx, cancel := lease.Bind(context.Background())
-	context.AfterFunc(lctx, func() {
-		cancel()
-		holdEnded(span, lease.Err())
-		span.End()
-	})
-	return lease, nil
+	return &waiter{Waiter: w, b: b, key: key}
 }
 
-// WithLock is syncguard.WithLock(ctx, b, key, fn, opts) in a span
-// "syncguard.with_lock" that covers the wait, fn and the release: the
-// acquire attempts, fn's own spans (fn's ctx carries the span) and the
-// release are its children. Its events and attributes are Lock's; an
-// error from fn is recorded on it too.
-func (b *Backend) WithLock(ctx context.Context, key string, fn func(ctx context.Context, lease *syncguard.Lease) error, opts *syncguard.LockOptions) error {
-	ctx, span := b.startLock(ctx, spanWithLock, key)
-	defer span.End()
-	a := &attempts{}
-	start := time.Now()
-	var lease *syncguard.Lease
-	var inner func(context.Context, *syncguard.Lease) error
-	var lost lossOnce
-	if fn != nil {
-		inner = func(ctx context.Context, l *syncguard.Lease) error {
-			lease = l
-			acquired(span, a, start)
-			// The moment of a loss, while fn still runs.
-			lctx, cancel := l.Bind(context.Background())
-			defer cancel()
-			context.AfterFunc(lctx, func() { lost.record(span, l.Err(), false) })
-			return fn(ctx, l)
-		}
-	}
-	err := syncguard.WithLock(context.WithValue(ctx, attemptsKey{}, a), b, key, inner, opts)
-	if lease == nil {
-		waitFailed(span, a, start, err)
-		return err
-	}
-	// The release is done: the lease has ended, unless the release failed.
-	cause := lease.Err()
-	lost.record(span, cause, true)
-	if cause != nil && span.IsRecording() {
-		if errors.Is(cause, syncguard.ErrLeaseReleased) {
-			span.AddEvent(outcomeReleased)
-			span.SetAttributes(attribute.String("syncguard.hold.outcome", outcomeReleased))
-		} else {
-			span.SetAttributes(attribute.String("syncguard.hold.outcome", outcomeLost), attrLossReason.String(lossReason(cause)))
-			span.SetStatus(codes.Error, "lock lost")
-		}
-	}
-	if err != nil {
-		recordError(span, err)
-	}
-	return err
+// waiter is a Waiter of the wrapped backend whose attempts have spans.
+type waiter struct {
+	syncguard.Waiter
+	b   *Backend
+	key string
 }
 
-func (b *Backend) startLock(ctx context.Context, name, key string) (context.Context, trace.Span) {
-	ctx, span := b.tracer.Start(ctx, name, internalSpan...)
-	if span.IsRecording() {
-		span.SetAttributes(b.spanAttrs[1:]...) // WithAttributes; not a database call
-		if l, ok := b.label(key); ok {
-			span.SetAttributes(l)
-		}
-	}
-	return ctx, span
-}
-
-func acquired(span trace.Span, a *attempts, start time.Time) {
-	a.done.Store(true)
-	if span.IsRecording() {
-		n := a.n.Load()
-		span.AddEvent(outcomeAcquired, trace.WithAttributes(attrAttempts.Int64(n),
-			attribute.Float64("syncguard.wait.duration", time.Since(start).Seconds())))
-		span.SetAttributes(attrOutcome.String(outcomeAcquired), attrAttempts.Int64(n))
-	}
-}
-
-func waitFailed(span trace.Span, a *attempts, start time.Time, err error) {
-	a.done.Store(true)
-	if !span.IsRecording() {
-		return
-	}
-	outcome := outcomeError
-	switch {
-	case errors.Is(err, syncguard.ErrAcquisitionTimeout):
-		outcome = "timeout"
-	case errors.Is(err, syncguard.ErrAborted):
-		outcome = "cancelled"
-	}
-	span.SetAttributes(attrAttempts.Int64(a.n.Load()),
-		attribute.Float64("syncguard.wait.duration", time.Since(start).Seconds()))
-	recordError(span, err)
-	span.SetAttributes(attrOutcome.String(outcome))
-}
-
-// holdEnded records how the lease of a Lock span ended.
-func holdEnded(span trace.Span, cause error) {
-	if !span.IsRecording() {
-		return
-	}
-	if errors.Is(cause, syncguard.ErrLeaseReleased) {
-		span.AddEvent(outcomeReleased)
-		span.SetAttributes(attribute.String("syncguard.hold.outcome", outcomeReleased))
-		return
-	}
-	lostEvent(span, cause)
-	span.SetAttributes(attribute.String("syncguard.hold.outcome", outcomeLost), attrLossReason.String(lossReason(cause)))
-	span.SetStatus(codes.Error, "lock lost")
-}
-
-// lossOnce adds the event "lost" to a span at most once: when the loss
-// happens (while fn runs), or at the latest when the span is about to end.
-type lossOnce struct {
-	mu             sync.Mutex
-	recorded, done bool
-}
-
-func (o *lossOnce) record(span trace.Span, cause error, final bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.done || o.recorded {
-		o.done = o.done || final
-		return
-	}
-	o.done = final
-	if cause != nil && !errors.Is(cause, syncguard.ErrLeaseReleased) {
-		o.recorded = true
-		lostEvent(span, cause)
-	}
-}
-
-// lostEvent adds the event "lost" if cause is a loss.
-func lostEvent(span trace.Span, cause error) {
-	if cause == nil || errors.Is(cause, syncguard.ErrLeaseReleased) || !span.IsRecording() {
-		return
-	}
-	span.AddEvent(outcomeLost, trace.WithAttributes(attrLossReason.String(lossReason(cause)),
-		attribute.String("exception.message", cause.Error())))
+// Attempt is the wrapped waiter's, in a client span "syncguard.acquire".
+func (w *waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
+	ctx, span := w.b.startOp(ctx, w.b.ops.acquire)
+	r, err := w.Waiter.Attempt(ctx, ttl)
+	w.b.endOp(span, w.b.ops.acquire, w.key, r.OK, "", err)
+	return r, err
 }

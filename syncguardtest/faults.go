@@ -108,23 +108,26 @@ func (b *Backend) Crash(lockID string) bool {
 // Partition cuts b's simulated process (b and its WithTx views; every
 // WithIdentity view is a process of its own) off from the database until
 // Heal: each of its calls fails with ServiceUnavailable before it takes
-// effect, and a Lock of it waiting in the queue gets that error from its
-// attempt (Lock rides it out within its Timeout). Its locks stay as they
-// are, unextended, until their TTL; its place in a queue stays live for
-// the queue window (3 s) after its last attempt, as on PostgreSQL, and is
-// skipped after that until it attempts again.
+// effect, and so do the attempts and the Leave of its waiters of Lock
+// (Lock rides the outage out within its Timeout). Its locks stay as they
+// are, unextended, until their TTL. Its place in a queue stays live for
+// the queue window (3 s) after its last attempt, as on PostgreSQL: a
+// release does not hand it the key (no notification would reach it), and
+// nobody behind it may take the key until its place lapses; after that it
+// is skipped until it attempts again.
 func (b *Backend) Partition() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.proc.partitioned = true
-	b.kickAll()
 }
 
-// Heal ends the partition of b's process.
+// Heal ends the partition of b's process: a free key kept for a waiter of
+// it is handed to that waiter.
 func (b *Backend) Heal() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.proc.partitioned = false
+	b.handOffAll()
 }
 
 // partitionErr is the error of c in a partitioned process.

@@ -38,12 +38,18 @@
 //     extensions under an injected outage would warn every TTL/10) unless
 //     SetLogger gives them a logger.
 //
-// Waiting: a waiter of syncguard.Lock or WithLock queues at its first
-// contended attempt and keeps its place; a release hands the key to the
-// first live waiter in the same step, a crashed holder's key goes to it
-// once the lock is no longer live. Waiters with an identity
-// (LockOptions.Identity, election candidates) are woken at once; others
-// learn of the free key at their next retry (queue.go, docs/testing.md).
+// Waiting: the Backend is a syncguard.Queuer, so syncguard.Lock and
+// WithLock wait on it as on the PostgreSQL backend (on a WithTx view, as
+// there, they poll with plain attempts). A waiter queues at its first contended attempt and keeps its place; a
+// release hands the key to the first live waiter in the same step and
+// wakes it, and so does the first step that finds a holder's lock no
+// longer live (a crashed holder's key goes on at its expiry plus the 1 s
+// tolerance, an Advance past it hands it on at once). A waiter is live
+// while it attempts (Lock renews every second): one not seen for 3 s (the
+// queue window, on time.Now) is skipped until it attempts again. A plain
+// Acquire never queues, and a free key with live waiters goes to the
+// first of them. A wrapper of the caller's own that forwards Queue keeps
+// this; one that does not makes Lock poll (queue.go, docs/testing.md).
 //
 // Inspection: Calls counts the calls that reached the store, Len the
 // stored lock records, SetHook sees each call (with the WithTx view's
@@ -109,8 +115,7 @@ type store struct {
 	logger  *slog.Logger // LeaseLogger; nil: discard
 
 	queues map[string][]*waiter // by normalized key, in queue order (queue.go)
-	waits  map[waitID]*waiter
-	seq    uint64 // the place of the next waiter to queue
+	seq    uint64               // the place of the last waiter queued
 }
 
 type record struct {
@@ -140,7 +145,6 @@ func New() *Backend {
 		fences:  map[string]int64{},
 		calls:   map[Op]int{},
 		queues:  map[string][]*waiter{},
-		waits:   map[waitID]*waiter{},
 	}, proc: &process{}}
 }
 
@@ -226,7 +230,7 @@ func (b *Backend) Advance(d time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.offset += d
-	b.kickAll()
+	b.handOffAll()
 }
 
 // Expire ends the lock of lockID now: its expiry moves an hour into the
@@ -240,7 +244,7 @@ func (b *Backend) Expire(lockID string) bool {
 		return false
 	}
 	r.expiresMs -= time.Hour.Milliseconds()
-	b.kick(r.key)
+	b.handOff(r.key, b.nowMs(), nil)
 	return true
 }
 
@@ -258,7 +262,7 @@ func (b *Backend) Delete(lockID string) bool {
 	}
 	delete(b.locks, r.key)
 	delete(b.byID, lockID)
-	b.kick(r.key)
+	b.handOff(r.key, b.nowMs(), nil)
 	return true
 }
 
@@ -297,59 +301,25 @@ func (b *Backend) Calls(op Op) int {
 
 // --- the operations
 
-// Acquire implements syncguard.LockBackend. An attempt of syncguard.Lock
-// or WithLock queues when the key is held (see "Waiting" in the package
-// doc); any other acquire is a single attempt, as on PostgreSQL.
+// Acquire implements syncguard.LockBackend: a single attempt, as on
+// PostgreSQL. It respects the queue of Lock's waiters: a free key with live
+// waiters queued goes to the first of them, and the attempt gets "locked"
+// (see "Waiting" in the package doc).
 func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {
+	return b.acquire(ctx, key, ttl, b.identity, nil)
+}
+
+// acquire is one attempt with holder identity ident, as waiter w (nil: a
+// plain one).
+func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, ident string, w *waiter) (syncguard.AcquireResult, error) {
 	norm, err := b.check.acquire(ctx, key, ttl)
 	if err != nil {
 		return syncguard.AcquireResult{}, err
 	}
-	ttlMs := ttl.Milliseconds()
-	ident := b.identity
-	if id := contextIdentity(ctx); id != "" {
-		ident = id
-	}
-	id, waits := b.waitOf(ctx, norm)
 	var res syncguard.AcquireResult
-	var park *waiter
 	err = b.do(ctx, Call{Op: OpAcquire, Key: key, Tx: b.tx}, func(now int64) error {
-		if n := b.contend[norm]; n > 0 {
-			b.contend[norm] = n - 1
-			res = syncguard.AcquireResult{Reason: syncguard.ReasonLocked}
-			return nil
-		}
-		var w *waiter
-		if waits {
-			b.prune(norm)
-			w = b.waits[id]
-			if r := b.claim(w, now); r != nil {
-				res = acquired(r)
-				return nil
-			}
-		}
-		if b.live(b.locks[norm], now) == nil && (!waits || !b.ahead(norm, w, now)) {
-			r, err := b.take(norm, key, ttlMs, ident, now)
-			if err != nil {
-				return err
-			}
-			if w != nil {
-				b.remove(w)
-			}
-			res = acquired(r)
-			return nil
-		}
-		res = syncguard.AcquireResult{Reason: syncguard.ReasonLocked}
-		if waits {
-			park = b.queue(id, w, ttlMs, ident, now)
-		}
-		return nil
-	}, func() error {
-		if park == nil {
-			return nil
-		}
 		var err error
-		res, err = b.park(ctx, park, ttl)
+		res, err = b.attempt(norm, key, ttl.Milliseconds(), ident, w, now)
 		return err
 	})
 	if err != nil {
@@ -385,7 +355,7 @@ func acquired(r *record) syncguard.AcquireResult {
 }
 
 // Release implements syncguard.LockBackend. It hands the key to the first
-// live waiter of syncguard.Lock, in the same step (see "Waiting").
+// live waiter of syncguard.Lock in the same step (see "Waiting").
 func (b *Backend) Release(ctx context.Context, lockID string) (syncguard.ReleaseResult, error) {
 	if err := b.check.release(ctx, lockID); err != nil {
 		return syncguard.ReleaseResult{}, err
@@ -402,10 +372,10 @@ func (b *Backend) Release(ctx context.Context, lockID string) (syncguard.Release
 		}
 		delete(b.locks, r.key)
 		delete(b.byID, lockID)
-		b.handOff(r.key, now)
+		b.handOff(r.key, now, nil)
 		res.OK = true
 		return nil
-	}, nil)
+	})
 	if err != nil {
 		return syncguard.ReleaseResult{}, err
 	}
@@ -431,7 +401,7 @@ func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) 
 		r.expiresMs = now + ttlMs
 		res = syncguard.ExtendResult{OK: true, ExpiresAt: time.UnixMilli(r.expiresMs)}
 		return nil
-	}, nil)
+	})
 	if err != nil {
 		return syncguard.ExtendResult{}, err
 	}
@@ -448,7 +418,7 @@ func (b *Backend) IsLocked(ctx context.Context, key string) (bool, error) {
 	err = b.do(ctx, Call{Op: OpIsLocked, Key: key, Tx: b.tx}, func(now int64) error {
 		locked = b.live(b.locks[norm], now) != nil
 		return nil
-	}, nil)
+	})
 	return locked && err == nil, err
 }
 
@@ -481,7 +451,7 @@ func (b *Backend) LookupKeyDebug(ctx context.Context, key string) (*syncguard.Lo
 	err = b.do(ctx, Call{Op: OpLookup, Key: key, Tx: b.tx}, func(now int64) error {
 		d = info(b.live(b.locks[norm], now))
 		return nil
-	}, nil)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -497,7 +467,7 @@ func (b *Backend) LookupIDDebug(ctx context.Context, lockID string) (*syncguard.
 	err := b.do(ctx, Call{Op: OpLookup, LockID: lockID, Tx: b.tx}, func(now int64) error {
 		d = info(b.live(b.record(lockID), now))
 		return nil
-	}, nil)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -514,10 +484,8 @@ func (b *Backend) Capabilities() syncguard.Capabilities {
 
 // do runs exec against the store as one round trip: the hook, a
 // partition and injected failures first, the latency there and back, the
-// context's end on the way back reported although exec took effect. then,
-// if not nil, runs after exec, outside the lock, before the way back (an
-// attempt of Lock waiting in the queue).
-func (b *Backend) do(ctx context.Context, c Call, exec func(nowMs int64) error, then func() error) error {
+// context's end on the way back reported although exec took effect.
+func (b *Backend) do(ctx context.Context, c Call, exec func(nowMs int64) error) error {
 	b.mu.Lock()
 	hook, latency := b.hook, b.latency
 	b.mu.Unlock()
@@ -556,11 +524,6 @@ func (b *Backend) do(ctx context.Context, c Call, exec func(nowMs int64) error, 
 	}
 	if injected != nil {
 		return injected
-	}
-	if then != nil {
-		if err := then(); err != nil {
-			return err
-		}
 	}
 	return b.wait(ctx, c, latency)
 }

@@ -13,8 +13,10 @@ import (
 	"github.com/syncguard/syncguard-go/otelsyncguard"
 	"github.com/syncguard/syncguard-go/syncguard"
 	"github.com/syncguard/syncguard-go/syncguardtest"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 )
 
 // Every backend operation's span (name, kind, status, every attribute,
@@ -243,6 +245,95 @@ func TestWhatLockAndWithLockRecord(t *testing.T) {
 			want := name + " internal Unset [" + attrs + "] [" + events + "]"
 			if got := renderSpan(lastSpan(t, r, name)); got != want {
 				t.Errorf("span:\n%s\nwant:\n%s", got, want)
+			}
+		}
+	})
+}
+
+// Every attribute key on the spans, their events and the metric points is
+// one otelsyncguard exports (AttrOutcome, ...) or a semantic convention's
+// (go.opentelemetry.io/otel/semconv), besides WithAttributes' own: users
+// filter and group on the exported names. Each exported key but the
+// election's (otelsyncguard/internal/sdktest) shows up here.
+func TestAttributeKeysAreExported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		locks := syncguardtest.New()
+		r := newRig(t, locks, otelsyncguard.WithAttributes(attributeDB),
+			otelsyncguard.WithKeyLabel(func(string) string { return "jobs" }))
+		// Operations, a failure and an error.
+		a, err := r.Acquire(ctx, "jobs:a", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Release(ctx, a.LockID)
+		r.Release(ctx, a.LockID)
+		locks.Fail(syncguardtest.OpAcquire, syncguard.CodeServiceUnavailable, 1)
+		r.Acquire(ctx, "jobs:a", time.Minute)
+		// A wait that gives up, and a lease that loses its lock.
+		if err := locks.Contend("jobs:a", 1000); err != nil {
+			t.Fatal(err)
+		}
+		opts := *polling
+		opts.Acquisition.Timeout = 300 * time.Millisecond
+		if err := r.WithLock(ctx, "jobs:a", nop, &opts); err == nil {
+			t.Fatal("WithLock on a key contended 1000 times got it")
+		}
+		err = r.WithLock(ctx, "jobs:b", func(ctx context.Context, lease *syncguard.Lease) error {
+			locks.Delete(lease.LockID())
+			_, err := lease.Extend(ctx, time.Minute)
+			return err
+		}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+
+		allowed := map[attribute.Key]bool{attributeDB.Key: true}
+		for _, k := range []attribute.Key{
+			otelsyncguard.AttrOutcome, otelsyncguard.AttrReason, otelsyncguard.AttrLossReason,
+			otelsyncguard.AttrLockLabel, otelsyncguard.AttrAttempts, otelsyncguard.AttrWaitDuration,
+			otelsyncguard.AttrHoldOutcome,
+			semconv.DBSystemNameKey, semconv.DBOperationNameKey, semconv.ErrorTypeKey,
+			semconv.ExceptionMessageKey, semconv.ExceptionTypeKey,
+		} {
+			allowed[k] = false
+		}
+		see := func(where string, kvs []attribute.KeyValue) {
+			for _, kv := range kvs {
+				seen, ok := allowed[kv.Key]
+				if !ok {
+					t.Errorf("%s: attribute %s is neither exported by otelsyncguard nor a semantic convention's", where, kv.Key)
+				}
+				if !seen {
+					allowed[kv.Key] = true
+				}
+			}
+		}
+		for _, s := range r.spans.Ended() {
+			see("span "+s.Name(), s.Attributes())
+			for _, e := range s.Events() {
+				see("event "+e.Name+" of "+s.Name(), e.Attributes)
+			}
+		}
+		c := r.collect(t)
+		for _, sm := range c.rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				switch d := m.Data.(type) {
+				case metricdata.Sum[int64]:
+					for _, p := range d.DataPoints {
+						see(m.Name, p.Attributes.ToSlice())
+					}
+				case metricdata.Histogram[float64]:
+					for _, p := range d.DataPoints {
+						see(m.Name, p.Attributes.ToSlice())
+					}
+				}
+			}
+		}
+		for k, seen := range allowed {
+			if !seen {
+				t.Errorf("attribute %s recorded nowhere", k)
 			}
 		}
 	})

@@ -131,9 +131,7 @@ gives no fence. Use elect for a daemon that must always run somewhere.`)
 func (a *app) leadTerm(ctx, sigCtx context.Context, term *election.Term, o *electOpts) {
 	name := o.command[0]
 	a.notef("elected leader of %s as %s, term %s: starting %s", displayKey(o.key), o.identity, term.Fence(), name)
-	n, _ := term.Fence().Int64()
-	env := append(withoutEnv(a.environ(), o.fenceEnv, o.fenceEnv+numSuffix, keyEnv),
-		o.fenceEnv+"="+string(term.Fence()), o.fenceEnv+numSuffix+"="+strconv.FormatInt(n, 10), keyEnv+"="+o.key)
+	env := childEnv(a.environ(), o.fenceEnv, o.key, term.Fence())
 	confirmed := term.Lease().HeldUntil()
 	sup, err := startTree(supervisorSpec{Path: o.path, Argv: o.command, Env: env, Foreground: o.foreground,
 		Deadline: encodeDeadline(confirmed)}, a.stdin, a.stdout, a.stderr)

@@ -13,161 +13,61 @@ import (
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
-// Timing of a held lock, on this machine's monotonic clock. The server set
-// the lock's expiry to its statement time + ttl, and that statement ran
-// after the request was sent, so the lock is held at least until
-//
-//	confirmed = sent + ttl - 1ms
-//
-// for the latest successful acquire or extend (the server counts whole
-// milliseconds). Other hosts can take the key only TimeToleranceMs (1 s)
-// after that expiry. run declares the lock lost a tenth of the ttl (at
-// most 1 s) before confirmed, as the library's leases do, and has
-// COMMAND's whole process tree SIGKILLed at confirmed at the latest,
-// whatever --grace says, keeping the full tolerance as headroom for
-// delivering the signal. The supervisor enforces the same deadline on its
-// own (a dead man's switch), should syncguard be stopped or hang.
+// Timing of a held lock, on this machine's monotonic clock: the lease's
+// (see syncguard.Lease). It is held at least until Lease.HeldUntil, its
+// confirmed expiry; the lease is declared lost a tenth of the ttl (at most
+// 1 s) before that; run has COMMAND's whole process tree SIGKILLed at the
+// confirmed expiry at the latest, whatever --grace says, keeping the
+// liveness tolerance (1 s) as headroom for delivering the signal. The
+// supervisor enforces the same deadline on its own (a dead man's switch),
+// should syncguard be stopped or hang.
 
-// granted is the lifetime an acquire or extend with ttl guarantees from
-// its send time.
-func granted(ttl time.Duration) time.Duration {
-	return max(ttl.Truncate(time.Millisecond)-time.Millisecond, 0)
+// extends carries the lease's extends to runHolding, in order, from the
+// goroutine that extends: nil for one the server confirmed (OnExtend), the
+// error of one that failed (bounded).
+type extends struct {
+	c    chan error
+	done chan struct{} // closed when runHolding stops listening
 }
 
-// lossMargin is how long before the confirmed expiry the lock is
-// declared lost.
-func lossMargin(ttl time.Duration) time.Duration { return min(granted(ttl)/10, time.Second) }
-
-// keeper extends the lease: a third of the lifetime after each successful
-// extend's send time, every tenth of the ttl after a failure, until the
-// lock's confirmed expiry. The library's AutoExtend does the same; run
-// does it itself to learn each extend's send time.
-type keeper struct {
-	lease   *syncguard.Lease
-	ttl     time.Duration
-	timeout time.Duration
-	results chan extendResult
-	kick    chan struct{}
-	ctx     context.Context
-	stop    context.CancelFunc
-	done    chan struct{}
-}
-
-type extendResult struct {
-	ok        bool
-	err       error     // nil with ok false: the lock is gone
-	confirmed time.Time // when ok
-}
-
-func startKeeper(lease *syncguard.Lease, ttl, timeout time.Duration, sent time.Time) *keeper {
-	ctx, stop := context.WithCancel(context.Background())
-	k := &keeper{lease: lease, ttl: ttl, timeout: timeout, results: make(chan extendResult),
-		kick: make(chan struct{}, 1), ctx: ctx, stop: stop, done: make(chan struct{})}
-	go k.loop(sent)
-	return k
-}
-
-// now asks for an extend at once.
-func (k *keeper) now() {
+func (e *extends) send(err error) {
 	select {
-	case k.kick <- struct{}{}:
-	default:
+	case e.c <- err:
+	case <-e.done:
 	}
-}
-
-// close stops the keeper and waits for it, so that no extend runs during
-// or after the release.
-func (k *keeper) close() {
-	k.stop()
-	<-k.done
-}
-
-func (k *keeper) loop(sent time.Time) {
-	defer close(k.done)
-	g := granted(k.ttl)
-	confirmed := sent.Add(g)
-	t := time.NewTimer(time.Until(sent.Add(g / 3)))
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-		case <-k.kick:
-		case <-k.ctx.Done():
-			return
-		}
-		sent := time.Now()
-		if !sent.Before(confirmed) {
-			return // an answer now cannot keep the lock: it is lost
-		}
-		// An answer after the confirmed expiry is of no use.
-		ctx, cancel := context.WithDeadline(k.ctx, earliest(sent.Add(k.timeout), confirmed))
-		res, err := k.lease.Extend(ctx, k.ttl)
-		cancel()
-		if k.ctx.Err() != nil {
-			return
-		}
-		r := extendResult{ok: err == nil && res.OK, err: err}
-		next := time.Now().Add(max(k.ttl/10, time.Millisecond))
-		if r.ok {
-			confirmed = sent.Add(g)
-			r.confirmed = confirmed
-			next = sent.Add(g / 3)
-		}
-		select {
-		case k.results <- r:
-		case <-k.ctx.Done():
-			return
-		}
-		if !r.ok && (err == nil || k.lease.Err() != nil) {
-			return // lost
-		}
-		t.Reset(time.Until(next))
-	}
-}
-
-func earliest(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
 }
 
 // holding is the state of runHolding.
 type holding struct {
-	a         *app
-	o         *runOpts
-	lease     *syncguard.Lease
-	sup       *supervisor
-	keeper    *keeper
-	confirmed time.Time // the lock's last confirmed expiry (see above)
-	lostAt    time.Time
-	lossTimer *time.Timer
-	killC     <-chan time.Time
+	a     *app
+	o     *runOpts
+	lease *syncguard.Lease
+	sup   *supervisor
+	killC <-chan time.Time
 
 	lost      bool           // the lock is lost: exit 76
 	stopped   syscall.Signal // COMMAND stopped on the terminal: exit 128+N
 	stopping  bool           // the tree has been told to stop
 	outage    time.Time      // start of the current run of failed extends
 	cmdStatus int
-	cmdExited bool
 	treeDone  bool
 	gone      *treeEvent // the supervisor died
 }
 
-// runHolding runs the command while lease is held, then releases the
-// lock. sent is when the acquire was sent.
-func (a *app) runHolding(o *runOpts, lease *syncguard.Lease, sent time.Time, sigs <-chan os.Signal) error {
-	h := &holding{a: a, o: o, lease: lease, confirmed: sent.Add(granted(o.ttl))}
-	h.lostAt = h.confirmed.Add(-lossMargin(o.ttl))
+// runHolding runs the command while lease is held (the library's
+// AutoExtend keeps it, ext reports its extends), then releases the lock.
+func (a *app) runHolding(o *runOpts, lease *syncguard.Lease, ext *extends, sigs <-chan os.Signal) error {
+	h := &holding{a: a, o: o, lease: lease}
 	_ = becomeSubreaper() // for the tree, should the supervisor die
 
 	sup, err := startTree(supervisorSpec{
-		Path: o.path, Argv: o.command, Env: childEnv(a.environ(), o, lease.Fence()),
-		Foreground: o.foreground, TTY: hasControllingTTY(), Deadline: encodeDeadline(h.confirmed),
+		Path: o.path, Argv: o.command, Env: childEnv(a.environ(), o.fenceEnv, o.key, lease.Fence()),
+		Foreground: o.foreground, TTY: hasControllingTTY(), Deadline: encodeDeadline(lease.HeldUntil()),
 	}, a.stdin, a.stdout, a.stderr)
 	if err != nil {
-		if s := a.release(o, lease, sigs); s != nil {
-			return &cliError{status: 128 + signalNumber(s), silent: true}
+		close(ext.done)
+		if err := a.release(o, lease, sigs); err != nil {
+			return err
 		}
 		var pe *os.PathError
 		if errors.As(err, &pe) {
@@ -179,25 +79,17 @@ func (a *app) runHolding(o *runOpts, lease *syncguard.Lease, sent time.Time, sig
 	if o.verbose {
 		a.notef("running %s (pid %d)", o.command[0], sup.pid)
 	}
-	h.keeper = startKeeper(lease, o.ttl, a.timeout, sent)
-	h.lossTimer = time.NewTimer(time.Until(h.lostAt))
-	defer h.lossTimer.Stop()
 	started := time.Now()
 
-	leaseDone := lease.Done()
-	events := sup.events
+	leaseDone, events := lease.Done(), sup.events
 	for !h.treeDone {
 		select {
-		case r := <-h.keeper.results:
-			h.extended(r)
+		case err := <-ext.c:
+			h.extended(err)
 		case <-leaseDone:
 			leaseDone = nil
 			if err := lease.Err(); errors.Is(err, syncguard.ErrLockLost) {
 				h.lose(strings.TrimPrefix(err.Error(), syncguard.ErrLockLost.Error()+": "))
-			}
-		case <-h.lossTimer.C:
-			if !time.Now().Before(h.lostAt) {
-				h.lose("not extended before its guaranteed lifetime ran out")
 			}
 		case <-h.killC:
 			h.killC = nil
@@ -214,7 +106,7 @@ func (a *app) runHolding(o *runOpts, lease *syncguard.Lease, sent time.Time, sig
 			h.event(ev)
 		}
 	}
-	h.keeper.close()
+	close(ext.done)
 	if h.gone != nil {
 		reapOrphans()
 	}
@@ -222,8 +114,8 @@ func (a *app) runHolding(o *runOpts, lease *syncguard.Lease, sent time.Time, sig
 	for len(sigs) > 0 {
 		<-sigs
 	}
-	if s := a.release(o, lease, sigs); s != nil {
-		return &cliError{status: 128 + signalNumber(s), silent: true}
+	if err := a.release(o, lease, sigs); err != nil {
+		return err
 	}
 	switch {
 	case h.lost:
@@ -243,35 +135,27 @@ func (a *app) runHolding(o *runOpts, lease *syncguard.Lease, sent time.Time, sig
 	return nil
 }
 
-// extended handles an extend's result: one warning when extends start
-// failing, one line when they work again (none with --quiet).
-func (h *holding) extended(r extendResult) {
+// extended handles an extend: a confirmed one moves the supervisor's
+// deadline; one warning when extends start failing, one line when they
+// work again (none with --quiet).
+func (h *holding) extended(err error) {
 	a, o := h.a, h.o
-	if h.lost {
-		return // the tree is being stopped on the deadline already set
-	}
-	if r.ok {
-		h.confirmed = r.confirmed
-		h.lostAt = r.confirmed.Add(-lossMargin(o.ttl))
-		h.sup.setDeadline(h.confirmed)
-		h.lossTimer.Reset(time.Until(h.lostAt))
-		if !h.outage.IsZero() {
-			if !o.quiet {
-				a.notef("extended the lock on %s again after %v of failed attempts; still held", displayKey(o.key), short(time.Since(h.outage)))
-			}
-			h.outage = time.Time{}
+	switch {
+	case h.lost || h.lease.Err() != nil:
+		// The tree is being stopped on the deadline already set, or
+		// lease.Done reports the end.
+	case err == nil:
+		h.sup.setDeadline(h.lease.HeldUntil())
+		if !h.outage.IsZero() && !o.quiet {
+			a.notef("extended the lock on %s again after %v of failed attempts; still held", displayKey(o.key), short(time.Since(h.outage)))
 		}
-		return
-	}
-	if r.err == nil || errors.Is(r.err, syncguard.ErrLockLost) || h.lease.Err() != nil {
-		return // the lease has ended: lease.Done reports it
-	}
-	if h.outage.IsZero() {
+		h.outage = time.Time{}
+	case h.outage.IsZero():
 		h.outage = time.Now()
 		if !o.quiet {
-			_, code, msg := describe(r.err)
+			_, code, msg := describe(err)
 			a.errorf("warning", "cannot extend the lock on %s (%s: %s); retrying until its confirmed expiry in %v, when %s is stopped",
-				displayKey(o.key), code, trim(msg, 160), short(max(time.Until(h.confirmed), 0)), o.command[0])
+				displayKey(o.key), code, trim(msg, 160), short(max(time.Until(h.lease.HeldUntil()), 0)), o.command[0])
 		}
 	}
 }
@@ -282,7 +166,6 @@ func (h *holding) lose(reason string) {
 		return
 	}
 	h.lost = true
-	h.keeper.stop()
 	h.stopTree("LockLost", fmt.Sprintf("lost the lock on %s (%s)", displayKey(h.o.key), reason))
 }
 
@@ -294,7 +177,7 @@ func (h *holding) stopTree(code, why string) {
 	}
 	h.stopping = true
 	o := h.o
-	left := time.Until(h.confirmed)
+	left := time.Until(h.lease.HeldUntil())
 	grace := o.grace
 	when := fmt.Sprintf("SIGKILL after --grace %v", fmtDuration(o.grace))
 	switch {
@@ -324,10 +207,11 @@ func (h *holding) signal(s os.Signal) {
 		h.sup.signal(sigTSTP)
 		stopSelf()
 		// Continued (fg, bg, SIGCONT). The tree may continue only while
-		// the lock is confirmed; otherwise the loss timer stops it.
-		if !h.lost && time.Now().Before(h.lostAt) {
+		// the lock is confirmed, short of the lease's margin; otherwise
+		// the lease's loss stops it. An extend that came due meanwhile
+		// runs now.
+		if !h.lost && h.lease.Err() == nil && time.Until(h.lease.HeldUntil()) > min(h.o.ttl/10, time.Second) {
 			h.sup.signal(sigCONT)
-			h.keeper.now()
 		}
 	case forwardable(s, h.o.foreground):
 		if h.o.verbose {
@@ -343,7 +227,7 @@ func (h *holding) event(ev treeEvent) {
 	a, o := h.a, h.o
 	switch ev.kind {
 	case "exit":
-		h.cmdStatus, h.cmdExited = ev.status, true
+		h.cmdStatus = ev.status
 		if len(ev.left) > 0 && o.verbose {
 			a.notef("%s exited with status %d; holding the lock until its %s exit (pids %s)", o.command[0], ev.status,
 				plural(len(ev.left), "remaining process", "remaining processes"), joinInts(ev.left))
@@ -353,7 +237,6 @@ func (h *holding) event(ev treeEvent) {
 	case "deadman":
 		if !h.lost {
 			h.lost = true
-			h.keeper.stop()
 			a.errorf("LockLost", "the lock on %s reached its last confirmed expiry before syncguard could extend it (was syncguard stopped or starved?); the supervisor killed %s and its process tree",
 				displayKey(o.key), o.command[0])
 		}
@@ -413,10 +296,10 @@ func joinInts(ns []int) string {
 	return strings.Join(s, ",")
 }
 
-// release releases the lock, and returns the signal that interrupted it,
-// if any: while the release waits for the database, SIGINT, SIGTERM, SIGHUP
-// and SIGQUIT end it (the lock then expires by its TTL).
-func (a *app) release(o *runOpts, lease *syncguard.Lease, sigs <-chan os.Signal) os.Signal {
+// release releases the lock. While it waits for the database, SIGINT,
+// SIGTERM, SIGHUP and SIGQUIT end it (the lock then expires by its TTL):
+// the error is then syncguard's exit, 128+N.
+func (a *app) release(o *runOpts, lease *syncguard.Lease, sigs <-chan os.Signal) error {
 	type result struct {
 		res syncguard.ReleaseResult
 		err error
@@ -443,7 +326,7 @@ func (a *app) release(o *runOpts, lease *syncguard.Lease, sigs <-chan os.Signal)
 			if abortsWait(s) {
 				a.errorf(string(syncguard.CodeAborted), "got %s while releasing the lock on %s; not waiting for PostgreSQL: the lock expires by itself within %v (--ttl)",
 					signalName(s), displayKey(o.key), fmtDuration(o.ttl))
-				return s
+				return &cliError{status: 128 + signalNumber(s), silent: true}
 			}
 		}
 	}

@@ -5,8 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
-	"math/rand/v2"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -32,10 +31,6 @@ const (
 	// come (behind PgBouncer in transaction mode). A contended attempt
 	// reads one index entry and writes nothing, so they are cheap.
 	pollDelay = 250 * time.Millisecond
-	// waitChunk bounds one Lock call of --wait forever. Each chunk waits
-	// anew: it takes a new place at the end of the queue across processes
-	// (docs/cli.md).
-	waitChunk = time.Hour
 
 	defaultTTL   = 30 * time.Second
 	defaultWait  = 5 * time.Second
@@ -167,7 +162,11 @@ func (a *app) cmdRun(args []string) error {
 	signal.Notify(sigs, notifySignals(o.foreground)...)
 	defer signal.Stop(sigs)
 
-	lease, sent, sig, err := a.lock(b, &o, sigs)
+	// The lease's extends stop when ctx ends: when cmdRun returns.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ext := &extends{c: make(chan error), done: make(chan struct{})}
+	lease, sig, err := a.lock(ctx, cancel, b, &o, ext, sigs)
 	if err != nil {
 		return err
 	}
@@ -175,7 +174,7 @@ func (a *app) cmdRun(args []string) error {
 		return &cliError{status: 128 + signalNumber(sig), code: string(syncguard.CodeAborted),
 			msg: fmt.Sprintf("got %s while waiting for the lock on %s; nothing is held and %s did not run", signalName(sig), displayKey(o.key), o.command[0])}
 	}
-	return a.runHolding(&o, lease, sent, sigs)
+	return a.runHolding(&o, lease, ext, sigs)
 }
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -196,39 +195,17 @@ func (o *runOpts) validate() error {
 	return nil
 }
 
-func (a *app) lockOptions(o *runOpts) *syncguard.LockOptions {
-	return &syncguard.LockOptions{
-		TTL: o.ttl,
-		// runHolding extends the lease itself, to know the lock's
-		// confirmed expiry on this machine's clock (see keeper).
-		AutoExtend: false,
-		Acquisition: syncguard.AcquisitionOptions{
-			MaxRetries: -1, Timeout: a.timeout, // --wait 0: one attempt; acquire sets the waiting
-		},
-		ReleaseTimeout: a.timeout,
-		Identity:       o.identity,
-		// runHolding releases explicitly and reports the error itself.
-		OnReleaseError: func(error, syncguard.ReleaseErrorInfo) {},
-		Logger:         a.logger(),
-	}
-}
-
-// lock acquires the lease while watching for signals. It returns the
-// local time the successful request was sent (the lock is held at least
-// until sent + ttl), or the signal that ended the wait (nothing is held
-// then).
-func (a *app) lock(b *syncguard.Backend, o *runOpts, sigs <-chan os.Signal) (*syncguard.Lease, time.Time, os.Signal, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+// lock acquires the lease while watching for signals: one that ends the
+// wait cancels ctx, and lock returns it (nothing is held then).
+func (a *app) lock(ctx context.Context, cancel context.CancelFunc, b *syncguard.Backend, o *runOpts, ext *extends, sigs <-chan os.Signal) (*syncguard.Lease, os.Signal, error) {
 	type result struct {
 		lease *syncguard.Lease
-		sent  time.Time
 		err   error
 	}
 	resc := make(chan result, 1)
 	go func() {
-		l, sent, err := a.acquire(ctx, b, o)
-		resc <- result{l, sent, err}
+		l, err := a.acquire(ctx, b, o, ext)
+		resc <- result{l, err}
 	}()
 	for {
 		select {
@@ -240,161 +217,144 @@ func (a *app) lock(b *syncguard.Backend, o *runOpts, sigs <-chan os.Signal) (*sy
 			if r := <-resc; r.lease != nil {
 				r.lease.Close()
 			}
-			return nil, time.Time{}, s, nil
+			return nil, s, nil
 		case r := <-resc:
-			return r.lease, r.sent, nil, r.err
+			return r.lease, nil, r.err
 		}
 	}
 }
 
-// acquire takes the lock, waiting for up to --wait while it is busy. The
-// library's Lock does the waiting: woken when the holder releases the key
-// (from any process, through a LISTEN connection), when its lock expires,
-// or at the latest every 125 to 250 ms; behind a pooler that does not
-// forward notifications it just polls. Each attempt is bounded by
-// --timeout. A transient database error is retried within --wait too, with
-// one warning per outage.
+// acquire takes the lock with the library's Lock, waiting for up to --wait
+// while it is busy (--wait forever: until ctx ends): woken when the holder
+// releases the key (from any process, through a LISTEN connection), when
+// its lock expires, or at the latest every 125 to 250 ms; behind a pooler
+// that does not forward notifications it just polls. Each attempt is
+// bounded by --timeout. An outage is ridden out within --wait, with one
+// warning. The lease extends itself (AutoExtend), reporting to ext.
 //
 // The end of --wait is "busy" (exit 75) unless PostgreSQL was unreachable
 // for the whole wait: no attempt got an answer and at least one failed by
 // itself (a refused connection, --timeout); then the last such failure
 // (exit 69). An attempt still in flight when --wait ran out says nothing
 // about the server: a loaded machine is slow.
-func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts) (*syncguard.Lease, time.Time, error) {
+func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts, ext *extends) (*syncguard.Lease, error) {
 	start := time.Now()
-	var deadline time.Time
-	if o.wait != Forever {
-		deadline = start.Add(o.wait)
-	}
 	remaining := func() time.Duration {
 		if o.wait == Forever {
 			return Forever
 		}
-		return time.Until(deadline)
+		return o.wait - time.Since(start)
 	}
 	// The LISTEN connection the waiting may have opened is of no use once
 	// the wait is over; the Backend stays usable. In the background: its
 	// goroutine may be in a ping, which must not delay COMMAND.
 	defer func() { go b.Close() }()
-	announced, warned := false, false
-	var outageStart time.Time
-	l := &attempts{b: b, timeout: a.timeout, waitCuts: o.wait > 0}
-	l.answered = func(r syncguard.AcquireResult) {
-		if !outageStart.IsZero() && warned && !o.quiet {
-			if r.OK {
-				a.notef("PostgreSQL answers again after %v; acquired %s", short(time.Since(outageStart)), displayKey(o.key))
-			} else {
-				a.notef("PostgreSQL answers again after %v", short(time.Since(outageStart)))
-			}
-		}
-		outageStart, warned = time.Time{}, false
-		if !r.OK && o.verbose && !announced && o.wait > 0 {
-			announced = true
-			a.notef("%s is busy (%s); waiting %s", displayKey(o.key), a.holder(b, o), retryingFor(remaining()))
-		}
-	}
-	l.failed = func(err error) {
-		if outageStart.IsZero() {
-			outageStart = time.Now()
-		}
-		if left := remaining(); !warned && !o.quiet && o.wait > 0 && left > 0 {
-			warned = true
-			_, code, msg := describe(err)
-			a.errorf("warning", "cannot acquire %s yet (%s: %s); retrying %s", displayKey(o.key), code, trim(msg, 160), retryingFor(left))
-		}
-	}
-	for {
-		opts := a.lockOptions(o)
-		if o.wait > 0 {
-			opts.Acquisition = syncguard.AcquisitionOptions{
-				MaxRetries: math.MaxInt32, RetryDelay: pollDelay, Backoff: "fixed", Jitter: "equal",
-				Timeout: max(min(remaining(), waitChunk), time.Millisecond),
-			}
-		}
-		lease, err := syncguard.Lock(ctx, l, o.key, opts)
-		if err == nil {
-			if o.verbose {
-				a.notef("acquired %s with fence %s (ttl %v, after %v)", displayKey(o.key), lease.Fence(), fmtDuration(o.ttl), time.Since(start).Round(time.Millisecond))
-			}
-			// The lease's clock: a key handed over by a release started
-			// before the attempt that found it was sent.
-			return lease, lease.HeldUntil().Add(-granted(o.ttl)), nil
-		}
-		if ctx.Err() != nil {
-			return nil, time.Time{}, err
-		}
-		code := syncguard.CodeOf(err)
-		if code != syncguard.CodeAcquisitionTimeout && !code.Retryable() {
-			return nil, time.Time{}, err
-		}
-		left := remaining()
+	anyAnswer, announced, warned := false, false, false
+	var lastFailure error // the last attempt's own failure
+	var outage time.Time
+	onAttempt := func(r syncguard.AcquireResult, err error) {
 		switch {
-		case left > 0 && code == syncguard.CodeAcquisitionTimeout:
-			continue // busy for a whole waitChunk of --wait forever
-		case left > 0:
-			// An error Lock does not ride out (RateLimited), or a chunk
-			// of --wait forever without an answer: try again shortly.
-			d := pollDelay/2 + rand.N(pollDelay/2+1)
-			t := time.NewTimer(min(d, left))
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return nil, time.Time{}, ctx.Err()
+		case err == nil:
+			anyAnswer = true
+			if warned && !o.quiet {
+				if r.OK {
+					a.notef("PostgreSQL answers again after %v; acquired %s", short(time.Since(outage)), displayKey(o.key))
+				} else {
+					a.notef("PostgreSQL answers again after %v", short(time.Since(outage)))
+				}
 			}
-			continue
-		case !l.anyAnswer && l.lastFailure != nil:
-			return nil, time.Time{}, l.lastFailure
+			outage, warned = time.Time{}, false
+			if !r.OK && o.verbose && !announced && o.wait > 0 {
+				announced = true
+				a.notef("%s is busy (%s); waiting %s", displayKey(o.key), a.holder(b, o), retryingFor(remaining()))
+			}
+		case o.wait > 0 && (ctx.Err() != nil || remaining() <= 0), !syncguard.CodeOf(err).Retryable():
+			// Cut short by the end of --wait (or a signal): no answer yet.
+		default:
+			lastFailure = err
+			if outage.IsZero() {
+				outage = time.Now()
+			}
+			if left := remaining(); !warned && !o.quiet && o.wait > 0 && left > 0 {
+				warned = true
+				_, code, msg := describe(err)
+				a.errorf("warning", "cannot acquire %s yet (%s: %s); retrying %s", displayKey(o.key), code, trim(msg, 160), retryingFor(left))
+			}
 		}
-		return nil, time.Time{}, a.busy(b, o, time.Since(start), !l.anyAnswer)
 	}
+	// --wait 0: one attempt, bounded by --timeout alone.
+	wait := syncguard.AcquisitionOptions{MaxRetries: -1, Timeout: -1}
+	if o.wait > 0 {
+		wait = syncguard.AcquisitionOptions{RetryDelay: pollDelay, Backoff: "fixed", Jitter: "equal", Timeout: o.wait}
+		if o.wait == Forever {
+			wait.Timeout = -1 // until a signal
+		}
+	}
+	lease, err := syncguard.Lock(ctx, &bounded{Backend: b, timeout: a.timeout, extendFailed: ext.send}, o.key, &syncguard.LockOptions{
+		TTL: o.ttl, AutoExtend: true, Acquisition: wait, ReleaseTimeout: a.timeout, Identity: o.identity,
+		OnAttempt: onAttempt,
+		OnExtend:  func(syncguard.ExtendResult) { ext.send(nil) },
+		// runHolding releases explicitly and reports the error itself, and
+		// prints its own lines about failed extends.
+		OnReleaseError: func(error, syncguard.ReleaseErrorInfo) {},
+		Logger:         slog.New(slog.DiscardHandler),
+	})
+	switch code := syncguard.CodeOf(err); {
+	case err == nil:
+		if o.verbose {
+			a.notef("acquired %s with fence %s (ttl %v, after %v)", displayKey(o.key), lease.Fence(), fmtDuration(o.ttl), time.Since(start).Round(time.Millisecond))
+		}
+		return lease, nil
+	case ctx.Err() != nil, code != syncguard.CodeAcquisitionTimeout && code != syncguard.CodeNetworkTimeout && code != syncguard.CodeServiceUnavailable:
+		return nil, err // a signal, or an error Lock does not ride out
+	case !anyAnswer && lastFailure != nil:
+		return nil, lastFailure
+	}
+	return nil, a.busy(b, o, time.Since(start), !anyAnswer)
 }
 
-// attempts is the Locker run's Lock goes through: it bounds each attempt
-// by --timeout and reports every answer and every failure of an attempt's
-// own (not one cut short by the end of --wait). It passes ctx on, so Lock's
-// waiting queues and is woken on release as on the Backend itself. Lock
-// calls it from one goroutine at a time.
-type attempts struct {
-	b           *syncguard.Backend
-	timeout     time.Duration
-	waitCuts    bool                            // the end of --wait cuts attempts (--wait > 0)
-	answered    func(r syncguard.AcquireResult) // after each attempt PostgreSQL answered
-	failed      func(err error)                 // after each attempt that failed by itself
-	anyAnswer   bool                            // PostgreSQL answered at least once
-	lastFailure error                           // the last attempt's own failure
+// bounded is the Locker run's lease goes through. It bounds each attempt
+// and each extend by --timeout (Lock bounds an attempt only by the end of
+// the wait, the lease an extend only by the lock's lifetime: on a
+// connection that went dark one would take all of it), and reports each
+// failed extend (OnExtend reports the confirmed ones). Its waiters are the
+// Backend's, so waiting stays queued.
+type bounded struct {
+	*syncguard.Backend
+	timeout      time.Duration
+	extendFailed func(error)
 }
 
-func (l *attempts) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {
-	actx, cancel := context.WithTimeout(ctx, l.timeout)
+type boundedWaiter struct {
+	syncguard.Waiter
+	timeout time.Duration
+	key     string
+}
+
+func (b *bounded) Queue(key, identity string, once bool) syncguard.Waiter {
+	return boundedWaiter{b.Backend.Queue(key, identity, once), b.timeout, key}
+}
+
+func (w boundedWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
+	actx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
-	r, err := l.b.Acquire(actx, key, ttl)
-	if err == nil {
-		l.anyAnswer = true
-		l.answered(r)
-		return r, nil
-	}
-	if ctx.Err() != nil && l.waitCuts {
-		return r, err // cut short by the end of --wait (or a signal): no answer yet
-	}
-	if actx.Err() != nil {
+	r, err := w.Waiter.Attempt(actx, ttl)
+	if err != nil && ctx.Err() == nil && actx.Err() != nil {
 		// --timeout ran out, not the wait: an outage.
-		err = &syncguard.Error{Op: "lock", Code: syncguard.CodeNetworkTimeout, Key: key, Err: err,
-			Msg: "no answer from PostgreSQL within --timeout " + fmtDuration(l.timeout)}
-	}
-	if code := syncguard.CodeOf(err); code.Retryable() {
-		l.lastFailure = err
-		l.failed(err)
+		err = &syncguard.Error{Op: "lock", Code: syncguard.CodeNetworkTimeout, Key: w.key, Err: err,
+			Msg: "no answer from PostgreSQL within --timeout " + fmtDuration(w.timeout)}
 	}
 	return r, err
 }
 
-func (l *attempts) Release(ctx context.Context, lockID string) (syncguard.ReleaseResult, error) {
-	return l.b.Release(ctx, lockID)
-}
-
-func (l *attempts) Extend(ctx context.Context, lockID string, ttl time.Duration) (syncguard.ExtendResult, error) {
-	return l.b.Extend(ctx, lockID, ttl)
+func (b *bounded) Extend(ctx context.Context, lockID string, ttl time.Duration) (syncguard.ExtendResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	r, err := b.Backend.Extend(ctx, lockID, ttl)
+	if err != nil {
+		b.extendFailed(err)
+	}
+	return r, err
 }
 
 func retryingFor(d time.Duration) string {
@@ -449,15 +409,15 @@ func (a *app) busy(b *syncguard.Backend, o *runOpts, waited time.Duration, noAns
 	return e
 }
 
-// childEnv is COMMAND's environment: syncguard's, with the fence and the
-// key (replacing those of an enclosing syncguard run).
-func childEnv(environ []string, o *runOpts, fence syncguard.Fence) []string {
+// childEnv is COMMAND's environment (run's and elect's): syncguard's, with
+// the fence and the key (replacing those of an enclosing syncguard run).
+func childEnv(environ []string, fenceEnv, key string, fence syncguard.Fence) []string {
 	num := strings.TrimLeft(string(fence), "0")
 	if num == "" {
 		num = "0"
 	}
-	env := withoutEnv(environ, o.fenceEnv, o.fenceEnv+numSuffix, keyEnv)
-	return append(env, o.fenceEnv+"="+string(fence), o.fenceEnv+numSuffix+"="+num, keyEnv+"="+o.key)
+	env := withoutEnv(environ, fenceEnv, fenceEnv+numSuffix, keyEnv)
+	return append(env, fenceEnv+"="+string(fence), fenceEnv+numSuffix+"="+num, keyEnv+"="+key)
 }
 
 func startError(name string, err error) error {

@@ -8,15 +8,28 @@
 //	err = observed.WithLock(ctx, "jobs:nightly-report", fn, opts)
 //
 // Wrap returns a *Backend, a syncguard.LockBackend: use it wherever the
-// wrapped backend was used. The metrics of Lock and WithLock (wait, hold,
+// wrapped backend was used. It forwards the queue of a *syncguard.Backend
+// (syncguard.Queuer), so Lock and WithLock on it wait in the key's queue,
+// each attempt in a span. The metrics of Lock and WithLock (wait, hold,
 // losses, locks held) are recorded both for syncguard.Lock(ctx, observed,
 // ...) and for the Backend's own Lock and WithLock methods; the methods add
-// a span for the whole wait and holding, with the attempts counted.
+// a span for the whole wait and holding, with the attempts counted
+// (through LockOptions.OnAttempt, which still gets them).
+//
+// The package uses only syncguard's exported API: the metrics come from
+// syncguard.WithTelemetry's events (LockEvent, matched by type with
+// syncguard.EventAcquire and the others; the loss reason from
+// LockEvent.LossReason), and Backend.Unwrap returns that
+// syncguard.TelemetryBackend, through which syncguard.Lock finds where to
+// report (syncguard.As).
 //
 // The module depends only on the OpenTelemetry API: the application picks
-// the SDK and exporter. Lock keys never become attributes unless
-// WithKeyLabel maps them to a bounded label. Metric names, units and
-// attributes are listed in docs/observability.md.
+// the SDK and exporter. Attribute names are the semantic conventions'
+// (go.opentelemetry.io/otel/semconv: db.system.name, db.operation.name,
+// error.type) and this package's exported keys (AttrOutcome,
+// AttrLockLabel, ...), to filter on. Lock keys never become attributes
+// unless WithKeyLabel maps them to a bounded label. Metric names, units
+// and attributes are listed in docs/observability.md.
 package otelsyncguard
 
 import (
@@ -98,9 +111,9 @@ func WithAttributes(attrs ...attribute.KeyValue) Option {
 }
 
 // WithKeyLabel maps each lock key to a label, recorded as the attribute
-// syncguard.lock.label on the measurements and spans that concern a key
-// (acquire attempts, waits, holdings, locks held, losses; not extends or
-// releases, which name only a lockId). label must return few distinct
+// syncguard.lock.label (AttrLockLabel) on the measurements and spans that
+// concern a key (acquire attempts, waits, holdings, locks held, losses; not
+// extends or releases, which name only a lockId). label must return few distinct
 // values (a job name, say, never an id): each one is a time series of
 // every metric. An empty label adds no attribute. Default: keys are never
 // recorded.

@@ -170,7 +170,7 @@ func scrapeOne(t *testing.T, c *candidate) (point, bool) {
 				continue
 			}
 			for _, dp := range pts {
-				if v, ok := dp.Attributes.Value("syncguard.election.name"); !ok || v.AsString() != electionName {
+				if v, ok := dp.Attributes.Value(otelsyncguard.AttrElectionName); !ok || v.AsString() != electionName {
 					t.Fatalf("%s: point without syncguard.election.name=%s: %v", m.Name, electionName, dp.Attributes.ToSlice())
 				}
 				switch m.Name {

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -264,7 +265,7 @@ func TestAcquireExponentialDelaysExactAndTimeout(t *testing.T) {
 			hold(t, b, "k")
 			attempts := sendTimes(b, syncguardtest.OpAcquire)
 			start := time.Now()
-			_, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Jitter: "none", MaxRetries: c.maxRetries}})
+			_, err := syncguard.Lock(t.Context(), scheduleOnly(b), "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Jitter: "none", MaxRetries: c.maxRetries}})
 			e := requireCode(t, err, syncguard.CodeAcquisitionTimeout)
 			if got := gaps(attempts()); fmt.Sprint(got) != fmt.Sprint(c.gaps) {
 				t.Errorf("%s: delays between attempts: want %v, got %v", c.name, c.gaps, got)
@@ -323,7 +324,7 @@ func TestAcquireJitterBounds(t *testing.T) {
 				b := syncguardtest.New()
 				hold(t, b, "k")
 				attempts := sendTimes(b, syncguardtest.OpAcquire)
-				_, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{
+				_, err := syncguard.Lock(t.Context(), scheduleOnly(b), "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{
 					MaxRetries: 8, Jitter: jitter, Timeout: time.Hour}})
 				requireCode(t, err, syncguard.CodeAcquisitionTimeout)
 				got := gaps(attempts())
@@ -345,23 +346,89 @@ func TestAcquireJitterBounds(t *testing.T) {
 	}
 }
 
+// On a Locker that is not a Queuer, Lock polls on its retry schedule; on
+// a Queuer the release hands the key over and wakes the waiter at once.
 func TestAcquireSucceedsWhenHolderReleases(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		wrap func(*syncguardtest.Backend) syncguard.Locker
+		won  time.Duration
+	}{
+		{"polling: the third attempt (after 100+200ms)", scheduleOnly, 300 * time.Millisecond},
+		{"queued: at the release", func(b *syncguardtest.Backend) syncguard.Locker { return b }, 250 * time.Millisecond},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			b := syncguardtest.New()
+			h := hold(t, b, "k")
+			go func() {
+				time.Sleep(250 * time.Millisecond)
+				_, _ = b.Release(context.Background(), h.LockID)
+			}()
+			start := time.Now()
+			err := syncguard.WithLock(t.Context(), c.wrap(b), "k", func(context.Context, *syncguard.Lease) error {
+				if el := time.Since(start); el != c.won {
+					t.Errorf("%s: want the key at %v, got it at %v", c.name, c.won, el)
+				}
+				return nil
+			}, &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Jitter: "none"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// scheduleOnly hides every capability of b but Locker's methods: Lock
+// polls on its retry schedule through it.
+func scheduleOnly(b *syncguardtest.Backend) syncguard.Locker { return struct{ syncguard.Locker }{b} }
+
+// A negative Timeout waits as long as ctx allows; the hooks see each
+// attempt and each confirmed extension.
+func TestAcquireUntilContextAndHooks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := syncguardtest.New()
 		h := hold(t, b, "k")
 		go func() {
-			time.Sleep(250 * time.Millisecond)
+			time.Sleep(time.Hour)
 			_, _ = b.Release(context.Background(), h.LockID)
 		}()
+		var attempts, extends atomic.Int64
 		start := time.Now()
-		err := syncguard.WithLock(t.Context(), b, "k", func(context.Context, *syncguard.Lease) error {
-			if el := time.Since(start); el != 300*time.Millisecond {
-				t.Errorf("want the third attempt (after 100+200ms) to win, won at %v", el)
-			}
-			return nil
-		}, &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Jitter: "none"}})
+		lease, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{
+			TTL: 3 * time.Second, AutoExtend: true, Acquisition: syncguard.AcquisitionOptions{Timeout: -1},
+			OnAttempt: func(res syncguard.AcquireResult, err error) { attempts.Add(1) },
+			OnExtend: func(res syncguard.ExtendResult) {
+				if !res.OK {
+					t.Errorf("OnExtend sees only confirmed extensions; got %+v", res)
+				}
+				extends.Add(1)
+			},
+		})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("rule: Timeout < 0 waits until ctx ends; gave up after %v: %v", time.Since(start), err)
+		}
+		if el := time.Since(start); el != time.Hour {
+			t.Errorf("want the key at the release, an hour later; got it at %v", el)
+		}
+		if attempts.Load() < 2 {
+			t.Errorf("OnAttempt saw %d attempts, want at least 2 (the contended one and the one that won)", attempts.Load())
+		}
+		time.Sleep(5 * time.Second) // two extensions at a third of the 3 s TTL
+		if n := extends.Load(); n < 2 {
+			t.Errorf("OnExtend saw %d extensions in 5 s of a 3 s TTL, want at least 2", n)
+		}
+		lease.Close()
+		// ctx ends the wait: its deadline, as AcquisitionTimeout.
+		if r, err := b.Acquire(t.Context(), "k2", 3*time.Hour); err != nil || !r.OK {
+			t.Fatal(r, err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Hour)
+		defer cancel()
+		start = time.Now()
+		_, err = syncguard.Lock(ctx, b, "k2", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: -1}})
+		requireCode(t, err, syncguard.CodeAcquisitionTimeout)
+		if el := time.Since(start); el != 2*time.Hour {
+			t.Errorf("want the wait to end at ctx's deadline, 2 h; ended at %v", el)
 		}
 	})
 }
@@ -447,7 +514,7 @@ func TestAcquireTimeoutIsTheLimitWithoutMaxRetries(t *testing.T) {
 		lease.Close()
 		// With MaxRetries set, the reference's numbers hold.
 		held, _ = b.Acquire(t.Context(), "k2", 9*time.Minute)
-		_, err = syncguard.Lock(t.Context(), b, "k2", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{MaxRetries: 10, Timeout: 10 * time.Minute}})
+		_, err = syncguard.Lock(t.Context(), scheduleOnly(b), "k2", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{MaxRetries: 10, Timeout: 10 * time.Minute}})
 		if !errors.Is(err, syncguard.ErrAcquisitionTimeout) || !strings.Contains(err.Error(), "11 attempts") {
 			t.Fatalf("rule: with MaxRetries 10 the acquisition gives up after 11 attempts; got %v", err)
 		}

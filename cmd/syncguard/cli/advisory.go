@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"os"
 	"strconv"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/advisory"
+	"github.com/syncguard/syncguard-go/internal/errwrap"
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/pgxstd"
 )
 
@@ -70,9 +73,9 @@ func (a *app) cmdAdvisory(args []string) error {
 	if err != nil {
 		return err
 	}
-	nowMs, err := a.serverNow(ctx, db)
-	if err != nil {
-		return err
+	var nowMs int64 // the server's time, as every syncguard statement reads it
+	if err := db.QueryRowContext(ctx, `SELECT `+rules.NowMsSQL).Scan(&nowMs); err != nil {
+		return errwrap.Wrap(ctx, "serverTime", pgxstd.Dialect, err)
 	}
 	now := time.UnixMilli(nowMs)
 
@@ -83,8 +86,8 @@ func (a *app) cmdAdvisory(args []string) error {
 				"lock": lockText(li.Key), "name": li.Name, "granted": li.Granted, "mode": li.Mode, "pid": li.PID,
 				"blockedBy": append([]int{}, li.BlockedBy...), "applicationName": li.ApplicationName, "state": li.State,
 				"waitStart": optTime(li.WaitStart), "xactStart": optTime(li.XactStart), "queryStart": optTime(li.QueryStart),
+				"scope": lockScope(li),
 			}
-			m["scope"] = lockScope(li)
 			if id, ok := li.Key.Int64(); ok {
 				// A string: JSON numbers lose 64-bit precision in many
 				// decoders (jq, JavaScript).
@@ -106,7 +109,7 @@ func (a *app) cmdAdvisory(args []string) error {
 		state, since := "held", "-"
 		if !li.Granted {
 			state = "waiting"
-			if t := firstSet(li.WaitStart, li.QueryStart); !t.IsZero() {
+			if t := cmp.Or(li.WaitStart, li.QueryStart); !t.IsZero() {
 				since = "waiting " + short(max(now.Sub(t), 0))
 			}
 		} else if !li.XactStart.IsZero() {
@@ -115,15 +118,7 @@ func (a *app) cmdAdvisory(args []string) error {
 		if li.Mode == "ShareLock" {
 			state += " (shared)"
 		}
-		blocked := "-"
-		if len(li.BlockedBy) > 0 {
-			var s []string
-			for _, p := range li.BlockedBy {
-				s = append(s, strconv.Itoa(p))
-			}
-			blocked = strings.Join(s, ",")
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", lockText(li.Key), orDash(li.Name), state, lockScope(li), li.PID, since, blocked,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", lockText(li.Key), orDash(li.Name), state, lockScope(li), li.PID, since, orDash(joinInts(li.BlockedBy)),
 			orDash(li.ApplicationName), orDash(li.State))
 	}
 	return w.Flush()
@@ -163,15 +158,6 @@ func optTime(t time.Time) any {
 		return nil
 	}
 	return jsonTime(t)
-}
-
-func firstSet(ts ...time.Time) time.Time {
-	for _, t := range ts {
-		if !t.IsZero() {
-			return t
-		}
-	}
-	return time.Time{}
 }
 
 func orDash(s string) string {

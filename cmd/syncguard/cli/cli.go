@@ -46,15 +46,6 @@ func Main(args []string) int {
 	return a.main(args)
 }
 
-// defaultTimeout is --timeout's default.
-const defaultTimeout = 15 * time.Second
-
-// defaults sets the global flags' defaults.
-func (a *app) defaults() {
-	a.timeout = defaultTimeout
-	a.noPrepare = true
-}
-
 // app is one invocation: its streams, environment and global flags.
 type app struct {
 	stdin          *os.File
@@ -106,8 +97,7 @@ func lookupCommand(name string) *command {
 }
 
 func (a *app) main(args []string) int {
-	a.cmd = ""
-	a.defaults()
+	a.cmd, a.timeout, a.noPrepare = "", 15*time.Second, true // the global flags' defaults
 	fs := a.flagSet("")
 	var version bool
 	fs.BoolVar(&version, "version", false, "print the version and exit")
@@ -165,8 +155,7 @@ func (a *app) usage(w io.Writer) {
 		fmt.Fprintf(w, "        %s\n", c.summary)
 	}
 	fmt.Fprintf(w, "\nGlobal flags (before or after the command):\n")
-	fs := a.flagSet("")
-	printFlags(w, fs)
+	printFlags(w, a.flagSet(""), func(string) bool { return true })
 	fmt.Fprintf(w, "\nEvery flag but --key can also be set in the environment: --no-prepare is\n"+
 		"$SYNCGUARD_NO_PREPARE, --wait $SYNCGUARD_WAIT (the command line wins).\n"+
 		"Durations are seconds (10, 2.5) or Go durations (500ms, 1m30s).\n"+
@@ -202,13 +191,8 @@ func (a *app) flagSet(cmd string) *flag.FlagSet {
 
 var globalFlags = map[string]bool{"dsn": true, "table": true, "fence-table": true, "json": true, "timeout": true, "no-prepare": true, "version": true}
 
-// printFlags lists fs's flags in --name form, the command's own flags first
-// (the global ones are listed by `syncguard -h`).
-func printFlags(w io.Writer, fs *flag.FlagSet) {
-	printFlagsFilter(w, fs, func(string) bool { return true })
-}
-
-func printFlagsFilter(w io.Writer, fs *flag.FlagSet, keep func(string) bool) {
+// printFlags lists the flags of fs that keep accepts, in --name form.
+func printFlags(w io.Writer, fs *flag.FlagSet, keep func(string) bool) {
 	var all []*flag.Flag
 	fs.VisitAll(func(f *flag.Flag) {
 		if keep(f.Name) {
@@ -245,7 +229,7 @@ func (a *app) cmdHelp(fs *flag.FlagSet, text string) {
 	fs.VisitAll(func(f *flag.Flag) { own = own || !globalFlags[f.Name] })
 	if own {
 		fmt.Fprintf(a.stdout, "\nFlags:\n")
-		printFlagsFilter(a.stdout, fs, func(n string) bool { return !globalFlags[n] })
+		printFlags(a.stdout, fs, func(n string) bool { return !globalFlags[n] })
 	}
 	fmt.Fprintf(a.stdout, "\nGlobal flags: --dsn, --table, --fence-table, --json, --timeout, --no-prepare (see 'syncguard -h').\n")
 }
@@ -272,6 +256,18 @@ func (a *app) parseNoArgs(fs *flag.FlagSet, args []string, help string) error {
 	return err
 }
 
+// parseKey is parseCmd for a command that takes exactly one KEY.
+func (a *app) parseKey(fs *flag.FlagSet, args []string, help string) (string, error) {
+	pos, err := a.parseCmd(fs, args, true, help)
+	if err == nil && len(pos) != 1 {
+		err = usageErr("want exactly one KEY, got %d arguments", len(pos))
+	}
+	if err != nil {
+		return "", err
+	}
+	return pos[0], nil
+}
+
 // parse parses args with fs. With interspersed, flags may follow positional
 // arguments (status KEY --json); "--" ends the flags. Without it, parsing
 // stops at the first positional argument (run's COMMAND, the command name).
@@ -286,13 +282,10 @@ func (a *app) parse(fs *flag.FlagSet, args []string, interspersed bool) ([]strin
 	}
 	var pos []string
 	for {
-		if err := fs.Parse(expandShort(fs, args)); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, errHelp
-			}
-			return nil, usageErr("%s", err)
+		rest, err := a.parseMore(fs, args)
+		if err != nil {
+			return nil, err
 		}
-		rest := fs.Args()
 		consumed := len(args) - len(rest)
 		if consumed > 0 && args[consumed-1] == "--" {
 			return append(pos, rest...), nil

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"log/slog"
@@ -9,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/syncguard/syncguard-go/internal/errwrap"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/pgxstd"
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -114,22 +114,6 @@ func (a *app) backend() (*sql.DB, *syncguard.Backend, error) {
 	return db, b, nil
 }
 
-// wrap classifies an error of the command's own SQL like the library does.
-func (a *app) wrap(ctx context.Context, op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return errwrap.Wrap(ctx, op, pgxstd.Dialect, err)
-}
-
-// serverNow returns the server's current time in milliseconds, as every
-// syncguard statement reads it.
-func (a *app) serverNow(ctx context.Context, db *sql.DB) (int64, error) {
-	var now int64
-	err := db.QueryRowContext(ctx, `SELECT `+rules.NowMsSQL).Scan(&now)
-	return now, a.wrap(ctx, "serverTime", err)
-}
-
 // logger sends the library's warnings to stderr as one-line notices.
 func (a *app) logger() *slog.Logger {
 	return slog.New(&lineHandler{a: a})
@@ -195,12 +179,5 @@ func (h *lineHandler) WithGroup(string) slog.Handler { return h }
 
 // tableNames returns the resolved table names.
 func (a *app) tableNames() (locks, fences string) {
-	locks, fences = a.table, a.fenceTable
-	if locks == "" {
-		locks = rules.DefaultTable
-	}
-	if fences == "" {
-		fences = rules.DefaultFenceTable
-	}
-	return locks, fences
+	return cmp.Or(a.table, rules.DefaultTable), cmp.Or(a.fenceTable, rules.DefaultFenceTable)
 }

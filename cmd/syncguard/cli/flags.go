@@ -104,43 +104,6 @@ func durationVar(fs *flag.FlagSet, p *time.Duration, name string, def time.Durat
 	fs.Var(&durationFlag{d: p, min: min, max: max, forever: forever}, name, usage)
 }
 
-// exitCodeFlag is an exit status 0 to 255.
-type exitCodeFlag struct{ p *int }
-
-func (f exitCodeFlag) Set(s string) error {
-	n, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil || n < 0 || n > 255 {
-		return fmt.Errorf("%q is not an exit status: want 0 to 255", s)
-	}
-	*f.p = n
-	return nil
-}
-
-func (f exitCodeFlag) String() string {
-	if f.p == nil {
-		return ""
-	}
-	return strconv.Itoa(*f.p)
-}
-
-// zeroDurationFlag is a boolean flag that sets a duration to zero when
-// given (-n: --wait 0).
-type zeroDurationFlag struct{ d *time.Duration }
-
-func (f zeroDurationFlag) Set(s string) error {
-	b, err := strconv.ParseBool(s)
-	if err != nil {
-		return err
-	}
-	if b {
-		*f.d = 0
-	}
-	return nil
-}
-
-func (f zeroDurationFlag) String() string   { return "false" }
-func (f zeroDurationFlag) IsBoolFlag() bool { return true }
-
 // EnvPrefix starts the environment variable of every flag: --no-prepare is
 // SYNCGUARD_NO_PREPARE, --wait SYNCGUARD_WAIT.
 const EnvPrefix = "SYNCGUARD_"

@@ -31,7 +31,7 @@ func (a *app) cmdLeader(args []string) error {
 	fs := a.flagSet("leader")
 	watch := fs.Bool("watch", false, "follow the leadership: one line per change (\"no leader\" included) until interrupted")
 	interval := fs.Duration("interval", election.DefaultPollInterval, "with --watch: how often to read the leader at least (`DURATION`)")
-	pos, err := a.parseCmd(fs, args, true, `
+	key, err := a.parseKey(fs, args, `
 Shows the leader of the election KEY (syncguard elect, or the election
 package): its identity, term (the lock's fence, strictly increasing across
 leaders), since when it leads and when its lock expires. It does not
@@ -44,9 +44,6 @@ Exit status: 0 when there is a leader, 1 when there is none (without
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usageErr("want exactly one KEY, got %d arguments", len(pos))
-	}
 	if *interval <= 0 {
 		return usageErr("--interval must be positive")
 	}
@@ -55,7 +52,7 @@ Exit status: 0 when there is a leader, 1 when there is none (without
 		return err
 	}
 	defer db.Close()
-	e, err := election.New(b, pos[0], &election.Options{PollInterval: *interval})
+	e, err := election.New(b, key, &election.Options{PollInterval: *interval})
 	if err != nil {
 		return err
 	}

@@ -31,12 +31,6 @@ func becomeSubreaper() error {
 // supervisor) dies without stopping it.
 func setPdeathsig(a *syscall.SysProcAttr) { a.Pdeathsig = syscall.SIGKILL }
 
-// procInfo is a process's line of /proc/PID/stat.
-type procInfo struct {
-	pid, ppid, pgrp, tty, tpgid int
-	state                       byte
-}
-
 // readProc reads /proc/PID/stat.
 func readProc(pid int) (procInfo, bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")

@@ -14,8 +14,6 @@ import (
 // is started directly, only an interrupt is handled, stopping the command
 // kills it, and only COMMAND itself is covered by the lock.
 
-const treeTracking = false
-
 func notifySignals(bool) []os.Signal { return []os.Signal{os.Interrupt} }
 
 func abortsWait(s os.Signal) bool { return s == os.Interrupt }
@@ -44,19 +42,6 @@ func exitStatus(ps *os.ProcessState) int {
 func signalNumber(os.Signal) int { return 2 }
 
 func signalName(s os.Signal) string { return s.String() }
-
-func becomeSubreaper() error { return nil }
-
-type procInfo struct {
-	pid, ppid, pgrp, tty, tpgid int
-	state                       byte
-}
-
-func descendants(int) []procInfo { return nil }
-
-func hasControllingTTY() bool { return false }
-
-func encodeDeadline(t time.Time) int64 { return int64(time.Until(t)) }
 
 func reapOrphans() {}
 

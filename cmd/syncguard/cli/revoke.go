@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -8,7 +9,7 @@ import (
 
 func (a *app) cmdRevoke(args []string) error {
 	fs := a.flagSet("revoke")
-	pos, err := a.parseCmd(fs, args, true, `
+	key, err := a.parseKey(fs, args, `
 Forces the holder of KEY out, as an operator's last resort (a stuck job, a
 leader to depose): releases its lock as its own release would, so the key
 goes at once to the first process waiting for it, with a larger fence. The
@@ -25,10 +26,6 @@ status), 64/69/70/77 on errors.`)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usageErr("want exactly one KEY, got %d arguments", len(pos))
-	}
-	key := pos[0]
 	ctx, b, done, err := a.session()
 	if err != nil {
 		return err
@@ -42,16 +39,9 @@ status), 64/69/70/77 on errors.`)
 	if a.json {
 		out := map[string]any{"key": key, "keyHash": syncguard.HashKey(key), "revoked": h != nil}
 		if h != nil {
-			out["fence"] = string(h.Fence)
-			out["acquiredAt"] = jsonTime(h.AcquiredAt)
-			out["expiresAt"] = jsonTime(h.ExpiresAt)
-			out["lockIdHash"] = h.LockIDHash
-			out["identity"] = h.Identity
+			lockJSON(out, *h)
 		}
-		if err := writeJSON(a.stdout, out); err != nil {
-			return err
-		}
-		return freeStatus(h == nil)
+		return cmp.Or(writeJSON(a.stdout, out), freeStatus(h == nil))
 	}
 	if h == nil {
 		fmt.Fprintf(a.stdout, "%s is not held: nothing revoked\n", displayKey(key))

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -105,9 +106,24 @@ func (a *app) cmdRun(args []string) error {
 	o.wait = defaultWait
 	fs.Var(wait, "wait", "how long to keep trying while the lock is busy (`DURATION`); 0 tries once; forever waits without limit")
 	fs.Var(wait, "w", "short for --wait (`SECONDS`)")
-	fs.Var(zeroDurationFlag{&o.wait}, "n", "do not wait: short for --wait 0")
-	fs.Var(exitCodeFlag{&o.busyExit}, "busy-exit", "exit status when the lock stays busy (`N`, 0 to 255), to tell it from COMMAND's own statuses")
-	fs.Var(exitCodeFlag{&o.busyExit}, "E", "short for --busy-exit (`N`)")
+	fs.BoolFunc("n", "do not wait: short for --wait 0", func(s string) error {
+		n, err := strconv.ParseBool(s)
+		if n {
+			o.wait = 0
+		}
+		return err
+	})
+	busyExit := func(s string) error {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 0 || n > 255 {
+			return fmt.Errorf("%q is not an exit status: want 0 to 255", s)
+		}
+		o.busyExit = n
+		return nil
+	}
+	fs.Func("busy-exit", "exit status when the lock stays busy (`N`, 0 to 255), to tell it from COMMAND's own statuses", busyExit)
+	fs.Func("E", "short for --busy-exit (`N`)", busyExit)
+	fs.Lookup("busy-exit").DefValue, fs.Lookup("E").DefValue = "75", "75"
 	fs.StringVar(&o.fenceEnv, "fence-env", defaultFenceEnv, "environment variable `NAME` that gives COMMAND the fence; NAME_NUM gets it as a plain decimal number")
 	durationVar(fs, &o.grace, "grace", defaultGrace, 0, maxGrace, false,
 		"after the lock is lost: time between SIGTERM and SIGKILL (`DURATION`), shortened to end before the lock's last confirmed expiry")

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -14,7 +15,7 @@ const sensitiveNote = "sensitive: whoever has a lockId can release its lock"
 func (a *app) cmdStatus(args []string) error {
 	fs := a.flagSet("status")
 	raw := fs.Bool("raw", false, "also print the holder's raw lockId ("+sensitiveNote+")")
-	pos, err := a.parseCmd(fs, args, true, `
+	key, err := a.parseKey(fs, args, `
 Shows whether KEY is held, and if so its fence, expiry, acquisition time
 and the holder's lockId hash (HashKey, safe to log). When KEY is free it
 shows the last fence handed out for it: the next holder gets a larger one.
@@ -25,10 +26,6 @@ is-active), 64/69/70/77 on errors.`)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usageErr("want exactly one KEY, got %d arguments", len(pos))
-	}
-	key := pos[0]
 	ctx, b, done, err := a.session()
 	if err != nil {
 		return err
@@ -53,20 +50,13 @@ is-active), 64/69/70/77 on errors.`)
 			out["lastFence"] = string(last)
 		}
 		if info != nil {
-			out["fence"] = string(info.Fence)
-			out["acquiredAt"] = jsonTime(info.AcquiredAt)
-			out["expiresAt"] = jsonTime(info.ExpiresAt)
+			lockJSON(out, info.LockInfo)
 			out["expiresInMs"] = info.ExpiresAt.Sub(now).Milliseconds()
-			out["lockIdHash"] = info.LockIDHash
-			out["identity"] = info.Identity
 			if *raw {
 				out["lockId"] = info.LockID
 			}
 		}
-		if err := writeJSON(a.stdout, out); err != nil {
-			return err
-		}
-		return freeStatus(info == nil)
+		return cmp.Or(writeJSON(a.stdout, out), freeStatus(info == nil))
 	}
 
 	w := table(a.stdout)
@@ -94,7 +84,14 @@ is-active), 64/69/70/77 on errors.`)
 	return w.Flush()
 }
 
-// freeStatus is status's result: exit 1 (ExitFree) when the key is free.
+// lockJSON adds a holding's fields to the JSON of status and revoke.
+func lockJSON(out map[string]any, info syncguard.LockInfo) {
+	out["fence"], out["acquiredAt"], out["expiresAt"] = string(info.Fence), jsonTime(info.AcquiredAt), jsonTime(info.ExpiresAt)
+	out["lockIdHash"], out["identity"] = info.LockIDHash, info.Identity
+}
+
+// freeStatus is the result of status, revoke and leader: exit 1 (ExitFree)
+// when the key is free.
 func freeStatus(free bool) error {
 	if free {
 		return &cliError{status: ExitFree, silent: true}
@@ -186,25 +183,15 @@ uses.`); err != nil {
 		if r.Identity != "" {
 			holder = displayKey(r.Identity)
 		}
-		if *keys {
+		if *keys || *raw {
 			key = displayKey(r.Key)
-		}
-		if *raw {
-			key = displayKey(r.Key)
-			cells := []string{key, string(r.Fence), rel(r.AcquiredAt, now), rel(r.ExpiresAt, now), holder, r.LockID}
-			if *expired {
-				cells = append(cells, map[bool]string{true: "live", false: "expired"}[list.Live(r.LockInfo)])
-			}
-			fmt.Fprintln(w, strings.Join(cells, "\t"))
-			continue
 		}
 		cells := []string{key, string(r.Fence), rel(r.AcquiredAt, now), rel(r.ExpiresAt, now), holder}
+		if *raw {
+			cells = append(cells, r.LockID)
+		}
 		if *expired {
-			state := "live"
-			if !list.Live(r.LockInfo) {
-				state = "expired"
-			}
-			cells = append(cells, state)
+			cells = append(cells, map[bool]string{true: "live", false: "expired"}[list.Live(r.LockInfo)])
 		}
 		fmt.Fprintln(w, strings.Join(cells, "\t"))
 	}

@@ -22,6 +22,12 @@ type treeEvent struct {
 	err    string // gone: why
 }
 
+// procInfo is a process's line of /proc/PID/stat (Linux).
+type procInfo struct {
+	pid, ppid, pgrp, tty, tpgid int
+	state                       byte
+}
+
 // withoutEnv drops the variables named in names from env.
 func withoutEnv(env []string, names ...string) []string {
 	out := make([]string, 0, len(env))

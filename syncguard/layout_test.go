@@ -267,6 +267,9 @@ func (tr *sourceTree) isInternal(p *srcPkg) bool {
 	return p.module == "." && (p.dir == "internal" || strings.HasPrefix(p.dir, "internal/"))
 }
 
+// isCLI reports whether p is the CLI (cmd/syncguard and below).
+func (tr *sourceTree) isCLI(p *srcPkg) bool { return underPath(p.dir, "cmd/syncguard") }
+
 // importers returns the published packages whose non-test code imports
 // path.
 func (tr *sourceTree) importers(path string) []*srcPkg {

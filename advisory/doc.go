@@ -8,7 +8,7 @@
 //
 // # Transaction locks
 //
-// Locker.LockTx and Locker.TryLockTx lock inside the caller's *sql.Tx
+// Client.LockTx and Client.TryLockTx lock inside the caller's *sql.Tx
 // (pg_advisory_xact_lock, pg_try_advisory_xact_lock). The lock is released
 // by commit or rollback:
 //
@@ -28,8 +28,8 @@
 // # Session locks
 //
 // Session locks (pg_advisory_lock) belong to a connection, so they need a
-// pinned *sql.Conn: Locker.LockConn and Locker.TryLockConn on a connection
-// the caller holds, or Locker.LockSession and Locker.TryLockSession, which
+// pinned *sql.Conn: Client.LockConn and Client.TryLockConn on a connection
+// the caller holds, or Client.LockSession and Client.TryLockSession, which
 // take their own from the pool. The returned SessionLock unlocks on Unlock
 // or Close and never lets a connection that may still hold the lock back
 // into the pool. An unlock that finds nothing held is reported (ErrNotHeld).

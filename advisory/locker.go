@@ -13,7 +13,7 @@ import (
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
-// Config configures a Locker. The zero value (or nil) is usable.
+// Config configures a Client. The zero value (or nil) is usable.
 type Config struct {
 	// Dialect reads driver errors. Nil: found from db.Driver() (import an
 	// adapter, as for syncguard.New).
@@ -25,13 +25,13 @@ type Config struct {
 
 	// DeclaredOnly makes every lock operation refuse, with
 	// InvalidArgument, a Key that was not made by Registry: raw ids and
-	// names that nobody declared cannot be locked through this Locker.
+	// names that nobody declared cannot be locked through this Client.
 	DeclaredOnly bool
 
 	// CancelGrace is how long a statement may go on after its context is
 	// done before the driver itself is told to cancel it (which, with
 	// lib/pq and pgx, closes the connection and so breaks the caller's
-	// transaction). Within the grace the Locker cancels a waiting lock
+	// transaction). Within the grace the Client cancels a waiting lock
 	// server-side with pg_cancel_backend instead, which keeps the
 	// connection and transaction usable. Default 1s.
 	CancelGrace time.Duration
@@ -41,7 +41,7 @@ type Config struct {
 	UnlockTimeout time.Duration
 }
 
-// Locker takes PostgreSQL advisory locks on transactions and pinned
+// Client takes PostgreSQL advisory locks on transactions and pinned
 // connections that the caller owns, and reads pg_locks for monitoring.
 //
 // db is used for monitoring, for LockSession's connections, and to cancel a
@@ -53,9 +53,9 @@ type Config struct {
 // spare for that. When the cancel cannot be sent, the driver cancels the
 // statement instead.
 //
-// A Locker is safe for concurrent use; the *sql.Tx and *sql.Conn passed to
+// A Client is safe for concurrent use; the *sql.Tx and *sql.Conn passed to
 // it are, as always, used by one goroutine at a time.
-type Locker struct {
+type Client struct {
 	db            *sql.DB
 	dialect       driver.Dialect
 	reg           *Registry
@@ -70,10 +70,10 @@ type Locker struct {
 // instead.
 const cancelTimeout = 250 * time.Millisecond
 
-// New returns a Locker on db. It does no I/O. A nil db, DeclaredOnly without
+// New returns a Client on db. It does no I/O. A nil db, DeclaredOnly without
 // a Registry, negative durations or a driver without a registered dialect
 // are InvalidArgument.
-func New(db *sql.DB, cfg *Config) (*Locker, error) {
+func New(db *sql.DB, cfg *Config) (*Client, error) {
 	const op = "advisory.new"
 	if db == nil {
 		return nil, invalidArg(op, "db must not be nil")
@@ -104,12 +104,12 @@ func New(db *sql.DB, cfg *Config) (*Locker, error) {
 		}
 		c.Dialect = d
 	}
-	return &Locker{db: db, dialect: c.Dialect, reg: c.Registry, declaredOnly: c.DeclaredOnly,
+	return &Client{db: db, dialect: c.Dialect, reg: c.Registry, declaredOnly: c.DeclaredOnly,
 		grace: c.CancelGrace, unlockTimeout: c.UnlockTimeout}, nil
 }
 
 // Registry returns the Config.Registry, or nil.
-func (l *Locker) Registry() *Registry { return l.reg }
+func (l *Client) Registry() *Registry { return l.reg }
 
 // LockTx takes the transaction-scoped lock key in tx
 // (pg_advisory_xact_lock), waiting as long as ctx allows. The lock is
@@ -126,7 +126,7 @@ func (l *Locker) Registry() *Registry { return l.reg }
 //
 // An uncontended LockTx is one round trip (a try that also reads the
 // backend pid and backend_start); a contended one is one more.
-func (l *Locker) LockTx(ctx context.Context, tx *sql.Tx, key Key) error {
+func (l *Client) LockTx(ctx context.Context, tx *sql.Tx, key Key) error {
 	const op = "advisory.lockTx"
 	if err := l.begin(ctx, op, tx == nil, "tx", key, Transaction); err != nil {
 		return err
@@ -153,7 +153,7 @@ type queryer interface {
 // server-side. A failed try comes back wrapped with waited false; a failed
 // wait comes back raw with waited true, for the caller's waitErr and cleanup.
 // b is the session the statements ran in.
-func (l *Locker) tryThenWait(ctx context.Context, op string, key Key, db queryer, try, wait string) (b backendID, waited bool, err error) {
+func (l *Client) tryThenWait(ctx context.Context, op string, key Key, db queryer, try, wait string) (b backendID, waited bool, err error) {
 	var got bool
 	err = l.run(ctx, nil, func(c context.Context) error {
 		return db.QueryRowContext(c, try, key.args()...).Scan(&b.pid, &b.start, &got)
@@ -178,7 +178,7 @@ func (l *Locker) tryThenWait(ctx context.Context, op string, key Key, db queryer
 // (pg_try_advisory_xact_lock) and never waits for it: false means another
 // session holds it. A true result holds until tx ends. TryLockTx in a
 // transaction that already holds key returns true again.
-func (l *Locker) TryLockTx(ctx context.Context, tx *sql.Tx, key Key) (bool, error) {
+func (l *Client) TryLockTx(ctx context.Context, tx *sql.Tx, key Key) (bool, error) {
 	const op = "advisory.tryLockTx"
 	if err := l.begin(ctx, op, tx == nil, "tx", key, Transaction); err != nil {
 		return false, err
@@ -194,7 +194,7 @@ func (l *Locker) TryLockTx(ctx context.Context, tx *sql.Tx, key Key) (bool, erro
 }
 
 // check validates the arguments of a lock operation before any I/O.
-func (l *Locker) check(op string, nilTarget bool, target string, key Key, want Kind) error {
+func (l *Client) check(op string, nilTarget bool, target string, key Key, want Kind) error {
 	bad := func(msg string) error {
 		e := invalidArg(op, msg)
 		if !key.IsZero() {
@@ -210,13 +210,13 @@ func (l *Locker) check(op string, nilTarget bool, target string, key Key, want K
 	case key.decl != nil && key.decl.d.Kind != want:
 		return bad(fmt.Sprintf("lock %q is declared %s; it cannot be taken as a %s lock", key.decl.d.Name, key.decl.d.Kind, want))
 	case l.declaredOnly && (key.decl == nil || key.decl.r != l.reg):
-		return bad(fmt.Sprintf("this Locker takes only locks declared in registry %q (Config.DeclaredOnly)", l.reg.ns))
+		return bad(fmt.Sprintf("this Client takes only locks declared in registry %q (Config.DeclaredOnly)", l.reg.ns))
 	}
 	return nil
 }
 
 // begin validates a call (check), then its context: both before any I/O.
-func (l *Locker) begin(ctx context.Context, op string, nilTarget bool, target string, key Key, want Kind) error {
+func (l *Client) begin(ctx context.Context, op string, nilTarget bool, target string, key Key, want Kind) error {
 	if err := l.check(op, nilTarget, target, key, want); err != nil {
 		return err
 	}
@@ -226,8 +226,8 @@ func (l *Locker) begin(ctx context.Context, op string, nilTarget bool, target st
 	return nil
 }
 
-// wrap classifies err with the Locker's dialect (the context first).
-func (l *Locker) wrap(ctx context.Context, op string, key Key, err error) error {
+// wrap classifies err with the Client's dialect (the context first).
+func (l *Client) wrap(ctx context.Context, op string, key Key, err error) error {
 	e := errwrap.Wrap(ctx, op, l.dialect, err)
 	if e == nil {
 		return nil
@@ -242,7 +242,7 @@ func (l *Locker) wrap(ctx context.Context, op string, key Key, err error) error 
 // the server ended because a deadline passed (ours, through the cancel, or
 // its lock_timeout) is AcquisitionTimeout: the server answered, and the
 // lock stayed taken.
-func (l *Locker) waitErr(ctx context.Context, op string, key Key, err error) error {
+func (l *Client) waitErr(ctx context.Context, op string, key Key, err error) error {
 	state := l.dialect.Inspect(err).SQLState
 	e := errwrap.Wrap(ctx, op, l.dialect, err)
 	if e.SQLState == "" {
@@ -286,7 +286,7 @@ type backendID struct {
 // whose answer timed out may still run on the server later; it can then
 // only end an advisory-lock wait of target's session, which the driver
 // cancellation has abandoned.
-func (l *Locker) run(ctx context.Context, target *backendID, f func(context.Context) error) error {
+func (l *Client) run(ctx context.Context, target *backendID, f func(context.Context) error) error {
 	sctx, hard := context.WithCancel(context.WithoutCancel(ctx))
 	defer hard()
 	finished := make(chan struct{})
@@ -325,7 +325,7 @@ const cancelRetry = 20 * time.Millisecond
 // statement has not reached the server yet, or the lock was just granted
 // and f is returning; a role that cannot see b in pg_stat_activity also
 // looks like this.
-func (l *Locker) cancelWait(ctx context.Context, b backendID, finished <-chan struct{}) bool {
+func (l *Client) cancelWait(ctx context.Context, b backendID, finished <-chan struct{}) bool {
 	if !b.start.Valid {
 		return false
 	}
@@ -359,8 +359,8 @@ func (l *Locker) cancelWait(ctx context.Context, b backendID, finished <-chan st
 
 // cancelBackend sends one server-side cancel, answered by end. sent false
 // with a nil error: b was not waiting for an advisory lock (or is not
-// visible to the Locker's role).
-func (l *Locker) cancelBackend(ctx context.Context, end time.Time, b backendID) (sent bool, err error) {
+// visible to the Client's role).
+func (l *Client) cancelBackend(ctx context.Context, end time.Time, b backendID) (sent bool, err error) {
 	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), end)
 	defer cancel()
 	var ok bool

@@ -30,7 +30,7 @@ func (fakeDialect) Inspect(err error) driver.ErrorInfo {
 	return driver.ErrorInfo{}
 }
 
-func newMock(t *testing.T, cfg *Config) (*Locker, *sql.DB, sqlmock.Sqlmock) {
+func newMock(t *testing.T, cfg *Config) (*Client, *sql.DB, sqlmock.Sqlmock) {
 	t.Helper()
 	db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
 	if err != nil {
@@ -261,7 +261,7 @@ func TestLockTxCancelServerSideThenGrace(t *testing.T) {
 
 // mockWait sets up a contended LockTx of ID(5): the try reports pid 77 and
 // start, and the wait takes delay, then succeeds.
-func mockWait(t *testing.T, cfg *Config, start any, delay time.Duration) (*Locker, *sql.Tx, sqlmock.Sqlmock) {
+func mockWait(t *testing.T, cfg *Config, start any, delay time.Duration) (*Client, *sql.Tx, sqlmock.Sqlmock) {
 	t.Helper()
 	l, db, mock := newMock(t, cfg)
 	mock.MatchExpectationsInOrder(false)

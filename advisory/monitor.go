@@ -12,11 +12,11 @@ import (
 //go:embed sql/locks.sql
 var sqlLocks string
 
-// LockInfo is one row of pg_locks for an advisory lock: a session that holds
+// Entry is one row of pg_locks for an advisory lock: a session that holds
 // it (Granted) or waits for it.
-type LockInfo struct {
+type Entry struct {
 	// Key is the lock, decoded from classid, objid and objsubid. It carries
-	// its declaration when the Locker's Registry knows it.
+	// its declaration when the Client's Registry knows it.
 	Key Key
 	// Name is the registry name, or "" when the id is not known (see
 	// Registry.NameOf).
@@ -47,17 +47,17 @@ type LockInfo struct {
 // for every session, ordered by lock and then holders first. It reads
 // pg_locks (cheap, but it briefly takes the lock manager's partition locks:
 // poll it every few seconds, not in a loop).
-func (l *Locker) Locks(ctx context.Context) ([]LockInfo, error) {
+func (l *Client) Locks(ctx context.Context) ([]Entry, error) {
 	return l.list(ctx, "advisory.locks", false)
 }
 
 // Waiting lists only the waiting requests, each with the pids blocking it:
 // the document's "Check Lock Wait Times" query.
-func (l *Locker) Waiting(ctx context.Context) ([]LockInfo, error) {
+func (l *Client) Waiting(ctx context.Context) ([]Entry, error) {
 	return l.list(ctx, "advisory.waiting", true)
 }
 
-func (l *Locker) list(ctx context.Context, op string, waitingOnly bool) (_ []LockInfo, err error) {
+func (l *Client) list(ctx context.Context, op string, waitingOnly bool) (_ []Entry, err error) {
 	if ctx.Err() != nil {
 		return nil, l.wrap(ctx, op, Key{}, ctx.Err())
 	}
@@ -66,7 +66,7 @@ func (l *Locker) list(ctx context.Context, op string, waitingOnly bool) (_ []Loc
 		return nil, l.wrap(ctx, op, Key{}, err)
 	}
 	defer rows.Close()
-	var out []LockInfo
+	var out []Entry
 	for rows.Next() {
 		var (
 			classid, objid                    int64
@@ -83,7 +83,7 @@ func (l *Locker) list(ctx context.Context, op string, waitingOnly bool) (_ []Loc
 		if !ok {
 			continue
 		}
-		info := LockInfo{Key: k, PID: int(pid.Int64), Mode: mode.String, Granted: granted,
+		info := Entry{Key: k, PID: int(pid.Int64), Mode: mode.String, Granted: granted,
 			ApplicationName: appName.String, State: state.String,
 			WaitStart: msTime(waitStart), XactStart: msTime(xactStart), QueryStart: msTime(qStart)}
 		if l.reg != nil {

@@ -16,12 +16,12 @@ type Kind uint8
 
 const (
 	// Transaction locks (pg_advisory_xact_lock) are released when the
-	// transaction commits or rolls back. Take them with Locker.LockTx and
-	// Locker.TryLockTx.
+	// transaction commits or rolls back. Take them with Client.LockTx and
+	// Client.TryLockTx.
 	Transaction Kind = iota + 1
 	// Session locks (pg_advisory_lock) are held by the connection until
-	// unlocked or until the connection ends. Take them with Locker.LockConn,
-	// Locker.LockSession and their Try forms.
+	// unlocked or until the connection ends. Take them with Client.LockConn,
+	// Client.LockSession and their Try forms.
 	Session
 )
 
@@ -79,9 +79,9 @@ type Decl struct {
 //		Params: []string{"tenantId", "date"}, ...})
 //
 // Declaring a duplicate name, or a fixed id that another declaration already
-// uses, is an error. Markdown renders the registry table. A Locker whose
+// uses, is an error. Markdown renders the registry table. A Client whose
 // Config.DeclaredOnly is set takes only keys made by its registry, and
-// Locker monitoring reports registry names.
+// Client monitoring reports registry names.
 //
 // A Registry is safe for concurrent use.
 type Registry struct {

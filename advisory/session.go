@@ -26,7 +26,7 @@ var ErrNotHeld = errors.New("advisory: lock not held by this session")
 // was closed, and so returned to the pool, while the session still held
 // the lock. The next user of that pooled connection would re-enter the lock
 // (session locks stack) as if it were free, and Unlock could no longer
-// reach it. The Locker reports it from SessionLock.Unlock and Close (code
+// reach it. The Client reports it from SessionLock.Unlock and Close (code
 // InvalidArgument), and from a lock call that finds its connection already
 // holding the key for such a SessionLock (code Internal; the connection is
 // then discarded, which ends the leaked hold). Unlock before closing the
@@ -48,7 +48,7 @@ var sqlHeld string
 // is discarded, which ends its server session and releases every lock it
 // held.
 type SessionLock struct {
-	l       *Locker
+	l       *Client
 	conn    *sql.Conn
 	key     Key
 	owned   bool      // the connection came from LockSession: Unlock returns it
@@ -71,7 +71,7 @@ type SessionLock struct {
 // granted in the same instant, it is unlocked again, and if that cannot be
 // confirmed conn is discarded (sql.ErrConnDone afterwards) so that no
 // stray lock survives.
-func (l *Locker) LockConn(ctx context.Context, conn *sql.Conn, key Key) (*SessionLock, error) {
+func (l *Client) LockConn(ctx context.Context, conn *sql.Conn, key Key) (*SessionLock, error) {
 	const op = "advisory.lockConn"
 	if err := l.begin(ctx, op, conn == nil, "conn", key, Session); err != nil {
 		return nil, err
@@ -86,7 +86,7 @@ func (l *Locker) LockConn(ctx context.Context, conn *sql.Conn, key Key) (*Sessio
 // TryLockConn takes the session-scoped lock key on conn if it is free
 // (pg_try_advisory_lock) and never waits: ok false, with a nil
 // *SessionLock, means another session holds it.
-func (l *Locker) TryLockConn(ctx context.Context, conn *sql.Conn, key Key) (lock *SessionLock, ok bool, err error) {
+func (l *Client) TryLockConn(ctx context.Context, conn *sql.Conn, key Key) (lock *SessionLock, ok bool, err error) {
 	const op = "advisory.tryLockConn"
 	if err := l.begin(ctx, op, conn == nil, "conn", key, Session); err != nil {
 		return nil, false, err
@@ -104,7 +104,7 @@ func (l *Locker) TryLockConn(ctx context.Context, conn *sql.Conn, key Key) (lock
 // wrapping ErrNotHeld (code Internal), as SessionLock.Unlock does for the
 // same event; the connection is fine then. Prefer SessionLock.Unlock, which
 // also protects the pool.
-func (l *Locker) UnlockConn(ctx context.Context, conn *sql.Conn, key Key) error {
+func (l *Client) UnlockConn(ctx context.Context, conn *sql.Conn, key Key) error {
 	const op = "advisory.unlockConn"
 	if err := l.begin(ctx, op, conn == nil, "conn", key, Session); err != nil {
 		return err
@@ -130,14 +130,14 @@ func notHeld(op string, key Key) error {
 			"connection, or statements do not reach the same server session (a pooler in transaction mode?)"}
 }
 
-// LockSession is LockConn on a connection of its own from the Locker's
+// LockSession is LockConn on a connection of its own from the Client's
 // pool: the SessionLock owns it, and Unlock or Close returns it to the pool
 // (or discards it, see SessionLock). Use it for a singleton job:
 //
 //	lock, err := locker.LockSession(ctx, key)
 //	if err != nil { return err }
 //	defer lock.Close()
-func (l *Locker) LockSession(ctx context.Context, key Key) (*SessionLock, error) {
+func (l *Client) LockSession(ctx context.Context, key Key) (*SessionLock, error) {
 	const op = "advisory.lockSession"
 	if err := l.check(op, false, "", key, Session); err != nil {
 		return nil, err
@@ -155,14 +155,14 @@ func (l *Locker) LockSession(ctx context.Context, key Key) (*SessionLock, error)
 }
 
 // TryLockSession is TryLockConn on a connection of its own from the
-// Locker's pool, like LockSession. When ok is false the connection is
+// Client's pool, like LockSession. When ok is false the connection is
 // already back in the pool. The scheduler pattern (one instance of a
 // periodic job runs, the others skip it):
 //
 //	lock, ok, err := locker.TryLockSession(ctx, cleanupLock)
 //	if err != nil || !ok { return err } // another instance runs it
 //	defer lock.Close()
-func (l *Locker) TryLockSession(ctx context.Context, key Key) (lock *SessionLock, ok bool, err error) {
+func (l *Client) TryLockSession(ctx context.Context, key Key) (lock *SessionLock, ok bool, err error) {
 	const op = "advisory.tryLockSession"
 	if err := l.check(op, false, "", key, Session); err != nil {
 		return nil, false, err
@@ -180,7 +180,7 @@ func (l *Locker) TryLockSession(ctx context.Context, key Key) (lock *SessionLock
 	return lock, err == nil, err
 }
 
-func (l *Locker) conn(ctx context.Context, op string, key Key) (*sql.Conn, error) {
+func (l *Client) conn(ctx context.Context, op string, key Key) (*sql.Conn, error) {
 	if ctx.Err() != nil {
 		return nil, l.wrap(ctx, op, key, ctx.Err())
 	}
@@ -193,7 +193,7 @@ func (l *Locker) conn(ctx context.Context, op string, key Key) (*sql.Conn, error
 
 // trySession is pg_try_advisory_lock on conn, reading the session's pid
 // and backend_start in the same round trip.
-func (l *Locker) trySession(ctx context.Context, conn *sql.Conn, key Key) (backendID, bool, error) {
+func (l *Client) trySession(ctx context.Context, conn *sql.Conn, key Key) (backendID, bool, error) {
 	var b backendID
 	var got bool
 	err := l.run(ctx, nil, func(c context.Context) error {
@@ -205,7 +205,7 @@ func (l *Locker) trySession(ctx context.Context, conn *sql.Conn, key Key) (backe
 // lockSession is the blocking session lock: a try that reads the backend
 // pid and backend_start, then, if the lock is taken, the wait, cancellable
 // server-side.
-func (l *Locker) lockSession(ctx context.Context, op string, conn *sql.Conn, key Key) (backendID, error) {
+func (l *Client) lockSession(ctx context.Context, op string, conn *sql.Conn, key Key) (backendID, error) {
 	q := queries[key.form]
 	b, waited, err := l.tryThenWait(ctx, op, key, conn, q.trySessionPID, q.session)
 	if err == nil || !waited {
@@ -220,7 +220,7 @@ func (l *Locker) lockSession(ctx context.Context, op string, conn *sql.Conn, key
 // before the wait failed, so this session held no lock on key then; one it
 // holds now was granted just as the wait was cancelled. When that cannot be
 // checked or undone, conn is discarded.
-func (l *Locker) cleanupFailedWait(ctx context.Context, conn *sql.Conn, key Key) {
+func (l *Client) cleanupFailedWait(ctx context.Context, conn *sql.Conn, key Key) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.unlockTimeout)
 	defer cancel()
 	classid, objid, sub := key.lockTag()
@@ -345,7 +345,7 @@ func (s *SessionLock) Close() error {
 	return s.Unlock(ctx)
 }
 
-// sessionRegistry tracks a Locker's live SessionLocks by server session and
+// sessionRegistry tracks a Client's live SessionLocks by server session and
 // key. A lock granted to a session on which a live SessionLock of another
 // *sql.Conn holds the same key can only mean that the other SessionLock's
 // connection went back to the pool while holding it.
@@ -415,7 +415,7 @@ func (r *sessionRegistry) remove(s *SessionLock) {
 // misuse): this grant only re-entered the leaked lock. The connection is
 // then discarded, which ends the session and both holds, the other
 // SessionLock learns of it at its Unlock, and the caller gets an error.
-func (l *Locker) newSessionLock(op string, conn *sql.Conn, key Key, b backendID, owned bool) (*SessionLock, error) {
+func (l *Client) newSessionLock(op string, conn *sql.Conn, key Key, b backendID, owned bool) (*SessionLock, error) {
 	s := &SessionLock{l: l, conn: conn, key: key, owned: owned, session: b}
 	others := l.sessions.add(s)
 	if len(others) == 0 {

@@ -37,7 +37,7 @@ func init() {
 		booking := a.reg.MustDeclare(advisory.Decl{Name: "booking.create", Kind: advisory.Transaction,
 			Params: []string{"tenantId", "date"}, Purpose: "Booking creation race prevention"})
 		const pools, workers = 4, 16
-		lockers := []*advisory.Locker{a.l, a.l2}
+		lockers := []*advisory.Client{a.l, a.l2}
 		dbs := []*sql.DB{e.db, e.db2}
 		for len(dbs) < pools {
 			db := e.h.Open(e.t)
@@ -208,7 +208,7 @@ func init() {
 
 		// A LockSession whose wait times out leaves its connection holding
 		// nothing. (The pool has a connection to spare for the Locker's
-		// server-side cancel; see advisory.Locker.)
+		// server-side cancel; see advisory.Client.)
 		db3 := e.h.Open(e.t)
 		db3.SetMaxOpenConns(3)
 		db3.SetMaxIdleConns(3)
@@ -385,7 +385,7 @@ func init() {
 		a.advWaitFor("the waiter to appear in pg_locks", func() bool { return a.advWaiting(key, waiter) })
 
 		rows := a.advRows(key)
-		var h, w *advisory.LockInfo
+		var h, w *advisory.Entry
 		for i := range rows {
 			switch rows[i].PID {
 			case holder:
@@ -449,7 +449,7 @@ func init() {
 		errs := make(chan error, 2)
 		var wg sync.WaitGroup
 		for _, side := range []struct {
-			l   *advisory.Locker
+			l   *advisory.Client
 			tx  *sql.Tx
 			key advisory.Key
 		}{{a.l, tx1, kb}, {a.l2, tx2, ka}} {
@@ -525,7 +525,7 @@ func advID(k advisory.Key) int64 {
 // advBook is the document's booking transaction: lock tenant+date, check,
 // insert, commit. inside counts the transactions in the critical section;
 // it is set negative on overlap.
-func advBook(ctx context.Context, db *sql.DB, l *advisory.Locker, booking *advisory.Declared, table, day string, worker int, inside *atomic.Int32) error {
+func advBook(ctx context.Context, db *sql.DB, l *advisory.Client, booking *advisory.Declared, table, day string, worker int, inside *atomic.Int32) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err

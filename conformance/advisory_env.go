@@ -16,7 +16,7 @@ type advEnv struct {
 	*sqlEnv
 	ns    string
 	reg   *advisory.Registry
-	l, l2 *advisory.Locker
+	l, l2 *advisory.Client
 }
 
 func newAdvEnv(e *sqlEnv) *advEnv {
@@ -30,7 +30,7 @@ func newAdvEnv(e *sqlEnv) *advEnv {
 
 // onePool opens a pool of one connection (kept idle) and a Locker on it:
 // the next Conn of the pool is the one the last user returned.
-func (a *advEnv) onePool() (*sql.DB, *advisory.Locker) {
+func (a *advEnv) onePool() (*sql.DB, *advisory.Client) {
 	a.t.Helper()
 	db := a.h.Open(a.t)
 	db.SetMaxOpenConns(1)
@@ -38,7 +38,7 @@ func (a *advEnv) onePool() (*sql.DB, *advisory.Locker) {
 	return db, a.locker(db)
 }
 
-func (a *advEnv) locker(db *sql.DB) *advisory.Locker {
+func (a *advEnv) locker(db *sql.DB) *advisory.Client {
 	a.t.Helper()
 	l, err := advisory.New(db, &advisory.Config{Dialect: a.h.Dialect, Registry: a.reg})
 	if err != nil {
@@ -72,13 +72,13 @@ func (a *advEnv) advPID(q rowQuerier) int {
 }
 
 // advRows are the pg_locks rows of key, via the monitoring API.
-func (a *advEnv) advRows(key advisory.Key) []advisory.LockInfo {
+func (a *advEnv) advRows(key advisory.Key) []advisory.Entry {
 	a.t.Helper()
 	all, err := a.l.Locks(a.ctx)
 	if err != nil {
 		a.t.Fatalf("rule: Locks must not fail; got %v", err)
 	}
-	var out []advisory.LockInfo
+	var out []advisory.Entry
 	for _, r := range all {
 		if r.Key.Same(key) {
 			out = append(out, r)

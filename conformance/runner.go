@@ -13,20 +13,20 @@ import (
 // A case is one property: a function of its environment, registered from
 // an init function under "Group/Rule". A serial case (a server restart, say)
 // never runs alongside the others of its run.
-type kase[E any] struct {
+type testCase[E any] struct {
 	name   string
 	serial bool
 	fn     func(e E)
 }
 
 // registry holds the cases of one tier, in registration order.
-type registry[E any] struct{ cases []kase[E] }
+type registry[E any] struct{ cases []testCase[E] }
 
 func (r *registry[E]) add(name string, serial bool, fn func(E)) {
 	if !strings.Contains(name, "/") {
 		panic("conformance: case name " + name + " is not Group/Rule")
 	}
-	r.cases = append(r.cases, kase[E]{name: name, serial: serial, fn: fn})
+	r.cases = append(r.cases, testCase[E]{name: name, serial: serial, fn: fn})
 }
 
 // The three tiers. The backend tier holds the properties of any
@@ -55,8 +55,8 @@ type runOptions struct {
 }
 
 // groups returns the group names of r in order, and the cases by group.
-func (r *registry[E]) groups() ([]string, map[string][]kase[E]) {
-	by := map[string][]kase[E]{}
+func (r *registry[E]) groups() ([]string, map[string][]testCase[E]) {
+	by := map[string][]testCase[E]{}
 	var order []string
 	for _, c := range r.cases {
 		g, _, _ := strings.Cut(c.name, "/")

@@ -64,7 +64,7 @@ func (a *app) cmdAdvisory(args []string) error {
 	}
 	ctx, cancel := a.ctx()
 	defer cancel()
-	var locks []advisory.LockInfo
+	var locks []advisory.Entry
 	if *waiting {
 		locks, err = l.Waiting(ctx)
 	} else {
@@ -130,7 +130,7 @@ func (a *app) cmdAdvisory(args []string) error {
 // registry declares for the id; else "session" for a holder outside any
 // transaction (only a session lock outlives its transaction); else
 // "unknown".
-func lockScope(li advisory.LockInfo) string {
+func lockScope(li advisory.Entry) string {
 	if d := li.Key.Declared(); d != nil {
 		switch d.Kind() {
 		case advisory.Session:

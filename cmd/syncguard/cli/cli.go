@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -88,10 +89,8 @@ func init() {
 }
 
 func lookupCommand(name string) *command {
-	for i := range commands {
-		if commands[i].name == name {
-			return &commands[i]
-		}
+	if i := slices.IndexFunc(commands, func(c command) bool { return c.name == name }); i >= 0 {
+		return &commands[i]
 	}
 	return nil
 }
@@ -133,7 +132,6 @@ func (a *app) main(args []string) int {
 	}
 	c := lookupCommand(name)
 	if c == nil {
-		a.cmd = ""
 		return a.exit(usageErr("unknown command %q (commands: %s)", name, commandNames()))
 	}
 	a.cmd = c.name
@@ -193,32 +191,21 @@ var globalFlags = map[string]bool{"dsn": true, "table": true, "fence-table": tru
 
 // printFlags lists the flags of fs that keep accepts, in --name form.
 func printFlags(w io.Writer, fs *flag.FlagSet, keep func(string) bool) {
-	var all []*flag.Flag
 	fs.VisitAll(func(f *flag.Flag) {
-		if keep(f.Name) {
-			all = append(all, f)
+		if !keep(f.Name) {
+			return
 		}
-	})
-	for _, f := range all {
 		arg, usage := flag.UnquoteUsage(f)
-		dash := "--"
-		if len(f.Name) == 1 {
-			dash = "-"
-		}
-		line := "  " + dash + f.Name
-		if arg != "" {
-			line += " " + arg
-		}
-		fmt.Fprintln(w, line)
-		def := ""
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
-			def = fmt.Sprintf(" (default %s)", f.DefValue)
+		dash := "--"[:min(len(f.Name), 2)] // -n, --wait
+		fmt.Fprintln(w, strings.TrimRight("  "+dash+f.Name+" "+arg, " "))
+		if !slices.Contains([]string{"", "false", "0", "0s"}, f.DefValue) {
+			usage += " (default " + f.DefValue + ")"
 		}
 		if !notFromEnv[f.Name] {
-			def += fmt.Sprintf(" [$%s]", envName(f.Name))
+			usage += " [$" + envName(f.Name) + "]"
 		}
-		fmt.Fprintf(w, "        %s%s\n", usage, def)
-	}
+		fmt.Fprintf(w, "        %s\n", usage)
+	})
 }
 
 // cmdHelp prints a command's help on stdout.
@@ -287,10 +274,7 @@ func (a *app) parse(fs *flag.FlagSet, args []string, interspersed bool) ([]strin
 			return nil, err
 		}
 		consumed := len(args) - len(rest)
-		if consumed > 0 && args[consumed-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		if !interspersed || len(rest) == 0 {
+		if consumed > 0 && args[consumed-1] == "--" || !interspersed || len(rest) == 0 {
 			return append(pos, rest...), nil
 		}
 		pos = append(pos, rest[0])
@@ -445,10 +429,7 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // exit reports err, if any, and returns the exit status.
 func (a *app) exit(err error) int {
-	if err == nil {
-		return ExitOK
-	}
-	if errors.Is(err, errHelp) {
+	if err == nil || errors.Is(err, errHelp) {
 		return ExitOK
 	}
 	status, code, msg := describe(err)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -21,11 +22,6 @@ const (
 	statusWarn = "warn"
 	statusFail = "fail"
 )
-
-type doctor struct {
-	a        *app
-	findings []finding
-}
 
 const doctorHelp = `
 Checks that syncguard can work correctly against this database and says
@@ -70,7 +66,8 @@ func (a *app) cmdDoctor(args []string) error {
 	// The checks are the library's (syncguard.CheckDeployment), so that a
 	// smoke test and doctor judge a deployment alike.
 	report, connErr := syncguard.CheckDeployment(ctx, db, a.config())
-	d := &doctor{a: a}
+	var findings []finding
+	failed, warned := 0, 0
 	for _, f := range report.Findings {
 		if f.Check == "connection" && f.Status == statusFail {
 			_, source := a.connSource()
@@ -88,11 +85,7 @@ func (a *app) cmdDoctor(args []string) error {
 					"programs that use the library through this path need nothing for syncguard's statements (a Backend detects the pooler and stops preparing); with pgx, their own SQL on the same pool needs default_query_exec_mode=exec in the connection string"
 			}
 		}
-		d.findings = append(d.findings, finding{Check: f.Check, Status: f.Status, Detail: oneLine(f.Detail), Fix: f.Fix})
-	}
-
-	failed, warned := 0, 0
-	for _, f := range d.findings {
+		findings = append(findings, finding{Check: f.Check, Status: f.Status, Detail: oneLine(f.Detail), Fix: f.Fix})
 		switch f.Status {
 		case statusFail:
 			failed++
@@ -101,11 +94,11 @@ func (a *app) cmdDoctor(args []string) error {
 		}
 	}
 	if a.json {
-		if err := writeJSON(a.stdout, map[string]any{"ok": failed == 0, "failed": failed, "warnings": warned, "checks": d.findings}); err != nil {
+		if err := writeJSON(a.stdout, map[string]any{"ok": failed == 0, "failed": failed, "warnings": warned, "checks": findings}); err != nil {
 			return err
 		}
 	} else {
-		d.print(failed, warned)
+		printFindings(a.stdout, findings, failed, warned)
 	}
 	if connErr != nil {
 		status, _, _ := describe(connErr)
@@ -117,9 +110,9 @@ func (a *app) cmdDoctor(args []string) error {
 	return nil
 }
 
-func (d *doctor) print(failed, warned int) {
-	w := table(d.a.stdout)
-	for _, f := range d.findings {
+func printFindings(out io.Writer, findings []finding, failed, warned int) {
+	w := table(out)
+	for _, f := range findings {
 		st := f.Status
 		if st == statusFail {
 			st = "FAIL"
@@ -136,10 +129,10 @@ func (d *doctor) print(failed, warned int) {
 	w.Flush()
 	switch {
 	case failed == 0 && warned == 0:
-		fmt.Fprintln(d.a.stdout, "\nall checks passed")
+		fmt.Fprintln(out, "\nall checks passed")
 	case failed == 0:
-		fmt.Fprintf(d.a.stdout, "\nno problems, %s\n", plural(warned, "warning", "warnings"))
+		fmt.Fprintf(out, "\nno problems, %s\n", plural(warned, "warning", "warnings"))
 	default:
-		fmt.Fprintf(d.a.stdout, "\n%s, %s\n", plural(failed, "problem", "problems"), plural(warned, "warning", "warnings"))
+		fmt.Fprintf(out, "\n%s, %s\n", plural(failed, "problem", "problems"), plural(warned, "warning", "warnings"))
 	}
 }

@@ -139,7 +139,7 @@ func (a *app) applyEnv(fs *flag.FlagSet, keep func(name string) bool) error {
 			return
 		}
 		if e := fs.Set(f.Name, v); e != nil {
-			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			if isBoolFlag(f) {
 				e = fmt.Errorf("want 1 or 0, true or false")
 			}
 			err = usageErr("$%s=%s: %v", envName(f.Name), v, e)

@@ -9,11 +9,9 @@ import "time"
 // elsewhere: not processes that leave it.
 const treeTracking = false
 
-func becomeSubreaper() error { return nil }
-
+func becomeSubreaper() error     { return nil }
 func descendants(int) []procInfo { return nil }
-
-func hasControllingTTY() bool { return false }
+func hasControllingTTY() bool    { return false }
 
 // Deadlines travel as durations from now: the supervisor reads them at
 // once, so they are late by the pipe's latency at most (the main process

@@ -14,13 +14,18 @@ import (
 // is started directly, only an interrupt is handled, stopping the command
 // kills it, and only COMMAND itself is covered by the lock.
 
-func notifySignals(bool) []os.Signal { return []os.Signal{os.Interrupt} }
-
-func abortsWait(s os.Signal) bool { return s == os.Interrupt }
-
-func forwardable(os.Signal, bool) bool { return false }
-
-func isSuspend(os.Signal) bool { return false }
+func notifySignals(bool) []os.Signal        { return []os.Signal{os.Interrupt} }
+func abortsWait(s os.Signal) bool           { return s == os.Interrupt }
+func forwardable(os.Signal, bool) bool      { return false }
+func isSuspend(os.Signal) bool              { return false }
+func stopSelf()                             {}
+func signalNumber(os.Signal) int            { return 2 }
+func signalName(s os.Signal) string         { return s.String() }
+func reapOrphans()                          {}
+func (s *supervisor) signal(syscall.Signal) {}
+func (s *supervisor) terminate()            { _ = s.cmd.Process.Kill() }
+func (s *supervisor) kill()                 { _ = s.cmd.Process.Kill() }
+func (s *supervisor) setDeadline(time.Time) {}
 
 // The Unix numbers, for messages; never delivered.
 const (
@@ -30,20 +35,12 @@ const (
 	sigTTOU = syscall.Signal(22)
 )
 
-func stopSelf() {}
-
 func exitStatus(ps *os.ProcessState) int {
 	if ps == nil {
 		return ExitInternal
 	}
 	return ps.ExitCode()
 }
-
-func signalNumber(os.Signal) int { return 2 }
-
-func signalName(s os.Signal) string { return s.String() }
-
-func reapOrphans() {}
 
 // supervisor runs COMMAND directly.
 type supervisor struct {
@@ -68,11 +65,3 @@ func startTree(spec supervisorSpec, stdin *os.File, stdout, stderr io.Writer) (*
 	}()
 	return s, nil
 }
-
-func (s *supervisor) signal(syscall.Signal) {}
-
-func (s *supervisor) terminate() { _ = s.cmd.Process.Kill() }
-
-func (s *supervisor) kill() { _ = s.cmd.Process.Kill() }
-
-func (s *supervisor) setDeadline(time.Time) {}

@@ -11,10 +11,7 @@ import (
 // (a second stop of the same process goes unreported).
 const wContinued = 0
 
-func setPdeathsig(*syscall.SysProcAttr) {}
-
-func procAvailable() bool { return false }
-
-func procState(int) (byte, bool) { return 0, false }
-
+func setPdeathsig(*syscall.SysProcAttr)    {}
+func procAvailable() bool                  { return false }
+func procState(int) (byte, bool)           { return 0, false }
 func decodeDeadline(v int64) time.Duration { return time.Duration(v) }

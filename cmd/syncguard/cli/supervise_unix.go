@@ -76,9 +76,9 @@ func selfExe() (string, error) {
 	return os.Executable()
 }
 
-// startSupervisor starts the supervisor, which starts COMMAND. It returns
-// once COMMAND runs, or with COMMAND's exec error (*os.PathError).
-func startSupervisor(spec supervisorSpec, environ []string, stdin *os.File, stdout, stderr io.Writer) (*supervisor, error) {
+// startTree starts the supervisor, which starts COMMAND. It returns once
+// COMMAND runs, or with COMMAND's exec error (*os.PathError).
+func startTree(spec supervisorSpec, stdin *os.File, stdout, stderr io.Writer) (*supervisor, error) {
 	exe, err := selfExe()
 	if err != nil {
 		return nil, err
@@ -95,7 +95,7 @@ func startSupervisor(spec supervisorSpec, environ []string, stdin *os.File, stdo
 	}
 	cmd := exec.Command(exe)
 	cmd.Args = []string{"syncguard-supervisor"}
-	cmd.Env = append(withoutEnv(environ, supervisorEnv), supervisorEnv+"="+supervisorProtocol)
+	cmd.Env = append(withoutEnv(os.Environ(), supervisorEnv), supervisorEnv+"="+supervisorProtocol)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
 	cmd.ExtraFiles = []*os.File{ctlR, evtW} // fds 3 and 4
 	err = cmd.Start()
@@ -516,9 +516,4 @@ func (sh *shim) scanStops() {
 			delete(sh.reported, pid)
 		}
 	}
-}
-
-// startTree starts COMMAND under a supervisor.
-func startTree(spec supervisorSpec, stdin *os.File, stdout, stderr io.Writer) (*supervisor, error) {
-	return startSupervisor(spec, os.Environ(), stdin, stdout, stderr)
 }

@@ -45,9 +45,7 @@ credentials, 64 when the connection settings are malformed or name a
 database that does not exist.`
 
 func (a *app) cmdDoctor(args []string) error {
-	fs := a.flagSet("doctor")
-	err := a.parseNoArgs(fs, args, doctorHelp)
-	if err != nil {
+	if err := a.parseNoArgs(a.flagSet("doctor"), args, doctorHelp); err != nil {
 		return err
 	}
 	if _, err := syncguard.SchemaSQL(a.config()); err != nil {

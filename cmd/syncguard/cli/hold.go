@@ -13,14 +13,11 @@ import (
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
-// Timing of a held lock, on this machine's monotonic clock: the lease's
-// (see syncguard.Lease). It is held at least until Lease.HeldUntil, its
-// confirmed expiry; the lease is declared lost a tenth of the ttl (at most
-// 1 s) before that; run has COMMAND's whole process tree SIGKILLed at the
-// confirmed expiry at the latest, whatever --grace says, keeping the
-// liveness tolerance (1 s) as headroom for delivering the signal. The
-// supervisor enforces the same deadline on its own (a dead man's switch),
-// should syncguard be stopped or hang.
+// The lock is held at least until Lease.HeldUntil, its confirmed expiry
+// (on this machine's monotonic clock; see syncguard.Lease), and the lease
+// is declared lost a tenth of the ttl (at most 1 s) before it. run has the
+// tree SIGKILLed at the confirmed expiry at the latest, whatever --grace
+// says; the supervisor does so on its own too (a dead man's switch).
 
 // extends carries the lease's extends to runHolding, in order, from the
 // goroutine that extends: nil for one the server confirmed (OnExtend), the

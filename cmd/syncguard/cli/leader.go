@@ -83,24 +83,18 @@ func (a *app) printLeader(l *election.Leader, line bool) {
 		_ = writeJSON(a.stdout, out)
 		return
 	}
-	if line {
-		if l == nil {
-			fmt.Fprintf(a.stdout, "%s no leader\n", stamp(time.Now()))
-		} else {
-			fmt.Fprintf(a.stdout, "%s leader %s term %s\n", stamp(time.Now()), identityText(l.Identity), l.Term)
-		}
-		return
-	}
-	if l == nil {
+	switch {
+	case line && l == nil:
+		fmt.Fprintf(a.stdout, "%s no leader\n", stamp(time.Now()))
+	case line:
+		fmt.Fprintf(a.stdout, "%s leader %s term %s\n", stamp(time.Now()), identityText(l.Identity), l.Term)
+	case l == nil:
 		fmt.Fprintln(a.stdout, "no leader")
-		return
+	default:
+		w := table(a.stdout)
+		fmt.Fprintf(w, "leader\t%s\nterm\t%s\nsince\t%s\nexpires\t%s\n", identityText(l.Identity), l.Term, stamp(l.Since), stamp(l.ExpiresAt))
+		_ = w.Flush()
 	}
-	w := table(a.stdout)
-	fmt.Fprintf(w, "leader\t%s\n", identityText(l.Identity))
-	fmt.Fprintf(w, "term\t%s\n", l.Term)
-	fmt.Fprintf(w, "since\t%s\n", stamp(l.Since))
-	fmt.Fprintf(w, "expires\t%s\n", stamp(l.ExpiresAt))
-	_ = w.Flush()
 }
 
 func identityText(id string) string {

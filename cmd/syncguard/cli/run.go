@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/syncguard/syncguard-go/internal/rules"
@@ -26,11 +25,8 @@ const (
 	// number: $SYNCGUARD_FENCE_NUM.
 	numSuffix = "_NUM"
 	// pollDelay is the base delay between attempts on a busy lock, and
-	// after a transient error (with equal jitter: 125 to 250 ms). Waiting
-	// on a busy lock is woken sooner by the holder's release or expiry;
-	// the retries are what finds a release where notifications cannot
-	// come (behind PgBouncer in transaction mode). A contended attempt
-	// reads one index entry and writes nothing, so they are cheap.
+	// after a transient error (with equal jitter: 125 to 250 ms): what finds
+	// a release where no notification comes (PgBouncer in transaction mode).
 	pollDelay = 250 * time.Millisecond
 
 	defaultTTL   = 30 * time.Second
@@ -273,11 +269,8 @@ func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts, ext
 		case err == nil:
 			anyAnswer = true
 			if warned && !o.quiet {
-				if r.OK {
-					a.notef("PostgreSQL answers again after %v; acquired %s", short(time.Since(outage)), displayKey(o.key))
-				} else {
-					a.notef("PostgreSQL answers again after %v", short(time.Since(outage)))
-				}
+				acquired := map[bool]string{true: "; acquired " + displayKey(o.key)}[r.OK]
+				a.notef("PostgreSQL answers again after %v%s", short(time.Since(outage)), acquired)
 			}
 			outage, warned = time.Time{}, false
 			if !r.OK && o.verbose && !announced && o.wait > 0 {
@@ -436,14 +429,14 @@ func childEnv(environ []string, fenceEnv, key string, fence syncguard.Fence) []s
 	return append(env, fenceEnv+"="+string(fence), fenceEnv+numSuffix+"="+num, keyEnv+"="+key)
 }
 
+// startError is the error of a COMMAND that cannot run: 127 when it is not
+// found (ENOENT is fs.ErrNotExist), 126 otherwise.
 func startError(name string, err error) error {
-	var errno syscall.Errno
-	switch {
-	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist), errors.As(err, &errno) && errno == syscall.ENOENT:
-		return &cliError{status: ExitNotFound, code: "CommandNotFound", msg: fmt.Sprintf("%s: %v", name, unwrapPathErr(err))}
-	default:
-		return &cliError{status: ExitCannotExec, code: "CommandNotExecutable", msg: fmt.Sprintf("%s: %v", name, unwrapPathErr(err))}
+	e := &cliError{status: ExitCannotExec, code: "CommandNotExecutable", msg: fmt.Sprintf("%s: %v", name, unwrapPathErr(err))}
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		e.status, e.code = ExitNotFound, "CommandNotFound"
 	}
+	return e
 }
 
 // unwrapPathErr drops the *os.PathError's "exec PATH:" prefix, which

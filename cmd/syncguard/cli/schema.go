@@ -8,13 +8,11 @@ import (
 )
 
 func (a *app) cmdSchema(args []string) error {
-	fs := a.flagSet("schema")
-	err := a.parseNoArgs(fs, args, `
+	if err := a.parseNoArgs(a.flagSet("schema"), args, `
 Prints the DDL that 'syncguard setup' runs (syncguard.SchemaSQL), for
 migration tools such as goose, golang-migrate or atlas. It is idempotent
 (IF NOT EXISTS) and uses the names given by --table and --fence-table.
-Needs no database connection.`)
-	if err != nil {
+Needs no database connection.`); err != nil {
 		return err
 	}
 	ddl, err := syncguard.SchemaSQL(a.config())
@@ -30,14 +28,12 @@ Needs no database connection.`)
 }
 
 func (a *app) cmdSetup(args []string) error {
-	fs := a.flagSet("setup")
-	err := a.parseNoArgs(fs, args, `
+	if err := a.parseNoArgs(a.flagSet("setup"), args, `
 Creates the lock table, its indexes and the fence counter table if they do
 not exist (syncguard.SetupSchema): idempotent, and safe to run from many
 deploys at once. Needs CREATE privilege on the schema; the role that takes
 locks needs only SELECT, INSERT, UPDATE, DELETE on the lock table and
-SELECT, INSERT, UPDATE on the fence table ('syncguard doctor' checks).`)
-	if err != nil {
+SELECT, INSERT, UPDATE on the fence table ('syncguard doctor' checks).`); err != nil {
 		return err
 	}
 	if _, err := syncguard.SchemaSQL(a.config()); err != nil {

@@ -62,22 +62,15 @@ is-active), 64/69/70/77 on errors.`)
 	w := table(a.stdout)
 	fmt.Fprintf(w, "key\t%s\n", displayKey(key))
 	if info == nil {
-		fmt.Fprintf(w, "state\tfree\n")
+		lastText := "none (never acquired)"
 		if last != "" {
-			fmt.Fprintf(w, "last fence\t%s (the next holder gets a larger one)\n", last)
-		} else {
-			fmt.Fprintf(w, "last fence\tnone (never acquired)\n")
+			lastText = string(last) + " (the next holder gets a larger one)"
 		}
-		if err := w.Flush(); err != nil {
-			return err
-		}
-		return freeStatus(true)
+		fmt.Fprintf(w, "state\tfree\nlast fence\t%s\n", lastText)
+		return cmp.Or(w.Flush(), freeStatus(true))
 	}
-	fmt.Fprintf(w, "state\theld\n")
-	fmt.Fprintf(w, "fence\t%s\n", info.Fence)
-	fmt.Fprintf(w, "expires\t%s (%s)\n", rel(info.ExpiresAt, now), stamp(info.ExpiresAt))
-	fmt.Fprintf(w, "acquired\t%s (%s)\n", rel(info.AcquiredAt, now), stamp(info.AcquiredAt))
-	fmt.Fprintf(w, "holder\t%s\n", holderText(info.LockInfo))
+	fmt.Fprintf(w, "state\theld\nfence\t%s\nexpires\t%s (%s)\nacquired\t%s (%s)\nholder\t%s\n", info.Fence,
+		rel(info.ExpiresAt, now), stamp(info.ExpiresAt), rel(info.AcquiredAt, now), stamp(info.AcquiredAt), holderText(info.LockInfo))
 	if *raw {
 		fmt.Fprintf(w, "lockId\t%s (%s)\n", info.LockID, sensitiveNote)
 	}

@@ -2,23 +2,14 @@
 
 package cli
 
-// `syncguard run` starts COMMAND through a supervisor: a second copy of
-// the syncguard binary (re-executed, see supervisorEnv) between syncguard
-// and COMMAND.
-//
-//	syncguard run (holds the lock) ── supervisor ── COMMAND ── its children ...
-//
-// The supervisor is a child subreaper (Linux), so every descendant of
-// COMMAND that loses its parent becomes the supervisor's child: it waits
-// until all of them have exited, finds them in /proc to signal them, and
-// reports when COMMAND stops on the terminal. It takes orders from
-// syncguard over a pipe (forward a signal, SIGTERM the tree, SIGKILL the
-// tree, the lock's current deadline) and reports events over another. It
-// outlives syncguard on purpose: when syncguard dies, even by SIGKILL, the
-// order pipe reaches end of file and the supervisor SIGKILLs the whole
-// tree. It also SIGKILLs the tree on its own when the lock's last confirmed
-// expiry arrives (a dead man's switch), should syncguard be stopped or
-// hang.
+// `syncguard run` and `elect` start COMMAND through a supervisor, a second
+// copy of the binary (re-executed, see supervisorEnv) that is a child
+// subreaper on Linux, so that it waits for and signals COMMAND's whole tree
+// (docs/cli.md, "The lock covers the whole process tree"). It takes orders
+// over one pipe (sig N, term, kill, deadline T) and reports events over
+// another (pid, execerr, exit, stop, deadman, done). When syncguard dies
+// the order pipe reaches end of file and it SIGKILLs the tree; it does so
+// too at the lock's last confirmed expiry (a dead man's switch).
 
 import (
 	"bufio"
@@ -118,24 +109,20 @@ func startTree(spec supervisorSpec, stdin *os.File, stdout, stderr io.Writer) (*
 	if ok {
 		first = lines.Text()
 	}
-	f := strings.Fields(first)
-	switch {
-	case len(f) == 2 && f[0] == "pid":
-		s.pid, _ = strconv.Atoi(f[1])
-	case len(f) == 2 && f[0] == "execerr":
-		n, _ := strconv.Atoi(f[1])
-		evtR.Close()
-		ctlW.Close()
-		_ = cmd.Wait()
-		return nil, &os.PathError{Op: "exec", Path: spec.Path, Err: syscall.Errno(n)}
-	default:
-		evtR.Close()
-		ctlW.Close()
-		werr := cmd.Wait()
-		return nil, fmt.Errorf("the supervisor process failed to start %s (%q, %v)", spec.Path, first, werr)
+	verb, arg, _ := strings.Cut(first, " ")
+	n, _ := strconv.Atoi(arg)
+	if verb == "pid" {
+		s.pid = n
+		go s.read(lines, evtR)
+		return s, nil
 	}
-	go s.read(lines, evtR)
-	return s, nil
+	evtR.Close()
+	ctlW.Close()
+	werr := cmd.Wait()
+	if verb == "execerr" {
+		return nil, &os.PathError{Op: "exec", Path: spec.Path, Err: syscall.Errno(n)}
+	}
+	return nil, fmt.Errorf("the supervisor process failed to start %s (%q, %v)", spec.Path, first, werr)
 }
 
 // read turns the supervisor's reports into events; when they end, it
@@ -143,28 +130,17 @@ func startTree(spec supervisorSpec, stdin *os.File, stdout, stderr io.Writer) (*
 func (s *supervisor) read(lines *bufio.Scanner, r *os.File) {
 	done := false
 	for lines.Scan() {
-		f := strings.Fields(lines.Text())
-		if len(f) == 0 {
-			continue
+		verb, rest, _ := strings.Cut(lines.Text(), " ")
+		var n []int // the numbers after the verb, then two zeros
+		for _, w := range append(strings.Fields(rest), "0", "0") {
+			v, _ := strconv.Atoi(w)
+			n = append(n, v)
 		}
-		atoi := func(i int) int {
-			if i < len(f) {
-				n, _ := strconv.Atoi(f[i])
-				return n
-			}
-			return 0
-		}
-		switch f[0] {
+		switch verb {
 		case "exit":
-			ev := treeEvent{kind: "exit", status: atoi(1)}
-			for _, p := range f[2:] {
-				if n, err := strconv.Atoi(p); err == nil {
-					ev.left = append(ev.left, n)
-				}
-			}
-			s.events <- ev
+			s.events <- treeEvent{kind: "exit", status: n[0], left: n[1 : len(n)-2]}
 		case "stop":
-			s.events <- treeEvent{kind: "stop", pid: atoi(1), sig: atoi(2)}
+			s.events <- treeEvent{kind: "stop", pid: n[0], sig: n[1]}
 		case "deadman":
 			s.events <- treeEvent{kind: "deadman"}
 		case "done":
@@ -177,15 +153,14 @@ func (s *supervisor) read(lines *bufio.Scanner, r *os.File) {
 	s.ctl.Close()
 	s.ctl = nil
 	s.mu.Unlock()
-	if done {
-		s.events <- treeEvent{kind: "done"}
-	} else {
-		ev := treeEvent{kind: "gone", status: exitStatus(s.cmd.ProcessState)}
+	ev := treeEvent{kind: "done"}
+	if !done {
+		ev = treeEvent{kind: "gone", status: exitStatus(s.cmd.ProcessState)}
 		if err != nil {
 			ev.err = err.Error()
 		}
-		s.events <- ev
 	}
+	s.events <- ev
 	close(s.events)
 }
 
@@ -362,21 +337,13 @@ func (sh *shim) interval() time.Duration {
 	}
 }
 
-func (sh *shim) report(format string, args ...any) {
-	_, _ = fmt.Fprintf(sh.evt, format+"\n", args...)
-}
+func (sh *shim) report(format string, args ...any) { _, _ = fmt.Fprintf(sh.evt, format+"\n", args...) }
 
 func (sh *shim) order(o string, deadman *time.Timer) {
-	f := strings.Fields(o)
-	if len(f) == 0 {
-		return
-	}
-	switch f[0] {
+	verb, arg, _ := strings.Cut(o, " ")
+	n, err := strconv.ParseInt(arg, 10, 64)
+	switch verb {
 	case "sig":
-		if len(f) < 2 {
-			return
-		}
-		n, _ := strconv.Atoi(f[1])
 		sig := syscall.Signal(n)
 		switch sig {
 		case syscall.SIGTSTP, syscall.SIGSTOP:
@@ -394,14 +361,9 @@ func (sh *shim) order(o string, deadman *time.Timer) {
 	case "kill":
 		sh.killing = true
 	case "deadline":
-		if len(f) < 2 {
-			return
+		if err == nil {
+			deadman.Reset(decodeDeadline(n))
 		}
-		v, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
-			return
-		}
-		deadman.Reset(decodeDeadline(v))
 	}
 }
 
@@ -447,17 +409,13 @@ func (sh *shim) reap() {
 // tree tracking, when the supervisor has no child left; otherwise when
 // COMMAND has exited and its process group is empty.
 func (sh *shim) done() bool {
-	if !sh.reaped {
+	switch {
+	case !sh.reaped:
 		return false
-	}
-	if treeTracking {
+	case treeTracking:
 		return sh.noKids
 	}
-	if sh.pgid == 0 {
-		return true
-	}
-	err := syscall.Kill(-sh.pgid, 0)
-	return errors.Is(err, syscall.ESRCH)
+	return sh.pgid == 0 || errors.Is(syscall.Kill(-sh.pgid, 0), syscall.ESRCH)
 }
 
 // signalTree sends sig to COMMAND's process group and to every descendant

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 )
 
@@ -42,13 +43,8 @@ func readBuildInfo(bi *debug.BuildInfo, ok bool) buildInfo {
 	// An embedding program (cli.Main in another main module) reports the
 	// cmd/syncguard module as a dependency.
 	main := &bi.Main
-	if main.Path != modulePath {
-		for _, d := range bi.Deps {
-			if d.Path == modulePath {
-				main = d
-				break
-			}
-		}
+	if i := slices.IndexFunc(bi.Deps, func(d *debug.Module) bool { return d.Path == modulePath }); main.Path != modulePath && i >= 0 {
+		main = bi.Deps[i]
 	}
 	if main.Version != "" {
 		out.Version = main.Version
@@ -86,10 +82,7 @@ func (b buildInfo) text() string {
 		extra = append(extra, "library "+b.Library)
 	}
 	if b.VCSRevision != "" {
-		rev := b.VCSRevision
-		if len(rev) > 12 {
-			rev = rev[:12]
-		}
+		rev := b.VCSRevision[:min(len(b.VCSRevision), 12)]
 		if b.VCSModified {
 			rev += "+dirty"
 		}
@@ -100,19 +93,17 @@ func (b buildInfo) text() string {
 }
 
 func (a *app) cmdVersion(args []string) error {
-	fs := a.flagSet("version")
-	err := a.parseNoArgs(fs, args, `
+	if err := a.parseNoArgs(a.flagSet("version"), args, `
 Prints the version of syncguard (the module version that 'go install
 ...@VERSION' or a release build records, or the commit of a checkout build),
 the library version it was built with, and the Go version and platform.
---version does the same.`)
-	if err != nil {
+--version does the same.`); err != nil {
 		return err
 	}
 	b := readBuildInfo(debug.ReadBuildInfo())
 	if a.json {
 		return writeJSON(a.stdout, b)
 	}
-	_, err = fmt.Fprintln(a.stdout, b.text())
+	_, err := fmt.Fprintln(a.stdout, b.text())
 	return err
 }

@@ -55,7 +55,7 @@ func newShared(db *sql.DB, r resolved) *shared {
 	}
 	s.waitCfg.window = defaultWaitWindow
 	s.hub = newHub(s)
-	s.orphans = newOrphans(s)
+	s.orphans = &orphanQueue{s: s}
 	return s
 }
 
@@ -72,33 +72,23 @@ func (s *shared) releaseStmt() int {
 
 // WithTx returns a view of b whose operations run inside tx: the lock row
 // and the fence increment commit or roll back with the caller's own writes.
-//
 // A lock taken in tx is invisible to other sessions until tx commits, and
-// until tx ends other acquirers of the same key are told it is locked (the
-// per-key advisory lock the acquire took is held to the end of tx). A fence
-// obtained in tx must not be shown to anything outside tx before it commits:
-// a rollback returns that fence value to the counter, and the next acquire
-// gets it again.
+// until tx ends other acquirers of the same key (or of another key with the
+// same 32-bit advisory lock hash: "Transactions" in docs/design.md) are told
+// it is locked. Show a fence obtained in tx to nothing outside tx before it
+// commits: a rollback hands that fence out again.
 //
-// That advisory lock's id is a 32-bit hash: while tx holds a key, an
-// acquire of another key with the same hash reports "locked" too (the odds:
-// "Transactions" in docs/design.md).
-//
-// If any operation in tx fails, roll tx back: an Acquire that returns an
-// error (a cancelled context, say) may still have written its row into tx,
-// under a lockId the caller never learned. Serialization failures (40001)
-// inside tx are the caller's to retry, with a new transaction. A Lease
-// (Lock, WithLock) made on the view must end before tx does.
-//
-// tx is usually a *sql.Tx; any Tx works (see Tx for the ORMs): the
-// statements run on the *sql.Tx it is or embeds. A nil tx gives b's pool
-// behaviour.
+// If any operation in tx fails, roll tx back: a failed Acquire may still
+// have written its row into tx. Serialization failures (40001) inside tx
+// are the caller's to retry. A Lease made on the view must end before tx
+// does. tx is usually a *sql.Tx; any Tx works (see Tx for the ORMs). A nil
+// tx gives b's pool behaviour.
 func (b *Backend) WithTx(tx Tx) *Backend {
 	if t, ok := tx.(*sql.Tx); tx == nil || ok && t == nil {
 		return &Backend{shared: b.shared}
 	}
 	if t := unwrapSQLTx(tx); t != nil {
-		tx = t // the *sql.Tx under an ORM's wrapper (txunwrap.go)
+		tx = t
 	}
 	v := &Backend{shared: b.shared, tx: tx}
 	v.stmtTx, _ = tx.(stmtTx)
@@ -116,8 +106,7 @@ func (b *Backend) TableName() string { return b.shared.cfg.table }
 // FenceTableName reports the resolved fence counter table name.
 func (b *Backend) FenceTableName() string { return b.shared.cfg.fenceTable }
 
-// releaseTimeout is the default LockOptions.ReleaseTimeout of leases made
-// on b (Config.ReleaseTimeout).
+// releaseTimeout is Config.ReleaseTimeout, for leases made on b.
 func (b *Backend) releaseTimeout() time.Duration { return b.shared.cfg.releaseTimeout }
 
 // Acquire implements LockBackend. It is a single attempt: OK == false
@@ -153,15 +142,14 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 	args := []any{k.Storage, nil, k.Fence, k.Norm, ttlMs}
 	if q != nil {
 		lockID = q.lockID
-		// A queue row lives no longer than its wait (no hand-off to, no queueing behind, a waiter gone).
+		// A queue row lives no longer than its wait.
 		window := b.shared.waitCfg.window
 		if dl, ok := ctx.Deadline(); ok {
 			window = max(min(window, time.Until(dl)), time.Millisecond)
 		}
 		args = append(args, window.Milliseconds(), q.join(ttlMs))
 	}
-	// One struct, so the scan destinations escape as one allocation.
-	var d struct {
+	var d struct { // one allocation (docs/design.md, Costs)
 		gotID             sql.NullString
 		expires, acquired sql.NullInt64
 		fence             sql.NullString
@@ -169,7 +157,6 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 		now               int64
 		absent            bool
 	}
-	// sent records whether the statement may have gone out (see sentArg).
 	sent := &sentArg{v: lockID}
 	args[1] = sent
 	if ident != "" {
@@ -208,11 +195,8 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 	if err != nil {
 		e := b.shared.cl.wrap(ctx, op, err)
 		e.Key = key
-		// The statement may have committed although we got no answer
-		// (cancelled after sending: pgx cancels asynchronously; or the
-		// connection broke): our lockId is released in the background so
-		// no orphan stays until its TTL (orphans.go); a waiter's once Lock
-		// withdraws it (a grant committed after its release looked).
+		// The statement may have committed unanswered: our lockId is
+		// released in the background (orphans.go), a waiter's when it leaves.
 		if b.tx == nil && sent.sent.Load() && outcomeUnknown(ctx, e) {
 			if q == nil {
 				b.shared.releaseInBackground(lockID, time.Duration(ttlMs)*time.Millisecond)
@@ -223,10 +207,8 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 		return AcquireResult{}, e
 	}
 	if b.tx == nil && ctx.Err() != nil {
-		// A row, but the context ended while the statement ran: the
-		// commit may be on the primary only (see unconfirmed). Not
-		// reported as acquired; our lockId, if it won, is released in the
-		// background.
+		// The commit may be on the primary only (see unconfirmed); our
+		// lockId, if it won, is released in the background.
 		e := unconfirmed(ctx, op)
 		e.Key = key
 		if q == nil && d.gotID.Valid && d.gotID.String == lockID {
@@ -241,7 +223,6 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 	if !d.gotID.Valid || d.gotID.String != lockID {
 		res := AcquireResult{OK: false, Reason: ReasonLocked}
 		if d.expires.Valid {
-			// The holder's lock can be taken once it is no longer live.
 			res.RetryIn = max(time.Duration(d.expires.Int64+rules.ToleranceMs+1-d.now)*time.Millisecond, 0)
 		}
 		if q != nil {
@@ -267,33 +248,19 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 
 // outcomeUnknown reports whether an acquire that failed with e may still
 // have committed: its context ended while it ran, or the connection failed
-// (ServiceUnavailable, NetworkTimeout) without a server error saying the
-// statement was rejected. A statement the server rejected (a SQLSTATE other
-// than a connection or shutdown class) committed nothing.
+// with no answer, or with a connection or shutdown class SQLSTATE. A
+// statement the server rejected otherwise committed nothing.
 func outcomeUnknown(ctx context.Context, e *Error) bool {
-	if ctx.Err() != nil {
-		return true
-	}
-	if e.Code != CodeServiceUnavailable && e.Code != CodeNetworkTimeout {
-		return false
-	}
-	switch {
-	case e.SQLState == "":
-		return true // no answer from the server
-	case strings.HasPrefix(e.SQLState, "08"), strings.HasPrefix(e.SQLState, "57P"):
-		return true // the connection or the server went away mid-statement
-	}
-	return false
+	st := e.SQLState
+	return ctx.Err() != nil || (e.Code == CodeServiceUnavailable || e.Code == CodeNetworkTimeout) &&
+		(st == "" || strings.HasPrefix(st, "08") || strings.HasPrefix(st, "57P"))
 }
 
 // unconfirmed is the error for an acquire or extend on the pool that
-// returned its row although its context had ended meanwhile. lib/pq answers
-// a context's end with a cancel request, and when the cancel reaches a
-// commit that waits for a synchronous standby, PostgreSQL stops waiting and
-// returns success (with only a WARNING, "canceling wait for synchronous
-// replication") for a commit that only the primary has: a failover would
-// lose it, and with it the lock or the extension and the fence. So the
-// result is not reported; the outcome is unknown, as for any cut statement.
+// returned its row after its context ended: a cancel that reached a commit
+// waiting for a synchronous standby returns success for a commit only the
+// primary has (docs/errors.md, "A cancelled acquire"), so the outcome is
+// unknown.
 func unconfirmed(ctx context.Context, op string) *Error {
 	e := fromContext(ctx, op, nil)
 	e.Msg += "; the statement returned after it, so it may have committed on the primary without reaching a synchronous standby: outcome unknown, not reported as done"
@@ -301,10 +268,10 @@ func unconfirmed(ctx context.Context, op string) *Error {
 }
 
 // Release implements LockBackend. At most one Release of a lock succeeds.
-// On the pool, for a lock with at most a minute left, its commit does
-// not wait for the WAL flush: should the server crash right after, the
-// lock may come back, unowned, until its expiry (never two holders; see
-// "Durability of a release" in docs/design.md). Inside WithTx it commits with the caller's transaction.
+// On the pool, for a lock with at most a minute left, its commit does not
+// wait for the WAL flush: after a server crash the lock may come back,
+// unowned, until its expiry ("Durability of a release" in docs/design.md).
+// Inside WithTx it commits with the caller's transaction.
 func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, error) {
 	r, _, err := b.release(ctx, lockID, "")
 	return r, err
@@ -336,9 +303,8 @@ func (b *Backend) release(ctx context.Context, lockID, waiterKey string) (Releas
 		args[2] = false
 		err = b.run(ctx, stmt, args, dest...)
 	}
-	// Without the holders or the waiters table: the statement without
-	// them from now on (inside a transaction, the caller's retry; its
-	// transaction is aborted).
+	// Without the holders or the waiters table: the statement without them
+	// (inside a transaction, the caller's retry).
 	for err != nil && b.tx == nil && ctx.Err() == nil && (b.shared.holdersLost(err) || b.shared.queueLost(err)) && stmt != b.shared.releaseStmt() {
 		stmt = b.shared.releaseStmt()
 		err = b.run(ctx, stmt, args, dest...)
@@ -348,12 +314,10 @@ func (b *Backend) release(ctx context.Context, lockID, waiterKey string) (Releas
 		e.LockID = lockID
 		return ReleaseResult{}, false, e
 	}
-	// Explicit ownership verification (docs/spec.md, rule O2): the deleted row must be ours.
 	if b.tx == nil && d.woke.Valid {
-		// A waiter handed the key (or woken by one leaving): if this
-		// process's, wake it now (others: the statement's notification).
-		b.shared.hub.Wake(d.woke.String)
+		b.shared.hub.Wake(d.woke.String) // a waiter of this process handed the key: at once
 	}
+	// Ownership (docs/spec.md, rule O2): the deleted row must be ours.
 	if d.deleted.Valid && d.deleted.String == lockID {
 		return ReleaseResult{OK: true}, d.leftQueue, nil
 	}
@@ -398,7 +362,6 @@ func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) 
 		return ExtendResult{}, e
 	}
 	if b.tx == nil && ctx.Err() != nil && d.updated.Valid {
-		// As in Acquire: an extension that may exist on the primary only.
 		e := unconfirmed(ctx, op)
 		e.LockID = lockID
 		return ExtendResult{}, e
@@ -460,18 +423,17 @@ func (b *Backend) IsLocked(ctx context.Context, key string) (bool, error) {
 }
 
 // maybeCleanup deletes one long-expired lock row in the background, at most
-// once per CleanupInterval. Failures are logged, never returned.
+// once per CleanupInterval, one-shot (a rare statement). Failures are
+// logged, never returned.
 func (s *shared) maybeCleanup(parent context.Context, storageKey string) {
 	now := time.Now().UnixNano()
-	last := s.lastSwep.Load()
-	if now-last < int64(s.cfg.cleanupInterval) || !s.lastSwep.CompareAndSwap(last, now) {
+	last := s.lastCleanup.Load()
+	if now-last < int64(s.cfg.cleanupInterval) || !s.lastCleanup.CompareAndSwap(last, now) {
 		return
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), s.cfg.releaseTimeout)
 		defer cancel()
-		// One-shot: a rare statement, not worth a prepared statement on
-		// every connection, and safe behind any pooler.
 		if err := (&Backend{shared: s}).oneShot(ctx, s.sql.cleanup, []any{storageKey}, nil); err != nil {
 			s.cfg.logger.Warn("syncguard: background cleanup failed", slog.String("keyHash", rules.HashKey(storageKey)),
 				slog.String("code", string(s.cl.wrap(ctx, "cleanup", err).Code)))
@@ -484,11 +446,7 @@ func (s *shared) maybeCleanup(parent context.Context, storageKey string) {
 // same). It is the spec's getByKey. Like every lookup it is for
 // diagnostics, never a check before a mutation (see LockInfo).
 func (b *Backend) LookupKey(ctx context.Context, key string) (*LockInfo, error) {
-	d, err := b.LookupKeyDebug(ctx, key)
-	if d == nil || err != nil {
-		return nil, err
-	}
-	return &d.LockInfo, nil
+	return sanitized(b.LookupKeyDebug(ctx, key))
 }
 
 // LookupID implements LockBackend: sanitized information about the live
@@ -496,7 +454,10 @@ func (b *Backend) LookupKey(ctx context.Context, key string) (*LockInfo, error) 
 // LookupID(ctx, id) != nil is its owns(id), with the same caveat: ownership
 // may change the moment the answer is read.
 func (b *Backend) LookupID(ctx context.Context, lockID string) (*LockInfo, error) {
-	d, err := b.LookupIDDebug(ctx, lockID)
+	return sanitized(b.LookupIDDebug(ctx, lockID))
+}
+
+func sanitized(d *LockInfoDebug, err error) (*LockInfo, error) {
 	if d == nil || err != nil {
 		return nil, err
 	}
@@ -531,7 +492,6 @@ func (b *Backend) LookupIDDebug(ctx context.Context, lockID string) (*LockInfoDe
 		e.LockID = lockID
 		return nil, e
 	}
-	// Ownership verification: the row found must carry the lockId asked for.
 	if !r.lockID.Valid || r.lockID.String != lockID {
 		return nil, nil
 	}

@@ -3,7 +3,9 @@ package syncguard
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,11 +20,10 @@ const defaultReleaseTimeout = 5 * time.Second
 // and means the defaults documented on each field.
 type Config struct {
 	// TableName is the lock table. Default "syncguard_locks", the name
-	// every SyncGuard implementation uses.
-	// It must match ^[A-Za-z_][A-Za-z0-9_]*$ and be at most 51 bytes, so
-	// that its index names ("idx_<name>_lock_id") fit PostgreSQL's 63-byte
-	// identifier limit instead of being silently truncated. Names are quoted
-	// in SQL, so mixed case is kept as written.
+	// every SyncGuard implementation uses. It must match
+	// ^[A-Za-z_][A-Za-z0-9_]*$ and be at most 51 bytes, so that its index
+	// names ("idx_<name>_lock_id") fit PostgreSQL's 63-byte limit. Names are
+	// quoted in SQL: mixed case is kept as written.
 	TableName string
 
 	// FenceTableName is the fence counter table. Default
@@ -54,32 +55,23 @@ type Config struct {
 	// adapter's.
 	Dialect driver.Dialect
 
-	// DisablePrepare runs every statement unprepared from the start.
-	// Default false: each operation's statement is prepared once per
-	// connection and then costs one round trip. Unprepared statements are
-	// one round trip too, and safe behind a pooler in transaction mode:
-	// pgx sends each as one unnamed Parse/Bind/Execute batch (whatever the
-	// DSN's default_query_exec_mode), lib/pq by the simple query protocol
-	// with the arguments inlined as escaped literals. The server then
-	// parses and plans every statement. Setting it is rarely needed: before
-	// its first prepare a Backend checks, with one query, whether a pooler
-	// answers for the server (the backend pid announced at connection start
-	// differs from pg_backend_pid()), and a statement a pooler lost (26000,
-	// 42P05) is run again unprepared; either turns prepared statements off
-	// for the Backend's life, logged once. That check needs a dialect that
-	// reads the pid (driver.BackendPIDReader; both adapters, but not through
-	// a driver wrapper): without it set DisablePrepare behind a pooler in
-	// transaction mode, where a statement prepared under lib/pq's per-
-	// connection names can meet, and run as, another client's statement
-	// of the same name. See docs/failure-model.md.
+	// DisablePrepare runs every statement unprepared from the start: still
+	// one round trip and safe behind a transaction-mode pooler, but parsed
+	// and planned every time. Default false: statements are prepared once
+	// per connection, and a Backend turns that off for good, logged once,
+	// when a probe before its first prepare finds a pooler or a pooler loses
+	// a prepared statement (26000, 42P05). The probe needs a dialect that
+	// reads the backend pid (driver.BackendPIDReader: both adapters, not
+	// through a driver wrapper); without one, set DisablePrepare behind a
+	// transaction-mode pooler, where a prepared statement can run as another
+	// client's of the same name. See "Statements and round trips" in
+	// docs/design.md.
 	DisablePrepare bool
 
 	// Identity names this process as the holder of the locks it takes
 	// (DefaultIdentity gives "host:pid"): LookupKey, LookupID and List show
-	// it, and so do syncguard status and ls. LockOptions.Identity overrides
-	// it for one lock. Default "": none is stored, and an acquire costs what
-	// it cost without it. At most 256 bytes. See "Holder identity" in
-	// docs/usage.md.
+	// it. LockOptions.Identity overrides it for one lock. Default "": none
+	// is stored. At most 256 bytes. See "Holder identity" in docs/usage.md.
 	Identity string
 
 	// ReleaseTimeout bounds every release this package runs on its own,
@@ -153,9 +145,8 @@ func (c *Config) resolve() (resolved, error) {
 }
 
 // checkCollisions rejects table names that collide with another object
-// SetupSchema creates: tables, indexes and primary-key indexes share one
-// namespace, and CREATE ... IF NOT EXISTS would silently skip the second
-// object, leaving every later operation failing (42809, say).
+// SetupSchema creates (one namespace): CREATE ... IF NOT EXISTS would skip
+// the second object silently.
 func checkCollisions(table, fenceTable string) error {
 	objects := []struct{ name, what string }{
 		{"idx_" + table + "_lock_id", "the lock table's lock_id index"},
@@ -188,8 +179,9 @@ func checkIdent(field, name string) error {
 	return nil
 }
 
-// waitersTable is the name of the queue of waiters of a lock table.
 func waitersTable(table string) string { return table + "_waiters" }
+
+func holdersTable(table string) string { return table + "_holders" }
 
 // maxIdentity bounds Config.Identity and LockOptions.Identity, in bytes.
 const maxIdentity = 256
@@ -201,5 +193,12 @@ func checkIdentity(op, field, v string) error {
 	return nil
 }
 
-// holdersTable is the name of the holders table of a lock table.
-func holdersTable(table string) string { return table + "_holders" }
+// DefaultIdentity returns "host:pid", this process's host name and process
+// id, for Config.Identity or LockOptions.Identity.
+func DefaultIdentity() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return host + ":" + strconv.Itoa(os.Getpid())
+}

@@ -23,10 +23,10 @@ type Finding struct {
 	// Check names what was checked: "connection", "lock table", "primary
 	// key" (of the lock table), "lock_id index", "expiry index", "lock
 	// table privileges", "lock rows", "fence table", "fence primary key",
-	// "fence table privileges", "fence counters", "waiters table", "holders table",
-	// "synchronous_commit", "fsync", "primary", "replication", "synchronous
-	// commit", "clock", "pooler", "prepared statements", "notifications".
-	// Later versions may add checks.
+	// "fence table privileges", "fence counters", "waiters table",
+	// "holders table", "synchronous_commit", "fsync", "primary",
+	// "replication", "synchronous commit", "clock", "pooler", "prepared
+	// statements", "notifications". Later versions may add checks.
 	Check string
 	// Status is "ok", "warn" (syncguard works, but something deserves a
 	// look) or "fail" (syncguard does not work correctly as deployed).
@@ -71,33 +71,24 @@ func (r Report) Err() error {
 
 // CheckDeployment checks that syncguard can work correctly on db as it is
 // deployed, with the tables cfg names (nil: the defaults), and says what to
-// fix. It only reads: it creates, changes and locks nothing, so it runs as
-// the least-privileged role your service uses, for example in a smoke test
-// after a deployment or from `syncguard doctor`.
+// fix. It only reads (it creates, changes and locks nothing), so it runs as
+// the least-privileged role your service uses, in a smoke test after a
+// deployment or from `syncguard doctor`. Its statements go out unprepared.
 //
-// It checks the connection; the lock and fence tables, their columns,
-// primary keys and indexes, exactly as SchemaSQL defines them; the
-// privileges the operations need (SELECT, INSERT, UPDATE and DELETE on the
-// lock table; SELECT, INSERT and UPDATE on the fence table; no DDL); the
-// fence counters against their maximum and the expired lock rows; the
-// durability settings fences depend on across crashes (synchronous_commit,
-// fsync); replication (a primary, not a standby; which standbys stream
-// from it and whether the commit that acknowledges an acquire waits for
-// them: see docs/ha.md); the server's clock against this machine's;
-// whether a connection pooler sits in between (the Backend's own
-// detector), in transaction mode, and whether prepared statements survive
-// it (unless cfg.DisablePrepare); and whether waiting is woken on release.
-// Its statements go out unprepared, as a Backend sends them behind a
-// pooler.
+// It checks the connection; the tables, their columns, primary keys and
+// indexes, exactly as SchemaSQL defines them, and the privileges the
+// operations need (no DDL); the fence counters and the expired lock rows;
+// durability (synchronous_commit, fsync) and replication (docs/ha.md); the
+// server's clock against this machine's; a connection pooler in between,
+// and whether prepared statements survive it (unless cfg.DisablePrepare);
+// and whether waiting is woken on release.
 //
 // The error is non-nil only when the checks could not run: bad
 // configuration (InvalidArgument, before any I/O), or a database that
 // cannot be reached (the Report then holds the failed "connection"
-// finding). A deployment with problems gives a nil error and a Report
-// whose Err (or OK) tells; that includes a prepared statement lost or
-// clashing behind a transaction-mode pooler (SQLSTATE 26000, 42P05 or
-// 08P01, in any check: the failed "prepared statements" finding, with its
-// fix).
+// finding). Any other problem, a prepared statement lost or clashing
+// behind a pooler included (the failed "prepared statements" finding), is
+// in the Report: see its Err or OK.
 func CheckDeployment(ctx context.Context, db *sql.DB, cfg *Config) (Report, error) {
 	const op = "checkDeployment"
 	r, err := cfg.resolve()
@@ -137,10 +128,8 @@ func CheckDeployment(ctx context.Context, db *sql.DB, cfg *Config) (Report, erro
 	return report, nil
 }
 
-// notificationFinding is CheckDeployment's "notifications" check: whether
-// Lock and WithLock calls on b that wait for a contended key are woken the
-// moment a release hands them the key, asked of b as a program would.
-// status is "ok" or "warn".
+// notificationFinding is CheckDeployment's "notifications" check, asked of
+// b as a program would.
 func (b *Backend) notificationFinding(ctx context.Context) (status, detail, fix string) {
 	st := b.NotificationStatus(ctx)
 	if st.Active {

@@ -7,23 +7,15 @@ import (
 	"time"
 )
 
-// The delivery queue of the telemetry (telemetry.go): the caller's path
-// appends a value; one goroutine, running while values are queued and gone
-// when none are, hands them in order to a function. A full queue drops new
-// values and counts them.
-//
-// The goroutine is started for a batch, not for each value: Push starts it
-// when a quarter of the queue (at most 256 values) waits, else a timer
-// starts it eventLinger after the first value of the batch was queued;
-// Flush starts it at once. Starting a goroutine wakes an idle thread of the
-// process, several microseconds of CPU: once per lock operation, that was
-// a share of a caller's throughput (docs/observability.md, Overhead).
-
 // eventLinger is how long a queued value may wait for its batch to grow
 // before delivery starts.
 const eventLinger = 10 * time.Millisecond
 
-// eventQueue delivers values of type T to deliver.
+// eventQueue is the telemetry's delivery queue: the caller's path appends
+// a value; one goroutine, running while values are queued, hands them in
+// order to deliver. It starts for a batch (a quarter of the queue, at most
+// 256), or eventLinger after the batch's first value, or at Flush (why:
+// docs/design.md, Costs). A full queue drops new values and counts them.
 type eventQueue[T any] struct {
 	max, batch int
 	deliver    func(*T)
@@ -37,8 +29,6 @@ type eventQueue[T any] struct {
 	idle    chan struct{} // closed when the running goroutine finds the queue empty
 }
 
-// newEventQueue returns a queue of at most size values that delivers them
-// to deliver.
 func newEventQueue[T any](size int, deliver func(*T)) *eventQueue[T] {
 	return &eventQueue[T]{max: size, batch: max(1, min(size/4, 256)), deliver: deliver}
 }

@@ -13,12 +13,8 @@ import (
 	"github.com/syncguard/syncguard-go/internal/pooler"
 )
 
-// This file runs the statements: prepared (the default, one round trip
-// once prepared on a connection) or one-shot (unprepared, still one round
-// trip, safe behind a transaction-mode pooler), with the two automatic
-// corrections of the pool path: a re-run in READ COMMITTED after a
-// serialization failure, and the switch to one-shot statements when a
-// pooler drops prepared statements.
+// Running the statements, prepared or one-shot ("Statements and round
+// trips" in docs/design.md).
 
 // Prepared-statement modes of a Backend (shared.prep).
 const (
@@ -27,11 +23,10 @@ const (
 	prepOff            // one-shot statements (Config.DisablePrepare, or a pooler)
 )
 
-// sentArg is an argument that records when it is converted for sending.
-// database/sql (and pgx, which converts arguments itself) does that only
-// after it obtained a connection and, for a prepared statement, prepared it
-// there: just before the statement goes out. An acquire whose sentArg was
-// never converted cannot have reached the server.
+// sentArg is an argument that records when it is converted for sending:
+// database/sql (and pgx) does that only once it has a connection and the
+// statement prepared there, just before the statement goes out. An acquire
+// whose sentArg was never converted cannot have reached the server.
 type sentArg struct {
 	v    string
 	sent atomic.Bool
@@ -47,22 +42,12 @@ func (a *sentArg) Value() (sqldriver.Value, error) {
 }
 
 // run runs statement i with args on the transaction or the pool and scans
-// its one row into dest.
-//
-// On the pool path a serialization failure (40001) or deadlock (40P01)
-// means the session's default isolation is not READ COMMITTED (a role,
-// database or DSN setting): the statement was aborted, nothing committed,
-// where READ COMMITTED would have re-checked the latest row version (or,
-// under SERIALIZABLE, never conflicted at all: predicate locks on shared
-// index pages make statements on unrelated keys conflict). run then runs
-// the statement once more in an explicit READ COMMITTED transaction, which
-// gives the answer the statement gives under PostgreSQL's default. The
-// common case stays one round trip; the retry costs three more (BEGIN, the
-// statement, COMMIT). See docs/design.md, "Isolation level".
-//
-// A prepared statement that a pooler lost (see preparedLost) did not run:
-// the Backend switches to one-shot statements for good and, on the pool
-// path, runs this one again that way.
+// its one row into dest. On the pool path a serialization failure (40001,
+// 40P01) aborted the statement, so nothing committed: it runs once more in
+// an explicit READ COMMITTED transaction, the answer of PostgreSQL's
+// default ("Isolation level" in docs/design.md). A prepared statement that
+// a pooler lost did not run: the Backend switches to one-shot statements
+// for good and, on the pool path, runs it again that way.
 func (b *Backend) run(ctx context.Context, i int, args []any, dest ...any) error {
 	s := b.shared
 	prepared, err := b.attempt(ctx, i, args, dest)
@@ -91,17 +76,13 @@ func (b *Backend) attempt(ctx context.Context, i int, args, dest []any) (prepare
 	if s.prep.Load() != prepOff {
 		switch {
 		case b.tx != nil && b.stmtTx == nil:
-			// A transaction of another kind (an ORM's): one-shot.
+			// a transaction of another kind (an ORM's): one-shot
 		case b.tx != nil:
 			if stmt := s.stmts[i].stmt.Load(); stmt != nil {
-				// Reuses the statement already prepared on the transaction's
-				// connection, or prepares it there once.
 				return true, b.stmtTx.StmtContext(ctx, stmt).QueryRowContext(ctx, args...).Scan(dest...)
 			}
-			// Preparing on the pool would need a second connection while
-			// the transaction holds one (a deadlock with
-			// SetMaxOpenConns(1)). Run one-shot on the transaction's
-			// connection, and prepare on the pool in the background.
+			// Preparing on the pool would need a second connection (a
+			// deadlock with SetMaxOpenConns(1)): one-shot now.
 			s.prepareInBackground(i)
 		default:
 			stmt, err := s.prepared(ctx, i)
@@ -117,19 +98,15 @@ func (b *Backend) attempt(ctx context.Context, i int, args, dest []any) (prepare
 	return false, b.oneShot(ctx, s.unpreparedText(i), args, dest)
 }
 
-// oneShot runs query unprepared, in one round trip, as internal/pooler
-// sends it (pooler.Statement: with the dialect's OneShotArgs, or else with
-// the arguments inlined as literals). dest nil means no row is read (an
-// Exec).
+// oneShot runs query unprepared, as pooler.Statement sends it; dest nil
+// means no row is read (an Exec).
 func (b *Backend) oneShot(ctx context.Context, query string, args, dest []any) error {
 	s := b.shared
 	var on rowQuerier = s.db
 	if b.tx != nil {
 		on = b.tx
 	} else if s.oneShotArgs == nil {
-		// Take the connection first, so that a sentArg is marked (by
-		// inlining) only once a connection was obtained, as on the other
-		// paths.
+		// the connection first: inlining marks a sentArg only once there is one
 		conn, err := s.db.Conn(ctx)
 		if err != nil {
 			return err
@@ -141,28 +118,21 @@ func (b *Backend) oneShot(ctx context.Context, query string, args, dest []any) e
 	if err != nil {
 		return err
 	}
-	return queryOn(ctx, on, query, args, dest)
+	if dest != nil {
+		return on.QueryRowContext(ctx, query, args...).Scan(dest...)
+	}
+	e, ok := on.(interface { // an Exec: on the pool or a connection
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	})
+	if !ok {
+		return fmt.Errorf("syncguard: internal: exec on %T", on)
+	}
+	_, err = e.ExecContext(ctx, query, args...)
+	return err
 }
 
-// rowQuerier is a *sql.DB, *sql.Conn or a Tx.
 type rowQuerier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-// queryOn runs query on q and scans its row into dest; dest nil runs it
-// as an Exec, on the pool or a connection (a *sql.DB or *sql.Conn).
-func queryOn(ctx context.Context, q rowQuerier, query string, args, dest []any) error {
-	if dest == nil {
-		e, ok := q.(interface {
-			ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-		})
-		if !ok {
-			return fmt.Errorf("syncguard: internal: exec on %T", q)
-		}
-		_, err := e.ExecContext(ctx, query, args...)
-		return err
-	}
-	return q.QueryRowContext(ctx, query, args...).Scan(dest...)
 }
 
 // sqlState is err's SQLSTATE as the dialect reads it.
@@ -173,19 +143,15 @@ func (s *shared) sqlState(err error) string {
 	return s.cfg.dialect.Inspect(err).SQLState
 }
 
-// serializationFailure reports whether err is a 40001 or 40P01 from the server.
 func (s *shared) serializationFailure(err error) bool {
 	st := s.sqlState(err)
 	return st == "40001" || st == "40P01"
 }
 
-// preparedLost reports whether err says that a pooler lost a prepared
-// statement (pooler.StatementLost, the one rule).
 func (s *shared) preparedLost(err error) bool { return pooler.StatementLost(s.sqlState(err), err) }
 
-// switchOff turns prepared statements off for the rest of the Backend's
-// life, logging why once: at Info when a probe found a pooler before
-// anything failed, at Warn when a lost statement made an operation retry.
+// switchOff turns prepared statements off for the Backend's life, logging
+// why once (Info for the probe, Warn for a lost statement).
 func (s *shared) switchOff(level slog.Level, reason string) {
 	if s.prep.Swap(prepOff) == prepOff {
 		return
@@ -213,12 +179,9 @@ func (s *shared) runReadCommitted(ctx context.Context, i int, args, dest []any) 
 }
 
 // prepared returns the *sql.Stmt for statement i, preparing it on first
-// use; nil, with a nil error, when prepared statements are off (switched
-// off by the pooler probe, or by another goroutine since the caller
-// looked). database/sql then prepares it again, once, on each pooled
-// connection that runs it. A failed prepare (a missing table, say)
-// is not cached. No lock is held while preparing: two first calls may both
-// prepare, and the loser closes its copy.
+// use (not caching a failure); nil, with a nil error, when prepared
+// statements are off. Two first calls may both prepare: the loser closes
+// its copy.
 func (s *shared) prepared(ctx context.Context, i int) (*sql.Stmt, error) {
 	l := &s.stmts[i]
 	if st := l.stmt.Load(); st != nil {
@@ -230,9 +193,7 @@ func (s *shared) prepared(ctx context.Context, i int) (*sql.Stmt, error) {
 		}
 	}
 	if s.prep.Load() == prepOff {
-		// Switched off by the probe just run, or by another goroutine's
-		// since the caller looked: nothing may be prepared any more.
-		return nil, nil
+		return nil, nil // switched off since the caller looked: nothing may be prepared any more
 	}
 	st, err := s.db.PrepareContext(ctx, s.text(i))
 	if err != nil {
@@ -246,14 +207,9 @@ func (s *shared) prepared(ctx context.Context, i int) (*sql.Stmt, error) {
 }
 
 // probe decides, once per Backend and before anything is prepared,
-// whether a connection pooler sits between the pool and PostgreSQL
-// (pooler.Detect, the one detector, which CheckDeployment's "pooler" check
-// uses too). A pooler may run one client's statements on different server
-// connections, where a prepared statement is missing or, worse, another
-// client's statement of the same name, so prepared statements are switched
-// off. Without a dialect that reads the announced pid
-// (driver.BackendPIDReader) the answer is "prepare", and the errors a
-// pooler causes switch them off later. Costs one round trip, once.
+// whether a connection pooler sits in between (pooler.Detect), which turns
+// prepared statements off. Without a driver.BackendPIDReader the answer is
+// "prepare", and the errors a pooler causes switch them off later.
 func (s *shared) probe(ctx context.Context) error {
 	s.probeMu.Lock()
 	defer s.probeMu.Unlock()
@@ -281,8 +237,8 @@ func (s *shared) probe(ctx context.Context) error {
 	return nil
 }
 
-// prepareInBackground prepares statement i on the pool without blocking
-// the caller; at most one such goroutine runs per statement.
+// prepareInBackground prepares statement i on the pool, at most one
+// goroutine per statement.
 func (s *shared) prepareInBackground(i int) {
 	l := &s.stmts[i]
 	if !l.preparing.CompareAndSwap(false, true) {

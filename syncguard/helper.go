@@ -10,9 +10,7 @@ import (
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
-// Defaults of the lock helper: the reference implementation's
-// BACKEND_DEFAULTS (ttl) and LOCK_DEFAULTS (acquisition). Each is
-// documented on its option field.
+// Defaults of the lock helper: the reference implementation's.
 const (
 	defaultTTL            = 30 * time.Second
 	defaultRetryDelay     = 100 * time.Millisecond
@@ -21,21 +19,15 @@ const (
 
 // AcquisitionOptions are the limits of waiting for a contended key in Lock
 // and WithLock. The zero value means the defaults documented on each
-// field, which are the reference implementation's.
-//
-// On a *Backend (or a TelemetryBackend around one) a waiting caller also
-// attempts when the key is released, by any process, or its holder's lock
-// expires, and waiters take the key in arrival order: see "Waiting" in
-// docs/design.md. Those attempts are not retries: the retries below are
-// the schedule, as in the reference implementation, and its end is the end
-// of waiting.
+// field, which are the reference implementation's. On a Queuer (a *Backend)
+// a waiter also attempts when the key is released or its holder's lock
+// expires, and waiters take the key in arrival order ("Waiting" in
+// docs/design.md); those attempts are not retries.
 type AcquisitionOptions struct {
 	// MaxRetries is the number of scheduled retries after the first
-	// attempt; when they have run out the acquisition gives up. Default:
-	// no limit, so Timeout (or ctx) is the wait limit, as the wait of
-	// etcd's Mutex.Lock(ctx) is. Set it to keep the reference
-	// implementation's numbers (its default is 10); any negative value
-	// makes a single attempt, and no wait.
+	// attempt; when they have run out the acquisition gives up. Default: no
+	// limit, so Timeout (or ctx) is the wait limit (the reference
+	// implementation's default is 10). Negative: a single attempt, no wait.
 	MaxRetries int
 	// RetryDelay is the base delay between attempts. Default 100 ms.
 	RetryDelay time.Duration
@@ -69,21 +61,17 @@ type LockOptions struct {
 	// Acquisition configures the retries on contention.
 	Acquisition AcquisitionOptions
 
-	// AutoExtend keeps the lock alive while it is held: the lease extends
-	// itself by TTL once a third of the current lifetime has passed, and
-	// retries failed extensions until ownership can no longer be
-	// guaranteed. Lease.Done is then closed with an ErrLockLost cause, and
-	// WithLock cancels fn's context with that cause. Auto-extension stops
-	// when the lease is released or lost, or when the ctx passed to Lock or
-	// WithLock is done. See Lease for the timing rules.
+	// AutoExtend keeps the lock alive while it is held (see Lease), until
+	// the lease is released or lost or the ctx of Lock or WithLock is done;
+	// a loss closes Lease.Done with an ErrLockLost cause, and WithLock
+	// cancels fn's context with it.
 	AutoExtend bool
 
 	// ReleaseTimeout bounds the release done by WithLock after fn returns
-	// and by Lease.Close. That release runs with a context detached from
-	// the caller's cancellation (context.WithoutCancel), so a cancelled
-	// caller still frees the lock at once instead of leaving it held until
-	// its TTL. Default: the backend's Config.ReleaseTimeout (5 s unless
-	// set), or 5 s for a Locker that is not a *Backend.
+	// and by Lease.Close, which runs detached from the caller's
+	// cancellation, so a cancelled caller still frees the lock at once.
+	// Default: the backend's Config.ReleaseTimeout (5 s unless set), or 5 s
+	// for a Locker that is not a *Backend.
 	ReleaseTimeout time.Duration
 
 	// OnReleaseError receives the error of a release done by WithLock or
@@ -177,7 +165,7 @@ func (o *LockOptions) resolve() (lockConfig, error) {
 	return c, nil
 }
 
-// logReleaseError is the default OnReleaseError: visible, and sanitized.
+// logReleaseError is the default OnReleaseError.
 func logReleaseError(logger *slog.Logger) func(error, ReleaseErrorInfo) {
 	return func(err error, info ReleaseErrorInfo) {
 		logger.Error("syncguard: releasing a lock failed; it stays held until its TTL expires",
@@ -190,34 +178,27 @@ func logReleaseError(logger *slog.Logger) func(error, ReleaseErrorInfo) {
 // afterwards. It is the helper most programs should use; the backend's
 // methods are single attempts (docs/spec.md, rules O1 and H1).
 //
-// Acquisition waits on contention within the limits of opts.Acquisition
-// (MaxRetries scheduled retries, Timeout), woken when the key is released
-// (see AcquisitionOptions), and fails with ErrAcquisitionTimeout when time
-// or retries run out (the outage's code when no attempt got an answer);
-// the error says how many attempts were made.
-// A backend error is returned at once, not retried. Cancelling ctx while
-// waiting returns ErrAborted at once. Nothing is acquired in any of these
-// cases and fn does not run.
+// Acquisition waits on contention within opts.Acquisition and fails with
+// ErrAcquisitionTimeout when time or retries run out (the outage's code
+// when no attempt got an answer), saying how many attempts were made. A
+// backend error is returned at once, and cancelling ctx while waiting
+// returns ErrAborted at once. In these cases nothing is acquired and fn
+// does not run.
 //
 // fn receives the Lease, for its Fence (pass it to the resource you
-// protect) and expiry. The lock is released when fn returns, fails or
-// panics (the panic continues after the release), with a context detached
-// from ctx's cancellation and bounded by opts.ReleaseTimeout. WithLock
-// returns fn's error unchanged; a release error goes to
-// opts.OnReleaseError instead.
+// protect). The lock is released when fn returns, fails or panics (the
+// panic continues), detached from ctx's cancellation and bounded by
+// opts.ReleaseTimeout. WithLock returns fn's error unchanged; a release
+// error goes to opts.OnReleaseError.
 //
-// Without opts.AutoExtend, fn gets ctx itself and the lock simply expires
-// if fn outlives the TTL. With it, fn gets a context that is also cancelled
-// when the lease can no longer guarantee ownership, before the lock's
-// server-side expiry; context.Cause then satisfies errors.Is(cause,
-// ErrLockLost). The lock-lost signal helps fn stop early; it cannot stop a
-// write already on its way, so fencing tokens remain the protection against
-// a paused process.
+// Without opts.AutoExtend, fn gets ctx and the lock simply expires if fn
+// outlives the TTL. With it, fn's context is also cancelled, with a cause
+// matching ErrLockLost, when the lease can no longer guarantee ownership.
+// That signal cannot stop a write already on its way: fencing tokens
+// remain the protection against a paused process.
 //
-// Pass a pool backend (a *Backend on a *sql.DB, possibly wrapped), not a
-// Backend.WithTx view, unless the lock is released before the transaction
-// ends: a release or extend on the view after commit or rollback fails
-// (sql.ErrTxDone, InvalidArgument) and the lock stays until its TTL.
+// Pass a pool backend, not a Backend.WithTx view, unless the lock is
+// released before the transaction ends (see Lock).
 func WithLock(ctx context.Context, backend Locker, key string, fn func(ctx context.Context, lease *Lease) error, opts *LockOptions) error {
 	if fn == nil {
 		return invalidArg("lock", "fn must not be nil")
@@ -241,11 +222,10 @@ func WithLock(ctx context.Context, backend Locker, key string, fn func(ctx conte
 // usually with defer lease.Close(). On error no lease is returned and
 // nothing is left to release.
 //
-// The lease keeps using backend for Extend, auto-extension and Release, so
-// pass a pool backend, not a Backend.WithTx view, unless the lease ends
-// (Release or Close) before the transaction does: after commit or rollback
-// every operation on the view fails with sql.ErrTxDone (InvalidArgument),
-// the lease cannot release its lock, and the lock stays until its TTL.
+// The lease keeps using backend, so pass a pool backend, not a
+// Backend.WithTx view, unless the lease ends before the transaction does:
+// after commit or rollback every operation on the view fails with
+// sql.ErrTxDone (InvalidArgument) and the lock stays until its TTL.
 func Lock(ctx context.Context, backend Locker, key string, opts *LockOptions) (*Lease, error) {
 	if backend == nil {
 		return nil, invalidArg("lock", "backend must not be nil")
@@ -276,11 +256,22 @@ func Lock(ctx context.Context, backend Locker, key string, opts *LockOptions) (*
 }
 
 // releaseTimeoutOf is the default LockOptions.ReleaseTimeout for leases on
-// backend: its Config.ReleaseTimeout when it is a *Backend (or wraps one,
-// like a TelemetryBackend), else the default of Config.ReleaseTimeout.
+// backend (Config.ReleaseTimeout through wrappers).
 func releaseTimeoutOf(backend Locker) time.Duration {
 	if b, ok := As[interface{ releaseTimeout() time.Duration }](backend); ok {
 		return b.releaseTimeout()
 	}
 	return defaultReleaseTimeout
+}
+
+// leaseLoggerOf is the default LockOptions.Logger for leases on backend:
+// its LeaseLogger (through wrappers; syncguardtest's discards, so that its
+// injected failures do not log to slog.Default), else slog.Default().
+func leaseLoggerOf(backend Locker) *slog.Logger {
+	if b, ok := As[interface{ LeaseLogger() *slog.Logger }](backend); ok {
+		if l := b.LeaseLogger(); l != nil {
+			return l
+		}
+	}
+	return slog.Default()
 }

@@ -9,10 +9,8 @@ import (
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
-// This file holds the inspections for tools (the syncguard CLI, dashboards,
-// tests): reads of the lock tables that the spec's operations do not
-// cover. Each is one read-only statement that also returns the server's
-// clock, so callers judge expiry without comparing clocks.
+// Inspections for tools: reads the spec's operations do not cover, each one
+// read-only statement that also returns the server's clock.
 
 // ListOptions selects what Backend.List returns. The zero value lists the
 // live locks, at most 100, with hashed keys and lockIds.
@@ -43,13 +41,11 @@ type LockList struct {
 }
 
 // Live reports whether info's lock was live at l.Now, by the spec's
-// liveness rule (expires_at_ms > now_ms - 1000), as every operation
-// decides it.
+// liveness rule (expires_at_ms > now_ms - 1000).
 func (l *LockList) Live(info LockInfo) bool {
 	return rules.IsLive(info.ExpiresAt.UnixMilli(), l.Now.UnixMilli())
 }
 
-// defaultListLimit is the default of ListOptions.Limit.
 const defaultListLimit = 100
 
 // List reads the locks in the lock table, newest acquisition first, in one
@@ -147,10 +143,8 @@ func (b *Backend) LastFence(ctx context.Context, key string) (Fence, time.Time, 
 	return Fence(f), msToTime(now), nil
 }
 
-// inspector runs inspection statements, unprepared (inspections are rare,
-// and a prepared statement would stay on every pooled connection), on the
-// transaction or the pool, as a one-shot statement (exec.go): one round
-// trip, and nothing named that a transaction-mode pooler could lose.
+// inspector runs inspections one-shot (they are rare) on the transaction
+// or the pool.
 func (b *Backend) inspector() pooler.Querier {
 	var on pooler.Querier = b.shared.db
 	if b.tx != nil {

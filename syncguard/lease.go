@@ -24,69 +24,40 @@ var ErrLeaseReleased = errors.New("syncguard: lease released")
 // # Ending a lease
 //
 // Release releases the lock once; later calls return the first result
-// without I/O, and a call made while a release is in flight waits for it. A
-// release that failed with an error may be tried again. Close is Release
-// for defer: it runs at most once (concurrent calls wait for the first
-// one's release), uses a context detached from the acquire's cancellation
-// and bounded by LockOptions.ReleaseTimeout, and hands an error to
-// LockOptions.OnReleaseError instead of returning it. OnReleaseError may
-// call Close (which then returns at once) or Release (which tries again).
+// without I/O, a call made while a release is in flight waits for it, and
+// one that failed with an error may be tried again. Close is Release for
+// defer: it runs at most once (concurrent calls wait for the first), with a
+// context detached from the acquire's cancellation and bounded by
+// LockOptions.ReleaseTimeout, and hands an error to
+// LockOptions.OnReleaseError, which may call Close (it returns at once) or
+// Release (it tries again).
 //
-// # Extending
-//
-// Extend works only while the lease holds its lock. Once the lease has
-// ended (Done closed), Extend makes no I/O and returns an *Error with Code
-// InvalidArgument that wraps Err, so errors.Is(err, ErrLockLost) or
-// errors.Is(err, ErrLeaseReleased) tells which; if the lease ends while an
-// extend is in flight, that extend returns the same error whatever the
-// server answered. Extend therefore never reports OK for a lease whose Err
-// is not nil, and never revives a lost lease. A lease declared lost may
-// still have its row on the server (the loss is declared early, see below):
-// Release or Close frees it.
-//
-// # Loss and timing
+// # Extending, loss and timing
 //
 // Done is closed, and Err set, when the lease ends: on release
 // (ErrLeaseReleased), or when ownership can no longer be guaranteed
-// (errors.Is(err, ErrLockLost)): an Extend, explicit or automatic, found
-// the lock expired or gone, or the guaranteed lifetime ran out without a
-// successful extend.
+// (errors.Is(err, ErrLockLost)): an extend found the lock expired or gone,
+// or the guaranteed lifetime ran out without a successful extend. On an
+// ended lease, or one that ends while the extend is in flight, Extend
+// returns an InvalidArgument *Error wrapping Err: it never reports OK once
+// Err is set, and never revives a lost lease. A lease declared lost may
+// still have its row: Release or Close frees it.
 //
-// PostgreSQL's clock decides expiry, and client and server wall clocks
-// cannot be compared: the lease never compares ExpiresAt (server time) with
-// time.Now, it translates the granted lifetime onto the local monotonic
-// clock. The server set ExpiresAt to its statement time (truncated to the
-// millisecond) + ttl (docs/spec.md, rule T1), and that statement cannot
-// have started before this process sent the request, so the lock is held
-// at least until
-//
-//	sent + ttl - 1ms   (local monotonic clock)
-//
-// (the round trip is the margin for latency). A tenth of the lifetime (at
-// most 1 s) is kept back on top for timer latency and clock-rate
-// differences: the lease is declared lost then, before the server-side
-// expiry, never after it. Others may take the key only one liveness
-// tolerance (1 s) after ExpiresAt: headroom, not counted on. A step of the
-// server's clock (a manual change, not NTP slewing) breaks every TTL-based
-// lock; fencing tokens protect the resource then.
-//
-// An extend that returns an error (other than InvalidArgument, which is
-// reported before any I/O) has an unknown outcome: it may have committed
-// although its answer was lost. Extend sets the expiry to server now + ttl,
-// so a ttl shorter than what is left would then have shortened the lock.
-// The guaranteed lifetime after such an extend is therefore the earlier of
-// the current one and sent + ttl - 1ms minus the margin, for manual and
-// automatic extends alike; the next successful extend sets it afresh.
-// ExpiresAt keeps reporting the last confirmed expiry.
+// The lease never compares ExpiresAt (server time) with time.Now: the lock
+// is held at least until sent + ttl - 1ms on the local monotonic clock,
+// and the lease is declared lost a tenth of the lifetime (at most 1 s)
+// before that, never after the server-side expiry. An extend that fails
+// (other than InvalidArgument) may have committed a shorter lifetime, so
+// the guaranteed lifetime becomes the earlier of the current one and that
+// extend's; ExpiresAt keeps the last confirmed expiry. The argument: "How
+// guaranteed is computed" in docs/usage.md.
 //
 // With LockOptions.AutoExtend the lease extends itself by TTL once a third
-// of the current lifetime has passed (from that request's send time),
-// retries a failed extend every tenth of the lifetime, and gives up when
-// the lifetime runs out; such an outage logs one warning (to
-// LockOptions.Logger) as it starts, one line as it ends. Extensions are
-// serialized, so the latest response describes the latest expiry. A
-// successful manual Extend sets the current lifetime too: the next
-// automatic extend is due a third of its ttl after it was sent.
+// of the current lifetime has passed (from that request's send time, a
+// successful manual Extend's too), retries a failed extend every tenth of
+// the lifetime, and gives up when the lifetime runs out; such an outage
+// logs one warning (to LockOptions.Logger) as it starts, one line as it
+// ends. Extensions are serialized.
 type Lease struct {
 	backend Locker
 	key     string
@@ -118,10 +89,7 @@ type Lease struct {
 
 	stopExtender context.CancelFunc // nil without AutoExtend
 	extenderDone chan struct{}
-	// rescheduled (capacity 1) tells the auto-extender that a manual Extend
-	// succeeded, so it must take its timer from extendAt. Sent to and
-	// drained only while holding extendSem.
-	rescheduled chan struct{}
+	rescheduled  chan struct{} // capacity 1: a manual Extend moved extendAt; used holding extendSem
 }
 
 // schedule returns, for a lock granted ttl by a request sent at sent,
@@ -135,11 +103,6 @@ func schedule(sent time.Time, ttl time.Duration) (lostAt, extendAt time.Time) {
 // heldUntil is sent + ttl - 1 ms (PostgreSQL counts whole milliseconds).
 func heldUntil(sent time.Time, ttl time.Duration) time.Time {
 	return sent.Add(max(ttl.Truncate(time.Millisecond)-time.Millisecond, 0))
-}
-
-// extendRetryDelay is the wait after a failed automatic extend.
-func extendRetryDelay(ttl time.Duration) time.Duration {
-	return max(ttl/10, time.Millisecond)
 }
 
 func newLease(ctx context.Context, b Locker, key string, res AcquireResult, sent time.Time, cfg lockConfig, sink helperSink) *Lease {
@@ -186,12 +149,9 @@ func (l *Lease) ExpiresAt() time.Time {
 }
 
 // HeldUntil returns the local instant (monotonic clock) up to which the
-// lock is guaranteed held by the server's answers: the request that took or
-// last extended it was sent before the server started its ttl, so until
-// that send time + ttl - 1 ms. A key handed over by a release counts from
-// the release (the waiter's send time moved back by the lock's age on the
-// server's clock). Done closes a margin before it. For programs that keep
-// the lock by their own means (syncguard run does).
+// lock is guaranteed held: the send time of the request that took or last
+// extended it + ttl - 1 ms (a key handed over by a release counts from the
+// release). Done closes a margin before it.
 func (l *Lease) HeldUntil() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -225,29 +185,24 @@ func (l *Lease) Bind(parent context.Context) (context.Context, context.CancelFun
 }
 
 // Extend sets the lock's expiry to server now + ttl, if the lease still
-// owns it; it never revives an expired lock. A result with OK false means
-// the lock is lost: the lease ends with an ErrLockLost cause. A successful
-// extend moves the guaranteed lifetime, and with AutoExtend the next
-// automatic extend, to what ttl grants (see Lease). An extend that fails
-// may have committed: if its ttl would end the lock earlier than the
-// current guaranteed lifetime, the lease keeps only the earlier one. On an
-// ended lease, Extend returns an error wrapping Err without I/O.
+// owns it; it never revives an expired lock. A result with OK false ends the
+// lease with an ErrLockLost cause. A successful extend moves the guaranteed
+// lifetime, and the next automatic extend, to what ttl grants; a failed one
+// may shorten it (see Lease). On an ended lease it returns an error
+// wrapping Err without I/O.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) (ExtendResult, error) {
 	res, _, err := l.extend(ctx, ttl, true)
 	return res, err
 }
 
-// endedError is the error of an extend on a lease that has ended. Caller
-// holds mu, or knows that the lease has ended.
+// endedError is the error of an extend on a lease that has ended.
 func (l *Lease) endedError() error {
 	return &Error{Op: "extend", Code: CodeInvalidArgument, Key: l.key, LockID: l.lockID,
 		Msg: "the lease has ended", Err: l.Err()}
 }
 
-// extend does one extend. On success it moves expiresAt, lostAt and
-// extendAt and returns when to extend next; a result with OK false ends the
-// lease as lost. manual is true for Lease.Extend, false for the
-// auto-extender, whose errors are kept in lastErr.
+// extend does one extend and returns when to extend next; manual is false
+// for the auto-extender, whose errors are kept in lastErr.
 func (l *Lease) extend(ctx context.Context, ttl time.Duration, manual bool) (res ExtendResult, next time.Time, err error) {
 	if l.cfg.onExtend != nil {
 		defer func() { // after mu and extendSem are released
@@ -268,9 +223,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration, manual bool) (res
 		return ExtendResult{}, time.Time{}, e
 	}
 	if !manual && l.rescheduled != nil {
-		// Any manual extend signalled so far ran before this one, which
-		// supersedes it.
-		select {
+		select { // a manual extend signalled so far ran before this one
 		case <-l.rescheduled:
 		default:
 		}
@@ -284,19 +237,14 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration, manual bool) (res
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ctx.Err() != nil {
-		// Ended (lost or released) while the extend was in flight: whatever
-		// the server said, the lease does not hold the lock any more.
 		return ExtendResult{}, time.Time{}, l.endedError()
 	}
 	if err != nil {
 		if !manual {
-			l.lastErr = err // for the loss message
+			l.lastErr = err
 		}
 		if mayHaveCommitted(err) {
-			// The extend may have committed, setting the expiry to server
-			// now + ttl, which is earlier than the current lifetime when
-			// ttl is shorter than what is left. Only the earlier of the
-			// two is guaranteed.
+			// It may have committed a shorter lifetime: keep the earlier.
 			if lostAt, _ := schedule(sent, ttl); lostAt.Before(l.lostAt) {
 				l.lostAt, l.lastErr = lostAt, err
 				l.watchdog.Reset(time.Until(lostAt))
@@ -305,11 +253,12 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration, manual bool) (res
 		return res, time.Time{}, err
 	}
 	if !res.OK {
+		how := "gone (released, deleted or taken over)"
 		l.loss = lossGone
 		if res.Reason == ReasonExpired {
-			l.loss = lossExpired
+			how, l.loss = "expired", lossExpired
 		}
-		l.end(lostBecause(res.Reason))
+		l.end(fmt.Errorf("%w: extend found it %s", ErrLockLost, how))
 		return res, time.Time{}, nil
 	}
 	lostAt, next := schedule(sent, ttl)
@@ -325,20 +274,11 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration, manual bool) (res
 	return res, next, nil
 }
 
-// mayHaveCommitted reports whether an operation that returned err may
-// have committed: every error but InvalidArgument (before any I/O, or for
-// an ended transaction). A server's rejection did not commit either, but
-// a LockBackend need not say so; treating it as unknown only ends a lease
-// early.
+// mayHaveCommitted: every error but InvalidArgument (before any I/O) may
+// have committed, as far as a Locker tells; treating a rejection as unknown
+// only ends a lease early.
 func mayHaveCommitted(err error) bool {
 	return CodeOf(err) != CodeInvalidArgument
-}
-
-func lostBecause(reason string) error {
-	if reason == ReasonExpired {
-		return fmt.Errorf("%w: extend found it expired", ErrLockLost)
-	}
-	return fmt.Errorf("%w: extend found it gone (released, deleted or taken over)", ErrLockLost)
 }
 
 // checkLifetime runs when the watchdog fires: the lease is lost unless an
@@ -350,15 +290,14 @@ func (l *Lease) checkLifetime() {
 		return
 	}
 	l.loss = lossNotExtended
-	if last := l.lastErr; last != nil {
-		l.end(fmt.Errorf("%w: not extended before its guaranteed lifetime ran out; last extend error: %w", ErrLockLost, last))
-	} else {
-		l.end(fmt.Errorf("%w: not extended before its guaranteed lifetime ran out", ErrLockLost))
+	err := fmt.Errorf("%w: not extended before its guaranteed lifetime ran out", ErrLockLost)
+	if l.lastErr != nil {
+		err = fmt.Errorf("%w; last extend error: %w", err, l.lastErr)
 	}
+	l.end(err)
 }
 
-// autoExtend is the extension loop of an AutoExtend lease. An outage logs
-// a warning as it starts, a line as it ends (extends work again, or lost).
+// autoExtend is the extension loop of an AutoExtend lease.
 func (l *Lease) autoExtend(ctx context.Context, next time.Time) {
 	defer close(l.extenderDone)
 	t := time.NewTimer(time.Until(next))
@@ -380,7 +319,6 @@ func (l *Lease) autoExtend(ctx context.Context, next time.Time) {
 		case <-l.ctx.Done():
 			return
 		case <-l.rescheduled:
-			// A manual Extend succeeded: the current lifetime is its.
 			l.mu.Lock()
 			next = l.extendAt
 			l.mu.Unlock()
@@ -390,13 +328,12 @@ func (l *Lease) autoExtend(ctx context.Context, next time.Time) {
 		l.mu.Lock()
 		lostAt := l.lostAt
 		l.mu.Unlock()
-		// An answer after lostAt is of no use: the lease is lost by then.
 		actx, cancel := context.WithDeadline(ctx, lostAt)
 		res, n, err := l.extend(actx, l.cfg.ttl, false)
 		cancel()
 		switch {
 		case ctx.Err() != nil, l.ctx.Err() != nil:
-			return // stopped by Release or by the caller, or ended: the outcome no longer matters
+			return // stopped, or ended: the outcome no longer matters
 		case err == nil && res.OK:
 			if !outage.IsZero() {
 				l.cfg.logger.Info("syncguard: automatic lock extension works again; the lock is still held", keyHash, since(outage))
@@ -410,7 +347,7 @@ func (l *Lease) autoExtend(ctx context.Context, next time.Time) {
 				l.cfg.logger.Warn("syncguard: automatic lock extension failed; retrying until the lock's guaranteed lifetime runs out", keyHash,
 					slog.String("code", string(CodeOf(err))), slog.Duration("lostIn", time.Until(lostAt).Round(time.Millisecond)), slog.String("error", err.Error()))
 			}
-			next = time.Now().Add(extendRetryDelay(l.cfg.ttl))
+			next = time.Now().Add(max(l.cfg.ttl/10, time.Millisecond)) // retry every tenth
 		}
 		t.Reset(time.Until(next))
 	}
@@ -429,10 +366,10 @@ func (l *Lease) stopAutoExtend(ctx context.Context) {
 	}
 }
 
-// Release releases the lock if the lease still owns it. It stops
-// auto-extension first. The first call that completes without error
-// decides the result; later calls return it without I/O. A call made while
-// another release is in flight waits for it (within ctx).
+// Release releases the lock if the lease still owns it, after stopping
+// auto-extension. The first call that completes without error decides the
+// result; later calls return it without I/O; a call made while another is
+// in flight waits for it (within ctx).
 func (l *Lease) Release(ctx context.Context) (ReleaseResult, error) {
 	l.stopAutoExtend(ctx)
 	for {
@@ -475,11 +412,10 @@ func (l *Lease) Release(ctx context.Context) (ReleaseResult, error) {
 // Close releases the lock, at most once, for use with defer. See Lease.
 func (l *Lease) Close() { l.dispose(releaseSourceClose) }
 
-// dispose releases once; concurrent and later calls wait for the first
-// one's release. It uses a channel rather than sync.Once so that a waiting
-// Close is durably blocked in the eyes of testing/synctest. The channel is
-// closed before onReleaseError runs, so a Close made from the callback
-// returns instead of waiting for itself.
+// dispose releases once; concurrent and later calls wait for the first.
+// A channel, not sync.Once: a waiting Close is durably blocked for
+// testing/synctest. It is closed before onReleaseError runs, so a Close
+// made from the callback returns instead of waiting for itself.
 func (l *Lease) dispose(source string) {
 	l.mu.Lock()
 	if ch := l.closing; ch != nil {
@@ -503,7 +439,6 @@ func (l *Lease) dispose(source string) {
 	}
 }
 
-// Sources of a release error, for ReleaseErrorInfo.Source.
 const (
 	releaseSourceWithLock = "withLock"
 	releaseSourceClose    = "close"
@@ -515,9 +450,7 @@ type ReleaseErrorInfo struct {
 	// lock and keys may hold personal data: log HashKey of them instead.
 	Key    string
 	LockID string
-	// Source is "withLock" for the release after fn in WithLock, "close"
-	// for Lease.Close.
-	Source string
+	Source string // "withLock" (the release after fn in WithLock) or "close" (Lease.Close)
 }
 
 // lockConfig is LockOptions with defaults applied.
@@ -532,9 +465,8 @@ type lockConfig struct {
 	logger                                   *slog.Logger
 }
 
-// reportHold makes the lease emit its "hold" event to sink when it ends,
-// from the call that ends it (so the event is queued before that call
-// returns). Called before the lease is shared.
+// reportHold makes the call that ends the lease queue its "hold" event to
+// sink before it returns. Called before the lease is shared.
 func (l *Lease) reportHold(sink helperSink) {
 	start, end := time.Now(), l.end
 	var once sync.Once

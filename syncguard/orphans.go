@@ -10,48 +10,23 @@ import (
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
-// The background release of the locks of acquires whose outcome is
-// unknown.
-//
-// An acquire on the pool whose context ended (or whose connection broke)
-// after its statement went out may still commit on the server: pgx stops
-// reading at once and cancels asynchronously, and a cancel request can
-// arrive after the commit. Its lock would then stay held until its TTL with
-// nobody knowing its lockId. The Backend releases such lockIds itself, in
-// the background, through one worker per Backend:
-//
-//   - only when the statement may have reached the server: an acquire that
-//     timed out waiting for a pool connection, or whose context was done
-//     before its arguments were converted for sending, enqueues nothing;
-//   - batched: one DELETE ... WHERE lock_id = ANY(...) statement
-//     (release_orphans.sql) per round, on one pool connection at a time,
-//     taken in turn like any caller's, so a storm of cancelled acquires
-//     costs a few statements, not a goroutine and a transaction each;
-//   - retried while the lockId is not found, since the statement may commit
-//     after the client gave up: after 50, 100, 200, 400, 800 ms, 1.6 and
-//     3.2 s (orphanRetries), never past the lock's own expiry;
-//   - bounded: at most maxOrphans lockIds wait; beyond that the newest are
-//     dropped (they expire with their TTL) and a warning says so, once.
-//
-// The worker goroutine exits when nothing is pending. Its state is
-// shared.orphans (an orphanQueue, shared.go).
+// The background release of the lockIds of acquires whose outcome is
+// unknown ("A cancelled acquire" in docs/errors.md): one worker per
+// Backend, running while any is pending, one statement per batch, retried
+// while not found (the statement may commit after the client gave up),
+// never past the lock's expiry. Its state: shared.orphans (shared.go).
 
-// maxOrphans bounds the lockIds waiting for a background release.
-const maxOrphans = 4096
-
-// orphanBatch is the most lockIds one statement releases.
-const orphanBatch = 100
+const (
+	maxOrphans  = 4096 // pending at most; the newest beyond are left to expire
+	orphanBatch = 100  // lockIds per statement
+)
 
 // orphanRetries are the waits before each retry of a lockId not found.
 var orphanRetries = [...]time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond,
 	400 * time.Millisecond, 800 * time.Millisecond, 1600 * time.Millisecond, 3200 * time.Millisecond}
 
-// orphanErrorDelay is the wait after a batch that failed (pool timeout,
-// server down); a failure costs no retry, the lock's expiry bounds it.
+// orphanErrorDelay is the wait after a failed batch (not a retry).
 const orphanErrorDelay = 500 * time.Millisecond
-
-// newOrphans is the background release of s, with nothing pending.
-func newOrphans(s *shared) *orphanQueue { return &orphanQueue{s: s} }
 
 // releaseInBackground hands lockID, of an acquire with the given ttl whose
 // outcome is unknown, to the Backend's background release.
@@ -82,8 +57,7 @@ func (s *shared) releaseInBackground(lockID string, ttl time.Duration) {
 	}
 }
 
-// run is the worker: it releases due lockIds in batches until nothing is
-// pending.
+// run is the worker, until nothing is pending.
 func (q *orphanQueue) run() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -147,10 +121,8 @@ func (q *orphanQueue) run() {
 	}
 }
 
-// releaseBatch deletes the rows of ids in one statement
-// (release_orphans.sql: lockIds joined by ',', returning those deleted,
-// joined the same way), bounded by Config.ReleaseTimeout, and returns the
-// ids it deleted.
+// releaseBatch deletes the rows of ids in one statement (lockIds joined by
+// ',', returning those deleted the same way) and returns those.
 func (q *orphanQueue) releaseBatch(ids []string) (map[string]bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), q.s.cfg.releaseTimeout)
 	defer cancel()

@@ -8,9 +8,8 @@ import (
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
-// This file applies the spec's rules (internal/rules, their one home; see
-// docs/spec.md) to a Backend's input, before any I/O, and reports a broken
-// rule as an InvalidArgument *Error.
+// The spec's rules (internal/rules) applied to a Backend's input before any
+// I/O: a broken rule is an InvalidArgument *Error.
 
 // Fence is a fencing token: a 15-digit, zero-padded decimal string that
 // increases strictly with every successful acquire of the same key. Because
@@ -44,8 +43,7 @@ func ruleError(op string, err error) *Error {
 	return invalidArg(op, err.Error())
 }
 
-// checkKey normalizes and validates a key and derives its storage and
-// fence keys (rules.DeriveKey).
+// checkKey normalizes and validates a key (rules.DeriveKey).
 func checkKey(op, key string) (rules.Key, *Error) {
 	k, err := rules.DeriveKey(key)
 	if err != nil {
@@ -56,7 +54,6 @@ func checkKey(op, key string) (rules.Key, *Error) {
 	return k, nil
 }
 
-// checkLockID validates a lockId's format (rules.ValidateLockID).
 func checkLockID(op, id string) *Error {
 	if err := rules.ValidateLockID(id); err != nil {
 		e := ruleError(op, err)

@@ -19,7 +19,7 @@ import (
 var sqlFiles embed.FS
 
 // The operations' statements (statements.ops). The "Holders" variants,
-// and the lookups without "Plain", keep the holders table (identity.go).
+// and the lookups without "Plain", keep the holders table (Config.Identity).
 const (
 	stmtAcquire = iota
 	stmtAcquireWait
@@ -61,17 +61,16 @@ type statements struct {
 	releaseOrphans             string // background release (orphans.go)
 }
 
-// render expands a statement file: the rules' SQL fragments ({{now_ms}},
-// {{live(alias)}}, {{fence_text(expr)}}, ...; see internal/rules) and the
-// quoted table and index names of one configuration.
+// render expands a statement file: the rules' SQL fragments (see
+// internal/rules) and the quoted table and index names of one
+// configuration.
 func render(name, table, fenceTable string) string {
 	return renderVariant(name, table, fenceTable, true, true)
 }
 
 // renderVariant renders a statement file with (queue) or without the
-// lines between "--if queue" and "--end" (and the other way round for
-// "--if !queue"), and the same for "holders". {{identity_arg}} is the
-// argument after the acquire's others.
+// lines between "--if queue" and "--end" (the other way round for "--if
+// !queue"), and the same for "holders".
 func renderVariant(name, table, fenceTable string, queue, holders bool) string {
 	text := rules.Variant(rules.Variant(mustRead(name), "queue", queue), "holders", holders)
 	text = strings.ReplaceAll(text, "{{identity_arg}}", map[bool]string{false: "$6", true: "$8"}[queue])
@@ -82,7 +81,6 @@ func renderVariant(name, table, fenceTable string, queue, holders bool) string {
 	return out
 }
 
-// renderText is render for any text of the statement files.
 func renderText(text, table, fenceTable string) (string, error) {
 	names := schemaNames(table, fenceTable)
 	for k, v := range names {
@@ -98,9 +96,8 @@ func renderText(text, table, fenceTable string) (string, error) {
 	return rules.Render(text, names)
 }
 
-// The waiting fragments of the statement files: {{wake_channel(key)}} is
-// waiting.Channel over a storage key, {{wake_payload(lockID)}}
-// waiting.Payload over a lockId.
+// {{wake_channel(key)}} and {{wake_payload(lockID)}}: waiting.Channel and
+// waiting.Payload in SQL.
 var (
 	wakeChannelRE = regexp.MustCompile(`\{\{wake_channel\(([^()]*)\)\}\}`)
 	wakePayloadRE = regexp.MustCompile(`\{\{wake_payload\(([^()]*)\)\}\}`)
@@ -111,8 +108,7 @@ var (
 const waiterGCMs = 60_000
 
 // schemaNames are the table and index names of one configuration, by
-// their placeholder in the statement files ({{locks}}, {{fences}},
-// {{lock_id_index}}, {{expires_index}}), unquoted.
+// their placeholder in the statement files, unquoted.
 func schemaNames(table, fenceTable string) map[string]string {
 	return map[string]string{
 		"locks":         table,
@@ -159,11 +155,9 @@ func renderStatements(table, fenceTable string) statements {
 	}
 }
 
-// stripComments drops the full-line "--" comments of a statement file. They
-// are for readers of the .sql files; sent to the server they would fill the
-// query text that pg_stat_activity keeps (track_activity_query_size, 1024
-// bytes by default) before the statement starts, so a DBA looking at a
-// blocked acquire would see only comments.
+// stripComments drops the full-line "--" comments of a statement file:
+// sent, they would fill pg_stat_activity's query text (1024 bytes by
+// default) before the statement starts.
 func stripComments(s string) string {
 	var b strings.Builder
 	for _, line := range strings.Split(s, "\n") {
@@ -189,8 +183,8 @@ func SchemaSQL(cfg *Config) (string, error) {
 	return render("schema.sql", r.table, r.fenceTable), nil
 }
 
-// schemaLockID is the advisory lock key that serializes concurrent
-// SetupSchema calls (CREATE ... IF NOT EXISTS races on the catalog otherwise).
+// schemaLockID serializes concurrent SetupSchema calls (CREATE ... IF NOT
+// EXISTS races on the catalog otherwise).
 const schemaLockID = 0x73796e6367756172 // "syncguar"
 
 // SetupSchema creates the lock and fence tables and their indexes if they
@@ -217,12 +211,10 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	if cl.dialect == nil {
 		cl.dialect, _ = driver.Lookup(db.Driver())
 	}
-	// PostgreSQL checks CREATE on the schema before IF NOT EXISTS, so a
-	// role without it (a service role, once the owner created the tables)
-	// would fail on DDL that has nothing to do: look first, in one
-	// statement, and stop when every table and index exists.
-	// Exec, no arguments, the answer in the row count: the simple query
-	// protocol, no prepared statement (see below).
+	// PostgreSQL checks CREATE on the schema before IF NOT EXISTS: look
+	// first, so that a role without it may call SetupSchema once the owner
+	// did. No arguments here and below: the simple query protocol, which
+	// prepares nothing, so this works behind a transaction-mode pooler.
 	names := schemaNames(r.table, r.fenceTable)
 	var objects []string
 	for _, k := range []string{"locks", "fences", "lock_id_index", "expires_index", "waiters", "waiters_id_index", "waiters_key_index", "holders", "holders_key_index"} {
@@ -240,9 +232,6 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 		return cl.wrap(ctx, op, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	// No arguments: every statement goes out by the simple query protocol,
-	// which needs no prepared statement, so SetupSchema works behind a
-	// transaction-mode pooler whatever the driver's settings.
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", int64(schemaLockID))); err != nil {
 		return cl.wrap(ctx, op, err)
 	}
@@ -250,10 +239,7 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			e := cl.wrap(ctx, op, err)
 			if e.SQLState == "42501" {
-				// The schema, not the lock tables, is what the role lacks a
-				// privilege on (PostgreSQL 15 lets only its owner create in
-				// public).
-				_ = tx.Rollback()
+				_ = tx.Rollback() // the role lacks CREATE on the schema
 				e.Msg = "insufficient privilege to create the lock tables: " + deploy.CreateGrantHint(ctx, db) +
 					", or let the schema's owner run SetupSchema (or apply SchemaSQL in a migration)"
 			}

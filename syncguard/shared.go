@@ -10,16 +10,11 @@ import (
 	"github.com/syncguard/syncguard-go/internal/waiting"
 )
 
-// This file holds the state of a Backend, and nothing that acts on it:
-// backend.go (the operations), exec.go (running statements) and orphans.go
-// (the background release) all build on it.
+// The state of a Backend, and nothing that acts on it.
 
-// Backend is the PostgreSQL lock backend. It is safe for concurrent use and
-// cheap to keep for the life of the program: it holds the *sql.DB, the
-// rendered SQL and lazily prepared statements.
-//
-// Each operation is one SQL statement and, once its statement is prepared
-// on the connection, one round trip.
+// Backend is the PostgreSQL lock backend. It is safe for concurrent use;
+// keep one for the life of the program. Each operation is one SQL statement
+// and, once its statement is prepared on the connection, one round trip.
 type Backend struct {
 	shared *shared
 	tx     Tx     // non-nil for the WithTx view
@@ -27,18 +22,13 @@ type Backend struct {
 }
 
 // Tx is what Backend.WithTx needs of the caller's transaction: the query
-// methods of *sql.Tx, which *sql.Tx and *sqlx.Tx have, and so has GORM's
-// tx.Statement.ConnPool. For bun pass bunTx.Tx (the *sql.Tx inside a
-// bun.Tx); for ent, the *sql.Tx its driver runs on. docs/orm.md shows each.
-//
-// When tx embeds a *sql.Tx, directly (*sqlx.Tx, bun.Tx) or in an embedded
-// interface field (GORM's *gorm.PreparedStmtTX, with PrepareStmt on),
-// the statements run on that *sql.Tx and not through tx's own query
-// methods, which may prepare what they run (GORM's PrepareStmt) or
-// rewrite it. Any other Tx gets them through its QueryRowContext and
-// QueryContext, and must run them exactly as written, with PostgreSQL's
-// $n placeholders and the arguments as given: neither rewrite queries
-// nor prepare them itself.
+// methods of *sql.Tx, which *sqlx.Tx and GORM's tx.Statement.ConnPool
+// have too (bun: pass bunTx.Tx; ent: the *sql.Tx its driver runs on;
+// docs/orm.md). When tx embeds a *sql.Tx, directly or in an embedded
+// interface field (GORM's *gorm.PreparedStmtTX), the statements run on
+// that *sql.Tx. Any other Tx must run them exactly as written, with
+// PostgreSQL's $n placeholders and the arguments as given: neither
+// rewrite nor prepare them.
 type Tx interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
@@ -51,13 +41,13 @@ type stmtTx interface {
 }
 
 type shared struct {
-	db       *sql.DB
-	cfg      resolved
-	sql      statements
-	cl       classifier
-	stmts    [numStmts]lazyStmt
-	unprep   [numStmts]string // the statements' unprepared text (see unpreparedText)
-	lastSwep atomic.Int64     // unix nanos of the last background cleanup
+	db          *sql.DB
+	cfg         resolved
+	sql         statements
+	cl          classifier
+	stmts       [numStmts]lazyStmt
+	unprep      [numStmts]string // the statements' unprepared text (see unpreparedText)
+	lastCleanup atomic.Int64     // unix nanos of the last CleanupInIsLocked delete
 
 	orphans     *orphanQueue // background release (orphans.go)
 	prep        atomic.Int32 // prepUnknown, prepOn or prepOff (exec.go)
@@ -66,13 +56,12 @@ type shared struct {
 	hub         *waiting.Hub // wakes waiting Lock calls (wait.go)
 	noQueue     atomic.Bool  // the waiters table is missing or not granted (wait.go)
 	queueWarned atomic.Bool
-	noHolders   atomic.Bool // the holders table is missing or not granted (identity.go)
+	noHolders   atomic.Bool // the holders table is missing or not granted (wait.go)
 	holdWarned  atomic.Bool
 	waitCfg     waitTunables
 }
 
-// orphanQueue is the state of a Backend's background release of acquires
-// whose outcome is unknown (orphans.go acts on it).
+// orphanQueue is the state of a Backend's background release (orphans.go).
 type orphanQueue struct {
 	s *shared
 
@@ -93,10 +82,7 @@ type orphan struct {
 
 // waitTunables are a Backend's waiting parameters (tests shorten them).
 type waitTunables struct {
-	// window: a waiter's row is live for this long after each of its
-	// attempts; a release hands the key only to a live waiter. Waiters
-	// attempt at least every third of it.
-	window time.Duration
+	window time.Duration  // a waiter's row lives this long after each attempt
 	hub    waiting.Config // timeouts of the LISTEN connection
 }
 
@@ -108,13 +94,10 @@ type lazyStmt struct {
 
 func (s *shared) text(i int) string { return s.sql.ops[i] }
 
-// unpreparedMark starts the text of every statement syncguard sends
-// unprepared. pgx's database/sql driver runs a query whose exact text was
-// prepared on the connection as that named statement, whatever exec mode
-// the call asks for; behind a transaction-mode pooler that statement lives
-// on another server connection (26000), on every attempt. A different text
-// keeps a one-shot statement one-shot on a connection where the prepared
-// one was made before the Backend switched prepared statements off.
+// unpreparedMark starts the text of every statement sent unprepared, so
+// that pgx does not run it as the statement of the same text prepared on
+// the connection before the switch ("Statements and round trips" in
+// docs/design.md).
 const unpreparedMark = "/* syncguard: unprepared */ "
 
 // unpreparedText is statement i as sent unprepared.

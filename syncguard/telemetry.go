@@ -20,8 +20,7 @@ const (
 	EventHold     = "hold"   // one Lease, when it ends
 )
 
-// The lock helper's events (LockEvent "wait" and "hold"), emitted when
-// Lock is given a helperSink (a TelemetryBackend).
+// The lock helper's reasons, and LockEvent.LossReason's values.
 const (
 	reasonTimeout   = "timeout"   // wait: AcquisitionTimeout
 	reasonCancelled = "cancelled" // wait: ctx ended (Aborted)
@@ -29,13 +28,12 @@ const (
 	reasonReleased  = "released"  // hold: released by its holder
 	reasonLost      = "lost"      // hold: lost (see Err)
 
-	lossNotExtended = "not-extended" // LockEvent.LossReason values
+	lossNotExtended = "not-extended"
 	lossExpired     = "expired"
 	lossGone        = "gone"
 )
 
-// rawEvent is what the hot path records for a LockEvent: no hashing, no
-// callbacks.
+// rawEvent is what the caller's path records for a LockEvent.
 type rawEvent struct {
 	typ, reason string
 	loss        string // LockEvent.LossReason
@@ -67,23 +65,11 @@ func waitEvent(key string, res AcquireResult, err error, attempts int, start tim
 }
 
 // LockEvent describes one completed LockBackend operation, as in the spec,
-// or one wait or holding of the lock helper.
-//
-// The helper's events are emitted when Lock or WithLock is given the
-// TelemetryBackend itself (not a wrapper around it):
-//   - "wait": one per Lock or WithLock acquisition, when it ends. OK when
-//     the lock was taken; else Reason "timeout" (AcquisitionTimeout),
-//     "cancelled" (ctx ended) or "error" (Err says which). Duration is the
-//     time waited, Attempts the attempts made.
-//   - "hold": one per Lease, when it ends. OK and Reason "released" when
-//     its holder released it (Release, Close, WithLock's end), else
-//     Reason "lost" with Err wrapping ErrLockLost and why (expired, not
-//     extended in time, or found gone: released or taken over by someone
-//     else). Duration is the time held.
+// or, when Lock or WithLock is given the TelemetryBackend itself (not a
+// wrapper around it), one acquisition ("wait", when it ends) or one Lease
+// ("hold", when it ends) of the lock helper.
 type LockEvent struct {
-	// Type is the operation: "acquire", "release", "extend", "isLocked" or
-	// "lookup" (both lookups, and their Debug forms), the words Error.Op
-	// uses; or the helper's "wait" or "hold".
+	// Type is one of the Event constants.
 	Type string
 	// OK is the spec's result "ok" (true) or "fail" (false). An acquire
 	// fails on contention, a release or extend when the lock was absent,
@@ -95,7 +81,10 @@ type LockEvent struct {
 	KeyHash    string
 	LockIDHash string
 	// Reason is ReasonLocked for a contended acquire, ReasonExpired or
-	// ReasonNotFound for a failed release or extend, empty otherwise.
+	// ReasonNotFound for a failed release or extend; "timeout"
+	// (AcquisitionTimeout), "cancelled" (ctx ended) or "error" for a failed
+	// "wait"; "released" (by its holder) or "lost" (Err wraps ErrLockLost)
+	// for a "hold"; empty otherwise.
 	Reason string
 	// Key and LockID are the raw values, set only when
 	// TelemetryOptions.IncludeRaw or IncludeRawFunc allows it.
@@ -141,15 +130,11 @@ type TelemetryOptions struct {
 }
 
 // TelemetryBackend is a LockBackend that reports every operation of the
-// backend it wraps as a LockEvent. Make one with WithTelemetry.
-//
-// The caller's path only queues the operation's outcome; hashing, the
-// IncludeRaw decision and OnEvent run on one goroutine per wrapper, which
-// runs while events are queued and exits when none are (so an idle wrapper
-// holds no goroutine and needs no Close). The goroutine starts for a batch
-// of events: when 256 wait (a quarter of BufferSize, if less), or 10 ms
-// after the first one, or at Flush; starting it for every event would wake
-// an idle thread at each operation, a cost of several microseconds of CPU.
+// backend it wraps as a LockEvent. Make one with WithTelemetry. The
+// caller's path only queues the outcome; hashing, IncludeRaw and OnEvent
+// run on one goroutine per wrapper, started for a batch of events and gone
+// when none wait, so an idle wrapper needs no Close (eventq.go; its cost:
+// docs/design.md, Costs).
 type TelemetryBackend struct {
 	inner  LockBackend
 	opts   TelemetryOptions
@@ -157,8 +142,7 @@ type TelemetryBackend struct {
 	q      *eventQueue[rawEvent]
 }
 
-// debugLookuper is implemented by backends that can return raw keys and
-// lockIds: *Backend and *TelemetryBackend.
+// debugLookuper is a backend with raw lookups (*Backend, *TelemetryBackend).
 type debugLookuper interface {
 	LookupKeyDebug(ctx context.Context, key string) (*LockInfoDebug, error)
 	LookupIDDebug(ctx context.Context, lockID string) (*LockInfoDebug, error)
@@ -201,8 +185,6 @@ func (t *TelemetryBackend) Dropped() uint64 { return t.q.Dropped() }
 // from OnEvent itself.
 func (t *TelemetryBackend) Flush(ctx context.Context) error { return t.q.Flush(ctx) }
 
-func (t *TelemetryBackend) emit(e rawEvent) { t.q.Push(e) }
-
 func (t *TelemetryBackend) deliver(e *rawEvent) {
 	ev := LockEvent{Type: e.typ, OK: e.ok, Reason: e.reason, Err: e.err, Duration: e.dur, Attempts: e.attempts, LossReason: e.loss}
 	if e.key != "" {
@@ -235,8 +217,7 @@ func (t *TelemetryBackend) includeRaw(ev LockEvent) (ok bool) {
 	return t.opts.IncludeRawFunc(ev)
 }
 
-// helperEvent queues an event of the lock helper (helperSink).
-func (t *TelemetryBackend) helperEvent(e rawEvent) { t.emit(e) }
+func (t *TelemetryBackend) helperEvent(e rawEvent) { t.q.Push(e) }
 
 // Acquire implements LockBackend.
 func (t *TelemetryBackend) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
@@ -280,14 +261,14 @@ func (t *TelemetryBackend) emitAcquire(key string, r AcquireResult, err error, d
 	if r.OK {
 		e.lockID = r.LockID
 	}
-	t.emit(e)
+	t.q.Push(e)
 }
 
 // Release implements LockBackend.
 func (t *TelemetryBackend) Release(ctx context.Context, lockID string) (ReleaseResult, error) {
 	start := time.Now()
 	r, err := t.inner.Release(ctx, lockID)
-	t.emit(rawEvent{typ: EventRelease, ok: err == nil && r.OK, reason: r.Reason, lockID: lockID, err: err, dur: time.Since(start)})
+	t.q.Push(rawEvent{typ: EventRelease, ok: err == nil && r.OK, reason: r.Reason, lockID: lockID, err: err, dur: time.Since(start)})
 	return r, err
 }
 
@@ -295,7 +276,7 @@ func (t *TelemetryBackend) Release(ctx context.Context, lockID string) (ReleaseR
 func (t *TelemetryBackend) Extend(ctx context.Context, lockID string, ttl time.Duration) (ExtendResult, error) {
 	start := time.Now()
 	r, err := t.inner.Extend(ctx, lockID, ttl)
-	t.emit(rawEvent{typ: EventExtend, ok: err == nil && r.OK, reason: r.Reason, lockID: lockID, err: err, dur: time.Since(start)})
+	t.q.Push(rawEvent{typ: EventExtend, ok: err == nil && r.OK, reason: r.Reason, lockID: lockID, err: err, dur: time.Since(start)})
 	return r, err
 }
 
@@ -304,7 +285,7 @@ func (t *TelemetryBackend) Extend(ctx context.Context, lockID string, ttl time.D
 func (t *TelemetryBackend) IsLocked(ctx context.Context, key string) (bool, error) {
 	start := time.Now()
 	locked, err := t.inner.IsLocked(ctx, key)
-	t.emit(rawEvent{typ: EventIsLocked, ok: err == nil && locked, key: key, err: err, dur: time.Since(start)})
+	t.q.Push(rawEvent{typ: EventIsLocked, ok: err == nil && locked, key: key, err: err, dur: time.Since(start)})
 	return locked, err
 }
 
@@ -313,7 +294,7 @@ func (t *TelemetryBackend) IsLocked(ctx context.Context, key string) (bool, erro
 func (t *TelemetryBackend) LookupKey(ctx context.Context, key string) (*LockInfo, error) {
 	start := time.Now()
 	info, err := t.inner.LookupKey(ctx, key)
-	t.emit(rawEvent{typ: EventLookup, ok: err == nil && info != nil, key: key, err: err, dur: time.Since(start)})
+	t.q.Push(rawEvent{typ: EventLookup, ok: err == nil && info != nil, key: key, err: err, dur: time.Since(start)})
 	return info, err
 }
 
@@ -321,31 +302,29 @@ func (t *TelemetryBackend) LookupKey(ctx context.Context, key string) (*LockInfo
 func (t *TelemetryBackend) LookupID(ctx context.Context, lockID string) (*LockInfo, error) {
 	start := time.Now()
 	info, err := t.inner.LookupID(ctx, lockID)
-	t.emit(rawEvent{typ: EventLookup, ok: err == nil && info != nil, lockID: lockID, err: err, dur: time.Since(start)})
+	t.q.Push(rawEvent{typ: EventLookup, ok: err == nil && info != nil, lockID: lockID, err: err, dur: time.Since(start)})
 	return info, err
 }
 
 // LookupKeyDebug is Backend.LookupKeyDebug on the wrapped backend, which
 // must have that method (else it fails with ErrInvalidArgument).
 func (t *TelemetryBackend) LookupKeyDebug(ctx context.Context, key string) (*LockInfoDebug, error) {
-	d, ok := t.inner.(debugLookuper)
-	if !ok {
-		return nil, noDebug(t.inner)
-	}
-	info, err := d.LookupKeyDebug(ctx, key)
-	t.emit(rawEvent{typ: EventLookup, ok: err == nil && info != nil, key: key, err: err})
-	return info, err
+	return t.lookupDebug(rawEvent{key: key}, func(d debugLookuper) (*LockInfoDebug, error) { return d.LookupKeyDebug(ctx, key) })
 }
 
-// LookupIDDebug is Backend.LookupIDDebug on the wrapped backend, which
-// must have that method (else it fails with ErrInvalidArgument).
+// LookupIDDebug is LookupKeyDebug by lockId (Backend.LookupIDDebug).
 func (t *TelemetryBackend) LookupIDDebug(ctx context.Context, lockID string) (*LockInfoDebug, error) {
+	return t.lookupDebug(rawEvent{lockID: lockID}, func(d debugLookuper) (*LockInfoDebug, error) { return d.LookupIDDebug(ctx, lockID) })
+}
+
+func (t *TelemetryBackend) lookupDebug(e rawEvent, lookup func(debugLookuper) (*LockInfoDebug, error)) (*LockInfoDebug, error) {
 	d, ok := t.inner.(debugLookuper)
 	if !ok {
 		return nil, noDebug(t.inner)
 	}
-	info, err := d.LookupIDDebug(ctx, lockID)
-	t.emit(rawEvent{typ: EventLookup, ok: err == nil && info != nil, lockID: lockID, err: err})
+	info, err := lookup(d)
+	e.typ, e.ok, e.err = EventLookup, err == nil && info != nil, err
+	t.q.Push(e)
 	return info, err
 }
 

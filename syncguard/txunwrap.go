@@ -6,24 +6,15 @@ import (
 )
 
 // unwrapSQLTx returns, for Backend.WithTx, the *sql.Tx that tx (an ORM's
-// transaction wrapper) is, or that it embeds: as an embedded *sql.Tx field
-// (*sqlx.Tx, bun.Tx), or an embedded interface field holding one (GORM's
-// *gorm.PreparedStmtTX, whose Tx field is the *sql.Tx when GORM runs on
-// database/sql), followed through at most maxTxDepth levels of embedding.
-// nil when there is none.
-//
-// WithTx runs its statements on that *sql.Tx, not through the wrapper's
-// own query methods, which may prepare what they run (GORM's PrepareStmt:
-// it prepares the text and then counts a driver's one-shot arguments as
-// parameters, "sql: expected 6 arguments, got 7", and leaves a named
-// statement on the connection, which a transaction-mode pooler loses) or
-// rewrite it (bun.Tx expands "?"). Embedding is the wrapper's statement
-// that it is that transaction: the statements still run in it.
-func unwrapSQLTx(tx any) *sql.Tx {
-	return findSQLTx(reflect.ValueOf(tx), 0)
-}
+// transaction wrapper) is, or embeds (*sqlx.Tx, bun.Tx), directly or in an
+// embedded interface field (GORM's *gorm.PreparedStmtTX), through at most
+// maxTxDepth levels; nil when there is none. The wrapper's own query
+// methods may prepare what they run (GORM's PrepareStmt: "sql: expected 6
+// arguments, got 7" with one-shot arguments, and a named statement that a
+// pooler loses) or rewrite it (bun expands "?"); embedding says it is that
+// transaction, so the statements still run in it.
+func unwrapSQLTx(tx any) *sql.Tx { return findSQLTx(reflect.ValueOf(tx), 0) }
 
-// maxTxDepth bounds the search through embedded fields.
 const maxTxDepth = 4
 
 var sqlTxType = reflect.TypeFor[*sql.Tx]()

@@ -5,13 +5,11 @@ import (
 	"time"
 )
 
-// Locker is the part of a LockBackend that Lock, WithLock and a Lease use:
-// the three operations that take, give back and prolong a lock. Wrap a
-// backend in a Locker of your own to add tracing or metrics around them,
-// and pass ctx on: it carries the deadline of each attempt. Lock waits on
-// a Locker by polling on its retry schedule; one that is also a Queuer
-// keeps its waiters in the key's queue instead (a wrapper forwards Queue to
-// keep that).
+// Locker is the part of a LockBackend that Lock, WithLock and a Lease use.
+// Wrap a backend in a Locker of your own to add tracing or metrics, and
+// pass ctx on: it carries the deadline of each attempt. Lock polls a
+// Locker on its retry schedule; one that is also a Queuer (a wrapper that
+// forwards Queue) keeps its waiters in the key's queue instead.
 //
 // Every method validates its input before any I/O and returns a *Error on
 // failure. Contention is not an error: Acquire returns OK == false.
@@ -65,23 +63,20 @@ type AcquireResult struct {
 	// ExpiresAt is the server-computed expiry (server now + ttl),
 	// millisecond precision. The lock stays exclusive until then.
 	ExpiresAt time.Time
-	// RetryIn, when OK is false, is how long the holder's lock stays live,
-	// by the server's clock (its expiry plus the spec's tolerance): an
-	// attempt after it can take the key if nobody extends or queues
-	// first. 0 when unknown.
+	// RetryIn, when OK is false, is how long the holder's lock stays live
+	// by the server's clock (its expiry plus the spec's tolerance); 0 when
+	// unknown.
 	RetryIn time.Duration
 	// HandedOver, for a Waiter's successful attempt, is how long the lock
-	// had existed when the attempt's statement started: a release handed
-	// the key to the waiter in its own commit, and the TTL counts from
-	// there. 0 otherwise.
+	// had existed when the attempt's statement started (a release handed
+	// it over, and its TTL counts from there). 0 otherwise.
 	HandedOver time.Duration
 }
 
 // Queuer is a Locker that keeps the callers of Lock and WithLock waiting
 // for a key in the key's queue, in arrival order, so that a release hands
-// the key to the first of them in its own commit. *Backend (on a pool) is
-// one, and so are the wrappers that forward Queue (TelemetryBackend,
-// otelsyncguard, syncguardtest's backends).
+// the key to the first of them in its own commit: *Backend, and the
+// wrappers that forward Queue.
 type Queuer interface {
 	Locker
 	// Queue returns the waiter of one Lock or WithLock call for key, whose
@@ -111,8 +106,7 @@ type Waiter interface {
 }
 
 // As finds the first of l and the Lockers it wraps (through their
-// Unwrap() LockBackend methods) that is a T, as errors.As finds an error:
-// a capability such as *Backend's NotificationStatus behind wrappers.
+// Unwrap() LockBackend methods) that is a T, as errors.As finds an error.
 func As[T any](l Locker) (T, bool) {
 	for range 16 {
 		if t, ok := l.(T); ok {
@@ -132,8 +126,7 @@ func As[T any](l Locker) (T, bool) {
 type ReleaseResult struct {
 	// OK is true when this call deleted a live lock it owned.
 	OK bool
-	// Reason is ReasonExpired or ReasonNotFound when OK is false. It comes
-	// from the same statement and costs no extra round trip.
+	// Reason is ReasonExpired or ReasonNotFound when OK is false.
 	Reason string
 }
 

@@ -12,11 +12,9 @@ import (
 	"github.com/syncguard/syncguard-go/internal/waiting"
 )
 
-// The Backend's side of waiting for a contended key (docs/design.md,
-// "Waiting"): the queue is rows of the waiters table, written by the
-// waiter's attempts (acquire.sql's queue lines) and handed the key by the
-// release (release.sql's); internal/waiting only wakes the waiter that a
-// release names.
+// The Backend's side of waiting ("Waiting" in docs/design.md): the queue
+// is rows of the waiters table; internal/waiting only wakes the waiter
+// that a release names.
 
 const defaultWaitWindow = 3 * time.Second
 
@@ -36,8 +34,7 @@ type NotificationStatus struct {
 // moment a release hands them the key, or find out at their next attempt
 // (polling), and why. It opens the Backend's LISTEN connection if none is
 // open and waits, at most until ctx is done, for its probe notification to
-// come back; syncguard doctor uses it. The order of waiters does not depend
-// on it: the queue is in the tables.
+// come back. The order of waiters does not depend on it.
 func (b *Backend) NotificationStatus(ctx context.Context) NotificationStatus {
 	st := b.shared.hub.Status(ctx)
 	return NotificationStatus{Active: st.Active, Reason: st.Reason, kind: st.Kind}
@@ -45,13 +42,12 @@ func (b *Backend) NotificationStatus(ctx context.Context) NotificationStatus {
 
 // WatchKey returns a channel that receives a value (coalesced) when the
 // lock of key may have changed hands, until ctx ends: at each notification
-// on the key's own channel (a release's hand-off, or any other: anyone can
-// send one; never another key's), once the key's channel is listened on,
-// and when the LISTEN connection fails; it keeps that connection open
-// meanwhile, and opens it again after a failure (after its backoff). A
+// on the key's own channel (anyone can send one; never another key's),
+// once that channel is listened on, and when the LISTEN connection fails;
+// it keeps that connection open meanwhile, reopening it after a failure. A
 // hint to read the key again, never what changed: a release to no waiter,
 // a takeover at expiry or a Backend without notifications sends nothing,
-// so poll as well. election's Observe uses it.
+// so poll as well.
 func (b *Backend) WatchKey(ctx context.Context, key string) (<-chan struct{}, error) {
 	k, err := checkKey("watch", key)
 	if err != nil {
@@ -62,18 +58,15 @@ func (b *Backend) WatchKey(ctx context.Context, key string) (<-chan struct{}, er
 	return s.C, nil
 }
 
-// Close closes what the Backend opened itself: the LISTEN connection that
-// wakes waiting Lock and WithLock calls, if one is open, and its goroutine,
-// and waits for them. It does not close the *sql.DB. The Backend stays
-// usable, but waits in progress and later ones poll (they still keep
-// their order: the queue is in the tables). Without Close the connection
-// closes itself 30 s after the last wait.
+// Close closes the LISTEN connection that wakes waiting Lock and WithLock
+// calls, if one is open, and its goroutine, and waits for them; not the
+// *sql.DB. The Backend stays usable, but waits then poll (in order).
+// Without Close the connection closes itself 30 s after the last wait.
 func (b *Backend) Close() error {
 	b.shared.hub.Close()
 	return nil
 }
 
-// newHub makes the Backend's LISTEN connection manager.
 func newHub(s *shared) *waiting.Hub {
 	cfg := s.waitCfg.hub
 	if l, ok := s.cfg.dialect.(driver.Listener); ok {
@@ -94,11 +87,9 @@ func newHub(s *shared) *waiting.Hub {
 }
 
 // queueLost and holdersLost report whether err says that the waiters (or
-// holders) table is missing or not granted to this role (a schema set up
-// before the table existed, or by the reference implementation). The
-// Backend then goes on without it, warning once: without the waiters
-// table it hands no key over and waits polling, without the holders table
-// it stores and shows no identities.
+// holders) table is missing or not granted to this role. The Backend then
+// goes on without it for good, warning once ("Without the waiters table"
+// in docs/design.md).
 func (s *shared) queueLost(err error) bool {
 	return s.tableLost(err, waitersTable(s.cfg.table), &s.noQueue, &s.queueWarned, "waiting polls and keeps no order")
 }
@@ -134,9 +125,8 @@ type queueState struct {
 }
 
 // join registers the waiter's wake-up before its queued attempt of ttl
-// ms, and reports whether a notification reaches it now: its key's
-// channel is listened on (asked for by another waiter, or lingering). A
-// release hands the key only to such a waiter.
+// ms, and reports whether a notification reaches it now (its key's
+// channel is listened on): a release hands the key only to such a waiter.
 func (q *queueState) join(ttlMs int64) bool {
 	q.ttl.Store(ttlMs)
 	q.mu.Lock()

@@ -9,17 +9,12 @@ import (
 	"time"
 )
 
-// acquire is the waiting loop of Lock and WithLock. It returns the
-// successful result and the local time its request was sent, moved back by
-// the lock's age when a release handed it over before this attempt (see
-// Lease for why that time matters).
-//
-// On a Queuer (a *Backend, or a wrapper that forwards Queue) the attempts
-// go through one Waiter: it keeps one place in the queue of the key, and a
-// release hands it the key in the release's own commit. On any other
-// Locker the loop polls on the retry schedule. A waiter that gives up
-// leaves the queue before Lock returns (in the background when the wait
-// ended in an outage, so that Lock returns at its Timeout).
+// acquire is the waiting loop of Lock and WithLock ("When a waiter
+// attempts" in docs/design.md). It returns the successful result and its
+// request's send time (moved back by the lock's age for a hand-off). On a
+// Queuer the attempts go through one Waiter, else the loop polls. A waiter
+// that gives up leaves the queue before Lock returns (in the background
+// after an outage, so that Lock returns at its Timeout).
 func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (AcquireResult, time.Time, int, error) {
 	l := &waitLoop{ctx: ctx, b: b, key: key, c: c, start: time.Now()}
 	if c.timeout > 0 {
@@ -44,8 +39,7 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (AcquireR
 	return res, sent, l.attempts, err
 }
 
-// cue is an event the waiting loop waits for between two attempts: one
-// place in run for each.
+// cue is an event the loop waits for between two attempts.
 type cue int
 
 const (
@@ -70,13 +64,11 @@ const (
 )
 
 const (
-	maxDelay = time.Duration(1 << 62)
-	// unboundedMaxDelay caps the retry delay when MaxRetries is not set.
-	unboundedMaxDelay = time.Second
+	maxDelay          = time.Duration(1 << 62)
+	unboundedMaxDelay = time.Second // the retry delay's cap without MaxRetries
 )
 
-// delay returns the wait before retry n (1-based), before clamping to the
-// remaining time.
+// delay returns the wait before retry n (1-based).
 func (c *lockConfig) delay(n int) time.Duration {
 	d := c.retryDelay
 	if c.backoff == backoffExponential {
@@ -84,10 +76,8 @@ func (c *lockConfig) delay(n int) time.Duration {
 			d *= 2
 		}
 	}
-	d = min(d, maxDelay) // no overflow below, whatever the options
+	d = min(d, maxDelay) // no overflow below
 	if c.maxRetries == math.MaxInt {
-		// Without MaxRetries the schedule is a safety net, not a budget:
-		// it stops growing at unboundedMaxDelay.
 		d = min(d, max(c.retryDelay, unboundedMaxDelay))
 	}
 	switch c.jitter {
@@ -99,8 +89,7 @@ func (c *lockConfig) delay(n int) time.Duration {
 	return d
 }
 
-// The polling of a waiter that no notification reaches: 5 ms after its
-// last attempt, doubling to 25 ms (only the first waiter can take the key).
+// The polling of a waiter that no notification reaches.
 const (
 	pollMin = 5 * time.Millisecond
 	pollMax = 25 * time.Millisecond
@@ -180,10 +169,9 @@ func (l *waitLoop) run() (AcquireResult, time.Time, error) {
 	}
 }
 
-// attempt makes one attempt, ending at the deadline: on a half-open
-// connection it would otherwise wait as long as ctx allows (forever
-// without a deadline), and ctx must outlive Lock for AutoExtend. cut says
-// that the wait's end cut it before an answer came.
+// attempt makes one attempt, ending at the deadline (on a half-open
+// connection it would otherwise wait as long as ctx, which must outlive
+// Lock for AutoExtend). cut: the wait's end cut it before an answer came.
 func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err error) {
 	l.attempts++
 	sent = time.Now()
@@ -204,7 +192,6 @@ func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err e
 		l.answered, l.lastErr = true, nil
 		sent = sent.Add(-res.HandedOver) // (sent matters only when res.OK)
 	} else {
-		// Cut by the wait's end: no answer yet, which says nothing of the server.
 		cut = l.ctx.Err() == nil && !l.deadline.IsZero() && !time.Now().Before(l.deadline) || errors.Is(l.ctx.Err(), context.DeadlineExceeded)
 		if cut {
 			err = &Error{Op: "lock", Code: CodeNetworkTimeout, Key: l.key, Err: err,
@@ -245,14 +232,12 @@ func (l *waitLoop) plan(res AcquireResult, fruitless bool) {
 		l.pollGap, l.due[cuePoll] = 0, time.Time{}
 	}
 	if fruitless {
-		// The next wake-up is heeded only after a pause (forged or
-		// replayed hints), from 5 ms doubling to 1 s.
+		// the next wake-up is heeded after a pause (forged or replayed hints)
 		l.hintGap = min(max(2*l.hintGap, 5*time.Millisecond), time.Second)
 		l.wake, l.due[cueHeed] = nil, now.Add(l.hintGap)
 	}
 }
 
-// next waits for the next cue and returns it.
 func (l *waitLoop) next() cue {
 	first := numCues
 	for i, t := range l.due {

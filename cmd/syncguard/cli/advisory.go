@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -194,14 +195,12 @@ func (a *app) loadRegistry(path string) (*advisory.Registry, error) {
 				header[i] = strings.ToLower(strings.Trim(c, "`* "))
 			}
 			continue
-		case isSeparator(cells):
+		case strings.Trim(strings.Join(cells, ""), "-: ") == "": // the separator row
 			continue
 		}
 		col := func(name string) string {
-			for i, h := range header {
-				if h == name && i < len(cells) {
-					return strings.TrimSpace(strings.Trim(strings.TrimSpace(cells[i]), "`"))
-				}
+			if i := slices.Index(header, name); i >= 0 && i < len(cells) {
+				return strings.TrimSpace(strings.Trim(cells[i], "`"))
 			}
 			return ""
 		}
@@ -215,18 +214,9 @@ func (a *app) loadRegistry(path string) (*advisory.Registry, error) {
 			continue
 		}
 		purpose := col("purpose")
-		name := col("name")
-		if name == "" {
-			name = strings.Trim(col("component")+": "+purpose, ": ")
-		}
-		if name == "" {
-			name = "lock " + idText
-		}
-		if n := names[name]; n > 0 {
-			names[name] = n + 1
-			name = fmt.Sprintf("%s (%d)", name, n+1)
-		} else {
-			names[name] = 1
+		name := cmp.Or(col("name"), strings.Trim(col("component")+": "+purpose, ": "), "lock "+idText)
+		if names[name]++; names[name] > 1 {
+			name = fmt.Sprintf("%s (%d)", name, names[name])
 		}
 		if purpose == "" {
 			purpose = "named in " + path
@@ -269,15 +259,6 @@ func tableRow(s string) ([]string, bool) {
 		}
 	}
 	return append(cells, strings.TrimSpace(cur.String())), true
-}
-
-func isSeparator(cells []string) bool {
-	for _, c := range cells {
-		if strings.Trim(c, "-: ") != "" {
-			return false
-		}
-	}
-	return true
 }
 
 // parseLockID reads "42424242" (the bigint form) or "(1, 2)" (two keys).

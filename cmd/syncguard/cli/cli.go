@@ -6,6 +6,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -373,24 +374,13 @@ func usageErr(format string, args ...any) error {
 	return &cliError{status: ExitUsage, code: string(syncguard.CodeInvalidArgument), msg: fmt.Sprintf(format, args...), usage: true}
 }
 
-// exitCode maps a syncguard error code onto an exit status.
-func exitCode(c syncguard.Code) int {
-	switch c {
-	case syncguard.CodeInvalidArgument:
-		return ExitUsage
-	case syncguard.CodeServiceUnavailable, syncguard.CodeNetworkTimeout, syncguard.CodeRateLimited:
-		return ExitUnavailable
-	case syncguard.CodeAuthFailed:
-		// Not an outage: the same credentials and grants fail again until
-		// an operator changes them.
-		return ExitNoPerm
-	case syncguard.CodeAcquisitionTimeout:
-		return ExitBusy
-	case syncguard.CodeAborted:
-		return 128 + 2
-	default:
-		return ExitInternal
-	}
+// exitCodes maps syncguard error codes onto exit statuses; any other is
+// ExitInternal. AuthFailed is no outage: the same credentials and grants
+// fail again until an operator changes them.
+var exitCodes = map[syncguard.Code]int{
+	syncguard.CodeInvalidArgument: ExitUsage, syncguard.CodeAuthFailed: ExitNoPerm,
+	syncguard.CodeServiceUnavailable: ExitUnavailable, syncguard.CodeNetworkTimeout: ExitUnavailable, syncguard.CodeRateLimited: ExitUnavailable,
+	syncguard.CodeAcquisitionTimeout: ExitBusy, syncguard.CodeAborted: 128 + 2,
 }
 
 // missingTablesMsg replaces the library's message for an undefined table
@@ -419,7 +409,7 @@ func describe(err error) (status int, code, msg string) {
 			}
 			m += se.Err.Error()
 		}
-		return exitCode(se.Code), string(se.Code), m
+		return cmp.Or(exitCodes[se.Code], ExitInternal), string(se.Code), m
 	}
 	return ExitInternal, string(syncguard.CodeInternal), err.Error()
 }
@@ -455,11 +445,10 @@ func (a *app) exit(err error) int {
 // errorf prints "syncguard: CMD: CODE: message" on stderr, on one line.
 func (a *app) errorf(code, format string, args ...any) {
 	prefix := "syncguard: "
-	if a.cmd != "" {
-		prefix += a.cmd + ": "
-	}
-	if code != "" {
-		prefix += code + ": "
+	for _, p := range []string{a.cmd, code} {
+		if p != "" {
+			prefix += p + ": "
+		}
 	}
 	fmt.Fprintln(a.stderr, prefix+oneLine(fmt.Sprintf(format, args...)))
 }

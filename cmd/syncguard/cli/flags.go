@@ -90,10 +90,9 @@ func fmtDuration(d time.Duration) string {
 	case d == 0:
 		return "0s"
 	}
-	s := d.String()
-	s = strings.Replace(s, "m0s", "m", 1)
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
+	s := strings.Replace(d.String(), "m0s", "m", 1)
+	if s, ok := strings.CutSuffix(s, "h0m"); ok {
+		return s + "h"
 	}
 	return s
 }

@@ -285,37 +285,32 @@ func stopName(s syscall.Signal) string {
 	return signalName(s)
 }
 
+// joinInts formats pids: "1,2,3".
 func joinInts(ns []int) string {
-	var s []string
-	for _, n := range ns {
-		s = append(s, strconv.Itoa(n))
-	}
-	return strings.Join(s, ",")
+	return strings.ReplaceAll(strings.Trim(fmt.Sprint(ns), "[]"), " ", ",")
 }
 
 // release releases the lock. While it waits for the database, SIGINT,
 // SIGTERM, SIGHUP and SIGQUIT end it (the lock then expires by its TTL):
 // the error is then syncguard's exit, 128+N.
 func (a *app) release(o *runOpts, lease *syncguard.Lease, sigs <-chan os.Signal) error {
-	type result struct {
-		res syncguard.ReleaseResult
-		err error
-	}
-	done := make(chan result, 1)
+	var res syncguard.ReleaseResult
+	var err error
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
 		defer cancel()
-		res, err := lease.Release(ctx)
-		done <- result{res, err}
+		res, err = lease.Release(ctx)
 	}()
 	for {
 		select {
-		case r := <-done:
+		case <-done:
 			switch {
-			case r.err != nil:
-				_, code, msg := describe(r.err)
+			case err != nil:
+				_, code, msg := describe(err)
 				a.errorf(code, "could not release the lock on %s; it expires by itself within %v (--ttl): %s", displayKey(o.key), fmtDuration(o.ttl), trim(msg, 200))
-			case o.verbose && r.res.OK:
+			case o.verbose && res.OK:
 				a.notef("released %s (fence %s)", displayKey(o.key), lease.Fence())
 			}
 			return nil

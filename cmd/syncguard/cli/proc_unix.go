@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 )
 
@@ -41,15 +42,7 @@ func abortsWait(s os.Signal) bool {
 // mode the terminal already delivers SIGINT and SIGQUIT to the command,
 // which shares syncguard's process group.
 func forwardable(s os.Signal, foreground bool) bool {
-	if foreground && (s == syscall.SIGINT || s == syscall.SIGQUIT) {
-		return false
-	}
-	for _, f := range forwarded {
-		if s == f {
-			return true
-		}
-	}
-	return false
+	return !(foreground && (s == syscall.SIGINT || s == syscall.SIGQUIT)) && slices.Contains(forwarded, s)
 }
 
 func isSuspend(s os.Signal) bool { return s == syscall.SIGTSTP }

@@ -210,14 +210,12 @@ func (o *runOpts) validate() error {
 // lock acquires the lease while watching for signals: one that ends the
 // wait cancels ctx, and lock returns it (nothing is held then).
 func (a *app) lock(ctx context.Context, cancel context.CancelFunc, b *syncguard.Backend, o *runOpts, ext *extends, sigs <-chan os.Signal) (*syncguard.Lease, os.Signal, error) {
-	type result struct {
-		lease *syncguard.Lease
-		err   error
-	}
-	resc := make(chan result, 1)
+	var lease *syncguard.Lease
+	var err error
+	done := make(chan struct{})
 	go func() {
-		l, err := a.acquire(ctx, b, o, ext)
-		resc <- result{l, err}
+		defer close(done)
+		lease, err = a.acquire(ctx, b, o, ext)
 	}()
 	for {
 		select {
@@ -226,12 +224,12 @@ func (a *app) lock(ctx context.Context, cancel context.CancelFunc, b *syncguard.
 				continue
 			}
 			cancel()
-			if r := <-resc; r.lease != nil {
-				r.lease.Close()
+			if <-done; lease != nil {
+				lease.Close()
 			}
 			return nil, s, nil
-		case r := <-resc:
-			return r.lease, nil, r.err
+		case <-done:
+			return lease, nil, err
 		}
 	}
 }

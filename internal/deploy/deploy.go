@@ -1,9 +1,7 @@
 // Package deploy holds the checks of syncguard.CheckDeployment (and so of
-// `syncguard doctor`): whether syncguard can work correctly on a database
-// as it is deployed, and what to fix. Package syncguard resolves the
-// configuration and turns the findings into its public Report; the checks
-// run their statements as a Backend does when it does not prepare
-// (internal/pooler), so that a pooler in transaction mode cannot fail them.
+// `syncguard doctor`). Package syncguard resolves the configuration and
+// turns the findings into its Report; the checks send their statements
+// unprepared, as a Backend behind a pooler does (internal/pooler).
 package deploy
 
 import (
@@ -31,31 +29,22 @@ const (
 	Fail = "fail"
 )
 
-// Target is one deployment to check, as package syncguard resolved its
-// configuration.
+// Target is one deployment to check, as package syncguard resolved it.
 type Target struct {
-	DB      *sql.DB
-	Dialect driver.Dialect // reads the driver's errors and pids; nil: generic shapes only
-	// OneShot is the dialect's driver.OneShot arguments, or nil: every
-	// statement goes out unprepared as the Backend sends it (pooler.Statement).
-	OneShot []any
-	// Names are the configuration's table and index names, unquoted, by
-	// their placeholder in the statement files ("locks", "fences",
-	// "lock_id_index", "waiters", ...).
-	Names map[string]string
-	// Schema is the DDL of the configuration (syncguard.SchemaSQL).
-	Schema    string
-	NoPrepare bool // Config.DisablePrepare
-	// Notifications is the "notifications" check: whether waiting is woken
-	// on release (status "ok" or "warn").
+	DB        *sql.DB
+	Dialect   driver.Dialect    // reads the driver's errors and pids; nil: generic shapes only
+	OneShot   []any             // the dialect's driver.OneShot arguments, or nil (pooler.Statement)
+	Names     map[string]string // table and index names, unquoted, by placeholder ("locks", ...)
+	Schema    string            // the DDL (syncguard.SchemaSQL)
+	NoPrepare bool              // Config.DisablePrepare
+	// Notifications is the "notifications" check (status "ok" or "warn").
 	Notifications func(ctx context.Context) (status, detail, fix string)
 }
 
 // Check runs the checks on t in order and returns their findings. The
-// error is non-nil only when the database cannot be reached (the findings
-// then hold the failed "connection"), or when the schema cannot be read (a
-// bug: a test parses it). It is the driver's error, for the caller to
-// classify.
+// error, for the caller to classify, is non-nil only when the database
+// cannot be reached (the failed "connection" finding), or when the schema
+// cannot be read (a bug).
 func Check(ctx context.Context, t Target) ([]Finding, error) {
 	layout, err := parseSchema(t.Schema, t.Names)
 	if err != nil {
@@ -72,12 +61,10 @@ func Check(ctx context.Context, t Target) ([]Finding, error) {
 }
 
 // checks run in order after the connection check. A check adds its
-// findings with d.add; it never returns an error (a query that fails
-// becomes a "fail" finding saying the check could not run). Add new checks
-// here.
+// findings with d.add; a query that fails is a "fail" finding (couldNot).
 var checks = []func(d *deployment){
-	(*deployment).lockTable,
-	(*deployment).fenceTable,
+	func(d *deployment) { d.checkTable(d.layout.locks, LockTablePrivileges, d.lockRows) },
+	func(d *deployment) { d.checkTable(d.layout.fences, FenceTablePrivileges, d.fenceCounters) },
 	(*deployment).waitersTableCheck,
 	(*deployment).holdersTableCheck,
 	(*deployment).durability,
@@ -95,33 +82,27 @@ type deployment struct {
 	q        pooler.Querier // t.DB, unprepared
 	findings []Finding
 	user     string
-	// preparedFailed: the "prepared statements" finding has failed already.
-	preparedFailed bool
+
+	preparedFailed bool // the "prepared statements" finding has failed already
 }
 
-// row runs query with args unprepared on the pool and scans its one row.
 func (d *deployment) row(query string, args []any, dest ...any) error {
 	return pooler.QueryRow(d.ctx, d.q, query, args, dest...)
 }
 
-// waitersTableCheck is CheckDeployment's "waiters table" check: the queue
-// of waiters exists and the role may use it. Without it every operation
-// still works, but waiting polls and keeps no order (wait.go).
+// waitersTableCheck and holdersTableCheck check the optional tables.
 func (d *deployment) waitersTableCheck() {
 	d.optionalTable("waiters table", d.t.Names["waiters"], WaitersTablePrivileges,
 		"Lock and WithLock wait by polling, without a queue (no arrival order, no hand-off in the release's commit)", "may queue in it")
 }
 
-// holdersTableCheck is CheckDeployment's "holders table" check: the
-// holder identities' table exists and the role may use it. Without it
-// every operation still works, but no identity is stored or shown.
 func (d *deployment) holdersTableCheck() {
 	d.optionalTable("holders table", d.t.Names["holders"], HoldersTablePrivileges,
 		"no holder identity (Config.Identity, LockOptions.Identity) is stored or shown", "may store identities in it")
 }
 
-// optionalTable checks a table that the Backend can do without (with what
-// missing costs), and the role's privileges on it.
+// optionalTable checks a table that the Backend can do without, and the
+// role's privileges on it.
 func (d *deployment) optionalTable(check, name string, privs []string, without, ok string) {
 	var missing sql.NullString
 	var exists bool
@@ -156,10 +137,8 @@ func (d *deployment) add(check, status, detail, fix string) {
 		Detail: strings.Join(strings.Fields(detail), " "), Fix: strings.TrimSpace(fix)})
 }
 
-// couldNot records that check could not run because of err, naming the
-// SQLSTATE. A prepared statement lost or clashing in a pooler is a
-// deployment problem of its own: it becomes the failed "prepared
-// statements" finding (once), with its fix.
+// couldNot records that check could not run because of err; a prepared
+// statement lost in a pooler also fails "prepared statements" (once).
 func (d *deployment) couldNot(check string, err error) {
 	detail, lost := d.describe(err)
 	d.add(check, Fail, "could not check: "+detail, "")
@@ -168,10 +147,8 @@ func (d *deployment) couldNot(check string, err error) {
 	}
 }
 
-// describe is "Code (SQLSTATE xxxxx): message" for a finding's detail, as
-// syncguard classifies err (internal/classify), and whether err says that
-// a pooler lost a prepared statement (pooler.StatementLost, the rule the
-// Backend follows too).
+// describe is "Code (SQLSTATE xxxxx): message" as syncguard classifies err,
+// and whether a pooler lost a prepared statement (pooler.StatementLost).
 func (d *deployment) describe(err error) (detail string, lost bool) {
 	r := classify.Error(d.ctx, d.t.Dialect, err)
 	if r.SQLState == "" {
@@ -205,10 +182,8 @@ func (d *deployment) role() string {
 func (d *deployment) connection() error {
 	var version, user, dbname string
 	var err error
-	// A prepared-statement clash (a driver that prepares even an unprepared
-	// statement without arguments, behind a transaction-mode pooler) is not
-	// an unreachable database: the server answered. Each retry may reach
-	// another server session.
+	// A lost prepared statement is not an unreachable database: the server
+	// answered. Each retry may reach another server session.
 	for range 3 {
 		err = d.row(`SELECT current_setting('server_version'), current_user::text, current_database()::text`, nil, &version, &user, &dbname)
 		if err == nil {

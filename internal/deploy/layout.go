@@ -8,8 +8,7 @@ import (
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
-// The layout of the tables as the schema (syncguard.SchemaSQL: sql/schema.sql
-// rendered with the configuration's names, their one home) defines them.
+// The layout of the tables as the schema (syncguard.SchemaSQL) defines them.
 
 // tableLayout is one CREATE TABLE of the schema and the indexes on it.
 type tableLayout struct {
@@ -39,13 +38,11 @@ var (
 	indexRE  = regexp.MustCompile(`CREATE (UNIQUE )?INDEX IF NOT EXISTS "(\w+)" ON "(\w+)" \("(\w+)"\);`)
 )
 
-// indexChecks names the check of each index of the lock and fence tables,
-// by the placeholder of its name in the statement files.
+// indexChecks names the check of each index, by its name's placeholder.
 var indexChecks = map[string]string{"lock_id_index": "lock_id index", "expires_index": "expiry index"}
 
 // parseSchema reads the layout of the lock and fence tables from ddl, the
-// schema rendered with names (placeholder to unquoted name). Other tables
-// (the waiters, the holders) are checked on their own.
+// schema rendered with names (the other tables: optionalTable).
 func parseSchema(ddl string, names map[string]string) (schemaLayout, error) {
 	placeholder := map[string]string{}
 	for p, n := range names {

@@ -1,14 +1,14 @@
 package deploy
 
 import (
+	"database/sql"
 	"fmt"
 
 	"github.com/syncguard/syncguard-go/internal/pooler"
 )
 
-// poolerFailed records a pooler check that could not finish. A prepared
-// statement lost or clashing between server sessions is itself the sign of
-// a transaction-mode pooler.
+// poolerFailed records a pooler check that could not finish; a lost
+// prepared statement is itself the sign of a transaction-mode pooler.
 func (d *deployment) poolerFailed(err error) {
 	detail, lost := d.describe(err)
 	if !lost {
@@ -22,33 +22,30 @@ func (d *deployment) poolerFailed(err error) {
 
 const poolerFix = "lease locks (Backend) work through it if prepared statements do (see below); session-scoped advisory locks do not: connect directly or through a session-mode pool for those"
 
-// pooler looks for a pooler between here and PostgreSQL with the
-// Backend's own detector (pooler.Detect: does a pooler answer for the
-// server?) and asks whether it is in transaction or statement mode
-// (pooler.TransactionMode). Then it probes a statement prepared on one
-// connection while another holds a transaction, which such a pool may send
-// to a session that never saw it.
+// pooler looks for a pooler with the Backend's detector (pooler.Detect),
+// asks whether it is in transaction mode, and probes a statement prepared
+// on one connection while another holds a transaction, which such a pool
+// may send to a session that never saw it.
 func (d *deployment) pooler() {
 	const rounds = 3
 	ctx := d.ctx
-	a, err := d.t.DB.Conn(ctx)
-	if err != nil {
-		d.poolerFailed(err)
-		return
+	var conns [2]*sql.Conn
+	for i := range conns {
+		c, err := d.t.DB.Conn(ctx)
+		if err != nil {
+			d.poolerFailed(err)
+			return
+		}
+		defer c.Close()
+		conns[i] = c
 	}
-	defer a.Close()
-	b, err := d.t.DB.Conn(ctx)
-	if err != nil {
-		d.poolerFailed(err)
-		return
-	}
-	defer b.Close()
+	a, b := conns[0], conns[1]
 	v, err := pooler.Detect(ctx, a, d.t.Dialect, d.t.OneShot)
-	if err != nil {
-		d.poolerFailed(err)
-		return
+	var txMode bool
+	var sessions, first int
+	if err == nil {
+		txMode, sessions, first, err = pooler.TransactionMode(ctx, a, b, d.t.OneShot, rounds)
 	}
-	txMode, sessions, first, err := pooler.TransactionMode(ctx, a, b, d.t.OneShot, rounds)
 	if err != nil {
 		d.poolerFailed(err)
 		return
@@ -75,7 +72,6 @@ func (d *deployment) pooler() {
 		d.add("prepared statements", OK, "not used (Config.DisablePrepare)", "")
 		return
 	}
-	// Prepared on purpose: this checks that prepared statements survive.
 	st, err := a.PrepareContext(ctx, `SELECT pg_backend_pid()`)
 	if err == nil {
 		defer st.Close()

@@ -9,12 +9,9 @@ import (
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
-// SetupSchema's statements about the database (syncguard/schema.go).
-
-// ExistsQuery is one statement that returns one row when every object
-// (table or index, unquoted) already exists in the current schema (where
-// SetupSchema's DDL creates), and none otherwise. No arguments: the names
-// are plain identifiers (Config checks them).
+// ExistsQuery is one statement, without arguments, that returns one row
+// when every object (table or index, unquoted) exists in the current
+// schema, and none otherwise.
 func ExistsQuery(objects []string) string {
 	var conds []string
 	for _, o := range objects {
@@ -24,7 +21,7 @@ func ExistsQuery(objects []string) string {
 }
 
 // CreateGrantHint names the role and the schema in the GRANT that lets
-// SetupSchema create, read after the failure (a query only on this path).
+// SetupSchema create.
 func CreateGrantHint(ctx context.Context, db *sql.DB) string {
 	var user, schemaName string
 	err := db.QueryRowContext(ctx, `SELECT current_user::text, coalesce(current_schema()::text, '')`).Scan(&user, &schemaName)

@@ -9,27 +9,14 @@ import (
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
-// The privileges the operations need (the statement files in sql/; a test
-// checks that these cover every statement). No DDL: SetupSchema (or your
-// migrations, with SchemaSQL) creates the tables once, as their owner.
+// The privileges the operations need (a test checks that these cover
+// every statement file). No DDL: the tables' owner creates them once.
 var (
-	LockTablePrivileges  = []string{"SELECT", "INSERT", "UPDATE", "DELETE"}
-	FenceTablePrivileges = []string{"SELECT", "INSERT", "UPDATE"}
-	// A waiter's attempt inserts, updates and deletes its row; a release
-	// reads and deletes the first one.
+	LockTablePrivileges    = []string{"SELECT", "INSERT", "UPDATE", "DELETE"}
+	FenceTablePrivileges   = []string{"SELECT", "INSERT", "UPDATE"}
 	WaitersTablePrivileges = []string{"SELECT", "INSERT", "UPDATE", "DELETE"}
-	// An acquire with an identity inserts (or updates) its row and deletes
-	// the key's older ones; a release deletes its own; lookups read.
 	HoldersTablePrivileges = []string{"SELECT", "INSERT", "UPDATE", "DELETE"}
 )
-
-func (d *deployment) lockTable() {
-	d.checkTable(d.layout.locks, LockTablePrivileges, d.lockRows)
-}
-
-func (d *deployment) fenceTable() {
-	d.checkTable(d.layout.fences, FenceTablePrivileges, d.fenceCounters)
-}
 
 // checkTable checks one of the tables: its columns, its indexes and the
 // role's privileges, and then, if they are granted, its rows.
@@ -201,8 +188,7 @@ WHERE i.indrelid = $1::bigint::oid ORDER BY ic.relname`, oid)
 	}
 }
 
-// privileges checks that the current role has privs on the table and
-// reports whether it has.
+// privileges reports whether the current role has privs on the table.
 func (d *deployment) privileges(check, table string, oid int64, privs []string) bool {
 	check += " privileges"
 	var missing []string
@@ -246,8 +232,7 @@ func (d *deployment) fenceCounters() {
 	}
 }
 
-// expiredRowsWarn: expired rows are overwritten by the next acquire of
-// their key, but one-off keys leave theirs behind.
+// expiredRowsWarn: one-off keys leave expired rows behind.
 const expiredRowsWarn = 100_000
 
 func (d *deployment) lockRows() {

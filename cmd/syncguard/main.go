@@ -6,16 +6,8 @@
 //	syncguard ls
 //	syncguard doctor
 //
-// Install it from a checkout of the repository with
-//
-//	cd cmd/syncguard && go install .
-//
-// (`go install github.com/syncguard/syncguard-go/cmd/syncguard@VERSION` works
-// once the modules are tagged and this module's go.mod has no replace
-// directives; see docs/cli.md.)
-//
-// Every command, flag and exit status is documented in docs/cli.md of the
-// repository, and by `syncguard help`.
+// Installing it, and every command, flag and exit status: docs/cli.md of
+// the repository, and `syncguard help`.
 package main
 
 import (

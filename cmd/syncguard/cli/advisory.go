@@ -125,12 +125,10 @@ func (a *app) cmdAdvisory(args []string) error {
 	return w.Flush()
 }
 
-// lockScope tells session locks (pg_advisory_lock, held until unlocked or
-// the session ends) from transaction locks (pg_advisory_xact_lock, released
-// at commit or rollback). pg_locks does not say which, so: the kind the
-// registry declares for the id; else "session" for a holder outside any
-// transaction (only a session lock outlives its transaction); else
-// "unknown".
+// lockScope tells session locks from transaction locks, which pg_locks
+// does not: the kind the registry declares for the id; else "session" for
+// a holder outside any transaction (only a session lock outlives one);
+// else "unknown".
 func lockScope(li advisory.Entry) string {
 	if d := li.Key.Declared(); d != nil {
 		switch d.Kind() {

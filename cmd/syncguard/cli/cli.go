@@ -41,11 +41,7 @@ const (
 // program name), the process's standard streams and environment, and
 // returns the exit status.
 func Main(args []string) int {
-	a := &app{
-		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr,
-		getenv: os.Getenv, environ: os.Environ,
-	}
-	return a.main(args)
+	return (&app{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, environ: os.Environ}).main(args)
 }
 
 // app is one invocation: its streams, environment and global flags.
@@ -182,7 +178,7 @@ func (a *app) flagSet(cmd string) *flag.FlagSet {
 	fs.StringVar(&a.table, "table", a.table, "lock table `NAME` (default "+rules.DefaultTable+")")
 	fs.StringVar(&a.fenceTable, "fence-table", a.fenceTable, "fence counter table `NAME` (default "+rules.DefaultFenceTable+")")
 	fs.BoolVar(&a.json, "json", a.json, "print results as JSON on stdout, for scripts (not for run: its stdout is COMMAND's)")
-	durationVar(fs, &a.timeout, "timeout", a.timeout, time.Millisecond, time.Hour, false,
+	durationVar(fs, &a.timeout, "timeout", a.timeout, time.Millisecond, time.Hour,
 		"bound on connecting and on each database operation (`DURATION`: seconds or 500ms, 1m, ...)")
 	fs.BoolVar(&a.noPrepare, "no-prepare", a.noPrepare, "never use named prepared statements, so that run, status and ls work behind PgBouncer in transaction mode; --no-prepare=false prepares (direct connections, PgBouncer 1.21+ with max_prepared_statements)")
 	return fs
@@ -256,13 +252,11 @@ func (a *app) parseKey(fs *flag.FlagSet, args []string, help string) (string, er
 	return pos[0], nil
 }
 
-// parse parses args with fs. With interspersed, flags may follow positional
-// arguments (status KEY --json); "--" ends the flags. Without it, parsing
-// stops at the first positional argument (run's COMMAND, the command name).
-//
-// Flags not given on the command line take their value from their
-// environment variable (see applyEnv): the global flags when fs is the one
-// before the command name, the command's own flags otherwise.
+// parse parses args with fs, after the flags' environment variables (the
+// global flags' before the command name, the command's own after it). With
+// interspersed, flags may follow positional arguments (status KEY --json);
+// without, parsing stops at the first one (run's COMMAND, the command
+// name). "--" ends the flags.
 func (a *app) parse(fs *flag.FlagSet, args []string, interspersed bool) ([]string, error) {
 	global := a.cmd == ""
 	if err := a.applyEnv(fs, func(name string) bool { return globalFlags[name] == global }); err != nil {

@@ -31,18 +31,12 @@ func (a *app) connSource() (dsn, source string) {
 }
 
 // open returns a *sql.DB on pgx. It does no I/O. An unparsable DSN is a
-// usage error.
-//
-// By default (--no-prepare, true unless set to false), pgx sends every
-// statement unprepared (QueryExecModeExec: Parse, Bind and Execute of the
-// unnamed statement in one round trip, so no extra round trip) instead of
-// caching named prepared statements per connection, which a pooler in
-// transaction mode routes to server sessions that never saw them
-// (SQLSTATE 26000, 42P05). The CLI runs a few statements per command, or
-// one extend every ttl/3: preparing saves nothing worth that risk. A
-// connection string that sets default_query_exec_mode to a mode without
-// named statements (exec, simple_protocol, describe_exec) turns preparing
-// off too.
+// usage error. By default (--no-prepare) pgx sends every statement
+// unprepared, in one round trip all the same, instead of caching named
+// prepared statements that a pooler in transaction mode routes to sessions
+// that never saw them (26000, 42P05): a few statements per command gain
+// nothing worth that. So does a default_query_exec_mode without named
+// statements in the connection string.
 func (a *app) open() (*sql.DB, error) { return a.openMode(a.noPrepare) }
 
 func (a *app) openMode(unnamed bool) (*sql.DB, error) {
@@ -81,7 +75,7 @@ func (a *app) config() *syncguard.Config {
 		TableName: a.table, FenceTableName: a.fenceTable,
 		DisablePrepare: !a.prepares(),
 		Dialect:        pgxstd.Dialect,
-		Logger:         a.logger(),
+		Logger:         slog.New(&lineHandler{a: a}),
 	}
 }
 
@@ -114,12 +108,8 @@ func (a *app) backend() (*sql.DB, *syncguard.Backend, error) {
 	return db, b, nil
 }
 
-// logger sends the library's warnings to stderr as one-line notices.
-func (a *app) logger() *slog.Logger {
-	return slog.New(&lineHandler{a: a})
-}
-
-// lineHandler is a slog.Handler printing "syncguard: CMD: msg (k=v ...)".
+// lineHandler is a slog.Handler printing the library's warnings on stderr,
+// one line each: "syncguard: CMD: msg (k=v ...)".
 type lineHandler struct {
 	a     *app
 	attrs []slog.Attr

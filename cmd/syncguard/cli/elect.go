@@ -27,9 +27,9 @@ func (a *app) cmdElect(args []string) error {
 	var o electOpts
 	fs.StringVar(&o.key, "key", "", "the election's `KEY` (required)")
 	fs.StringVar(&o.identity, "identity", "", "this candidate's `NAME`, shown by syncguard leader (default host:pid:COMMAND)")
-	durationVar(fs, &o.ttl, "ttl", election.DefaultTTL, minTTL, maxTTL, false, "the leader's lock TTL (`DURATION`), extended every ttl/3: a killed leader is replaced within about ttl+1s")
-	durationVar(fs, &o.grace, "grace", defaultGrace, 0, maxGrace, false, "after leadership is lost, or on shutdown: time between SIGTERM and SIGKILL to COMMAND (`DURATION`)")
-	durationVar(fs, &o.again, "recampaign", election.DefaultRecampaign, 0, maxWait, false, "after COMMAND exits: wait this long (`DURATION`) before campaigning again")
+	durationVar(fs, &o.ttl, "ttl", election.DefaultTTL, minTTL, maxTTL, "the leader's lock TTL (`DURATION`), extended every ttl/3: a killed leader is replaced within about ttl+1s")
+	durationVar(fs, &o.grace, "grace", defaultGrace, 0, maxGrace, "after leadership is lost, or on shutdown: time between SIGTERM and SIGKILL to COMMAND (`DURATION`)")
+	durationVar(fs, &o.again, "recampaign", election.DefaultRecampaign, 0, maxWait, "after COMMAND exits: wait this long (`DURATION`) before campaigning again")
 	fs.StringVar(&o.fenceEnv, "fence-env", defaultFenceEnv, "environment variable `NAME` that gives COMMAND its term (the lock's fence)")
 	command, err := a.parseCmd(fs, args, false, `
 Runs COMMAND whenever this process is the elected leader of KEY, for
@@ -57,13 +57,12 @@ gives no fence. Use elect for a daemon that must always run somewhere.`)
 	if err != nil {
 		return err
 	}
-	if o.key == "" {
+	switch {
+	case o.key == "":
 		return usageErr("--key is required")
-	}
-	if len(command) == 0 {
+	case len(command) == 0:
 		return usageErr("no command given: syncguard elect --key KEY [flags] -- COMMAND [ARG...]")
-	}
-	if !envNameRE.MatchString(o.fenceEnv) || o.fenceEnv == keyEnv {
+	case !envNameRE.MatchString(o.fenceEnv) || o.fenceEnv == keyEnv:
 		return usageErr("--fence-env %q is not a usable variable name", o.fenceEnv)
 	}
 	o.command = command

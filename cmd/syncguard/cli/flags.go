@@ -97,22 +97,19 @@ func fmtDuration(d time.Duration) string {
 	return s
 }
 
-// durationVar registers a duration flag on fs.
-func durationVar(fs *flag.FlagSet, p *time.Duration, name string, def time.Duration, min, max time.Duration, forever bool, usage string) {
+// durationVar registers a duration flag on fs (not forever).
+func durationVar(fs *flag.FlagSet, p *time.Duration, name string, def time.Duration, min, max time.Duration, usage string) {
 	*p = def
-	fs.Var(&durationFlag{d: p, min: min, max: max, forever: forever}, name, usage)
+	fs.Var(&durationFlag{d: p, min: min, max: max}, name, usage)
 }
 
 // EnvPrefix starts the environment variable of every flag: --no-prepare is
 // SYNCGUARD_NO_PREPARE, --wait SYNCGUARD_WAIT.
 const EnvPrefix = "SYNCGUARD_"
 
-// notFromEnv are the flags that have no environment variable: --key,
-// because run gives its COMMAND the key in $SYNCGUARD_KEY, and a nested
-// syncguard run must not take its parent's key; --command, which is
-// COMMAND itself (a variable left in a job's environment would run in every
-// nested syncguard run); the short forms, which set
-// the same values as their long forms; and the flags that are actions.
+// notFromEnv are the flags without an environment variable: --key and
+// --command (a nested syncguard run must not take its parent's, and run
+// gives COMMAND $SYNCGUARD_KEY), the short forms, and the actions.
 var notFromEnv = map[string]bool{
 	"key": true, "command": true, "version": true, "help": true, "h": true,
 	"v": true, "q": true, "n": true, "w": true, "E": true, "c": true,

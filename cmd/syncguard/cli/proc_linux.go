@@ -47,12 +47,8 @@ func readProc(pid int) (procInfo, bool) {
 	if len(f) < 6 {
 		return procInfo{}, false
 	}
-	p := procInfo{pid: pid, state: f[0][0]}
-	p.ppid, _ = strconv.Atoi(string(f[1]))
-	p.pgrp, _ = strconv.Atoi(string(f[2]))
-	p.tty, _ = strconv.Atoi(string(f[4]))
-	p.tpgid, _ = strconv.Atoi(string(f[5]))
-	return p, true
+	n := func(i int) int { v, _ := strconv.Atoi(string(f[i])); return v }
+	return procInfo{pid: pid, state: f[0][0], ppid: n(1), pgrp: n(2), tty: n(4), tpgid: n(5)}, true
 }
 
 // procState returns the state letter of process pid (T: stopped).
@@ -71,20 +67,13 @@ func procAvailable() bool {
 // descendants returns the live (not zombie) descendants of root, found by
 // their parent links in /proc.
 func descendants(root int) []procInfo {
-	d, err := os.Open("/proc")
-	if err != nil {
-		return nil
-	}
-	names, _ := d.Readdirnames(-1)
-	d.Close()
+	entries, _ := os.ReadDir("/proc")
 	children := map[int][]procInfo{}
-	for _, n := range names {
-		pid, err := strconv.Atoi(n)
-		if err != nil {
-			continue
-		}
-		if p, ok := readProc(pid); ok {
-			children[p.ppid] = append(children[p.ppid], p)
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			if p, ok := readProc(pid); ok {
+				children[p.ppid] = append(children[p.ppid], p)
+			}
 		}
 	}
 	var out []procInfo

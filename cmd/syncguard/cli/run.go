@@ -96,7 +96,7 @@ func (a *app) cmdRun(args []string) error {
 	fs := a.flagSet("run")
 	o := runOpts{busyExit: ExitBusy}
 	fs.StringVar(&o.key, "key", "", "the lock's `KEY` (required; no environment variable: $SYNCGUARD_KEY is what COMMAND gets)")
-	durationVar(fs, &o.ttl, "ttl", defaultTTL, minTTL, maxTTL, false,
+	durationVar(fs, &o.ttl, "ttl", defaultTTL, minTTL, maxTTL,
 		"lease time to live (`DURATION`, 1s to 24h); extended every ttl/3 while COMMAND runs, it bounds how long the lock outlives a killed syncguard")
 	wait := &durationFlag{d: &o.wait, min: 0, max: maxWait, forever: true}
 	o.wait = defaultWait
@@ -121,7 +121,7 @@ func (a *app) cmdRun(args []string) error {
 	fs.Func("E", "short for --busy-exit (`N`)", busyExit)
 	fs.Lookup("busy-exit").DefValue, fs.Lookup("E").DefValue = "75", "75"
 	fs.StringVar(&o.fenceEnv, "fence-env", defaultFenceEnv, "environment variable `NAME` that gives COMMAND the fence; NAME_NUM gets it as a plain decimal number")
-	durationVar(fs, &o.grace, "grace", defaultGrace, 0, maxGrace, false,
+	durationVar(fs, &o.grace, "grace", defaultGrace, 0, maxGrace,
 		"after the lock is lost: time between SIGTERM and SIGKILL (`DURATION`), shortened to end before the lock's last confirmed expiry")
 	fs.StringVar(&o.identity, "identity", "", "the holder identity `NAME` stored with the lock, shown by status, ls and leader (default host:pid:COMMAND)")
 	fs.BoolVar(&o.foreground, "foreground", false, "run COMMAND in syncguard's process group, so it can read the terminal and gets ^C/^Z directly")
@@ -192,16 +192,15 @@ func (a *app) cmdRun(args []string) error {
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func (o *runOpts) validate() error {
-	if o.key == "" {
+	_, err := rules.NormalizeKey(o.key)
+	switch {
+	case o.key == "":
 		return usageErr("no KEY given: syncguard run KEY [flags] -- COMMAND [ARG...] (or --key KEY)")
-	}
-	if _, err := rules.NormalizeKey(o.key); err != nil {
+	case err != nil:
 		return err
-	}
-	if len(o.command) == 0 {
+	case len(o.command) == 0:
 		return usageErr("no command given: syncguard run KEY [flags] -- COMMAND [ARG...], or -c 'COMMAND LINE'")
-	}
-	if !envNameRE.MatchString(o.fenceEnv) || o.fenceEnv == keyEnv || o.fenceEnv+numSuffix == keyEnv {
+	case !envNameRE.MatchString(o.fenceEnv) || o.fenceEnv == keyEnv || o.fenceEnv+numSuffix == keyEnv:
 		return usageErr("--fence-env %q is not a usable variable name (letters, digits and _, not starting with a digit; not %s)", o.fenceEnv, keyEnv)
 	}
 	return nil
@@ -234,13 +233,10 @@ func (a *app) lock(ctx context.Context, cancel context.CancelFunc, b *syncguard.
 	}
 }
 
-// acquire takes the lock with the library's Lock, waiting for up to --wait
-// while it is busy (--wait forever: until ctx ends): woken when the holder
-// releases the key (from any process, through a LISTEN connection), when
-// its lock expires, or at the latest every 125 to 250 ms; behind a pooler
-// that does not forward notifications it just polls. Each attempt is
-// bounded by --timeout. An outage is ridden out within --wait, with one
-// warning. The lease extends itself (AutoExtend), reporting to ext.
+// acquire takes the lock with the library's Lock, which waits for up to
+// --wait (forever: until ctx ends), queued, retrying every 125 to 250 ms,
+// and rides an outage out (one warning). Each attempt is bounded by
+// --timeout. The lease extends itself (AutoExtend), reporting to ext.
 //
 // The end of --wait is "busy" (exit 75) unless PostgreSQL was unreachable
 // for the whole wait: no attempt got an answer and at least one failed by

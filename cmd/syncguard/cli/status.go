@@ -140,13 +140,8 @@ uses.`); err != nil {
 	if a.json {
 		locks := []map[string]any{}
 		for _, r := range list.Locks {
-			m := map[string]any{
-				"keyHash": r.KeyHash, "lockIdHash": r.LockIDHash, "identity": r.Identity,
-				"fence":      string(r.Fence),
-				"acquiredAt": jsonTime(r.AcquiredAt), "expiresAt": jsonTime(r.ExpiresAt),
-				"expiresInMs": r.ExpiresAt.Sub(now).Milliseconds(),
-				"live":        list.Live(r.LockInfo),
-			}
+			m := map[string]any{"keyHash": r.KeyHash, "expiresInMs": r.ExpiresAt.Sub(now).Milliseconds(), "live": list.Live(r.LockInfo)}
+			lockJSON(m, r.LockInfo)
 			if *raw || *keys {
 				m["key"] = r.Key
 			}

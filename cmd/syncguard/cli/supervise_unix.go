@@ -57,20 +57,13 @@ type supervisor struct {
 	pid    int // COMMAND's pid
 }
 
-// selfExe is the binary to re-execute as the supervisor.
-func selfExe() (string, error) {
-	if runtime.GOOS == "linux" {
-		// The running binary itself, even if its file was replaced or
-		// removed since it started.
-		return "/proc/self/exe", nil
-	}
-	return os.Executable()
-}
-
 // startTree starts the supervisor, which starts COMMAND. It returns once
 // COMMAND runs, or with COMMAND's exec error (*os.PathError).
 func startTree(spec supervisorSpec, stdin *os.File, stdout, stderr io.Writer) (*supervisor, error) {
-	exe, err := selfExe()
+	exe, err := os.Executable()
+	if runtime.GOOS == "linux" {
+		exe, err = "/proc/self/exe", nil // this very binary, even if its file was replaced since
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -220,12 +213,7 @@ type shim struct {
 
 func superviseMain() int {
 	runtime.LockOSThread()
-	ctl := os.NewFile(3, "orders")
-	evt := os.NewFile(4, "events")
-	if ctl == nil || evt == nil {
-		fmt.Fprintln(os.Stderr, "syncguard: run: supervisor started without its pipes")
-		return ExitInternal
-	}
+	ctl, evt := os.NewFile(3, "orders"), os.NewFile(4, "events")
 	syscall.CloseOnExec(3)
 	syscall.CloseOnExec(4)
 	_ = becomeSubreaper()

@@ -1,6 +1,9 @@
 package cli
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // supervisorSpec is the first message on the order pipe.
 type supervisorSpec struct {
@@ -30,16 +33,8 @@ type procInfo struct {
 
 // withoutEnv drops the variables named in names from env.
 func withoutEnv(env []string, names ...string) []string {
-	out := make([]string, 0, len(env))
-	for _, kv := range env {
+	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
 		k, _, _ := strings.Cut(kv, "=")
-		drop := false
-		for _, n := range names {
-			drop = drop || k == n
-		}
-		if !drop {
-			out = append(out, kv)
-		}
-	}
-	return out
+		return slices.Contains(names, k)
+	})
 }

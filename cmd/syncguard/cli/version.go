@@ -16,10 +16,8 @@ const (
 )
 
 // buildInfo is what `syncguard version` prints, from the binary's build
-// information (runtime/debug.ReadBuildInfo): the version of the module the
-// binary was built from (set by `go install ...@VERSION`, or derived by the
-// go command from the VCS tag or commit of a checkout), the library's
-// version, the VCS revision of a checkout build, and the Go toolchain.
+// information: the module's version (`go install ...@VERSION`, or the VCS
+// tag or commit of a checkout), the library's, and the Go toolchain.
 type buildInfo struct {
 	Version     string `json:"version"`
 	Module      string `json:"module"`

@@ -25,7 +25,7 @@ func New(db *sql.DB, cfg *Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.dialect == nil {
+	if r.Dialect == nil {
 		d, ok := driver.Lookup(db.Driver())
 		if !ok {
 			return nil, &Error{Op: "new", Code: CodeInvalidArgument, Msg: fmt.Sprintf(
@@ -33,24 +33,24 @@ func New(db *sql.DB, cfg *Config) (*Backend, error) {
 					`_ "github.com/syncguard/syncguard-go/pq" (lib/pq) or _ "github.com/syncguard/syncguard-go/pgxstd" (pgx/v5/stdlib), `+
 					"or set Config.Dialect (registered: %s)", db.Driver(), strings.Join(driver.Registered(), ", "))}
 		}
-		r.dialect = d
+		r.Dialect = d
 	}
-	if r.logger == nil {
-		r.logger = slog.Default()
+	if r.Logger == nil {
+		r.Logger = slog.Default()
 	}
 	return &Backend{shared: newShared(db, r)}, nil
 }
 
 // newShared makes the state of a Backend of configuration r on db.
 func newShared(db *sql.DB, r resolved) *shared {
-	s := &shared{db: db, cfg: r, sql: renderStatements(r.table, r.fenceTable), cl: classifier{dialect: r.dialect, table: r.table, fenceTable: r.fenceTable}}
+	s := &shared{db: db, cfg: r, sql: renderStatements(r.TableName, r.FenceTableName), cl: classifier{dialect: r.Dialect, table: r.TableName, fenceTable: r.FenceTableName}}
 	for i := range s.unprep {
 		s.unprep[i] = unpreparedMark + s.text(i)
 	}
-	if os, ok := r.dialect.(driver.OneShot); ok {
+	if os, ok := r.Dialect.(driver.OneShot); ok {
 		s.oneShotArgs = os.OneShotArgs()
 	}
-	if r.noPrepare {
+	if r.DisablePrepare {
 		s.prep.Store(prepOff)
 	}
 	s.waitCfg.window = defaultWaitWindow
@@ -101,18 +101,18 @@ func (b *Backend) Capabilities() Capabilities {
 }
 
 // TableName reports the resolved lock table name.
-func (b *Backend) TableName() string { return b.shared.cfg.table }
+func (b *Backend) TableName() string { return b.shared.cfg.TableName }
 
 // FenceTableName reports the resolved fence counter table name.
-func (b *Backend) FenceTableName() string { return b.shared.cfg.fenceTable }
+func (b *Backend) FenceTableName() string { return b.shared.cfg.FenceTableName }
 
 // releaseTimeout is Config.ReleaseTimeout, for leases made on b.
-func (b *Backend) releaseTimeout() time.Duration { return b.shared.cfg.releaseTimeout }
+func (b *Backend) releaseTimeout() time.Duration { return b.shared.cfg.ReleaseTimeout }
 
 // Acquire implements LockBackend. It is a single attempt: OK == false
 // means the key is held; use the lock helper for retries.
 func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
-	return b.acquire(ctx, key, ttl, b.shared.cfg.identity, nil)
+	return b.acquire(ctx, key, ttl, b.shared.cfg.Identity, nil)
 }
 
 // acquire is one attempt for holder ident; q, a waiter on the pool, makes
@@ -124,11 +124,10 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 		return AcquireResult{}, e
 	}
 	ttlMs, e := ttlMillis(op, ttl)
-	if e != nil {
-		e.Key = key
-		return AcquireResult{}, e
+	if e == nil {
+		e = ctxErr(ctx, op)
 	}
-	if e := ctxErr(ctx, op); e != nil {
+	if e != nil {
 		e.Key = key
 		return AcquireResult{}, e
 	}
@@ -239,7 +238,7 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 		age = time.Duration(max(d.now-d.acquired.Int64, 0)) * time.Millisecond
 	}
 	if fence > rules.FenceWarn {
-		b.shared.cfg.logger.Warn("syncguard: fence above warning threshold; plan a key rotation before it reaches the maximum",
+		b.shared.cfg.Logger.Warn("syncguard: fence above warning threshold; plan a key rotation before it reaches the maximum",
 			slog.String("keyHash", rules.HashKey(k.Norm)), slog.String("fence", d.fence.String),
 			slog.Int64("warnThreshold", rules.FenceWarn), slog.Int64("max", rules.FenceMax))
 	}
@@ -341,11 +340,10 @@ func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) 
 		return ExtendResult{}, e
 	}
 	ttlMs, e := ttlMillis(op, ttl)
-	if e != nil {
-		e.LockID = lockID
-		return ExtendResult{}, e
+	if e == nil {
+		e = ctxErr(ctx, op)
 	}
-	if e := ctxErr(ctx, op); e != nil {
+	if e != nil {
 		e.LockID = lockID
 		return ExtendResult{}, e
 	}
@@ -416,7 +414,7 @@ func (b *Backend) IsLocked(ctx context.Context, key string) (bool, error) {
 		return false, e
 	}
 	live := r.live()
-	if !live && r.expires.Valid && b.shared.cfg.cleanup && r.expires.Int64 < r.now-rules.CleanupGraceMs {
+	if !live && r.expires.Valid && b.shared.cfg.CleanupInIsLocked && r.expires.Int64 < r.now-rules.CleanupGraceMs {
 		b.shared.maybeCleanup(ctx, k.Storage)
 	}
 	return live, nil
@@ -428,14 +426,14 @@ func (b *Backend) IsLocked(ctx context.Context, key string) (bool, error) {
 func (s *shared) maybeCleanup(parent context.Context, storageKey string) {
 	now := time.Now().UnixNano()
 	last := s.lastCleanup.Load()
-	if now-last < int64(s.cfg.cleanupInterval) || !s.lastCleanup.CompareAndSwap(last, now) {
+	if now-last < int64(s.cfg.CleanupInterval) || !s.lastCleanup.CompareAndSwap(last, now) {
 		return
 	}
 	go func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), s.cfg.releaseTimeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), s.cfg.ReleaseTimeout)
 		defer cancel()
 		if err := (&Backend{shared: s}).oneShot(ctx, s.sql.cleanup, []any{storageKey}, nil); err != nil {
-			s.cfg.logger.Warn("syncguard: background cleanup failed", slog.String("keyHash", rules.HashKey(storageKey)),
+			s.cfg.Logger.Warn("syncguard: background cleanup failed", slog.String("keyHash", rules.HashKey(storageKey)),
 				slog.String("code", string(s.cl.wrap(ctx, "cleanup", err).Code)))
 		}
 	}()

@@ -88,57 +88,38 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // maxTableName keeps "idx_" + name + "_lock_id" within 63 bytes.
 const maxTableName = 63 - len("idx_") - len("_lock_id")
 
-type resolved struct {
-	table, fenceTable string
-	cleanup           bool
-	cleanupInterval   time.Duration
-	logger            *slog.Logger
-	dialect           driver.Dialect
-	noPrepare         bool
-	releaseTimeout    time.Duration
-	identity          string
-}
+// resolved is a Config with its defaults applied.
+type resolved struct{ Config }
 
 func (c *Config) resolve() (resolved, error) {
-	var cfg Config
+	var r resolved
 	if c != nil {
-		cfg = *c
+		r.Config = *c
 	}
-	r := resolved{
-		table:           cfg.TableName,
-		fenceTable:      cfg.FenceTableName,
-		cleanup:         cfg.CleanupInIsLocked,
-		cleanupInterval: cfg.CleanupInterval,
-		logger:          cfg.Logger,
-		dialect:         cfg.Dialect,
-		noPrepare:       cfg.DisablePrepare,
-		releaseTimeout:  cfg.ReleaseTimeout,
-		identity:        cfg.Identity,
-	}
-	if err := checkIdentity("new", "Identity", r.identity); err != nil {
+	if err := checkIdentity("new", "Identity", r.Identity); err != nil {
 		return r, err
 	}
-	if r.table == "" {
-		r.table = rules.DefaultTable
+	if r.TableName == "" {
+		r.TableName = rules.DefaultTable
 	}
-	if r.fenceTable == "" {
-		r.fenceTable = rules.DefaultFenceTable
+	if r.FenceTableName == "" {
+		r.FenceTableName = rules.DefaultFenceTable
 	}
-	if r.cleanupInterval <= 0 {
-		r.cleanupInterval = time.Second
+	if r.CleanupInterval <= 0 {
+		r.CleanupInterval = time.Second
 	}
-	if r.releaseTimeout <= 0 {
-		r.releaseTimeout = defaultReleaseTimeout
+	if r.ReleaseTimeout <= 0 {
+		r.ReleaseTimeout = defaultReleaseTimeout
 	}
-	for _, n := range []struct{ field, name string }{{"TableName", r.table}, {"FenceTableName", r.fenceTable}} {
+	for _, n := range []struct{ field, name string }{{"TableName", r.TableName}, {"FenceTableName", r.FenceTableName}} {
 		if err := checkIdent(n.field, n.name); err != nil {
 			return r, err
 		}
 	}
-	if strings.EqualFold(r.table, r.fenceTable) {
-		return r, invalidArg("new", fmt.Sprintf("FenceTableName must differ from TableName (both %q); sharing a table would let lock cleanup delete fence counters", r.table))
+	if strings.EqualFold(r.TableName, r.FenceTableName) {
+		return r, invalidArg("new", fmt.Sprintf("FenceTableName must differ from TableName (both %q); sharing a table would let lock cleanup delete fence counters", r.TableName))
 	}
-	if err := checkCollisions(r.table, r.fenceTable); err != nil {
+	if err := checkCollisions(r.TableName, r.FenceTableName); err != nil {
 		return r, err
 	}
 	return r, nil

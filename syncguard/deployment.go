@@ -102,17 +102,17 @@ func CheckDeployment(ctx context.Context, db *sql.DB, cfg *Config) (Report, erro
 	if e := ctxErr(ctx, op); e != nil {
 		return Report{}, e
 	}
-	if r.dialect == nil {
-		r.dialect, _ = driver.Lookup(db.Driver())
+	if r.Dialect == nil {
+		r.Dialect, _ = driver.Lookup(db.Driver())
 	}
-	r.logger = slog.New(slog.DiscardHandler) // the findings say it
+	r.Logger = slog.New(slog.DiscardHandler) // the findings say it
 	b := &Backend{shared: newShared(db, r)}
 	defer b.Close()
 	findings, err := deploy.Check(ctx, deploy.Target{
-		DB: db, Dialect: r.dialect, OneShot: b.shared.oneShotArgs,
-		Names:         schemaNames(r.table, r.fenceTable),
-		Schema:        render("schema.sql", r.table, r.fenceTable),
-		NoPrepare:     r.noPrepare,
+		DB: db, Dialect: r.Dialect, OneShot: b.shared.oneShotArgs,
+		Names:         schemaNames(r.TableName, r.FenceTableName),
+		Schema:        render("schema.sql", r.TableName, r.FenceTableName),
+		NoPrepare:     r.DisablePrepare,
 		Notifications: b.notificationFinding,
 	})
 	var report Report
@@ -120,7 +120,7 @@ func CheckDeployment(ctx context.Context, db *sql.DB, cfg *Config) (Report, erro
 		report.Findings = append(report.Findings, Finding(f))
 	}
 	if err != nil {
-		return report, classifier{dialect: r.dialect}.wrap(ctx, op, err)
+		return report, classifier{dialect: r.Dialect}.wrap(ctx, op, err)
 	}
 	if e := ctxErr(ctx, op); e != nil {
 		return report, e

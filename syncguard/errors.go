@@ -93,32 +93,23 @@ func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("syncguard: ")
 	if e.Op != "" {
-		b.WriteString(e.Op)
-		b.WriteString(" ")
+		b.WriteString(e.Op + " ")
 	}
 	if e.Key != "" {
-		b.WriteString("key#")
-		b.WriteString(rules.HashKey(e.Key))
-		b.WriteString(" ")
+		b.WriteString("key#" + rules.HashKey(e.Key) + " ")
 	}
 	if e.LockID != "" && rules.ValidateLockID(e.LockID) == nil {
-		b.WriteString("lock#")
-		b.WriteString(rules.HashKey(e.LockID))
-		b.WriteString(" ")
+		b.WriteString("lock#" + rules.HashKey(e.LockID) + " ")
 	}
 	b.WriteString(string(e.Code))
 	if e.SQLState != "" {
-		b.WriteString(" (SQLSTATE ")
-		b.WriteString(e.SQLState)
-		b.WriteString(")")
+		b.WriteString(" (SQLSTATE " + e.SQLState + ")")
 	}
 	if e.Msg != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Msg)
+		b.WriteString(": " + e.Msg)
 	}
 	if e.Err != nil {
-		b.WriteString(": ")
-		b.WriteString(e.Err.Error())
+		b.WriteString(": " + e.Err.Error())
 	}
 	return b.String()
 }

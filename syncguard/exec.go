@@ -137,10 +137,10 @@ type rowQuerier interface {
 
 // sqlState is err's SQLSTATE as the dialect reads it.
 func (s *shared) sqlState(err error) string {
-	if s.cfg.dialect == nil {
+	if s.cfg.Dialect == nil {
 		return ""
 	}
-	return s.cfg.dialect.Inspect(err).SQLState
+	return s.cfg.Dialect.Inspect(err).SQLState
 }
 
 func (s *shared) serializationFailure(err error) bool {
@@ -160,9 +160,9 @@ func (s *shared) switchOff(level slog.Level, reason string) {
 	if s.oneShotArgs != nil {
 		how = "one unnamed Parse/Bind/Execute batch"
 	}
-	s.cfg.logger.Log(context.Background(), level,
+	s.cfg.Logger.Log(context.Background(), level,
 		"syncguard: prepared statements switched off for this Backend; every statement is now sent unprepared as "+how+", still one round trip",
-		slog.String("reason", reason), slog.String("dialect", s.cfg.dialect.Name()))
+		slog.String("reason", reason), slog.String("dialect", s.cfg.Dialect.Name()))
 }
 
 // runReadCommitted runs statement i in its own READ COMMITTED transaction.
@@ -216,7 +216,7 @@ func (s *shared) probe(ctx context.Context) error {
 	if s.prep.Load() != prepUnknown {
 		return nil
 	}
-	if _, ok := s.cfg.dialect.(driver.BackendPIDReader); !ok {
+	if _, ok := s.cfg.Dialect.(driver.BackendPIDReader); !ok {
 		s.prep.CompareAndSwap(prepUnknown, prepOn)
 		return nil
 	}
@@ -225,7 +225,7 @@ func (s *shared) probe(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
-	v, err := pooler.Detect(ctx, conn, s.cfg.dialect, s.oneShotArgs)
+	v, err := pooler.Detect(ctx, conn, s.cfg.Dialect, s.oneShotArgs)
 	if err != nil {
 		return err
 	}

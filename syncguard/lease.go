@@ -353,25 +353,18 @@ func (l *Lease) autoExtend(ctx context.Context, next time.Time) {
 	}
 }
 
-// stopAutoExtend stops the extension loop and waits (within ctx) for it to
-// exit, so no extend runs concurrently with or after the release.
-func (l *Lease) stopAutoExtend(ctx context.Context) {
-	if l.stopExtender == nil {
-		return
-	}
-	l.stopExtender()
-	select {
-	case <-l.extenderDone:
-	case <-ctx.Done():
-	}
-}
-
 // Release releases the lock if the lease still owns it, after stopping
 // auto-extension. The first call that completes without error decides the
 // result; later calls return it without I/O; a call made while another is
 // in flight waits for it (within ctx).
 func (l *Lease) Release(ctx context.Context) (ReleaseResult, error) {
-	l.stopAutoExtend(ctx)
+	if l.stopExtender != nil { // no extend may run concurrently with or after the release
+		l.stopExtender()
+		select {
+		case <-l.extenderDone:
+		case <-ctx.Done():
+		}
+	}
 	for {
 		l.mu.Lock()
 		if l.released {

@@ -38,7 +38,7 @@ func (s *shared) releaseInBackground(lockID string, ttl time.Duration) {
 	if len(q.pending) >= maxOrphans {
 		if !q.warned {
 			q.warned = true
-			s.cfg.logger.Warn("syncguard: background release queue full; locks of cancelled acquires that may have committed are left to expire with their TTL",
+			s.cfg.Logger.Warn("syncguard: background release queue full; locks of cancelled acquires that may have committed are left to expire with their TTL",
 				slog.Int("queued", len(q.pending)), slog.String("lockIdHash", rules.HashKey(lockID)))
 		}
 		return
@@ -124,7 +124,7 @@ func (q *orphanQueue) run() {
 // releaseBatch deletes the rows of ids in one statement (lockIds joined by
 // ',', returning those deleted the same way) and returns those.
 func (q *orphanQueue) releaseBatch(ids []string) (map[string]bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), q.s.cfg.releaseTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), q.s.cfg.ReleaseTimeout)
 	defer cancel()
 	var out string
 	if err := (&Backend{shared: q.s}).oneShot(ctx, q.s.sql.releaseOrphans, []any{strings.Join(ids, ",")}, []any{&out}); err != nil {

@@ -14,7 +14,7 @@ import (
 // invalid, its attempts are plain ones (with identity).
 func (b *Backend) Queue(key, identity string, once bool) Waiter {
 	if identity == "" {
-		identity = b.shared.cfg.identity
+		identity = b.shared.cfg.Identity
 	}
 	w := &queueWaiter{b: b, key: key, identity: identity}
 	k, err := checkKey("lock", key)
@@ -22,7 +22,7 @@ func (b *Backend) Queue(key, identity string, once bool) Waiter {
 		return w
 	}
 	w.q = &queueState{s: b.shared, storage: k.Storage, lockID: rules.GenerateLockID(),
-		channel: waiting.Channel(waiting.Prefix(b.shared.cfg.table), k.Storage)}
+		channel: waiting.Channel(waiting.Prefix(b.shared.cfg.TableName), k.Storage)}
 	return w
 }
 

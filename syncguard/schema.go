@@ -180,7 +180,7 @@ func SchemaSQL(cfg *Config) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return render("schema.sql", r.table, r.fenceTable), nil
+	return render("schema.sql", r.TableName, r.FenceTableName), nil
 }
 
 // schemaLockID serializes concurrent SetupSchema calls (CREATE ... IF NOT
@@ -207,7 +207,7 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 		return err
 	}
 	r, _ := cfg.resolve()
-	cl := classifier{dialect: r.dialect, table: r.table, fenceTable: r.fenceTable}
+	cl := classifier{dialect: r.Dialect, table: r.TableName, fenceTable: r.FenceTableName}
 	if cl.dialect == nil {
 		cl.dialect, _ = driver.Lookup(db.Driver())
 	}
@@ -215,7 +215,7 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	// first, so that a role without it may call SetupSchema once the owner
 	// did. No arguments here and below: the simple query protocol, which
 	// prepares nothing, so this works behind a transaction-mode pooler.
-	names := schemaNames(r.table, r.fenceTable)
+	names := schemaNames(r.TableName, r.FenceTableName)
 	var objects []string
 	for _, k := range []string{"locks", "fences", "lock_id_index", "expires_index", "waiters", "waiters_id_index", "waiters_key_index", "holders", "holders_key_index"} {
 		objects = append(objects, names[k])

@@ -53,7 +53,7 @@ func (b *Backend) WatchKey(ctx context.Context, key string) (<-chan struct{}, er
 	if err != nil {
 		return nil, err
 	}
-	s := b.shared.hub.Watch(waiting.Channel(waiting.Prefix(b.shared.cfg.table), k.Storage))
+	s := b.shared.hub.Watch(waiting.Channel(waiting.Prefix(b.shared.cfg.TableName), k.Storage))
 	context.AfterFunc(ctx, s.Close)
 	return s.C, nil
 }
@@ -69,7 +69,7 @@ func (b *Backend) Close() error {
 
 func newHub(s *shared) *waiting.Hub {
 	cfg := s.waitCfg.hub
-	if l, ok := s.cfg.dialect.(driver.Listener); ok {
+	if l, ok := s.cfg.Dialect.(driver.Listener); ok {
 		cfg.Open = func(ctx context.Context, channel string) (driver.NotifyConn, error) {
 			return l.Listen(ctx, s.db, channel)
 		}
@@ -80,7 +80,7 @@ func newHub(s *shared) *waiting.Hub {
 		return (&Backend{shared: s}).oneShot(ctx, "SELECT pg_notify($1::text, $2::text)", []any{channel, payload}, nil)
 	}
 	cfg.OnFallback = func(st waiting.Status) {
-		s.cfg.logger.Warn("syncguard: waiting falls back to polling: a waiter finds the key handed to it at its next attempt instead of at once (the order of waiters is kept)",
+		s.cfg.Logger.Warn("syncguard: waiting falls back to polling: a waiter finds the key handed to it at its next attempt instead of at once (the order of waiters is kept)",
 			slog.String("reason", st.Reason))
 	}
 	return waiting.New(cfg)
@@ -91,11 +91,11 @@ func newHub(s *shared) *waiting.Hub {
 // goes on without it for good, warning once ("Without the waiters table"
 // in docs/design.md).
 func (s *shared) queueLost(err error) bool {
-	return s.tableLost(err, waitersTable(s.cfg.table), &s.noQueue, &s.queueWarned, "waiting polls and keeps no order")
+	return s.tableLost(err, waitersTable(s.cfg.TableName), &s.noQueue, &s.queueWarned, "waiting polls and keeps no order")
 }
 
 func (s *shared) holdersLost(err error) bool {
-	return s.tableLost(err, holdersTable(s.cfg.table), &s.noHolders, &s.holdWarned, "no holder identity is stored or shown")
+	return s.tableLost(err, holdersTable(s.cfg.TableName), &s.noHolders, &s.holdWarned, "no holder identity is stored or shown")
 }
 
 func (s *shared) tableLost(err error, table string, lost, warned *atomic.Bool, until string) bool {
@@ -105,7 +105,7 @@ func (s *shared) tableLost(err error, table string, lost, warned *atomic.Bool, u
 	}
 	lost.Store(true)
 	if !warned.Swap(true) {
-		s.cfg.logger.Warn("syncguard: the "+strings.TrimPrefix(table, s.cfg.table+"_")+" table is missing or not granted: run SetupSchema (or apply SchemaSQL) and grant it like the lock table; until then "+until,
+		s.cfg.Logger.Warn("syncguard: the "+strings.TrimPrefix(table, s.cfg.TableName+"_")+" table is missing or not granted: run SetupSchema (or apply SchemaSQL) and grant it like the lock table; until then "+until,
 			slog.String("table", table), slog.String("sqlstate", st))
 	}
 	return true

@@ -54,7 +54,7 @@ func newShared(db *sql.DB, r resolved) *shared {
 		s.prep.Store(prepOff)
 	}
 	s.waitCfg.window = defaultWaitWindow
-	s.hub = newHub(s)
+	s.waker = newWaker(s)
 	s.orphans = &orphanQueue{s: s}
 	return s
 }
@@ -314,7 +314,7 @@ func (b *Backend) release(ctx context.Context, lockID, waiterKey string) (Releas
 		return ReleaseResult{}, false, e
 	}
 	if b.tx == nil && d.woke.Valid {
-		b.shared.hub.Wake(d.woke.String) // a waiter of this process handed the key: at once
+		b.shared.waker.Wake(d.woke.String) // a waiter of this process handed the key: at once
 	}
 	// Ownership (docs/spec.md, rule O2): the deleted row must be ours.
 	if d.deleted.Valid && d.deleted.String == lockID {

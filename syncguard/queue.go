@@ -52,10 +52,10 @@ func (w *queueWaiter) Hints() (wake <-chan struct{}, renew time.Duration, poll b
 	}
 	w.q.mu.Lock()
 	defer w.q.mu.Unlock()
-	if w.q.sub == nil {
+	if w.q.wakeup == nil {
 		return nil, 0, false
 	}
-	return w.q.sub.C, w.q.s.waitCfg.window / 3, !w.q.sub.Listening()
+	return w.q.wakeup.C, w.q.s.waitCfg.window / 3, !w.q.wakeup.ChannelListened()
 }
 
 // Leave releases the waiter's lockId: that deletes its queue row and

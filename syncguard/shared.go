@@ -49,12 +49,12 @@ type shared struct {
 	unprep      [numStmts]string // the statements' unprepared text (see unpreparedText)
 	lastCleanup atomic.Int64     // unix nanos of the last CleanupInIsLocked delete
 
-	orphans     *orphanQueue // background release (orphans.go)
-	prep        atomic.Int32 // prepUnknown, prepOn or prepOff (exec.go)
-	probeMu     sync.Mutex   // serializes the pooler probe
-	oneShotArgs []any        // the dialect's driver.OneShot arguments, or nil
-	hub         *waiting.Hub // wakes waiting Lock calls (wait.go)
-	noQueue     atomic.Bool  // the waiters table is missing or not granted (wait.go)
+	orphans     *orphanQueue   // background release (orphans.go)
+	prep        atomic.Int32   // prepUnknown, prepOn or prepOff (exec.go)
+	probeMu     sync.Mutex     // serializes the pooler probe
+	oneShotArgs []any          // the dialect's driver.OneShot arguments, or nil
+	waker       *waiting.Waker // wakes waiting Lock calls (wait.go)
+	noQueue     atomic.Bool    // the waiters table is missing or not granted (wait.go)
 	queueWarned atomic.Bool
 	noHolders   atomic.Bool // the holders table is missing or not granted (wait.go)
 	holdWarned  atomic.Bool
@@ -83,7 +83,7 @@ type orphan struct {
 // waitTunables are a Backend's waiting parameters (tests shorten them).
 type waitTunables struct {
 	window time.Duration  // a waiter's row lives this long after each attempt
-	hub    waiting.Config // timeouts of the LISTEN connection
+	waker  waiting.Config // timeouts of the LISTEN connection
 }
 
 // lazyStmt is one operation's statement, prepared on first use on the pool.

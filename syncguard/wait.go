@@ -36,7 +36,7 @@ type NotificationStatus struct {
 // open and waits, at most until ctx is done, for its probe notification to
 // come back. The order of waiters does not depend on it.
 func (b *Backend) NotificationStatus(ctx context.Context) NotificationStatus {
-	st := b.shared.hub.Status(ctx)
+	st := b.shared.waker.Status(ctx)
 	return NotificationStatus{Active: st.Active, Reason: st.Reason, kind: st.Kind}
 }
 
@@ -53,7 +53,7 @@ func (b *Backend) WatchKey(ctx context.Context, key string) (<-chan struct{}, er
 	if err != nil {
 		return nil, err
 	}
-	s := b.shared.hub.Watch(waiting.Channel(waiting.Prefix(b.shared.cfg.TableName), k.Storage))
+	s := b.shared.waker.Watch(waiting.Channel(waiting.Prefix(b.shared.cfg.TableName), k.Storage))
 	context.AfterFunc(ctx, s.Close)
 	return s.C, nil
 }
@@ -63,12 +63,12 @@ func (b *Backend) WatchKey(ctx context.Context, key string) (<-chan struct{}, er
 // *sql.DB. The Backend stays usable, but waits then poll (in order).
 // Without Close the connection closes itself 30 s after the last wait.
 func (b *Backend) Close() error {
-	b.shared.hub.Close()
+	b.shared.waker.Close()
 	return nil
 }
 
-func newHub(s *shared) *waiting.Hub {
-	cfg := s.waitCfg.hub
+func newWaker(s *shared) *waiting.Waker {
+	cfg := s.waitCfg.waker
 	if l, ok := s.cfg.Dialect.(driver.Listener); ok {
 		cfg.Open = func(ctx context.Context, channel string) (driver.NotifyConn, error) {
 			return l.Listen(ctx, s.db, channel)
@@ -120,8 +120,8 @@ type queueState struct {
 	unknown atomic.Bool // an attempt's outcome was unknown: Leave also releases in the background
 	ttl     atomic.Int64
 
-	mu  sync.Mutex
-	sub *waiting.Sub // the wake-up, from the first queued attempt on
+	mu     sync.Mutex
+	wakeup *waiting.Wakeup // the wake-up, from the first queued attempt on
 }
 
 // join registers the waiter's wake-up before its queued attempt of ttl
@@ -130,20 +130,20 @@ type queueState struct {
 func (q *queueState) join(ttlMs int64) bool {
 	q.ttl.Store(ttlMs)
 	q.mu.Lock()
-	if q.sub == nil {
-		q.sub = q.s.hub.Expect(waiting.Payload(q.lockID))
+	if q.wakeup == nil {
+		q.wakeup = q.s.waker.Expect(q.channel, waiting.Payload(q.lockID))
 	}
 	q.mu.Unlock()
-	return q.s.hub.Listened(q.channel)
+	return q.s.waker.ChannelListened(q.channel)
 }
 
 // contended asks for the key's channel after a failed queued attempt.
 func (q *queueState) contended() {
 	q.mu.Lock()
-	sub := q.sub
+	wakeup := q.wakeup
 	q.mu.Unlock()
-	if sub != nil {
-		sub.Listen(q.channel)
+	if wakeup != nil {
+		wakeup.Listen()
 	}
 }
 
@@ -151,10 +151,10 @@ func (q *queueState) contended() {
 func (q *queueState) close() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.sub == nil {
+	if q.wakeup == nil {
 		return false
 	}
-	q.sub.Close()
-	q.sub = nil
+	q.wakeup.Close()
+	q.wakeup = nil
 	return true
 }

@@ -9,13 +9,11 @@
 // Any role that can connect can LISTEN and NOTIFY on any channel, so
 // nothing here decides order, membership or expiry: the queue and the
 // hand-off are rows in the lock tables (see "Waiting" in docs/design.md).
-// What a forger can do is bounded: a notification on a channel nobody here
-// waits on or watches, or whose payload names no waiter of its channel,
-// costs two map lookups; one that does costs that waiter one attempt (a
-// watcher one read), coalesced while one is pending; no notification adds
-// state beyond a few channel names per waiter of this process that it
-// names; and the connection's buffer is bounded (driver adapters drop
-// beyond it).
+// What a forger can do is bounded: a notification whose payload names no
+// waiter of its channel costs two map lookups; one that does costs that
+// waiter one attempt (each watcher of the channel one read), coalesced
+// while one is pending; no notification adds state; and the connection's
+// buffer is bounded (driver adapters drop beyond it).
 package waiting
 
 import (
@@ -24,7 +22,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -70,7 +67,7 @@ const (
 	KindNoListener             // the dialect has no driver.Listener
 	KindProbeLost              // LISTEN worked but the probe never came back: a pooler in transaction mode
 	KindFailed                 // opening or keeping the connection failed
-	KindClosed                 // Hub.Close was called
+	KindClosed                 // Waker.Close was called
 )
 
 // Status says whether waiters are woken by notifications.
@@ -80,7 +77,7 @@ type Status struct {
 	Reason string // why not, when not Active
 }
 
-// Config is a Hub's connection to the database and its tunables. Zero
+// Config is a Waker's connection to the database and its tunables. Zero
 // durations mean the defaults on each field.
 type Config struct {
 	// Open opens a LISTEN connection listening on channel; nil when the
@@ -113,15 +110,16 @@ func (c *Config) defaults() {
 	}
 }
 
-// Hub is one Backend's LISTEN connection and its waiters.
-type Hub struct {
+// Waker is one Backend's LISTEN connection: it wakes the Backend's
+// waiters and watchers with the notifications on their keys' channels.
+type Waker struct {
 	cfg    Config
-	probe  string // this hub's probe channel and payload
+	probe  string // this waker's probe channel and payload
 	ctx    context.Context
 	cancel context.CancelFunc // Close: ends whatever the connection does
 
 	mu       sync.Mutex
-	subs     map[string]*Sub     // waiters (Expect), by payload
+	waiters  map[string]*Wakeup  // waiters (Expect), by payload
 	chans    map[string]*channel // channels wanted or listened
 	st       Status
 	running  bool
@@ -137,216 +135,192 @@ type Hub struct {
 
 // channel is one key channel: who wants it, and whether it is listened on.
 type channel struct {
-	members  map[*Sub]struct{} // waiters that asked for it (Listen) and watchers (Watch)
-	listened bool              // LISTEN took effect on the current connection
-	idle     time.Time         // when its last member left
+	members  map[*Wakeup]struct{} // waiters that asked for it (Listen) and watchers (Watch)
+	listened bool                 // LISTEN took effect on the current connection
+	idle     time.Time            // when its last member left
 }
 
-// New returns a Hub; it opens nothing until a waiter listens.
-func New(cfg Config) *Hub {
+// New returns a Waker; it opens nothing until a waiter or a watcher
+// listens.
+func New(cfg Config) *Waker {
 	cfg.defaults()
 	var b [8]byte
 	rand.Read(b[:])
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Hub{cfg: cfg, probe: "syncguard:probe:" + hex.EncodeToString(b[:]), ctx: ctx, cancel: cancel,
-		subs: map[string]*Sub{}, chans: map[string]*channel{}, settled: make(chan struct{})}
+	return &Waker{cfg: cfg, probe: "syncguard:probe:" + hex.EncodeToString(b[:]), ctx: ctx, cancel: cancel,
+		waiters: map[string]*Wakeup{}, chans: map[string]*channel{}, settled: make(chan struct{})}
 }
 
-// Sub is one waiter's or one watcher's wake-up: C receives a value
+// Wakeup is one waiter's or one watcher's wake-up: C receives a value
 // (coalesced) when a notification on its key's channel is for it (for a
-// waiter, one whose payload names it; for a watcher, any), when its
+// waiter, one whose payload names it; for a watcher, any), when that
 // channel starts being listened on (a hand-off may have been missed
-// before), and when the connection fails.
-type Sub struct {
+// before), and when the connection fails. Never for a notification on
+// another channel.
+type Wakeup struct {
 	C       <-chan struct{}
 	c       chan struct{}
-	h       *Hub
+	w       *Waker
+	channel string // its key's channel
 	payload string // a waiter's; "" for a watcher
-	channel string // its key's channel, once known
-	// early: a waiter's, before it names its channel (Listen): the
-	// channels of notifications that named it meanwhile (a hand-off may
-	// come between its first attempt and its Listen), at most maxEarly;
-	// earlyMore: more came.
-	early     []string
-	earlyMore bool
+	joined  bool   // a member of its channel: asked for it to be listened on
 }
 
-// maxEarly bounds Sub.early: a waiter's payload is known to nobody before
-// a hand-off names it, so a longer list means forged notifications, and
-// costs the waiter one attempt at its Listen.
-const maxEarly = 4
-
-// Expect registers the waiter whose payload is payload, before its first
-// attempt, so that no notification for it on its key's channel is missed
-// once that channel is listened on (Listen names the channel; one that
-// came before is kept for it, by channel). No I/O.
-func (h *Hub) Expect(payload string) *Sub {
-	s := newSub(h)
-	s.payload = payload
-	h.mu.Lock()
-	h.subs[payload] = s
-	h.mu.Unlock()
-	return s
+// Expect registers the waiter of the key channel channel whose payload is
+// payload, before its first attempt, so that no notification for it on
+// that channel is missed once the channel is listened on (by another
+// waiter, lingering, or after its Listen). No I/O.
+func (w *Waker) Expect(channel, payload string) *Wakeup {
+	u := w.newWakeup(channel)
+	u.payload = payload
+	w.mu.Lock()
+	w.waiters[payload] = u
+	w.mu.Unlock()
+	return u
 }
 
-// Watch registers a watcher of the key channel name and asks for the
-// channel to be listened on: its Sub is signalled as a waiter's is (when
-// the channel starts being listened on, when the connection fails) and on
-// every notification on that channel, whatever its payload names (a
-// hand-off's payload names the waiter, not the key; anyone can send one),
-// never by another channel's. A hint to read the key again, never what
-// changed. Close it when done.
-func (h *Hub) Watch(name string) *Sub {
-	s := newSub(h)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.joinLocked(s, name)
-	return s
+// Watch registers a watcher of the key channel channel and asks for the
+// channel to be listened on: its Wakeup is signalled as a waiter's is
+// (when the channel starts being listened on, when the connection fails)
+// and on every notification on that channel, whatever its payload names
+// (a hand-off's payload names the waiter, not the key; anyone can send
+// one), never by another channel's. A hint to read the key again, never
+// what changed. Close it when done.
+func (w *Waker) Watch(channel string) *Wakeup {
+	u := w.newWakeup(channel)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.joinLocked(u)
+	return u
 }
 
-func newSub(h *Hub) *Sub {
+func (w *Waker) newWakeup(channel string) *Wakeup {
 	c := make(chan struct{}, 1)
-	return &Sub{C: c, c: c, h: h}
+	return &Wakeup{C: c, c: c, w: w, channel: channel}
 }
 
-func (s *Sub) signal() {
+func (u *Wakeup) signal() {
 	select {
-	case s.c <- struct{}{}:
+	case u.c <- struct{}{}:
 	default:
 	}
 }
 
-// Listen names s's key channel, once, and asks for it to be listened on.
-// It returns at once; s is signalled when the LISTEN has taken effect
-// (unless it already had), and now if a notification on name named s
-// before (kept since Expect).
-func (s *Sub) Listen(name string) {
-	h := s.h
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if s.channel != "" || h.subs[s.payload] != s {
-		return
+// Listen asks for the waiter's channel to be listened on, once. It
+// returns at once; u is signalled when the LISTEN has taken effect (unless
+// it already had).
+func (u *Wakeup) Listen() {
+	w := u.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !u.joined && w.waiters[u.payload] == u {
+		w.joinLocked(u)
 	}
-	if s.earlyMore || slices.Contains(s.early, name) {
-		s.signal()
-	}
-	s.early, s.earlyMore = nil, false
-	h.joinLocked(s, name)
 }
 
-// joinLocked makes s a member of the channel name and has the channel
-// listened on.
-func (h *Hub) joinLocked(s *Sub, name string) {
-	s.channel = name
-	c := h.chans[name]
+// joinLocked makes u a member of its channel and has the channel listened
+// on.
+func (w *Waker) joinLocked(u *Wakeup) {
+	u.joined = true
+	c := w.chans[u.channel]
 	if c == nil {
-		c = &channel{members: map[*Sub]struct{}{}}
-		h.chans[name] = c
+		c = &channel{members: map[*Wakeup]struct{}{}}
+		w.chans[u.channel] = c
 	}
-	c.members[s] = struct{}{}
+	c.members[u] = struct{}{}
 	if !c.listened {
-		h.startLocked()
-		if h.kick != nil {
-			h.kick() // the goroutine LISTENs before it waits again
+		w.startLocked()
+		if w.kick != nil {
+			w.kick() // the goroutine LISTENs before it waits again
 		}
 	}
 }
 
-// Listening reports whether s's channel is listened on now.
-func (s *Sub) Listening() bool {
-	s.h.mu.Lock()
-	defer s.h.mu.Unlock()
-	return s.h.listenedLocked(s.channel)
+// ChannelListened reports whether u's channel is listened on now: a
+// notification on it reaches u.
+func (u *Wakeup) ChannelListened() bool {
+	u.w.mu.Lock()
+	defer u.w.mu.Unlock()
+	return u.w.channelListenedLocked(u.channel)
 }
 
-// Listened reports whether channel is listened on now (for another
-// waiter, or lingering after one), without asking for it.
-func (h *Hub) Listened(channel string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.listenedLocked(channel)
+// ChannelListened reports whether channel is listened on now (for a
+// waiter or a watcher, or lingering after one), without asking for it.
+func (w *Waker) ChannelListened(channel string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.channelListenedLocked(channel)
 }
 
-func (h *Hub) listenedLocked(channel string) bool {
-	c := h.chans[channel]
-	return c != nil && c.listened && h.st.Active
+func (w *Waker) channelListenedLocked(channel string) bool {
+	c := w.chans[channel]
+	return c != nil && c.listened && w.st.Active
 }
 
-// Close unregisters s.
-func (s *Sub) Close() {
-	h := s.h
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if s.payload != "" && h.subs[s.payload] == s {
-		delete(h.subs, s.payload)
+// Close unregisters u.
+func (u *Wakeup) Close() {
+	w := u.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if u.payload != "" && w.waiters[u.payload] == u {
+		delete(w.waiters, u.payload)
 	}
-	if c := h.chans[s.channel]; c != nil {
-		if _, ok := c.members[s]; ok {
-			delete(c.members, s)
+	if c := w.chans[u.channel]; c != nil && u.joined {
+		if _, ok := c.members[u]; ok {
+			delete(c.members, u)
 			if len(c.members) == 0 {
 				c.idle = time.Now()
 			}
 		}
 	}
-	s.early = nil
 }
 
 // Wake signals the waiter named by payload, if it is this process's: a
 // hand-off by this Backend, known before the notification arrives.
-func (h *Hub) Wake(payload string) {
-	h.mu.Lock()
-	s := h.subs[payload]
-	h.mu.Unlock()
-	if s != nil {
-		s.signal()
+func (w *Waker) Wake(payload string) {
+	w.mu.Lock()
+	u := w.waiters[payload]
+	w.mu.Unlock()
+	if u != nil {
+		u.signal()
 	}
 }
 
 // deliver routes a notification by its channel: to the watchers of that
 // channel, and to the waiter its payload names if that waiter waits on
-// that channel (or has not named its channel yet: kept for its Listen). A
-// payload naming a waiter of another channel wakes nobody: anyone can
-// NOTIFY.
-func (h *Hub) deliver(n driver.Notification) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if c := h.chans[n.Channel]; c != nil {
-		for s := range c.members {
-			if s.payload == "" {
-				s.signal()
+// that channel. A payload naming a waiter of another channel wakes
+// nobody: anyone can NOTIFY.
+func (w *Waker) deliver(n driver.Notification) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if c := w.chans[n.Channel]; c != nil {
+		for u := range c.members {
+			if u.payload == "" {
+				u.signal()
 			}
 		}
 	}
-	s := h.subs[n.Payload]
-	switch {
-	case s == nil:
-	case s.channel == n.Channel:
-		s.signal()
-	case s.channel != "":
-	case slices.Contains(s.early, n.Channel):
-	case len(s.early) < maxEarly:
-		s.early = append(s.early, n.Channel)
-	default:
-		s.earlyMore = true
+	if u := w.waiters[n.Payload]; u != nil && u.channel == n.Channel {
+		u.signal()
 	}
 }
 
 // Status reports whether waiters are woken by notifications. When no
-// connection is open it opens one (unless a failure is recent or the hub
-// is closed) and waits until the probe settles or ctx ends.
-func (h *Hub) Status(ctx context.Context) Status {
-	h.mu.Lock()
-	h.statusAt = time.Now()
-	h.startLocked()
-	settled := h.settled
-	h.mu.Unlock()
+// connection is open it opens one (unless a failure is recent or the
+// waker is closed) and waits until the probe settles or ctx ends.
+func (w *Waker) Status(ctx context.Context) Status {
+	w.mu.Lock()
+	w.statusAt = time.Now()
+	w.startLocked()
+	settled := w.settled
+	w.mu.Unlock()
 	select {
 	case <-settled:
 	case <-ctx.Done():
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	st := h.st
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := w.st
 	if !st.Active && st.Reason == "" {
 		st.Reason = "no LISTEN connection yet (waiting polls until one is confirmed)"
 	}
@@ -354,73 +328,74 @@ func (h *Hub) Status(ctx context.Context) Status {
 }
 
 // Close ends the LISTEN connection and its goroutine, and waits for them.
-// Waiters in progress and later ones poll: a closed hub never opens again.
-func (h *Hub) Close() {
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
+// Waiters in progress and later ones poll: a closed waker never opens
+// again.
+func (w *Waker) Close() {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
 		return
 	}
-	h.closed = true
-	if h.retry != nil {
-		h.retry.Stop()
+	w.closed = true
+	if w.retry != nil {
+		w.retry.Stop()
 	}
-	h.setLocked(Status{Kind: KindClosed, Reason: "Backend.Close was called: waiting polls"})
-	done := h.done
-	h.mu.Unlock()
-	h.cancel()
+	w.setLocked(Status{Kind: KindClosed, Reason: "Backend.Close was called: waiting polls"})
+	done := w.done
+	w.mu.Unlock()
+	w.cancel()
 	if done != nil {
 		<-done
 	}
 }
 
 // startLocked starts the goroutine if it is not running and may run.
-func (h *Hub) startLocked() {
-	if h.running || h.closed {
+func (w *Waker) startLocked() {
+	if w.running || w.closed {
 		return
 	}
-	if h.cfg.Open == nil {
-		h.setLocked(Status{Kind: KindNoListener, Reason: h.cfg.NoListener})
+	if w.cfg.Open == nil {
+		w.setLocked(Status{Kind: KindNoListener, Reason: w.cfg.NoListener})
 		return
 	}
-	if time.Now().Before(h.retryAt) {
+	if time.Now().Before(w.retryAt) {
 		return
 	}
-	h.running = true
-	h.done = make(chan struct{})
+	w.running = true
+	w.done = make(chan struct{})
 	select {
-	case <-h.settled:
-		h.settled = make(chan struct{}) // for this attempt's Status callers
+	case <-w.settled:
+		w.settled = make(chan struct{}) // for this attempt's Status callers
 	default:
 	}
-	go h.run(h.done)
+	go w.run(w.done)
 }
 
 // setLocked records a status and, when it is settled, releases Status
 // callers.
-func (h *Hub) setLocked(st Status) {
-	was := h.st
-	h.st = st
+func (w *Waker) setLocked(st Status) {
+	was := w.st
+	w.st = st
 	select {
-	case <-h.settled:
+	case <-w.settled:
 	default:
-		close(h.settled)
+		close(w.settled)
 	}
 	if !st.Active {
-		for _, c := range h.chans {
+		for _, c := range w.chans {
 			c.listened = false
 		}
 		if was.Active || was.Kind != st.Kind {
-			for _, s := range h.subs {
-				s.signal() // attempt now; then poll
+			for _, u := range w.waiters {
+				u.signal() // attempt now; then poll
 			}
-			for _, c := range h.chans {
-				for s := range c.members {
-					s.signal() // watchers: read now
+			for _, c := range w.chans {
+				for u := range c.members {
+					u.signal() // watchers: read now
 				}
 			}
-			if h.cfg.OnFallback != nil && st.Kind != KindClosed && st.Kind != KindNone {
-				h.cfg.OnFallback(st) // a log record: must not call the hub
+			if w.cfg.OnFallback != nil && st.Kind != KindClosed && st.Kind != KindNone {
+				w.cfg.OnFallback(st) // a log record: must not call the waker
 			}
 		}
 	}
@@ -430,53 +405,53 @@ func (h *Hub) setLocked(st Status) {
 // ended. After a failure it starts again at retryAt (RetryMin, doubling up
 // to RetryMax) if a channel is still wanted then, or at the first Listen,
 // Watch or Status after it.
-func (h *Hub) run(done chan struct{}) {
+func (w *Waker) run(done chan struct{}) {
 	defer close(done)
-	h.mu.Lock()
-	wanted := h.wantedLocked(time.Now())
-	h.mu.Unlock()
+	w.mu.Lock()
+	wanted := w.wantedLocked(time.Now())
+	w.mu.Unlock()
 	st := Status{}
 	if wanted {
-		st = h.serve()
+		st = w.serve()
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.running = false
-	if h.closed {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.running = false
+	if w.closed {
 		return
 	}
-	h.setLocked(st)
+	w.setLocked(st)
 	if st.Kind != KindNone {
-		h.backoff = min(max(2*h.backoff, h.cfg.RetryMin), h.cfg.RetryMax)
-		h.retryAt = time.Now().Add(h.backoff)
-		if h.retry != nil {
-			h.retry.Stop()
+		w.backoff = min(max(2*w.backoff, w.cfg.RetryMin), w.cfg.RetryMax)
+		w.retryAt = time.Now().Add(w.backoff)
+		if w.retry != nil {
+			w.retry.Stop()
 		}
-		h.retry = time.AfterFunc(h.backoff, h.reopen)
+		w.retry = time.AfterFunc(w.backoff, w.reopen)
 	}
 }
 
 // reopen starts the goroutine again after a failure's backoff, if a
 // waiter or a watcher still wants a channel: they are not left polling
 // for good, and each is signalled when its channel is listened on again.
-func (h *Hub) reopen() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, c := range h.chans {
+func (w *Waker) reopen() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range w.chans {
 		if len(c.members) > 0 {
-			h.startLocked()
+			w.startLocked()
 			return
 		}
 	}
 }
 
 // wantedLocked: someone needs the connection.
-func (h *Hub) wantedLocked(now time.Time) bool {
-	if now.Sub(h.statusAt) < h.cfg.Idle {
+func (w *Waker) wantedLocked(now time.Time) bool {
+	if now.Sub(w.statusAt) < w.cfg.Idle {
 		return true
 	}
-	for _, c := range h.chans {
-		if len(c.members) > 0 || now.Sub(c.idle) < h.cfg.Idle {
+	for _, c := range w.chans {
+		if len(c.members) > 0 || now.Sub(c.idle) < w.cfg.Idle {
 			return true
 		}
 	}
@@ -485,61 +460,61 @@ func (h *Hub) wantedLocked(now time.Time) bool {
 
 // serve opens, probes and serves one connection until it fails or is no
 // longer wanted; it returns the status to record (KindNone: closed idle).
-func (h *Hub) serve() Status {
+func (w *Waker) serve() Status {
 	failed := func(what string, err error) Status {
 		return Status{Kind: KindFailed, Reason: what + ": " + err.Error()}
 	}
-	ctx, cancel := context.WithTimeout(h.ctx, h.cfg.OpenTimeout)
-	conn, err := h.cfg.Open(ctx, h.probe)
+	ctx, cancel := context.WithTimeout(w.ctx, w.cfg.OpenTimeout)
+	conn, err := w.cfg.Open(ctx, w.probe)
 	cancel()
 	if err != nil {
 		return failed("opening the LISTEN connection", err)
 	}
 	defer conn.Close()
-	ctx, cancel = context.WithTimeout(h.ctx, h.cfg.ProbeTimeout)
-	err = h.cfg.Notify(ctx, h.probe, h.probe)
+	ctx, cancel = context.WithTimeout(w.ctx, w.cfg.ProbeTimeout)
+	err = w.cfg.Notify(ctx, w.probe, w.probe)
 	for err == nil {
 		// Only the probe channel is listened on yet: anything else on it
 		// is someone else's.
 		var n driver.Notification
-		if n, err = conn.Wait(ctx); err == nil && n == (driver.Notification{Channel: h.probe, Payload: h.probe}) {
+		if n, err = conn.Wait(ctx); err == nil && n == (driver.Notification{Channel: w.probe, Payload: w.probe}) {
 			break
 		}
 	}
 	timedOut := ctx.Err() != nil
 	cancel()
 	if err != nil {
-		if h.ctx.Err() != nil {
+		if w.ctx.Err() != nil {
 			return Status{Kind: KindClosed}
 		}
 		if timedOut {
-			return Status{Kind: KindProbeLost, Reason: fmt.Sprintf("the LISTEN connection's probe notification did not come back within %v: a pooler in transaction mode does not forward notifications", h.cfg.ProbeTimeout)}
+			return Status{Kind: KindProbeLost, Reason: fmt.Sprintf("the LISTEN connection's probe notification did not come back within %v: a pooler in transaction mode does not forward notifications", w.cfg.ProbeTimeout)}
 		}
 		return failed("probing the LISTEN connection", err)
 	}
-	h.mu.Lock()
-	h.backoff = 0
-	h.setLocked(Status{Active: true})
-	h.mu.Unlock()
+	w.mu.Lock()
+	w.backoff = 0
+	w.setLocked(Status{Active: true})
+	w.mu.Unlock()
 	last := time.Now() // the last sign of life
 	for {
 		now := time.Now()
-		h.mu.Lock()
-		if h.closed {
-			h.mu.Unlock()
+		w.mu.Lock()
+		if w.closed {
+			w.mu.Unlock()
 			return Status{Kind: KindClosed}
 		}
-		if !h.wantedLocked(now) {
-			h.mu.Unlock()
+		if !w.wantedLocked(now) {
+			w.mu.Unlock()
 			return Status{}
 		}
-		stmts, names := h.commandsLocked(now)
-		h.mu.Unlock()
+		stmts, names := w.commandsLocked(now)
+		w.mu.Unlock()
 		// One statement per Exec: lib/pq's ListenerConn takes a second
 		// CommandComplete in one simple query for a protocol error and
 		// closes the connection.
 		for _, stmt := range stmts {
-			ctx, cancel := context.WithTimeout(h.ctx, h.cfg.OpenTimeout)
+			ctx, cancel := context.WithTimeout(w.ctx, w.cfg.OpenTimeout)
 			err := conn.Exec(ctx, stmt)
 			cancel()
 			if err != nil {
@@ -548,11 +523,11 @@ func (h *Hub) serve() Status {
 			last = time.Now()
 		}
 		if len(names) > 0 {
-			h.listened(names)
+			w.markListened(names)
 		}
-		wait := h.cfg.Ping - time.Since(last)
+		wait := w.cfg.Ping - time.Since(last)
 		if wait <= 0 {
-			ctx, cancel := context.WithTimeout(h.ctx, h.cfg.ProbeTimeout)
+			ctx, cancel := context.WithTimeout(w.ctx, w.cfg.ProbeTimeout)
 			err := conn.Ping(ctx)
 			cancel()
 			if err != nil {
@@ -561,21 +536,21 @@ func (h *Hub) serve() Status {
 			last = time.Now()
 			continue
 		}
-		ctx, cancel := context.WithTimeout(h.ctx, min(wait, h.cfg.Linger))
-		h.mu.Lock()
-		h.kick = cancel
-		h.mu.Unlock()
+		ctx, cancel := context.WithTimeout(w.ctx, min(wait, w.cfg.Linger))
+		w.mu.Lock()
+		w.kick = cancel
+		w.mu.Unlock()
 		n, err := conn.Wait(ctx)
 		ended := ctx.Err() != nil // a timeout or a kick, not a failure
-		h.mu.Lock()
-		h.kick = nil
-		h.mu.Unlock()
+		w.mu.Lock()
+		w.kick = nil
+		w.mu.Unlock()
 		cancel()
 		switch {
 		case err == nil:
 			last = time.Now()
-			h.deliver(n)
-		case h.ctx.Err() != nil:
+			w.deliver(n)
+		case w.ctx.Err() != nil:
 			return Status{Kind: KindClosed}
 		case !ended:
 			return failed("waiting for notifications", err)
@@ -585,34 +560,34 @@ func (h *Hub) serve() Status {
 
 // commandsLocked returns the LISTEN and UNLISTEN statements the wanted
 // channels need, and the channels they LISTEN on.
-func (h *Hub) commandsLocked(now time.Time) ([]string, []string) {
+func (w *Waker) commandsLocked(now time.Time) ([]string, []string) {
 	var stmts, names []string
-	for name, c := range h.chans {
+	for name, c := range w.chans {
 		switch {
 		case len(c.members) > 0 && !c.listened:
 			stmts = append(stmts, "LISTEN "+quote(name))
 			names = append(names, name)
-		case len(c.members) == 0 && now.Sub(c.idle) >= h.cfg.Linger:
+		case len(c.members) == 0 && now.Sub(c.idle) >= w.cfg.Linger:
 			if c.listened {
 				stmts = append(stmts, "UNLISTEN "+quote(name))
 			}
-			delete(h.chans, name)
+			delete(w.chans, name)
 		}
 	}
 	sort.Strings(stmts)
 	return stmts, names
 }
 
-// listened marks names as listened on and signals their waiters and
+// markListened marks names as listened on and signals their waiters and
 // watchers.
-func (h *Hub) listened(names []string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+func (w *Waker) markListened(names []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	for _, n := range names {
-		if c := h.chans[n]; c != nil {
+		if c := w.chans[n]; c != nil {
 			c.listened = true
-			for s := range c.members {
-				s.signal()
+			for u := range c.members {
+				u.signal()
 			}
 		}
 	}

@@ -59,9 +59,9 @@ func (c *fakeConn) log() string {
 	return strings.Join(c.execs, "|")
 }
 
-// world is a hub on fake connections; the probe comes back unless lost.
+// world is a waker on fake connections; the probe comes back unless lost.
 type world struct {
-	h         *Hub
+	waker     *Waker
 	conns     []*fakeConn
 	mu        sync.Mutex
 	lostProbe bool
@@ -70,7 +70,7 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	w := &world{}
-	w.h = New(Config{
+	w.waker = New(Config{
 		Open: func(ctx context.Context, channel string) (driver.NotifyConn, error) {
 			c := &fakeConn{in: make(chan driver.Notification, 16), fail: make(chan error, 1)}
 			w.mu.Lock()
@@ -89,7 +89,7 @@ func newWorld(t *testing.T) *world {
 		},
 		OnFallback: func(st Status) { w.fallbacks = append(w.fallbacks, st) },
 	})
-	t.Cleanup(w.h.Close)
+	t.Cleanup(w.waker.Close)
 	return w
 }
 
@@ -99,10 +99,10 @@ func (w *world) conn() *fakeConn {
 	return w.conns[len(w.conns)-1]
 }
 
-func signalled(s *Sub) bool {
+func signalled(u *Wakeup) bool {
 	synctest.Wait()
 	select {
-	case <-s.C:
+	case <-u.C:
 		return true
 	default:
 		return false
@@ -112,23 +112,23 @@ func signalled(s *Sub) bool {
 func TestListenThenWakeOnlyTheNamedWaiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t)
-		a, b := w.h.Expect(Payload("A")), w.h.Expect(Payload("B"))
-		a.Listen("chan1")
-		b.Listen("chan1")
+		a, b := w.waker.Expect("chan1", Payload("A")), w.waker.Expect("chan1", Payload("B"))
+		a.Listen()
+		b.Listen()
 		if !signalled(a) || !signalled(b) {
 			t.Fatal("rule: a waiter is signalled once its channel's LISTEN took effect (a hand-off may have come before)")
 		}
 		if got := w.conn().log(); got != `LISTEN "chan1"` {
 			t.Errorf("rule: one LISTEN per channel, however many waiters; ran %q", got)
 		}
-		if !a.Listening() {
-			t.Error("rule: Listening is true once the channel is listened on and the probe came back")
+		if !a.ChannelListened() {
+			t.Error("rule: ChannelListened is true once the channel is listened on and the probe came back")
 		}
 		w.conn().send("chan1", Payload("B"))
 		if signalled(a) || !signalled(b) {
 			t.Error("rule: a notification wakes only the waiter it names")
 		}
-		w.h.Wake(Payload("A"))
+		w.waker.Wake(Payload("A"))
 		if !signalled(a) || signalled(b) {
 			t.Error("rule: a local hand-off wakes only the waiter it names")
 		}
@@ -138,9 +138,9 @@ func TestListenThenWakeOnlyTheNamedWaiter(t *testing.T) {
 func TestWatcherWakesOnItsChannelOnly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t)
-		a := w.h.Expect(Payload("A"))
-		a.Listen("chan1")
-		o := w.h.Watch("chan2")
+		a := w.waker.Expect("chan1", Payload("A"))
+		a.Listen()
+		o := w.waker.Watch("chan2")
 		if !signalled(a) || !signalled(o) {
 			t.Fatal("rule: a watcher is signalled once its channel's LISTEN took effect, as a waiter is")
 		}
@@ -158,9 +158,9 @@ func TestWatcherWakesOnItsChannelOnly(t *testing.T) {
 		o.Close()
 		w.conn().send("chan2", Payload("B"))
 		synctest.Wait()
-		w.h.mu.Lock()
-		n, members := len(w.h.subs), len(w.h.chans["chan2"].members)
-		w.h.mu.Unlock()
+		w.waker.mu.Lock()
+		n, members := len(w.waker.waiters), len(w.waker.chans["chan2"].members)
+		w.waker.mu.Unlock()
 		if signalled(o) || n != 1 || members != 0 {
 			t.Errorf("rule: a closed watcher is gone (signalled again: %v; %d waiters, %d members of its channel left)", signalled(o), n, members)
 		}
@@ -173,14 +173,14 @@ func TestWatcherWakesOnItsChannelOnly(t *testing.T) {
 func TestAnotherKeysChannelWakesNoWaiterOrWatcherOfThisKey(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t)
-		a := w.h.Expect(Payload("A"))
-		a.Listen("this")
-		o := w.h.Watch("this")
-		b := w.h.Expect(Payload("B"))
-		b.Listen("other")
-		other := w.h.Watch("other")
-		for _, s := range []*Sub{a, o, b, other} {
-			if !signalled(s) {
+		a := w.waker.Expect("this", Payload("A"))
+		a.Listen()
+		o := w.waker.Watch("this")
+		b := w.waker.Expect("other", Payload("B"))
+		b.Listen()
+		other := w.waker.Watch("other")
+		for _, u := range []*Wakeup{a, o, b, other} {
+			if !signalled(u) {
 				t.Fatal("setup: each is signalled once its channel is listened on")
 			}
 		}
@@ -198,45 +198,30 @@ func TestAnotherKeysChannelWakesNoWaiterOrWatcherOfThisKey(t *testing.T) {
 	})
 }
 
-// A hand-off may name a waiter between its first attempt and its Listen:
-// it is kept, by channel, and signals the waiter at its Listen of that
-// channel only; a flood of such notifications keeps a bounded list.
-func TestNotificationBeforeListenIsKeptForItsChannel(t *testing.T) {
+// A waiter's first attempt may be handed the key before its Listen (its
+// channel was listened on for another waiter): a notification naming it
+// on its channel wakes it then too, one on another channel does not.
+func TestWaiterIsWokenOnItsChannelBeforeItsListen(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t)
-		other := w.h.Expect(Payload("other"))
-		other.Listen("chan1") // chan1 is listened on: a's first attempt may be handed the key
+		other := w.waker.Expect("chan1", Payload("other"))
+		other.Listen()
 		signalled(other)
-		a, b, c := w.h.Expect(Payload("A")), w.h.Expect(Payload("B")), w.h.Expect(Payload("C"))
+		a := w.waker.Expect("chan1", Payload("A"))
+		if !w.waker.ChannelListened("chan1") || !a.ChannelListened() {
+			t.Fatal("setup: the waiter's channel is listened on (for another waiter) before its Listen")
+		}
+		w.conn().send("chan2", Payload("A"))
+		if signalled(a) {
+			t.Error("rule: a notification naming the waiter on another channel does not wake it")
+		}
 		w.conn().send("chan1", Payload("A"))
-		w.conn().send("chan2", Payload("B"))
-		if signalled(a) || signalled(b) {
-			t.Fatal("rule: a waiter that has not named its channel is not signalled yet")
-		}
-		a.Listen("chan1")
 		if !signalled(a) {
-			t.Error("rule: a notification that named the waiter on its channel before its Listen signals it at its Listen")
+			t.Error("rule: a notification naming the waiter on its channel wakes it, before its Listen too")
 		}
-		b.Listen("chan1")
-		if signalled(b) {
-			t.Error("rule: a notification that named the waiter on another channel does not signal it at its Listen")
-		}
-		for i := range 1000 {
-			w.conn().send(fmt.Sprint("forged", i), Payload("C"))
-			if i%16 == 15 {
-				synctest.Wait()
-			}
-		}
-		synctest.Wait()
-		w.h.mu.Lock()
-		kept := len(c.early)
-		w.h.mu.Unlock()
-		if kept > maxEarly {
-			t.Errorf("rule: what a waiter keeps before its Listen is bounded; %d channels kept", kept)
-		}
-		c.Listen("chan1")
-		if !signalled(c) {
-			t.Error("rule: past the bound, the waiter is signalled at its Listen (one attempt: a hint may have been dropped)")
+		a.Listen()
+		if signalled(a) || signalled(other) {
+			t.Error("rule: a Listen of a channel already listened on signals nobody")
 		}
 	})
 }
@@ -244,8 +229,8 @@ func TestNotificationBeforeListenIsKeptForItsChannel(t *testing.T) {
 func TestForgedPayloadsCostNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t)
-		a := w.h.Expect(Payload("A"))
-		a.Listen("chan1")
+		a := w.waker.Expect("chan1", Payload("A"))
+		a.Listen()
 		signalled(a)
 		for i := range 10000 {
 			channel, payload := "chan1", Payload(strings.Repeat("x", i%50))
@@ -264,11 +249,11 @@ func TestForgedPayloadsCostNothing(t *testing.T) {
 		if signalled(a) {
 			t.Error("rule: a payload that names no waiter of its channel wakes nobody")
 		}
-		w.h.mu.Lock()
-		n, c, early := len(w.h.subs), len(w.h.chans), len(a.early)
-		w.h.mu.Unlock()
-		if n != 1 || c != 1 || early != 0 {
-			t.Errorf("rule: forged notifications add no state; %d waiters, %d channels known, %d kept for the waiter", n, c, early)
+		w.waker.mu.Lock()
+		n, c := len(w.waker.waiters), len(w.waker.chans)
+		w.waker.mu.Unlock()
+		if n != 1 || c != 1 {
+			t.Errorf("rule: forged notifications add no state; %d waiters, %d channels known", n, c)
 		}
 	})
 }
@@ -276,8 +261,8 @@ func TestForgedPayloadsCostNothing(t *testing.T) {
 func TestUnlistenAfterLingerAndCloseWhenIdle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t)
-		a := w.h.Expect(Payload("A"))
-		a.Listen("chan1")
+		a := w.waker.Expect("chan1", Payload("A"))
+		a.Listen()
 		signalled(a)
 		a.Close()
 		time.Sleep(11 * time.Second) // Linger 10 s
@@ -300,9 +285,9 @@ func TestProbeLostFallsBackOnceAndSaysWhy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t)
 		w.lostProbe = true
-		a := w.h.Expect(Payload("A"))
-		a.Listen("chan1")
-		st := w.h.Status(t.Context())
+		a := w.waker.Expect("chan1", Payload("A"))
+		a.Listen()
+		st := w.waker.Status(t.Context())
 		if st.Active || st.Kind != KindProbeLost || !strings.Contains(st.Reason, "pooler") {
 			t.Fatalf("rule: a probe that does not come back means polling, said with its kind; got %+v", st)
 		}
@@ -313,8 +298,8 @@ func TestProbeLostFallsBackOnceAndSaysWhy(t *testing.T) {
 			t.Errorf("rule: the fallback is reported once; %d reports", len(w.fallbacks))
 		}
 		// No reopen before RetryMin.
-		b := w.h.Expect(Payload("B"))
-		b.Listen("chan2")
+		b := w.waker.Expect("chan2", Payload("B"))
+		b.Listen()
 		synctest.Wait()
 		if len(w.conns) != 1 {
 			t.Errorf("rule: no new connection before the retry delay; %d opened", len(w.conns))
@@ -325,20 +310,20 @@ func TestProbeLostFallsBackOnceAndSaysWhy(t *testing.T) {
 func TestConnectionFailureSignalsWaitersAndClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t)
-		a := w.h.Expect(Payload("A"))
-		a.Listen("chan1")
+		a := w.waker.Expect("chan1", Payload("A"))
+		a.Listen()
 		signalled(a)
 		w.conn().fail <- errors.New("connection reset")
 		if !signalled(a) {
 			t.Error("rule: a failed connection signals its waiters (a hint may be lost: attempt)")
 		}
-		if st := w.h.Status(context.Background()); st.Active || st.Kind != KindFailed {
+		if st := w.waker.Status(context.Background()); st.Active || st.Kind != KindFailed {
 			t.Errorf("rule: a failed connection is reported; got %+v", st)
 		}
-		w.h.Close()
+		w.waker.Close()
 		time.Sleep(time.Hour)
-		b := w.h.Expect(Payload("B"))
-		b.Listen("chan2")
+		b := w.waker.Expect("chan2", Payload("B"))
+		b.Listen()
 		synctest.Wait()
 		if len(w.conns) != 1 {
 			t.Errorf("rule: a closed hub never opens a connection again; %d opened", len(w.conns))
@@ -350,17 +335,17 @@ func TestConnectionFailureSignalsWaitersAndClose(t *testing.T) {
 func TestTwoChannelsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t)
-		a, b := w.h.Expect(Payload("A")), w.h.Expect(Payload("B"))
-		w.h.mu.Lock() // both wanted before the goroutine looks
-		a.channel, b.channel = "chan1", "chan2"
-		w.h.chans["chan1"] = &channel{members: map[*Sub]struct{}{a: {}}}
-		w.h.chans["chan2"] = &channel{members: map[*Sub]struct{}{b: {}}}
-		w.h.startLocked()
-		w.h.mu.Unlock()
+		a, b := w.waker.Expect("chan1", Payload("A")), w.waker.Expect("chan2", Payload("B"))
+		w.waker.mu.Lock() // both wanted before the goroutine looks
+		a.joined, b.joined = true, true
+		w.waker.chans["chan1"] = &channel{members: map[*Wakeup]struct{}{a: {}}}
+		w.waker.chans["chan2"] = &channel{members: map[*Wakeup]struct{}{b: {}}}
+		w.waker.startLocked()
+		w.waker.mu.Unlock()
 		if !signalled(a) || !signalled(b) {
 			t.Fatal("rule: both waiters are signalled once their channels are listened on")
 		}
-		if st := w.h.Status(t.Context()); !st.Active {
+		if st := w.waker.Status(t.Context()); !st.Active {
 			t.Errorf("rule: LISTENing on two channels at once keeps the connection; %+v", st)
 		}
 		if got := w.conn().log(); got != `LISTEN "chan1"|LISTEN "chan2"` {
@@ -375,9 +360,9 @@ func TestTwoChannelsAtOnce(t *testing.T) {
 func TestReopensAfterAFailureWhileWatched(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t)
-		o := w.h.Watch("chan1")
-		a := w.h.Expect(Payload("A"))
-		a.Listen("chan2")
+		o := w.waker.Watch("chan1")
+		a := w.waker.Expect("chan2", Payload("A"))
+		a.Listen()
 		signalled(o)
 		signalled(a)
 		w.conn().fail <- errors.New("connection reset")
@@ -394,7 +379,7 @@ func TestReopensAfterAFailureWhileWatched(t *testing.T) {
 		if got := w.conn().log(); got != `LISTEN "chan1"|LISTEN "chan2"` {
 			t.Errorf("rule: the new connection listens on the wanted channels; ran %q", got)
 		}
-		if !a.Listening() {
+		if !a.ChannelListened() {
 			t.Error("rule: the waiter's channel is listened on again")
 		}
 		w.conn().send("chan1", "anything")

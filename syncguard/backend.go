@@ -164,22 +164,8 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 	stmt := acquireStmt(q != nil, ident != "")
 	dest := []any{&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted, &d.now, &d.absent}
 	err := b.run(ctx, stmt, args, dest...)
-	if err != nil && ident != "" && ctx.Err() == nil && b.shared.holdersLost(err) {
-		// No holders table: the attempt without the identity.
-		ident, args = "", args[:len(args)-1]
-		stmt = acquireStmt(q != nil, false)
-		err = b.run(ctx, stmt, args, dest...)
-	}
-	if err != nil && q != nil && ctx.Err() == nil && b.shared.queueLost(err) {
-		// No waiters table: a plain attempt, polling.
-		q, lockID = nil, rules.GenerateLockID()
-		sent = &sentArg{v: lockID}
-		args = []any{k.Storage, sent, k.Fence, k.Norm, ttlMs}
-		if ident != "" {
-			args = append(args, ident)
-		}
-		stmt = acquireStmt(false, ident != "")
-		err = b.run(ctx, stmt, args, dest...)
+	if err != nil && ctx.Err() == nil && (ident != "" && b.shared.holdersLost(err) || q != nil && b.shared.queueLost(err)) {
+		return b.acquire(ctx, key, ttl, ident, q) // without the missing table (noHolders, noQueue)
 	}
 	// A free key without a row whose advisory lock someone else holds: a
 	// placeholder row if no acquire is in flight, then the attempt again.

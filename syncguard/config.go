@@ -25,36 +25,30 @@ type Config struct {
 	// names ("idx_<name>_lock_id") fit PostgreSQL's 63-byte limit. Names are
 	// quoted in SQL: mixed case is kept as written.
 	TableName string
-
 	// FenceTableName is the fence counter table. Default
 	// "syncguard_fence_counters". Same rules as TableName, and it must
 	// differ from TableName and from the names of the indexes SetupSchema
 	// creates (idx_<TableName>_lock_id, idx_<TableName>_expires,
 	// <TableName>_pkey); TableName must not be <FenceTableName>_pkey.
 	FenceTableName string
-
 	// CleanupInIsLocked lets IsLocked delete the row of the key it looked at
 	// when that lock expired more than 2 s ago: in the background, at most
 	// about once per CleanupInterval per Backend, never touching fence
 	// counters and never changing IsLocked's answer. Default false:
 	// IsLocked is a pure read.
 	CleanupInIsLocked bool
-
 	// CleanupInterval rate-limits CleanupInIsLocked. Default 1 s.
 	CleanupInterval time.Duration
-
 	// Logger receives warnings (fence above the warning threshold, failed
 	// background cleanup). Default slog.Default(). Keys and lockIds are
 	// logged only as HashKey values.
 	Logger *slog.Logger
-
 	// Dialect says which database/sql driver the *sql.DB uses. Default: found
 	// from db.Driver() among the dialects registered by imported adapter
 	// packages (github.com/syncguard/syncguard-go/pq, .../pgxstd). Set it
 	// when the driver is wrapped (tracing, metrics) so its type is not the
 	// adapter's.
 	Dialect driver.Dialect
-
 	// DisablePrepare runs every statement unprepared from the start: still
 	// one round trip and safe behind a transaction-mode pooler, but parsed
 	// and planned every time. Default false: statements are prepared once
@@ -67,13 +61,11 @@ type Config struct {
 	// client's of the same name. See "Statements and round trips" in
 	// docs/design.md.
 	DisablePrepare bool
-
 	// Identity names this process as the holder of the locks it takes
 	// (DefaultIdentity gives "host:pid"): LookupKey, LookupID and List show
 	// it. LockOptions.Identity overrides it for one lock. Default "": none
 	// is stored. At most 256 bytes. See "Holder identity" in docs/usage.md.
 	Identity string
-
 	// ReleaseTimeout bounds every release this package runs on its own,
 	// with a context detached from the caller's cancellation: the release
 	// done by WithLock after fn and by Lease.Close (unless

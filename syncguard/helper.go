@@ -57,44 +57,36 @@ type LockOptions struct {
 	// each extension adds. Default 30 s. PostgreSQL counts it in whole
 	// milliseconds.
 	TTL time.Duration
-
 	// Acquisition configures the retries on contention.
 	Acquisition AcquisitionOptions
-
 	// AutoExtend keeps the lock alive while it is held (see Lease), until
 	// the lease is released or lost or the ctx of Lock or WithLock is done;
 	// a loss closes Lease.Done with an ErrLockLost cause, and WithLock
 	// cancels fn's context with it.
 	AutoExtend bool
-
 	// ReleaseTimeout bounds the release done by WithLock after fn returns
 	// and by Lease.Close, which runs detached from the caller's
 	// cancellation, so a cancelled caller still frees the lock at once.
 	// Default: the backend's Config.ReleaseTimeout (5 s unless set), or 5 s
 	// for a Locker that is not a *Backend.
 	ReleaseTimeout time.Duration
-
 	// OnReleaseError receives the error of a release done by WithLock or
 	// Lease.Close, which cannot return it without hiding fn's own result.
 	// A release that finds the lock already gone (ReleaseResult.OK false)
 	// is not an error. Default: an Error record on Logger that names the
 	// source, the error code and the key's hash, never the key or lockId.
 	OnReleaseError func(err error, info ReleaseErrorInfo)
-
 	// Identity is stored as this lock's holder, in place of the Backend's
 	// Config.Identity (see there). Default: Config.Identity.
 	Identity string
-
 	// OnAttempt, if set, is called after each acquire attempt of Lock and
 	// WithLock, on the caller's goroutine, with its result (tracing, a
 	// progress line). Default: none.
 	OnAttempt func(res AcquireResult, err error)
-
 	// OnExtend, if set, is called after each extension of the lease that
 	// the server confirmed (AutoExtend's and Lease.Extend's), with its
 	// result, on the goroutine that extended. Default: none.
 	OnExtend func(res ExtendResult)
-
 	// Logger receives the default OnReleaseError records and warnings about
 	// failed auto-extensions. Default: the backend's LeaseLogger() when it
 	// has one (syncguardtest's discards), else slog.Default().
@@ -156,13 +148,7 @@ func (o *LockOptions) resolve() (lockConfig, error) {
 	default:
 		return c, invalidArg("lock", fmt.Sprintf("unknown Acquisition.Jitter %q (want %q, %q or %q)", c.jitter, jitterEqual, jitterFull, jitterNone))
 	}
-	if c.logger == nil {
-		c.logger = slog.Default()
-	}
-	if c.onReleaseError == nil {
-		c.onReleaseError = logReleaseError(c.logger)
-	}
-	return c, nil
+	return c, nil // logger and onReleaseError: see Lock
 }
 
 // logReleaseError is the default OnReleaseError.
@@ -237,11 +223,11 @@ func Lock(ctx context.Context, backend Locker, key string, opts *LockOptions) (*
 	if cfg.releaseTimeout == 0 {
 		cfg.releaseTimeout = releaseTimeoutOf(backend)
 	}
-	if opts == nil || opts.Logger == nil {
+	if cfg.logger == nil {
 		cfg.logger = leaseLoggerOf(backend)
-		if opts == nil || opts.OnReleaseError == nil {
-			cfg.onReleaseError = logReleaseError(cfg.logger)
-		}
+	}
+	if cfg.onReleaseError == nil {
+		cfg.onReleaseError = logReleaseError(cfg.logger)
 	}
 	sink, _ := As[helperSink](backend)
 	start := time.Now()

@@ -1,8 +1,6 @@
-// Package cli is the implementation of the syncguard command
-// (github.com/syncguard/syncguard-go/cmd/syncguard). It is a package of its
-// own so that other programs, such as the repository's demo, can run the
-// command in-process or re-executing themselves; its only API is Main and
-// the exit statuses.
+// Package cli is the syncguard command (cmd/syncguard), as a package so
+// that other programs (the demo) can run it in-process or re-executing
+// themselves. Its only API is Main and the exit statuses.
 package cli
 
 import (
@@ -113,17 +111,11 @@ func (a *app) main(args []string) int {
 		return ExitUsage
 	}
 	name := rest[0]
-	switch name {
-	case "help":
-		if len(rest) > 1 {
-			if c := lookupCommand(rest[1]); c != nil {
-				a.cmd = c.name
-				return a.exit(c.run(a, []string{"-h"}))
-			}
-		}
-		a.usage(a.stdout)
-		return ExitOK
-	case "-h", "--help":
+	switch {
+	case name == "help" && len(rest) > 1 && lookupCommand(rest[1]) != nil:
+		a.cmd = rest[1]
+		return a.exit(lookupCommand(rest[1]).run(a, []string{"-h"}))
+	case name == "help", name == "-h", name == "--help":
 		a.usage(a.stdout)
 		return ExitOK
 	}
@@ -146,8 +138,7 @@ func commandNames() string {
 func (a *app) usage(w io.Writer) {
 	fmt.Fprintf(w, "syncguard: distributed locks with fencing tokens on PostgreSQL\n\nUsage:\n")
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %s\n", strings.TrimSpace("syncguard "+c.name+" "+c.args))
-		fmt.Fprintf(w, "        %s\n", c.summary)
+		fmt.Fprintf(w, "  %s\n        %s\n", strings.TrimSpace("syncguard "+c.name+" "+c.args), c.summary)
 	}
 	fmt.Fprintf(w, "\nGlobal flags (before or after the command):\n")
 	printFlags(w, a.flagSet(""), func(string) bool { return true })
@@ -339,9 +330,8 @@ func isBoolFlag(f *flag.Flag) bool {
 	return ok && b.IsBoolFlag()
 }
 
-// parseMore parses the flags that follow a positional argument already
-// taken (run's KEY), up to the next positional argument or "--", with the
-// flags parse set up (no environment applied again: it would override the
+// parseMore parses flags up to the next positional argument or "--": for
+// parse, and after run's KEY (no environment again: it would override the
 // flags before KEY).
 func (a *app) parseMore(fs *flag.FlagSet, args []string) ([]string, error) {
 	if err := fs.Parse(expandShort(fs, args)); err != nil {

@@ -117,11 +117,9 @@ type lineHandler struct {
 
 func (h *lineHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
 
-// waitFallbackMsg begins the library's warning that waiting for a
-// contended key polls because no notifications come (behind PgBouncer in
-// transaction mode, say). run's waiting is expected to poll there; it is
-// not worth a line in every cron mail. (TestThroughPgBouncer checks that a
-// waiting run prints nothing there.)
+// waitFallbackMsg begins the library's warning that waiting polls, as run
+// expects behind PgBouncer in transaction mode: not worth a line in every
+// cron mail (TestThroughPgBouncer).
 const waitFallbackMsg = "syncguard: waiting falls back to polling"
 
 func (h *lineHandler) Handle(_ context.Context, r slog.Record) error {

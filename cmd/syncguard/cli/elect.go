@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"os"
@@ -14,17 +15,9 @@ import (
 	"github.com/syncguard/syncguard-go/election"
 )
 
-// electOpts are elect's settings for each term.
-type electOpts struct {
-	key, identity, fenceEnv, path string
-	command                       []string
-	ttl, grace, again             time.Duration
-	foreground                    bool
-}
-
 func (a *app) cmdElect(args []string) error {
 	fs := a.flagSet("elect")
-	var o electOpts
+	var o runOpts
 	fs.StringVar(&o.key, "key", "", "the election's `KEY` (required)")
 	fs.StringVar(&o.identity, "identity", "", "this candidate's `NAME`, shown by syncguard leader (default host:pid:COMMAND)")
 	durationVar(fs, &o.ttl, "ttl", election.DefaultTTL, minTTL, maxTTL, "the leader's lock TTL (`DURATION`), extended every ttl/3: a killed leader is replaced within about ttl+1s")
@@ -69,9 +62,7 @@ gives no fence. Use elect for a daemon that must always run somewhere.`)
 	if o.path, err = exec.LookPath(command[0]); err != nil {
 		return startError(command[0], err)
 	}
-	if o.identity == "" {
-		o.identity = defaultIdentity(command[0])
-	}
+	o.identity = cmp.Or(o.identity, defaultIdentity(command[0]))
 	db, b, err := a.backend()
 	if err != nil {
 		return err
@@ -127,7 +118,7 @@ gives no fence. Use elect for a daemon that must always run somewhere.`)
 // tree has exited: by itself, or stopped when the term ends (ctx) or a
 // signal came (sigCtx). The supervisor's dead man's switch follows the
 // term's confirmed expiry (Lease.HeldUntil after each extend).
-func (a *app) leadTerm(ctx, sigCtx context.Context, term *election.Term, o *electOpts) {
+func (a *app) leadTerm(ctx, sigCtx context.Context, term *election.Term, o *runOpts) {
 	name := o.command[0]
 	a.notef("elected leader of %s as %s, term %s: starting %s", displayKey(o.key), o.identity, term.Fence(), name)
 	env := childEnv(a.environ(), o.fenceEnv, o.key, term.Fence())

@@ -14,11 +14,9 @@ import (
 // accepts it).
 const Forever time.Duration = math.MaxInt64
 
-// durationFlag is a duration flag with the same rules for every flag: a
-// bare number is seconds ("10", "2.5"), anything else a Go duration
-// ("500ms", "1m30s"); "forever" where allowed; a range checked when the
-// value is set, so that the command line and the environment are checked
-// alike and nonsense never reaches the code (exit 64).
+// durationFlag is every duration flag: seconds ("10", "2.5") or a Go
+// duration ("500ms"), "forever" where allowed, its range checked when set
+// (from the command line or the environment alike: exit 64).
 type durationFlag struct {
 	d        *time.Duration
 	min, max time.Duration

@@ -13,15 +13,12 @@ import (
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
-// The lock is held at least until Lease.HeldUntil, its confirmed expiry
-// (on this machine's monotonic clock; see syncguard.Lease), and the lease
-// is declared lost a tenth of the ttl (at most 1 s) before it. run has the
-// tree SIGKILLed at the confirmed expiry at the latest, whatever --grace
-// says; the supervisor does so on its own too (a dead man's switch).
+// The lock is held at least until Lease.HeldUntil, its confirmed expiry:
+// run has the tree SIGKILLed then at the latest, whatever --grace says,
+// and so does the supervisor on its own (a dead man's switch).
 
-// extends carries the lease's extends to runHolding, in order, from the
-// goroutine that extends: nil for one the server confirmed (OnExtend), the
-// error of one that failed (bounded).
+// extends carries the lease's extends to runHolding, in order: nil for one
+// the server confirmed (OnExtend), the error of one that failed (bounded).
 type extends struct {
 	c    chan error
 	done chan struct{} // closed when runHolding stops listening

@@ -18,12 +18,7 @@ var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, sys
 // background job ignores SIGINT and SIGQUIT) is left ignored, so that the
 // command's tree inherits that.
 func notifySignals(foreground bool) []os.Signal {
-	var s []os.Signal
-	for _, sig := range forwarded {
-		if !signal.Ignored(sig) {
-			s = append(s, sig)
-		}
-	}
+	s := slices.DeleteFunc(slices.Clone(forwarded), signal.Ignored)
 	if !foreground && !signal.Ignored(syscall.SIGTSTP) {
 		// ^Z stops syncguard's process group, not the command's own one:
 		// stop the command with us (see holding.signal).

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,16 +39,16 @@ const (
 	maxGrace     = 24 * time.Hour
 )
 
+// runOpts are run's settings, and elect's for each term.
 type runOpts struct {
-	key, fenceEnv    string
-	identity         string
-	ttl, wait, grace time.Duration
-	busyExit         int
-	foreground       bool
-	verbose, quiet   bool
-	command          []string
-	shell            string // -c: the command line for /bin/sh -c
-	path             string // COMMAND resolved in $PATH
+	key, fenceEnv, identity string
+	ttl, wait, grace, again time.Duration // again: elect's --recampaign
+	busyExit                int
+	foreground              bool
+	verbose, quiet          bool
+	command                 []string
+	shell                   string // -c: the command line for /bin/sh -c
+	path                    string // COMMAND resolved in $PATH
 }
 
 const runHelp = `
@@ -154,12 +155,10 @@ func (a *app) cmdRun(args []string) error {
 		}
 		o.command = []string{"/bin/sh", "-c", o.shell}
 	}
-	if o.identity == "" && len(o.command) > 0 {
-		o.identity = defaultIdentity(o.command[0])
-	}
 	if err := o.validate(); err != nil {
 		return err
 	}
+	o.identity = cmp.Or(o.identity, defaultIdentity(o.command[0]))
 	// Before anything is held: a command that cannot run needs no lock.
 	if o.path, err = exec.LookPath(o.command[0]); err != nil {
 		return startError(o.command[0], err)
@@ -238,11 +237,9 @@ func (a *app) lock(ctx context.Context, cancel context.CancelFunc, b *syncguard.
 // and rides an outage out (one warning). Each attempt is bounded by
 // --timeout. The lease extends itself (AutoExtend), reporting to ext.
 //
-// The end of --wait is "busy" (exit 75) unless PostgreSQL was unreachable
-// for the whole wait: no attempt got an answer and at least one failed by
-// itself (a refused connection, --timeout); then the last such failure
-// (exit 69). An attempt still in flight when --wait ran out says nothing
-// about the server: a loaded machine is slow.
+// The end of --wait is "busy" (75) unless no attempt got an answer and one
+// failed by itself (refused, --timeout): then that failure (69). An attempt
+// that --wait cut says nothing about the server (docs/errors.md).
 func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts, ext *extends) (*syncguard.Lease, error) {
 	start := time.Now()
 	remaining := func() time.Duration {
@@ -316,12 +313,10 @@ func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts, ext
 	return nil, a.busy(b, o, time.Since(start), !anyAnswer)
 }
 
-// bounded is the Locker run's lease goes through. It bounds each attempt
-// and each extend by --timeout (Lock bounds an attempt only by the end of
-// the wait, the lease an extend only by the lock's lifetime: on a
-// connection that went dark one would take all of it), and reports each
-// failed extend (OnExtend reports the confirmed ones). Its waiters are the
-// Backend's, so waiting stays queued.
+// bounded is the Locker run's lease goes through: it bounds each attempt
+// and extend by --timeout (else by the wait's end, the lease's lifetime: all
+// of it on a connection gone dark) and reports failed extends (OnExtend
+// reports the confirmed ones). Its waiters are the Backend's: still queued.
 type bounded struct {
 	*syncguard.Backend
 	timeout      time.Duration

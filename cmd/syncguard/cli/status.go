@@ -135,7 +135,7 @@ uses.`); err != nil {
 	if err != nil {
 		return err
 	}
-	now, truncated := list.Now, list.More
+	now := list.Now
 
 	if a.json {
 		locks := []map[string]any{}
@@ -150,7 +150,7 @@ uses.`); err != nil {
 			}
 			locks = append(locks, m)
 		}
-		return writeJSON(a.stdout, map[string]any{"serverTime": jsonTime(now), "locks": locks, "truncated": truncated})
+		return writeJSON(a.stdout, map[string]any{"serverTime": jsonTime(now), "locks": locks, "truncated": list.More})
 	}
 
 	if len(list.Locks) == 0 {
@@ -186,7 +186,7 @@ uses.`); err != nil {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	if truncated {
+	if list.More {
 		a.notef("only the newest %d shown; use --limit 0 for all", *limit)
 	}
 	if *raw {

@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -171,10 +172,9 @@ func (s *supervisor) signal(sig syscall.Signal) { s.send("sig " + strconv.Itoa(i
 // terminate sends SIGTERM and SIGCONT to the tree.
 func (s *supervisor) terminate() { s.send("term") }
 
-// kill SIGKILLs the tree until no process of it is left. syncguard also
-// SIGKILLs what it finds below the supervisor itself, and the supervisor
-// if it is stopped (kill -STOP): a stopped supervisor reads no orders, and
-// must not keep the tree alive past the lock.
+// kill SIGKILLs the tree until no process of it is left; syncguard SIGKILLs
+// what it finds below the supervisor too, and a stopped supervisor (which
+// reads no orders), so that nothing outlives the lock.
 func (s *supervisor) kill() {
 	s.send("kill")
 	spid := s.cmd.Process.Pid
@@ -235,13 +235,8 @@ func superviseMain() int {
 	// so that COMMAND starts with the default handlers; a signal syncguard
 	// was started with ignored (nohup, a background job of a
 	// non-interactive shell) stays ignored for the whole tree.
-	var caught []os.Signal
-	for _, sg := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
-		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU} {
-		if !signal.Ignored(sg) {
-			caught = append(caught, sg)
-		}
-	}
+	caught := slices.DeleteFunc([]os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU}, signal.Ignored)
 	discard := make(chan os.Signal, 16)
 	signal.Notify(discard, caught...)
 	sigchld := make(chan os.Signal, 1)
@@ -435,11 +430,9 @@ func (sh *shim) signalTree(sig syscall.Signal) {
 	}
 }
 
-// scanStops looks for descendants stopped in a background process group
-// of their terminal: what SIGTTIN and SIGTTOU do to a process that reads
-// (or configures) the terminal it does not own. wait4 reports such stops
-// of the supervisor's own children; the scan finds the deeper ones. A
-// process must be seen stopped twice in a row.
+// scanStops finds descendants stopped (SIGTTIN, SIGTTOU) in a background
+// process group of their terminal, deeper than the children wait4 reports:
+// seen stopped twice in a row.
 func (sh *shim) scanStops() {
 	if sh.suspended {
 		return

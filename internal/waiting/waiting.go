@@ -1,19 +1,15 @@
 // Package waiting wakes the callers of syncguard.Lock that wait for a
-// contended key: one LISTEN connection per Backend, opened when a caller
-// first has to wait, listening on the channels of the keys its callers wait
-// for (and watch), and delivering each notification by its channel: to the
-// one waiter of that channel that its payload names, and to the watchers of
-// that channel.
+// contended key, and the watchers of a key: one LISTEN connection per
+// Backend, opened when first needed, listening on the channels of those
+// keys, and delivering each notification by its channel: to the waiter of
+// that channel its payload names, and to the channel's watchers.
 //
-// A notification is only ever a hint that causes an attempt (or a read).
-// Any role that can connect can LISTEN and NOTIFY on any channel, so
-// nothing here decides order, membership or expiry: the queue and the
-// hand-off are rows in the lock tables (see "Waiting" in docs/design.md).
-// What a forger can do is bounded: a notification whose payload names no
-// waiter of its channel costs two map lookups; one that does costs that
-// waiter one attempt (each watcher of the channel one read), coalesced
-// while one is pending; no notification adds state; and the connection's
-// buffer is bounded (driver adapters drop beyond it).
+// A notification is only a hint that causes an attempt (or a read): any
+// role can LISTEN and NOTIFY on any channel, so order, membership and
+// expiry are rows in the lock tables (docs/design.md, "Waiting"). A forged
+// notification costs at most one attempt of the waiter it names on its
+// channel (a read of each watcher), coalesced while one is pending, and
+// adds no state; the connection's buffer is bounded.
 package waiting
 
 import (
@@ -152,11 +148,10 @@ func New(cfg Config) *Waker {
 }
 
 // Wakeup is one waiter's or one watcher's wake-up: C receives a value
-// (coalesced) when a notification on its key's channel is for it (for a
-// waiter, one whose payload names it; for a watcher, any), when that
-// channel starts being listened on (a hand-off may have been missed
-// before), and when the connection fails. Never for a notification on
-// another channel.
+// (coalesced) at a notification on its key's channel that is for it (a
+// waiter's: naming it; a watcher's: any), never on another channel; when
+// that channel starts being listened on (a hand-off may have been missed
+// before); and when the connection fails.
 type Wakeup struct {
 	C       <-chan struct{}
 	c       chan struct{}
@@ -167,9 +162,9 @@ type Wakeup struct {
 }
 
 // Expect registers the waiter of the key channel channel whose payload is
-// payload, before its first attempt, so that no notification for it on
-// that channel is missed once the channel is listened on (by another
-// waiter, lingering, or after its Listen). No I/O.
+// payload, before its first attempt: a notification for it is not missed
+// once the channel is listened on (for anyone, or after its Listen). No
+// I/O.
 func (w *Waker) Expect(channel, payload string) *Wakeup {
 	u := w.newWakeup(channel)
 	u.payload = payload
@@ -180,11 +175,9 @@ func (w *Waker) Expect(channel, payload string) *Wakeup {
 }
 
 // Watch registers a watcher of the key channel channel and asks for the
-// channel to be listened on: its Wakeup is signalled as a waiter's is
-// (when the channel starts being listened on, when the connection fails)
-// and on every notification on that channel, whatever its payload names
-// (a hand-off's payload names the waiter, not the key; anyone can send
-// one), never by another channel's. A hint to read the key again, never
+// channel to be listened on. Its Wakeup is signalled by every notification
+// on that channel, whatever its payload (a hand-off's names the waiter,
+// not the key; anyone can send one): a hint to read the key again, never
 // what changed. Close it when done.
 func (w *Waker) Watch(channel string) *Wakeup {
 	u := w.newWakeup(channel)
@@ -210,11 +203,10 @@ func (u *Wakeup) signal() {
 // returns at once; u is signalled when the LISTEN has taken effect (unless
 // it already had).
 func (u *Wakeup) Listen() {
-	w := u.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !u.joined && w.waiters[u.payload] == u {
-		w.joinLocked(u)
+	u.w.mu.Lock()
+	defer u.w.mu.Unlock()
+	if !u.joined && u.w.waiters[u.payload] == u {
+		u.w.joinLocked(u)
 	}
 }
 
@@ -238,21 +230,13 @@ func (w *Waker) joinLocked(u *Wakeup) {
 
 // ChannelListened reports whether u's channel is listened on now: a
 // notification on it reaches u.
-func (u *Wakeup) ChannelListened() bool {
-	u.w.mu.Lock()
-	defer u.w.mu.Unlock()
-	return u.w.channelListenedLocked(u.channel)
-}
+func (u *Wakeup) ChannelListened() bool { return u.w.ChannelListened(u.channel) }
 
 // ChannelListened reports whether channel is listened on now (for a
 // waiter or a watcher, or lingering after one), without asking for it.
 func (w *Waker) ChannelListened(channel string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.channelListenedLocked(channel)
-}
-
-func (w *Waker) channelListenedLocked(channel string) bool {
 	c := w.chans[channel]
 	return c != nil && c.listened && w.st.Active
 }
@@ -266,11 +250,9 @@ func (u *Wakeup) Close() {
 		delete(w.waiters, u.payload)
 	}
 	if c := w.chans[u.channel]; c != nil && u.joined {
-		if _, ok := c.members[u]; ok {
-			delete(c.members, u)
-			if len(c.members) == 0 {
-				c.idle = time.Now()
-			}
+		u.joined = false
+		if delete(c.members, u); len(c.members) == 0 {
+			c.idle = time.Now()
 		}
 	}
 }
@@ -279,9 +261,8 @@ func (u *Wakeup) Close() {
 // hand-off by this Backend, known before the notification arrives.
 func (w *Waker) Wake(payload string) {
 	w.mu.Lock()
-	u := w.waiters[payload]
-	w.mu.Unlock()
-	if u != nil {
+	defer w.mu.Unlock()
+	if u := w.waiters[payload]; u != nil {
 		u.signal()
 	}
 }
@@ -403,8 +384,8 @@ func (w *Waker) setLocked(st Status) {
 
 // run serves one connection while anyone needs it, and records how it
 // ended. After a failure it starts again at retryAt (RetryMin, doubling up
-// to RetryMax) if a channel is still wanted then, or at the first Listen,
-// Watch or Status after it.
+// to RetryMax): by itself if a channel is wanted then (reopen), else at
+// the next Listen, Watch or Status.
 func (w *Waker) run(done chan struct{}) {
 	defer close(done)
 	w.mu.Lock()
@@ -424,16 +405,12 @@ func (w *Waker) run(done chan struct{}) {
 	if st.Kind != KindNone {
 		w.backoff = min(max(2*w.backoff, w.cfg.RetryMin), w.cfg.RetryMax)
 		w.retryAt = time.Now().Add(w.backoff)
-		if w.retry != nil {
-			w.retry.Stop()
-		}
 		w.retry = time.AfterFunc(w.backoff, w.reopen)
 	}
 }
 
-// reopen starts the goroutine again after a failure's backoff, if a
-// waiter or a watcher still wants a channel: they are not left polling
-// for good, and each is signalled when its channel is listened on again.
+// reopen starts the goroutine again after a failure's backoff if a waiter
+// or a watcher wants a channel: each is signalled when it is listened on.
 func (w *Waker) reopen() {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -41,11 +41,10 @@ func New(db *sql.DB, cfg *Config) (*Backend, error) {
 	return &Backend{shared: newShared(db, r)}, nil
 }
 
-// newShared makes the state of a Backend of configuration r on db.
 func newShared(db *sql.DB, r resolved) *shared {
 	s := &shared{db: db, cfg: r, sql: renderStatements(r.TableName, r.FenceTableName), cl: classifier{dialect: r.Dialect, table: r.TableName, fenceTable: r.FenceTableName}}
 	for i := range s.unprep {
-		s.unprep[i] = unpreparedMark + s.text(i)
+		s.unprep[i] = unpreparedMark + s.sql.ops[i]
 	}
 	if os, ok := r.Dialect.(driver.OneShot); ok {
 		s.oneShotArgs = os.OneShotArgs()
@@ -161,7 +160,7 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 	if ident != "" {
 		args = append(args, ident)
 	}
-	stmt := acquireStmt(q != nil, ident != "")
+	stmt := acquireStmts[b2i(q != nil)][b2i(ident != "")]
 	dest := []any{&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted, &d.now, &d.absent}
 	err := b.run(ctx, stmt, args, dest...)
 	if err != nil && ctx.Err() == nil && (ident != "" && b.shared.holdersLost(err) || q != nil && b.shared.queueLost(err)) {
@@ -263,7 +262,7 @@ func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, er
 }
 
 // release is Release, also telling whether lockID was a waiter that left
-// the queue (withdraw, wait.go); waiterKey is its key, for a withdrawal.
+// the queue (queueWaiter.Leave, with its storage key as waiterKey).
 func (b *Backend) release(ctx context.Context, lockID, waiterKey string) (ReleaseResult, bool, error) {
 	const op = "release"
 	if e := checkLockID(op, lockID); e != nil {
@@ -309,8 +308,7 @@ func (b *Backend) release(ctx context.Context, lockID, waiterKey string) (Releas
 	return ReleaseResult{OK: false, Reason: failReason(d.seenExpires, d.now)}, d.leftQueue, nil
 }
 
-// failReason tells why a release or extend did nothing, from the snapshot
-// read of the same statement.
+// failReason tells why a release or extend did nothing, from its snapshot.
 func failReason(seenExpires sql.NullInt64, now int64) string {
 	if seenExpires.Valid && !rules.IsLive(seenExpires.Int64, now) {
 		return ReasonExpired
@@ -356,7 +354,6 @@ func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) 
 	return ExtendResult{OK: false, Reason: failReason(d.seenExpires, d.now)}, nil
 }
 
-// lockRow is one lock row as read by the lookup statements.
 type lockRow struct {
 	lockID            sql.NullString
 	expires, acquired sql.NullInt64
@@ -425,18 +422,14 @@ func (s *shared) maybeCleanup(parent context.Context, storageKey string) {
 	}()
 }
 
-// LookupKey implements LockBackend: sanitized information about the live
-// lock on key, or nil when there is none (absent and expired look the
-// same). It is the spec's getByKey. Like every lookup it is for
-// diagnostics, never a check before a mutation (see LockInfo).
+// LookupKey implements LockBackend (the spec's getByKey). Like every lookup
+// it is for diagnostics, never a check before a mutation (see LockInfo).
 func (b *Backend) LookupKey(ctx context.Context, key string) (*LockInfo, error) {
 	return sanitized(b.LookupKeyDebug(ctx, key))
 }
 
-// LookupID implements LockBackend: sanitized information about the live
-// lock with lockID, or nil when there is none. It is the spec's getById;
-// LookupID(ctx, id) != nil is its owns(id), with the same caveat: ownership
-// may change the moment the answer is read.
+// LookupID implements LockBackend (the spec's getById; != nil is its
+// owns(id), with the same caveat: ownership may change at once).
 func (b *Backend) LookupID(ctx context.Context, lockID string) (*LockInfo, error) {
 	return sanitized(b.LookupIDDebug(ctx, lockID))
 }

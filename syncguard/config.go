@@ -13,7 +13,6 @@ import (
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
-// defaultReleaseTimeout is the default of Config.ReleaseTimeout.
 const defaultReleaseTimeout = 5 * time.Second
 
 // Config configures a Backend. The zero value (or a nil *Config) is valid
@@ -31,11 +30,10 @@ type Config struct {
 	// creates (idx_<TableName>_lock_id, idx_<TableName>_expires,
 	// <TableName>_pkey); TableName must not be <FenceTableName>_pkey.
 	FenceTableName string
-	// CleanupInIsLocked lets IsLocked delete the row of the key it looked at
-	// when that lock expired more than 2 s ago: in the background, at most
-	// about once per CleanupInterval per Backend, never touching fence
-	// counters and never changing IsLocked's answer. Default false:
-	// IsLocked is a pure read.
+	// CleanupInIsLocked lets IsLocked delete, in the background, the row of
+	// a key whose lock expired more than 2 s ago, at most about once per
+	// CleanupInterval per Backend, never touching fence counters or
+	// IsLocked's answer. Default false: IsLocked is a pure read.
 	CleanupInIsLocked bool
 	// CleanupInterval rate-limits CleanupInIsLocked. Default 1 s.
 	CleanupInterval time.Duration
@@ -43,11 +41,9 @@ type Config struct {
 	// background cleanup). Default slog.Default(). Keys and lockIds are
 	// logged only as HashKey values.
 	Logger *slog.Logger
-	// Dialect says which database/sql driver the *sql.DB uses. Default: found
-	// from db.Driver() among the dialects registered by imported adapter
-	// packages (github.com/syncguard/syncguard-go/pq, .../pgxstd). Set it
-	// when the driver is wrapped (tracing, metrics) so its type is not the
-	// adapter's.
+	// Dialect says which database/sql driver the *sql.DB uses. Default:
+	// found from db.Driver() among the dialects the imported adapters (pq,
+	// pgxstd) registered. Set it when the driver is wrapped (tracing).
 	Dialect driver.Dialect
 	// DisablePrepare runs every statement unprepared from the start: still
 	// one round trip and safe behind a transaction-mode pooler, but parsed
@@ -67,11 +63,9 @@ type Config struct {
 	// is stored. At most 256 bytes. See "Holder identity" in docs/usage.md.
 	Identity string
 	// ReleaseTimeout bounds every release this package runs on its own,
-	// with a context detached from the caller's cancellation: the release
-	// done by WithLock after fn and by Lease.Close (unless
-	// LockOptions.ReleaseTimeout overrides it for one lock), the release
-	// of a lock whose acquire ended with an unknown outcome (see
-	// docs/errors.md), and the CleanupInIsLocked delete. Default 5 s.
+	// detached from the caller's cancellation: after WithLock's fn and in
+	// Lease.Close (unless LockOptions.ReleaseTimeout is set), of an acquire
+	// of unknown outcome, and the CleanupInIsLocked delete. Default 5 s.
 	ReleaseTimeout time.Duration
 }
 
@@ -156,7 +150,6 @@ func waitersTable(table string) string { return table + "_waiters" }
 
 func holdersTable(table string) string { return table + "_holders" }
 
-// maxIdentity bounds Config.Identity and LockOptions.Identity, in bytes.
 const maxIdentity = 256
 
 func checkIdentity(op, field, v string) error {

@@ -33,12 +33,7 @@
 //   - Every error is a *Error with a Code; errors.Is(err, ErrXxx) tests it.
 //     Contention is a result (AcquireResult.OK == false), not an error.
 //
-// # Transactions
-//
-// Backend.WithTx runs the same operations inside a caller's *sql.Tx, so a
-// lock row and its fence commit or roll back together with the caller's
-// writes (see WithTx for the one caveat about fences before commit).
-//
-// See the docs/ directory of the repository for the design, the failure
+// Backend.WithTx runs the same operations inside a caller's transaction.
+// The docs/ directory of the repository holds the design, the failure
 // model and measured performance.
 package syncguard

@@ -95,7 +95,7 @@ func (b *Backend) attempt(ctx context.Context, i int, args, dest []any) (prepare
 			// The probe just switched prepared statements off.
 		}
 	}
-	return false, b.oneShot(ctx, s.unpreparedText(i), args, dest)
+	return false, b.oneShot(ctx, s.unprep[i], args, dest)
 }
 
 // oneShot runs query unprepared, as pooler.Statement sends it; dest nil
@@ -195,7 +195,7 @@ func (s *shared) prepared(ctx context.Context, i int) (*sql.Stmt, error) {
 	if s.prep.Load() == prepOff {
 		return nil, nil // switched off since the caller looked: nothing may be prepared any more
 	}
-	st, err := s.db.PrepareContext(ctx, s.text(i))
+	st, err := s.db.PrepareContext(ctx, s.sql.ops[i])
 	if err != nil {
 		return nil, err
 	}

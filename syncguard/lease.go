@@ -11,8 +11,7 @@ import (
 
 // ErrLockLost is the cause (errors.Is) reported by Lease.Err, and by the
 // context WithLock gives fn with AutoExtend, once ownership of the lock can
-// no longer be guaranteed: an extend found the lock gone or expired, or no
-// extend succeeded before the guaranteed lifetime ran out.
+// no longer be guaranteed (see Lease).
 var ErrLockLost = errors.New("syncguard: lock lost")
 
 // ErrLeaseReleased is Lease.Err after the lease released its lock.
@@ -20,19 +19,6 @@ var ErrLeaseReleased = errors.New("syncguard: lease released")
 
 // Lease is a held lock, returned by Lock and passed to WithLock's fn. Its
 // methods are safe for concurrent use.
-//
-// # Ending a lease
-//
-// Release releases the lock once; later calls return the first result
-// without I/O, a call made while a release is in flight waits for it, and
-// one that failed with an error may be tried again. Close is Release for
-// defer: it runs at most once (concurrent calls wait for the first), with a
-// context detached from the acquire's cancellation and bounded by
-// LockOptions.ReleaseTimeout, and hands an error to
-// LockOptions.OnReleaseError, which may call Close (it returns at once) or
-// Release (it tries again).
-//
-// # Extending, loss and timing
 //
 // Done is closed, and Err set, when the lease ends: on release
 // (ErrLeaseReleased), or when ownership can no longer be guaranteed
@@ -92,8 +78,8 @@ type Lease struct {
 	rescheduled  chan struct{} // capacity 1: a manual Extend moved extendAt; used holding extendSem
 }
 
-// schedule returns, for a lock granted ttl by a request sent at sent,
-// when ownership stops being guaranteed (lostAt) and when to extend next.
+// schedule returns, for a lock granted ttl by a request sent at sent, when
+// ownership stops being guaranteed and when to extend next.
 func schedule(sent time.Time, ttl time.Duration) (lostAt, extendAt time.Time) {
 	granted := heldUntil(sent, ttl).Sub(sent)
 	margin := min(granted/10, time.Second)
@@ -141,7 +127,7 @@ func (l *Lease) LockID() string { return l.lockID }
 func (l *Lease) Fence() Fence { return l.fence }
 
 // ExpiresAt returns the server-computed expiry from the acquire or the
-// latest successful extend (server clock; see Lease for how it is used).
+// latest successful extend (server clock; see Lease).
 func (l *Lease) ExpiresAt() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -158,8 +144,7 @@ func (l *Lease) HeldUntil() time.Time {
 	return l.heldUntil
 }
 
-// Done returns a channel that is closed when the lease ends: when its lock
-// is released through it or lost (see Err).
+// Done returns a channel that is closed when the lease ends (see Err).
 func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
 
 // Err returns nil while the lease holds its lock. After Done is closed it
@@ -281,8 +266,7 @@ func mayHaveCommitted(err error) bool {
 	return CodeOf(err) != CodeInvalidArgument
 }
 
-// checkLifetime runs when the watchdog fires: the lease is lost unless an
-// extend moved lostAt meanwhile.
+// checkLifetime runs when the watchdog fires.
 func (l *Lease) checkLifetime() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -356,7 +340,7 @@ func (l *Lease) autoExtend(ctx context.Context, next time.Time) {
 // Release releases the lock if the lease still owns it, after stopping
 // auto-extension. The first call that completes without error decides the
 // result; later calls return it without I/O; a call made while another is
-// in flight waits for it (within ctx).
+// in flight waits for it (within ctx); a failed one may be tried again.
 func (l *Lease) Release(ctx context.Context) (ReleaseResult, error) {
 	if l.stopExtender != nil { // no extend may run concurrently with or after the release
 		l.stopExtender()
@@ -402,7 +386,10 @@ func (l *Lease) Release(ctx context.Context) (ReleaseResult, error) {
 	}
 }
 
-// Close releases the lock, at most once, for use with defer. See Lease.
+// Close is Release for defer: it runs at most once (concurrent calls wait
+// for the first), detached from the acquire's cancellation and bounded by
+// LockOptions.ReleaseTimeout, and hands an error to OnReleaseError, which
+// may call Close (it returns at once) or Release (it tries again).
 func (l *Lease) Close() { l.dispose(releaseSourceClose) }
 
 // dispose releases once; concurrent and later calls wait for the first.

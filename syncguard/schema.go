@@ -43,8 +43,6 @@ var acquireStmts = [2][2]int{{stmtAcquire, stmtAcquireHolders}, {stmtAcquireWait
 // lookupStmts picks a lookup's variant: [byID][holders].
 var lookupStmts = [2][2]int{{stmtLookupKeyPlain, stmtLookupKey}, {stmtLookupIDPlain, stmtLookupID}}
 
-func acquireStmt(queued, holders bool) int { return acquireStmts[b2i(queued)][b2i(holders)] }
-
 func b2i(b bool) int {
 	if b {
 		return 1

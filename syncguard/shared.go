@@ -46,7 +46,7 @@ type shared struct {
 	sql         statements
 	cl          classifier
 	stmts       [numStmts]lazyStmt
-	unprep      [numStmts]string // the statements' unprepared text (see unpreparedText)
+	unprep      [numStmts]string // the statements' text as sent unprepared (unpreparedMark)
 	lastCleanup atomic.Int64     // unix nanos of the last CleanupInIsLocked delete
 
 	orphans     *orphanQueue   // background release (orphans.go)
@@ -92,18 +92,8 @@ type lazyStmt struct {
 	preparing atomic.Bool // a background prepare (for the WithTx path) is running
 }
 
-func (s *shared) text(i int) string { return s.sql.ops[i] }
-
 // unpreparedMark starts the text of every statement sent unprepared, so
 // that pgx does not run it as the statement of the same text prepared on
 // the connection before the switch ("Statements and round trips" in
 // docs/design.md).
 const unpreparedMark = "/* syncguard: unprepared */ "
-
-// unpreparedText is statement i as sent unprepared.
-func (s *shared) unpreparedText(i int) string {
-	if s.unprep[i] == "" {
-		panic("syncguard: internal: unprepared text not rendered") // set in New
-	}
-	return s.unprep[i]
-}

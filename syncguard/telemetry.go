@@ -47,8 +47,6 @@ type rawEvent struct {
 // helperSink receives the lock helper's events (TelemetryBackend).
 type helperSink interface{ helperEvent(rawEvent) }
 
-// waitEvent is the "wait" event of an acquisition that ended with err
-// after attempts attempts, started at start.
 func waitEvent(key string, res AcquireResult, err error, attempts int, start time.Time) rawEvent {
 	e := rawEvent{typ: EventWait, ok: err == nil, key: key, err: err, dur: time.Since(start), attempts: attempts}
 	switch {
@@ -94,8 +92,8 @@ type LockEvent struct {
 	// only hashes, but a *Error carries the raw key and lockId in its
 	// fields: don't serialize it field by field.
 	Err error
-	// Duration is how long the operation took (the caller's view, round
-	// trip included); for "wait" the time waited, for "hold" the time held.
+	// Duration is how long the operation took (the caller's view), the time
+	// waited ("wait") or held ("hold").
 	Duration time.Duration
 	// Attempts is the number of acquire attempts of a "wait"; 0 otherwise.
 	Attempts int
@@ -280,8 +278,7 @@ func (t *TelemetryBackend) Extend(ctx context.Context, lockID string, ttl time.D
 	return r, err
 }
 
-// IsLocked implements LockBackend. The event's result is ok when the key
-// is locked.
+// IsLocked implements LockBackend.
 func (t *TelemetryBackend) IsLocked(ctx context.Context, key string) (bool, error) {
 	start := time.Now()
 	locked, err := t.inner.IsLocked(ctx, key)
@@ -289,8 +286,7 @@ func (t *TelemetryBackend) IsLocked(ctx context.Context, key string) (bool, erro
 	return locked, err
 }
 
-// LookupKey implements LockBackend. The event's result is ok when a live
-// lock was found.
+// LookupKey implements LockBackend.
 func (t *TelemetryBackend) LookupKey(ctx context.Context, key string) (*LockInfo, error) {
 	start := time.Now()
 	info, err := t.inner.LookupKey(ctx, key)
@@ -331,9 +327,9 @@ func (t *TelemetryBackend) lookupDebug(e rawEvent, lookup func(debugLookuper) (*
 // Capabilities implements LockBackend.
 func (t *TelemetryBackend) Capabilities() Capabilities { return t.inner.Capabilities() }
 
-// LogValue renders the event as a group: type, result, then whichever of
+// LogValue renders the event as a group: type, result, then those of
 // keyHash, lockIdHash, reason, key, lockId, duration, attempts, code and
-// error are set.
+// error that are set.
 func (e LockEvent) LogValue() slog.Value {
 	attrs := make([]slog.Attr, 0, 8)
 	result := "fail"

@@ -25,8 +25,7 @@ type Locker interface {
 }
 
 // LockBackend is the single-attempt lock API of the spec: a Locker plus
-// the read-only inspections. *Backend implements it, on a *sql.DB or
-// (through WithTx) inside a *sql.Tx, and so does *TelemetryBackend.
+// the read-only inspections (*Backend, *TelemetryBackend).
 type LockBackend interface {
 	Locker
 	// IsLocked reports whether key is held by a live lock.
@@ -40,8 +39,7 @@ type LockBackend interface {
 	Capabilities() Capabilities
 }
 
-// Reasons carried by results when OK is false (the spec's vocabulary,
-// shared with telemetry).
+// Reasons carried by results when OK is false (the spec's vocabulary).
 const (
 	ReasonLocked   = "locked"    // Acquire: another holder has the key
 	ReasonExpired  = "expired"   // Release/Extend: the lock existed but had expired
@@ -64,8 +62,7 @@ type AcquireResult struct {
 	// millisecond precision. The lock stays exclusive until then.
 	ExpiresAt time.Time
 	// RetryIn, when OK is false, is how long the holder's lock stays live
-	// by the server's clock (its expiry plus the spec's tolerance); 0 when
-	// unknown.
+	// by the server's clock (expiry plus tolerance); 0 when unknown.
 	RetryIn time.Duration
 	// HandedOver, for a Waiter's successful attempt, is how long the lock
 	// had existed when the attempt's statement started (a release handed

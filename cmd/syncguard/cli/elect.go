@@ -115,9 +115,8 @@ gives no fence. Use elect for a daemon that must always run somewhere.`)
 }
 
 // leadTerm runs COMMAND under a supervisor for one term, until its whole
-// tree has exited: by itself, or stopped when the term ends (ctx) or a
-// signal came (sigCtx). The supervisor's dead man's switch follows the
-// term's confirmed expiry (Lease.HeldUntil after each extend).
+// tree has exited by itself, or stopped when the term ends (ctx) or a
+// signal came (sigCtx); the dead man's switch follows Lease.HeldUntil.
 func (a *app) leadTerm(ctx, sigCtx context.Context, term *election.Term, o *runOpts) {
 	name := o.command[0]
 	a.notef("elected leader of %s as %s, term %s: starting %s", displayKey(o.key), o.identity, term.Fence(), name)

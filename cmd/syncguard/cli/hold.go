@@ -171,8 +171,7 @@ func (h *holding) stopTree(code, why string) {
 	}
 	h.stopping = true
 	o := h.o
-	left := time.Until(h.lease.HeldUntil())
-	grace := o.grace
+	left, grace := time.Until(h.lease.HeldUntil()), o.grace
 	when := fmt.Sprintf("SIGKILL after --grace %v", fmtDuration(o.grace))
 	switch {
 	case left <= 0:
@@ -200,10 +199,8 @@ func (h *holding) signal(s os.Signal) {
 		// stop the tree with us.
 		h.sup.signal(sigTSTP)
 		stopSelf()
-		// Continued (fg, bg, SIGCONT). The tree may continue only while
-		// the lock is confirmed, short of the lease's margin; otherwise
-		// the lease's loss stops it. An extend that came due meanwhile
-		// runs now.
+		// Continued: the tree too while the lock is confirmed, short of the
+		// lease's margin (else the lease's loss stops it).
 		if !h.lost && h.lease.Err() == nil && time.Until(h.lease.HeldUntil()) > min(h.o.ttl/10, time.Second) {
 			h.sup.signal(sigCONT)
 		}

@@ -4,16 +4,14 @@ package cli
 
 import "time"
 
-// treeTracking: without a child subreaper and /proc, the lock covers
-// COMMAND's process group (until it is empty) on Unix, COMMAND alone
-// elsewhere: not processes that leave it.
+// treeTracking: without a subreaper and /proc, the lock covers COMMAND's
+// process group on Unix (until it is empty), COMMAND alone elsewhere.
 const treeTracking = false
 
 func becomeSubreaper() error     { return nil }
 func descendants(int) []procInfo { return nil }
 func hasControllingTTY() bool    { return false }
 
-// Deadlines travel as durations from now: the supervisor reads them at
-// once, so they are late by the pipe's latency at most (the main process
-// enforces the exact deadline itself).
+// Deadlines travel as durations from now, late by the pipe's latency at
+// most (syncguard enforces the exact deadline itself).
 func encodeDeadline(t time.Time) int64 { return int64(time.Until(t)) }

@@ -13,10 +13,9 @@ import (
 // forwarded are the signals passed on to the command's process tree.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
 
-// notifySignals lists the signals run handles. A signal that syncguard was
-// started with ignored (nohup ignores SIGHUP; a non-interactive shell's
-// background job ignores SIGINT and SIGQUIT) is left ignored, so that the
-// command's tree inherits that.
+// notifySignals lists the signals run handles, but those syncguard was
+// started with ignored (nohup, a non-interactive shell's background job):
+// the tree inherits those ignored.
 func notifySignals(foreground bool) []os.Signal {
 	s := slices.DeleteFunc(slices.Clone(forwarded), signal.Ignored)
 	if !foreground && !signal.Ignored(syscall.SIGTSTP) {

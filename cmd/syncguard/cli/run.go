@@ -136,9 +136,8 @@ func (a *app) cmdRun(args []string) error {
 	if err != nil {
 		return err
 	}
-	// Without --key, the first argument is KEY, as flock's FILE, consul
-	// lock's PREFIX and etcdctl lock's NAME are; flags may follow it, up to
-	// COMMAND or "--".
+	// Without --key, the first argument is KEY (as flock's FILE); flags may
+	// follow it, up to COMMAND or "--".
 	if o.key == "" && len(pos) > 0 {
 		o.key = pos[0]
 		if pos, err = a.parseMore(fs, pos[1:]); err != nil {

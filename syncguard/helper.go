@@ -94,19 +94,12 @@ type LockOptions struct {
 }
 
 func (o *LockOptions) resolve() (lockConfig, error) {
-	var opts LockOptions
+	var c lockConfig
 	if o != nil {
-		opts = *o
+		c.LockOptions = *o
 	}
-	a := opts.Acquisition
-	c := lockConfig{
-		ttl: opts.TTL, maxRetries: a.MaxRetries, retryDelay: a.RetryDelay,
-		backoff: a.Backoff, jitter: a.Jitter, timeout: a.Timeout, failFast: a.FailFast,
-		autoExtend: opts.AutoExtend, releaseTimeout: opts.ReleaseTimeout,
-		onReleaseError: opts.OnReleaseError, logger: opts.Logger, identity: opts.Identity,
-		onAttempt: opts.OnAttempt, onExtend: opts.OnExtend,
-	}
-	if err := checkIdentity("lock", "Identity", c.identity); err != nil {
+	c.maxRetries = c.Acquisition.MaxRetries
+	if err := checkIdentity("lock", "Identity", c.Identity); err != nil {
 		return c, err
 	}
 	for _, d := range []struct {
@@ -114,9 +107,9 @@ func (o *LockOptions) resolve() (lockConfig, error) {
 		v    *time.Duration
 		def  time.Duration
 	}{
-		{"TTL", &c.ttl, defaultTTL},
-		{"Acquisition.RetryDelay", &c.retryDelay, defaultRetryDelay},
-		{"ReleaseTimeout", &c.releaseTimeout, 0}, // 0: the backend's, see Lock
+		{"TTL", &c.TTL, defaultTTL},
+		{"Acquisition.RetryDelay", &c.Acquisition.RetryDelay, defaultRetryDelay},
+		{"ReleaseTimeout", &c.ReleaseTimeout, 0}, // 0: the backend's, see Lock
 	} {
 		if *d.v < 0 {
 			return c, invalidArg("lock", fmt.Sprintf("%s must not be negative, got %v", d.name, *d.v))
@@ -125,8 +118,8 @@ func (o *LockOptions) resolve() (lockConfig, error) {
 			*d.v = d.def
 		}
 	}
-	if c.timeout == 0 {
-		c.timeout = defaultAcquireTimeout
+	if c.Acquisition.Timeout == 0 {
+		c.Acquisition.Timeout = defaultAcquireTimeout
 	}
 	switch {
 	case c.maxRetries == 0:
@@ -134,21 +127,21 @@ func (o *LockOptions) resolve() (lockConfig, error) {
 	case c.maxRetries < 0:
 		c.maxRetries = 0
 	}
-	switch c.backoff {
+	switch c.Acquisition.Backoff {
 	case "":
-		c.backoff = backoffExponential
+		c.Acquisition.Backoff = backoffExponential
 	case backoffExponential, backoffFixed:
 	default:
-		return c, invalidArg("lock", fmt.Sprintf("unknown Acquisition.Backoff %q (want %q or %q)", c.backoff, backoffExponential, backoffFixed))
+		return c, invalidArg("lock", fmt.Sprintf("unknown Acquisition.Backoff %q (want %q or %q)", c.Acquisition.Backoff, backoffExponential, backoffFixed))
 	}
-	switch c.jitter {
+	switch c.Acquisition.Jitter {
 	case "":
-		c.jitter = jitterEqual
+		c.Acquisition.Jitter = jitterEqual
 	case jitterEqual, jitterFull, jitterNone:
 	default:
-		return c, invalidArg("lock", fmt.Sprintf("unknown Acquisition.Jitter %q (want %q, %q or %q)", c.jitter, jitterEqual, jitterFull, jitterNone))
+		return c, invalidArg("lock", fmt.Sprintf("unknown Acquisition.Jitter %q (want %q, %q or %q)", c.Acquisition.Jitter, jitterEqual, jitterFull, jitterNone))
 	}
-	return c, nil // logger and onReleaseError: see Lock
+	return c, nil // Logger and OnReleaseError: see Lock
 }
 
 // logReleaseError is the default OnReleaseError.
@@ -195,7 +188,7 @@ func WithLock(ctx context.Context, backend Locker, key string, fn func(ctx conte
 	}
 	defer lease.dispose(releaseSourceWithLock)
 	fnCtx := ctx
-	if lease.cfg.autoExtend {
+	if lease.cfg.AutoExtend {
 		var cancel context.CancelFunc
 		fnCtx, cancel = lease.Bind(ctx)
 		defer cancel()
@@ -220,14 +213,17 @@ func Lock(ctx context.Context, backend Locker, key string, opts *LockOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	if cfg.releaseTimeout == 0 {
-		cfg.releaseTimeout = releaseTimeoutOf(backend)
+	if cfg.ReleaseTimeout == 0 {
+		cfg.ReleaseTimeout = defaultReleaseTimeout
+		if b, ok := As[interface{ releaseTimeout() time.Duration }](backend); ok {
+			cfg.ReleaseTimeout = b.releaseTimeout() // Config.ReleaseTimeout, through wrappers
+		}
 	}
-	if cfg.logger == nil {
-		cfg.logger = leaseLoggerOf(backend)
+	if cfg.Logger == nil {
+		cfg.Logger = leaseLoggerOf(backend)
 	}
-	if cfg.onReleaseError == nil {
-		cfg.onReleaseError = logReleaseError(cfg.logger)
+	if cfg.OnReleaseError == nil {
+		cfg.OnReleaseError = logReleaseError(cfg.Logger)
 	}
 	sink, _ := As[helperSink](backend)
 	start := time.Now()
@@ -239,15 +235,6 @@ func Lock(ctx context.Context, backend Locker, key string, opts *LockOptions) (*
 		return nil, err
 	}
 	return newLease(ctx, backend, key, res, sent, cfg, sink), nil
-}
-
-// releaseTimeoutOf is the default LockOptions.ReleaseTimeout for leases on
-// backend (Config.ReleaseTimeout through wrappers).
-func releaseTimeoutOf(backend Locker) time.Duration {
-	if b, ok := As[interface{ releaseTimeout() time.Duration }](backend); ok {
-		return b.releaseTimeout()
-	}
-	return defaultReleaseTimeout
 }
 
 // leaseLoggerOf is the default LockOptions.Logger for leases on backend:

@@ -101,12 +101,12 @@ func newLease(ctx context.Context, b Locker, key string, res AcquireResult, sent
 	if sink != nil {
 		l.reportHold(sink)
 	}
-	lostAt, extendAt := schedule(sent, cfg.ttl)
+	lostAt, extendAt := schedule(sent, cfg.TTL)
 	l.mu.Lock()
-	l.lostAt, l.extendAt, l.heldUntil = lostAt, extendAt, heldUntil(sent, cfg.ttl)
+	l.lostAt, l.extendAt, l.heldUntil = lostAt, extendAt, heldUntil(sent, cfg.TTL)
 	l.watchdog = time.AfterFunc(time.Until(lostAt), l.checkLifetime)
 	l.mu.Unlock()
-	if cfg.autoExtend {
+	if cfg.AutoExtend {
 		ectx, stop := context.WithCancel(ctx)
 		l.stopExtender, l.extenderDone = stop, make(chan struct{})
 		l.rescheduled = make(chan struct{}, 1)
@@ -189,10 +189,10 @@ func (l *Lease) endedError() error {
 // extend does one extend and returns when to extend next; manual is false
 // for the auto-extender, whose errors are kept in lastErr.
 func (l *Lease) extend(ctx context.Context, ttl time.Duration, manual bool) (res ExtendResult, next time.Time, err error) {
-	if l.cfg.onExtend != nil {
+	if l.cfg.OnExtend != nil {
 		defer func() { // after mu and extendSem are released
 			if err == nil && res.OK {
-				l.cfg.onExtend(res)
+				l.cfg.OnExtend(res)
 			}
 		}()
 	}
@@ -292,7 +292,7 @@ func (l *Lease) autoExtend(ctx context.Context, next time.Time) {
 	}
 	defer func() {
 		if err := l.Err(); !outage.IsZero() && errors.Is(err, ErrLockLost) {
-			l.cfg.logger.Warn("syncguard: automatic lock extension gave up: the lock is lost", keyHash, since(outage), slog.String("error", err.Error()))
+			l.cfg.Logger.Warn("syncguard: automatic lock extension gave up: the lock is lost", keyHash, since(outage), slog.String("error", err.Error()))
 		}
 	}()
 	for {
@@ -313,14 +313,14 @@ func (l *Lease) autoExtend(ctx context.Context, next time.Time) {
 		lostAt := l.lostAt
 		l.mu.Unlock()
 		actx, cancel := context.WithDeadline(ctx, lostAt)
-		res, n, err := l.extend(actx, l.cfg.ttl, false)
+		res, n, err := l.extend(actx, l.cfg.TTL, false)
 		cancel()
 		switch {
 		case ctx.Err() != nil, l.ctx.Err() != nil:
 			return // stopped, or ended: the outcome no longer matters
 		case err == nil && res.OK:
 			if !outage.IsZero() {
-				l.cfg.logger.Info("syncguard: automatic lock extension works again; the lock is still held", keyHash, since(outage))
+				l.cfg.Logger.Info("syncguard: automatic lock extension works again; the lock is still held", keyHash, since(outage))
 			}
 			next, outage = n, time.Time{}
 		case err == nil:
@@ -328,10 +328,10 @@ func (l *Lease) autoExtend(ctx context.Context, next time.Time) {
 		default:
 			if outage.IsZero() {
 				outage = time.Now()
-				l.cfg.logger.Warn("syncguard: automatic lock extension failed; retrying until the lock's guaranteed lifetime runs out", keyHash,
+				l.cfg.Logger.Warn("syncguard: automatic lock extension failed; retrying until the lock's guaranteed lifetime runs out", keyHash,
 					slog.String("code", string(CodeOf(err))), slog.Duration("lostIn", time.Until(lostAt).Round(time.Millisecond)), slog.String("error", err.Error()))
 			}
-			next = time.Now().Add(max(l.cfg.ttl/10, time.Millisecond)) // retry every tenth
+			next = time.Now().Add(max(l.cfg.TTL/10, time.Millisecond)) // retry every tenth
 		}
 		t.Reset(time.Until(next))
 	}
@@ -409,13 +409,13 @@ func (l *Lease) dispose(source string) {
 
 	err := func() error {
 		defer close(ch)
-		ctx, cancel := context.WithTimeout(l.base, l.cfg.releaseTimeout)
+		ctx, cancel := context.WithTimeout(l.base, l.cfg.ReleaseTimeout)
 		defer cancel()
 		_, err := l.Release(ctx)
 		return err
 	}()
 	if err != nil {
-		l.cfg.onReleaseError(err, ReleaseErrorInfo{Key: l.key, LockID: l.lockID, Source: source})
+		l.cfg.OnReleaseError(err, ReleaseErrorInfo{Key: l.key, LockID: l.lockID, Source: source})
 	}
 }
 
@@ -433,16 +433,11 @@ type ReleaseErrorInfo struct {
 	Source string // "withLock" (the release after fn in WithLock) or "close" (Lease.Close)
 }
 
-// lockConfig is LockOptions with defaults applied.
+// lockConfig is LockOptions with defaults applied, and maxRetries the
+// number of scheduled retries (math.MaxInt: no limit; 0: one attempt).
 type lockConfig struct {
-	ttl, retryDelay, timeout, releaseTimeout time.Duration
-	maxRetries                               int
-	backoff, jitter, identity                string
-	failFast, autoExtend                     bool
-	onReleaseError                           func(error, ReleaseErrorInfo)
-	onAttempt                                func(AcquireResult, error)
-	onExtend                                 func(ExtendResult)
-	logger                                   *slog.Logger
+	LockOptions
+	maxRetries int
 }
 
 // reportHold makes the call that ends the lease queue its "hold" event to

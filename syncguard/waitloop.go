@@ -17,16 +17,16 @@ import (
 // after an outage, so that Lock returns at its Timeout).
 func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (AcquireResult, time.Time, int, error) {
 	l := &waitLoop{ctx: ctx, b: b, key: key, c: c, start: time.Now()}
-	if c.timeout > 0 {
-		l.deadline = l.start.Add(c.timeout)
+	if c.Acquisition.Timeout > 0 {
+		l.deadline = l.start.Add(c.Acquisition.Timeout)
 	}
 	if q, ok := b.(Queuer); ok {
-		l.w = q.Queue(key, c.identity, c.maxRetries == 0)
+		l.w = q.Queue(key, c.Identity, c.maxRetries == 0)
 	}
 	res, sent, err := l.run()
 	if l.w != nil && (err != nil || !res.OK) {
 		leave := func() {
-			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.releaseTimeout)
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.ReleaseTimeout)
 			defer cancel()
 			_ = l.w.Leave(lctx) // a Waiter that cannot leave now cleans up after itself
 		}
@@ -70,17 +70,17 @@ const (
 
 // delay returns the wait before retry n (1-based).
 func (c *lockConfig) delay(n int) time.Duration {
-	d := c.retryDelay
-	if c.backoff == backoffExponential {
+	d := c.Acquisition.RetryDelay
+	if c.Acquisition.Backoff == backoffExponential {
 		for i := 1; i < n && d < maxDelay; i++ {
 			d *= 2
 		}
 	}
 	d = min(d, maxDelay) // no overflow below
 	if c.maxRetries == math.MaxInt {
-		d = min(d, max(c.retryDelay, unboundedMaxDelay))
+		d = min(d, max(c.Acquisition.RetryDelay, unboundedMaxDelay))
 	}
-	switch c.jitter {
+	switch c.Acquisition.Jitter {
 	case jitterEqual:
 		d = d/2 + rand.N(d-d/2+1)
 	case jitterFull:
@@ -180,9 +180,9 @@ func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err e
 		actx, cancel = context.WithDeadline(l.ctx, l.deadline)
 	}
 	if l.w != nil {
-		res, err = l.w.Attempt(actx, l.c.ttl)
+		res, err = l.w.Attempt(actx, l.c.TTL)
 	} else {
-		res, err = l.b.Acquire(actx, l.key, l.c.ttl)
+		res, err = l.b.Acquire(actx, l.key, l.c.TTL)
 	}
 	cancel()
 	if err == nil {
@@ -201,8 +201,8 @@ func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err e
 		}
 		l.lastErr = err
 	}
-	if l.c.onAttempt != nil {
-		l.c.onAttempt(res, err)
+	if l.c.OnAttempt != nil {
+		l.c.OnAttempt(res, err)
 	}
 	return res, sent, cut, err
 }
@@ -265,7 +265,7 @@ func (l *waitLoop) next() cue {
 
 // outage reports whether err is ridden out rather than returned.
 func (l *waitLoop) outage(err error) bool {
-	return !l.c.failFast && (CodeOf(err) == CodeServiceUnavailable || CodeOf(err) == CodeNetworkTimeout)
+	return !l.c.Acquisition.FailFast && (CodeOf(err) == CodeServiceUnavailable || CodeOf(err) == CodeNetworkTimeout)
 }
 
 // giveUp ends the wait (cause: ctx's, if done): busy once any attempt got

@@ -83,7 +83,7 @@ func (a *app) runHolding(o *runOpts, lease *syncguard.Lease, ext *extends, sigs 
 		case <-leaseDone:
 			leaseDone = nil
 			if err := lease.Err(); errors.Is(err, syncguard.ErrLockLost) {
-				h.lose(strings.TrimPrefix(err.Error(), syncguard.ErrLockLost.Error()+": "))
+				h.lose(trim(strings.TrimPrefix(err.Error(), syncguard.ErrLockLost.Error()+": "), 240))
 			}
 		case <-h.killC:
 			h.killC = nil

@@ -228,8 +228,7 @@ func (w *Waker) joinLocked(u *Wakeup) {
 	}
 }
 
-// ChannelListened reports whether u's channel is listened on now: a
-// notification on it reaches u.
+// ChannelListened reports whether a notification on u's channel reaches u.
 func (u *Wakeup) ChannelListened() bool { return u.w.ChannelListened(u.channel) }
 
 // ChannelListened reports whether channel is listened on now (for a
@@ -451,8 +450,7 @@ func (w *Waker) serve() Status {
 	ctx, cancel = context.WithTimeout(w.ctx, w.cfg.ProbeTimeout)
 	err = w.cfg.Notify(ctx, w.probe, w.probe)
 	for err == nil {
-		// Only the probe channel is listened on yet: anything else on it
-		// is someone else's.
+		// Only the probe channel is listened on yet: the rest is forged.
 		var n driver.Notification
 		if n, err = conn.Wait(ctx); err == nil && n == (driver.Notification{Channel: w.probe, Payload: w.probe}) {
 			break
@@ -555,8 +553,7 @@ func (w *Waker) commandsLocked(now time.Time) ([]string, []string) {
 	return stmts, names
 }
 
-// markListened marks names as listened on and signals their waiters and
-// watchers.
+// markListened marks names as listened on and signals their members.
 func (w *Waker) markListened(names []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -276,8 +276,10 @@ func (e *Election) Observe(ctx context.Context) <-chan *Leader {
 	go func() {
 		defer close(ch)
 		var last *Leader
+		var read time.Time
 		first := true
 		for {
+			read = time.Now()
 			if l, err := e.Leader(ctx); err == nil && (first || changed(last, l)) {
 				select {
 				case ch <- l:
@@ -290,6 +292,13 @@ func (e *Election) Observe(ctx context.Context) <-chan *Leader {
 			select {
 			case <-poll.C:
 			case <-hint:
+				// Anyone can notify on the key's channel: hints cause at
+				// most one read per minHintGap.
+				poll.Reset(time.Until(read.Add(minHintGap)))
+				select {
+				case <-poll.C:
+				case <-ctx.Done():
+				}
 			case <-ctx.Done():
 			}
 			poll.Stop()
@@ -300,6 +309,10 @@ func (e *Election) Observe(ctx context.Context) <-chan *Leader {
 	}()
 	return ch
 }
+
+// minHintGap bounds the reads that notifications cause in Observe (a
+// flood of forged ones included) to 100 a second per observer.
+const minHintGap = 10 * time.Millisecond
 
 // watchKey returns b's WatchKey channel of key, looking through wrappers
 // (Unwrap), or nil when b has none.

@@ -280,15 +280,31 @@ func TestObserveReadsOnEachHint(t *testing.T) {
 		if l := <-obs; l == nil || l.Identity != "a" || time.Since(start) >= time.Second {
 			t.Errorf("rule: a hint makes Observe read at once, not at its next poll (an hour away); got %+v after %v", l, time.Since(start))
 		}
-		// Hints that bring no change: one read each, nothing reported.
+		// Hints that bring no change: one read each, at most one per
+		// 10 ms (anyone can send them), nothing reported.
 		synctest.Wait()
 		before := b.lookups.Load()
 		for range 10 {
 			b.hints <- struct{}{}
+			time.Sleep(10 * time.Millisecond)
 			synctest.Wait()
 		}
 		if n := b.lookups.Load() - before; n != 10 {
-			t.Errorf("rule: each hint makes one read; %d reads for 10 hints", n)
+			t.Errorf("rule: each hint makes one read; %d reads for 10 hints 10 ms apart", n)
+		}
+		// A flood: 100 hints in 100 ms make at most 11 reads.
+		before = b.lookups.Load()
+		for range 100 {
+			select {
+			case b.hints <- struct{}{}:
+			default:
+			}
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		if n := b.lookups.Load() - before; n > 11 || n < 5 {
+			t.Errorf("rule: hints cause at most one read per 10 ms, and do cause them; %d reads for a flood of 100 hints in 100 ms", n)
 		}
 		// No hint, no poll due: no read.
 		before = b.lookups.Load()

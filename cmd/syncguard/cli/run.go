@@ -221,6 +221,7 @@ func (a *app) lock(ctx context.Context, cancel context.CancelFunc, b *syncguard.
 				continue
 			}
 			cancel()
+			close(ext.done) // nobody listens to the lease's extends
 			if <-done; lease != nil {
 				lease.Close()
 			}

@@ -230,10 +230,9 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 	return AcquireResult{OK: true, LockID: lockID, Fence: Fence(d.fence.String), ExpiresAt: msToTime(d.expires.Int64), HandedOver: age}, nil
 }
 
-// outcomeUnknown reports whether an acquire that failed with e may still
-// have committed: its context ended while it ran, or the connection failed
-// with no answer, or with a connection or shutdown class SQLSTATE. A
-// statement the server rejected otherwise committed nothing.
+// outcomeUnknown reports whether an acquire that failed with e may have
+// committed: its context ended, or the connection failed with no answer or
+// a connection or shutdown class SQLSTATE (any other rejection did not).
 func outcomeUnknown(ctx context.Context, e *Error) bool {
 	st := e.SQLState
 	return ctx.Err() != nil || (e.Code == CodeServiceUnavailable || e.Code == CodeNetworkTimeout) &&
@@ -243,8 +242,7 @@ func outcomeUnknown(ctx context.Context, e *Error) bool {
 // unconfirmed is the error for an acquire or extend on the pool that
 // returned its row after its context ended: a cancel that reached a commit
 // waiting for a synchronous standby returns success for a commit only the
-// primary has (docs/errors.md, "A cancelled acquire"), so the outcome is
-// unknown.
+// primary has ("A cancelled acquire" in docs/errors.md).
 func unconfirmed(ctx context.Context, op string) *Error {
 	e := fromContext(ctx, op, nil)
 	e.Msg += "; the statement returned after it, so it may have committed on the primary without reaching a synchronous standby: outcome unknown, not reported as done"

@@ -72,11 +72,9 @@ func (c Code) Retryable() bool {
 }
 
 // Error is the one error type of this package, in the manner of
-// io/fs.PathError. Every error returned by syncguard is a *Error.
-//
-// Key and LockID hold the raw values where known, for programs that need
-// them; Error() prints only their HashKey forms, so a logged error never
-// leaks a key or a lockId (a lockId is enough to release a lock).
+// io/fs.PathError: every error returned by syncguard is a *Error. Key and
+// LockID hold the raw values where known; Error() prints only their
+// HashKey forms, so a logged error never leaks a key or a lockId.
 type Error struct {
 	Op       string // operation: "acquire", "release", "extend", "isLocked", "lookup", "new", "setupSchema", ...
 	Code     Code

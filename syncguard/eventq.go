@@ -7,8 +7,7 @@ import (
 	"time"
 )
 
-// eventLinger is how long a queued value may wait for its batch to grow
-// before delivery starts.
+// eventLinger is how long a queued value may wait for its batch to grow.
 const eventLinger = 10 * time.Millisecond
 
 // eventQueue is the telemetry's delivery queue: the caller's path appends
@@ -56,8 +55,7 @@ func (q *eventQueue[T]) Push(v T) {
 	}
 }
 
-// startLocked marks the queue running, disarming the timer, and reports
-// whether the caller must start run. q.mu is held.
+// startLocked (q.mu held) reports whether the caller must start run.
 func (q *eventQueue[T]) startLocked() bool {
 	if q.running || len(q.queue) == 0 {
 		return false

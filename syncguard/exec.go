@@ -42,12 +42,11 @@ func (a *sentArg) Value() (sqldriver.Value, error) {
 }
 
 // run runs statement i with args on the transaction or the pool and scans
-// its one row into dest. On the pool path a serialization failure (40001,
-// 40P01) aborted the statement, so nothing committed: it runs once more in
-// an explicit READ COMMITTED transaction, the answer of PostgreSQL's
-// default ("Isolation level" in docs/design.md). A prepared statement that
+// its one row into dest. On the pool a serialization failure (40001, 40P01)
+// aborted the statement: it runs once more in an explicit READ COMMITTED
+// transaction ("Isolation level" in docs/design.md). A prepared statement
 // a pooler lost did not run: the Backend switches to one-shot statements
-// for good and, on the pool path, runs it again that way.
+// for good and, on the pool, runs it again that way.
 func (b *Backend) run(ctx context.Context, i int, args []any, dest ...any) error {
 	s := b.shared
 	prepared, err := b.attempt(ctx, i, args, dest)

@@ -9,9 +9,6 @@ import (
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
-// Inspections for tools: reads the spec's operations do not cover, each one
-// read-only statement that also returns the server's clock.
-
 // ListOptions selects what Backend.List returns. The zero value lists the
 // live locks, at most 100, with hashed keys and lockIds.
 type ListOptions struct {
@@ -27,8 +24,7 @@ type ListOptions struct {
 	Raw bool
 }
 
-// LockList is the answer of Backend.List: one consistent read of the lock
-// table.
+// LockList is the answer of Backend.List: one consistent read.
 type LockList struct {
 	// Now is the server's clock at the read. Judge ExpiresAt against it,
 	// never against the local clock.
@@ -48,10 +44,9 @@ func (l *LockList) Live(info LockInfo) bool {
 
 const defaultListLimit = 100
 
-// List reads the locks in the lock table, newest acquisition first, in one
-// statement. It is read-only and, like the lookups, a diagnostic: the
-// answer describes an instant that has passed when it arrives. opts may be
-// nil for the defaults.
+// List reads the locks in the lock table in one read-only statement (opts
+// nil: the defaults). Like the lookups it is a diagnostic: the answer
+// describes an instant that has passed when it arrives.
 func (b *Backend) List(ctx context.Context, opts *ListOptions) (*LockList, error) {
 	const op = "list"
 	var o ListOptions
@@ -112,9 +107,8 @@ func (b *Backend) List(ctx context.Context, opts *ListOptions) (*LockList, error
 }
 
 // LastFence returns the fence of key's latest successful acquire (its
-// fence counter): the next acquire of key gets a larger one. It returns ""
-// when key was never acquired, and the server's clock at the read. Fence
-// counters are never deleted, so the answer survives releases and expiry.
+// fence counter, never deleted), "" when key was never acquired, and the
+// server's clock at the read: the next acquire of key gets a larger one.
 // It is read-only and validates key first, as Acquire does.
 func (b *Backend) LastFence(ctx context.Context, key string) (Fence, time.Time, error) {
 	const op = "lastFence"

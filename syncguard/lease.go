@@ -30,13 +30,11 @@ var ErrLeaseReleased = errors.New("syncguard: lease released")
 // still have its row: Release or Close frees it.
 //
 // The lease never compares ExpiresAt (server time) with time.Now: the lock
-// is held at least until sent + ttl - 1ms on the local monotonic clock,
-// and the lease is declared lost a tenth of the lifetime (at most 1 s)
-// before that, never after the server-side expiry. An extend that fails
-// (other than InvalidArgument) may have committed a shorter lifetime, so
-// the guaranteed lifetime becomes the earlier of the current one and that
-// extend's; ExpiresAt keeps the last confirmed expiry. The argument: "How
-// guaranteed is computed" in docs/usage.md.
+// is held at least until sent + ttl - 1ms on the local monotonic clock, and
+// the lease is declared lost a tenth of the lifetime (at most 1 s) before
+// that. A failed extend (not InvalidArgument) may have committed a shorter
+// lifetime, which then counts if earlier; ExpiresAt keeps the last
+// confirmed expiry ("How guaranteed is computed" in docs/usage.md).
 //
 // With LockOptions.AutoExtend the lease extends itself by TTL once a third
 // of the current lifetime has passed (from that request's send time, a
@@ -423,22 +421,6 @@ const (
 	releaseSourceWithLock = "withLock"
 	releaseSourceClose    = "close"
 )
-
-// ReleaseErrorInfo tells OnReleaseError which lock a failed release was for.
-type ReleaseErrorInfo struct {
-	// Key and LockID are raw values. The lockId lets its bearer release the
-	// lock and keys may hold personal data: log HashKey of them instead.
-	Key    string
-	LockID string
-	Source string // "withLock" (the release after fn in WithLock) or "close" (Lease.Close)
-}
-
-// lockConfig is LockOptions with defaults applied, and maxRetries the
-// number of scheduled retries (math.MaxInt: no limit; 0: one attempt).
-type lockConfig struct {
-	LockOptions
-	maxRetries int
-}
 
 // reportHold makes the call that ends the lease queue its "hold" event to
 // sink before it returns. Called before the lease is shared.

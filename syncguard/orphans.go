@@ -28,8 +28,7 @@ var orphanRetries = [...]time.Duration{50 * time.Millisecond, 100 * time.Millise
 // orphanErrorDelay is the wait after a failed batch (not a retry).
 const orphanErrorDelay = 500 * time.Millisecond
 
-// releaseInBackground hands lockID, of an acquire with the given ttl whose
-// outcome is unknown, to the Backend's background release.
+// releaseInBackground hands lockID, of an acquire of unknown outcome, over.
 func (s *shared) releaseInBackground(lockID string, ttl time.Duration) {
 	q := s.orphans
 	now := time.Now()

@@ -9,9 +9,8 @@ import (
 )
 
 // Queue implements Queuer. On the pool, the waiter's attempts run under
-// one lockId and keep its place in the key's queue (the waiters table;
-// docs/design.md, "Waiting"). Inside WithTx, with once, or when the key is
-// invalid, its attempts are plain ones (with identity).
+// one lockId and keep its place in the key's queue. Inside WithTx, with
+// once, or when the key is invalid, its attempts are plain ones.
 func (b *Backend) Queue(key, identity string, once bool) Waiter {
 	if identity == "" {
 		identity = b.shared.cfg.Identity
@@ -43,9 +42,8 @@ func (w *queueWaiter) Attempt(ctx context.Context, ttl time.Duration) (AcquireRe
 	return res, err
 }
 
-// Hints implements Waiter: the waiter's wake-up once it has queued, a
-// renewal every third of the queue window, and polling while its key's
-// channel is not listened on.
+// Hints implements Waiter: its wake-up once queued, a renewal every third
+// of the queue window, polling while its key's channel is not listened on.
 func (w *queueWaiter) Hints() (wake <-chan struct{}, renew time.Duration, poll bool) {
 	if w.q == nil {
 		return nil, 0, false

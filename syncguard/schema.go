@@ -50,8 +50,7 @@ func b2i(b bool) int {
 	return 0
 }
 
-// statements holds the SQL of one Backend, rendered once from the embedded
-// files with its quoted table names.
+// statements holds the SQL of one Backend, rendered once.
 type statements struct {
 	ops                        [numStmts]string // by stmtAcquire...
 	cleanup                    string
@@ -60,15 +59,13 @@ type statements struct {
 }
 
 // render expands a statement file: the rules' SQL fragments (see
-// internal/rules) and the quoted table and index names of one
-// configuration.
+// internal/rules) and one configuration's quoted table and index names.
 func render(name, table, fenceTable string) string {
 	return renderVariant(name, table, fenceTable, true, true)
 }
 
-// renderVariant renders a statement file with (queue) or without the
-// lines between "--if queue" and "--end" (the other way round for "--if
-// !queue"), and the same for "holders".
+// renderVariant renders a statement file with or without the lines between
+// "--if queue" and "--end" ("--if !queue": the other way round), and "holders".
 func renderVariant(name, table, fenceTable string, queue, holders bool) string {
 	text := rules.Variant(rules.Variant(mustRead(name), "queue", queue), "holders", holders)
 	text = strings.ReplaceAll(text, "{{identity_arg}}", map[bool]string{false: "$6", true: "$8"}[queue])
@@ -101,8 +98,7 @@ var (
 	wakePayloadRE = regexp.MustCompile(`\{\{wake_payload\(([^()]*)\)\}\}`)
 )
 
-// waiterGCMs: a waiter's row dead for this long is deleted by the next
-// attempt of a waiter of the same key (a waiter alive again queues anew).
+// waiterGCMs: a waiter's row dead this long goes at its key's next attempt.
 const waiterGCMs = 60_000
 
 // schemaNames are the table and index names of one configuration, by
@@ -210,8 +206,7 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 		cl.dialect, _ = driver.Lookup(db.Driver())
 	}
 	// PostgreSQL checks CREATE on the schema before IF NOT EXISTS: look
-	// first, so that a role without it may call SetupSchema once the owner
-	// did. No arguments here and below: the simple query protocol, which
+	// first. No arguments here and below: the simple query protocol, which
 	// prepares nothing, so this works behind a transaction-mode pooler.
 	names := schemaNames(r.TableName, r.FenceTableName)
 	var objects []string

@@ -22,13 +22,11 @@ type Backend struct {
 }
 
 // Tx is what Backend.WithTx needs of the caller's transaction: the query
-// methods of *sql.Tx, which *sqlx.Tx and GORM's tx.Statement.ConnPool
-// have too (bun: pass bunTx.Tx; ent: the *sql.Tx its driver runs on;
-// docs/orm.md). When tx embeds a *sql.Tx, directly or in an embedded
-// interface field (GORM's *gorm.PreparedStmtTX), the statements run on
-// that *sql.Tx. Any other Tx must run them exactly as written, with
-// PostgreSQL's $n placeholders and the arguments as given: neither
-// rewrite nor prepare them.
+// methods of *sql.Tx, which *sqlx.Tx and GORM's tx.Statement.ConnPool have
+// too (bun: bunTx.Tx; ent: its driver's *sql.Tx; docs/orm.md). When tx
+// embeds a *sql.Tx (even in an embedded interface field), the statements
+// run on that. Any other Tx must run them exactly as written ($n
+// placeholders, the arguments as given): neither rewrite nor prepare them.
 type Tx interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)

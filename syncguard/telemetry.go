@@ -109,30 +109,25 @@ type LockEvent struct {
 type TelemetryOptions struct {
 	// OnEvent receives every event, in order, on a goroutine of the
 	// wrapper, never on the caller's: a slow, failing or panicking OnEvent
-	// does not delay or break a lock operation. Events are delivered in
-	// batches, each at most 10 ms after its first event (Flush delivers at
-	// once). Default: events are discarded (SlogSink makes an OnEvent that
-	// logs them).
+	// does not delay or break a lock operation. Events come in batches, each
+	// at most 10 ms after its first event (Flush delivers at once). Default:
+	// events are discarded (SlogSink makes an OnEvent that logs them).
 	OnEvent func(LockEvent)
 	// IncludeRaw adds the raw key and lockId to every event. Default false.
 	IncludeRaw bool
 	// IncludeRawFunc, if set, decides per event instead of IncludeRaw. It
 	// sees the event without raw values; a panic counts as false.
 	IncludeRawFunc func(LockEvent) bool
-	// BufferSize bounds the events waiting for OnEvent; when it is full new
-	// events are dropped and counted (TelemetryBackend.Dropped). Default
-	// 1024.
+	// BufferSize bounds the events waiting for OnEvent; beyond, new events
+	// are dropped and counted (TelemetryBackend.Dropped). Default 1024.
 	BufferSize int
 	// Logger receives a record when OnEvent panics. Default slog.Default().
 	Logger *slog.Logger
 }
 
 // TelemetryBackend is a LockBackend that reports every operation of the
-// backend it wraps as a LockEvent. Make one with WithTelemetry. The
-// caller's path only queues the outcome; hashing, IncludeRaw and OnEvent
-// run on one goroutine per wrapper, started for a batch of events and gone
-// when none wait, so an idle wrapper needs no Close (eventq.go; its cost:
-// docs/design.md, Costs).
+// backend it wraps as a LockEvent (WithTelemetry). OnEvent runs on one
+// goroutine per wrapper, gone when no event waits: it needs no Close.
 type TelemetryBackend struct {
 	inner  LockBackend
 	opts   TelemetryOptions
@@ -153,10 +148,9 @@ var (
 )
 
 // WithTelemetry wraps backend so that each completed operation emits one
-// LockEvent to opts.OnEvent (docs/spec.md, rule TE1). Without the wrapper nothing is
-// hashed or emitted. The result also forwards LookupKeyDebug and
-// LookupIDDebug when backend has them (a *Backend does), and leases made
-// on it use the wrapped Backend's Config.ReleaseTimeout.
+// LockEvent to opts.OnEvent (docs/spec.md, rule TE1). It also forwards the
+// Debug lookups when backend has them, and leases made on it use the
+// wrapped Backend's Config.ReleaseTimeout.
 func WithTelemetry(backend LockBackend, opts TelemetryOptions) *TelemetryBackend {
 	if opts.BufferSize <= 0 {
 		opts.BufferSize = 1024

@@ -5,14 +5,12 @@ import (
 	"reflect"
 )
 
-// unwrapSQLTx returns, for Backend.WithTx, the *sql.Tx that tx (an ORM's
-// transaction wrapper) is, or embeds (*sqlx.Tx, bun.Tx), directly or in an
-// embedded interface field (GORM's *gorm.PreparedStmtTX), through at most
-// maxTxDepth levels; nil when there is none. The wrapper's own query
-// methods may prepare what they run (GORM's PrepareStmt: "sql: expected 6
-// arguments, got 7" with one-shot arguments, and a named statement that a
-// pooler loses) or rewrite it (bun expands "?"); embedding says it is that
-// transaction, so the statements still run in it.
+// unwrapSQLTx returns the *sql.Tx that tx (an ORM's wrapper) is, or embeds
+// (*sqlx.Tx, bun.Tx), directly or in an embedded interface field (GORM's
+// *gorm.PreparedStmtTX), maxTxDepth levels deep at most; else nil. The
+// wrapper's own methods may prepare what they run (GORM's PrepareStmt:
+// "sql: expected 6 arguments, got 7" with one-shot arguments, and a named
+// statement a pooler loses) or rewrite it (bun expands "?").
 func unwrapSQLTx(tx any) *sql.Tx { return findSQLTx(reflect.ValueOf(tx), 0) }
 
 const maxTxDepth = 4

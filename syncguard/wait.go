@@ -42,12 +42,11 @@ func (b *Backend) NotificationStatus(ctx context.Context) NotificationStatus {
 
 // WatchKey returns a channel that receives a value (coalesced) when the
 // lock of key may have changed hands, until ctx ends: at each notification
-// on the key's own channel (anyone can send one; never another key's),
-// once that channel is listened on, and when the LISTEN connection fails;
-// it keeps that connection open meanwhile, reopening it after a failure. A
-// hint to read the key again, never what changed: a release to no waiter,
-// a takeover at expiry or a Backend without notifications sends nothing,
-// so poll as well.
+// on the key's own channel (anyone can send one; never another key's), once
+// that channel is listened on, and when the LISTEN connection fails (it
+// stays open, reopened after a failure). A hint to read the key again: a
+// release to no waiter, a takeover at expiry or a Backend without
+// notifications sends nothing, so poll as well.
 func (b *Backend) WatchKey(ctx context.Context, key string) (<-chan struct{}, error) {
 	k, err := checkKey("watch", key)
 	if err != nil {
@@ -58,10 +57,10 @@ func (b *Backend) WatchKey(ctx context.Context, key string) (<-chan struct{}, er
 	return s.C, nil
 }
 
-// Close closes the LISTEN connection that wakes waiting Lock and WithLock
-// calls, if one is open, and its goroutine, and waits for them; not the
-// *sql.DB. The Backend stays usable, but waits then poll (in order).
-// Without Close the connection closes itself 30 s after the last wait.
+// Close closes the LISTEN connection that wakes waiting Lock calls, if one
+// is open, and waits for its goroutine; not the *sql.DB. The Backend stays
+// usable, its waits then poll. Unclosed, the connection closes itself 30 s
+// after the last wait.
 func (b *Backend) Close() error {
 	b.shared.waker.Close()
 	return nil

@@ -54,15 +54,6 @@ const (
 	cueCancelled // ctx is done
 )
 
-// Values of AcquisitionOptions.Backoff and .Jitter, the spec's words.
-const (
-	backoffExponential = "exponential"
-	backoffFixed       = "fixed"
-	jitterEqual        = "equal"
-	jitterFull         = "full"
-	jitterNone         = "none"
-)
-
 const (
 	maxDelay          = time.Duration(1 << 62)
 	unboundedMaxDelay = time.Second // the retry delay's cap without MaxRetries

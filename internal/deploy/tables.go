@@ -165,12 +165,9 @@ WHERE i.indrelid = $1::bigint::oid ORDER BY ic.relname`, oid)
 				good = x
 			}
 		}
-		kind := "index"
-		switch {
-		case s.primary:
+		kind := map[bool]string{false: "index", true: "unique index"}[s.unique]
+		if s.primary {
 			kind = "primary key"
-		case s.unique:
-			kind = "unique index"
 		}
 		switch {
 		case good != nil:

@@ -39,8 +39,8 @@ type AcquisitionOptions struct {
 	// A wait never extends past it. Default 5 s. Negative: no bound but
 	// ctx (a campaign, a job that waits its turn however long).
 	Timeout time.Duration
-	// FailFast returns an outage's error (ServiceUnavailable,
-	// NetworkTimeout) at once. By default waiting rides it out within
+	// FailFast returns an outage's error (a retryable code:
+	// ServiceUnavailable, RateLimited, NetworkTimeout) at once. By default waiting rides it out within
 	// Timeout, then ends busy (AcquisitionTimeout) if any attempt got an
 	// answer, else with the last real outage error.
 	FailFast bool

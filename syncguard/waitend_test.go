@@ -129,3 +129,33 @@ func TestWaitEndSingleAttemptNoAnswer(t *testing.T) {
 		requireCode(t, err, syncguard.CodeNetworkTimeout)
 	})
 }
+
+// "Too many connections" (RateLimited) is ridden out like any retryable
+// error: the wait goes on and takes the key once connections are free;
+// FailFast returns it at once.
+func TestWaitRidesOutRateLimited(t *testing.T) {
+	tooMany := &syncguard.Error{Op: "acquire", Code: syncguard.CodeRateLimited, SQLState: "53300", Msg: "too many connections"}
+	for _, failFast := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			b := syncguardtest.New()
+			n := 0
+			b.SetHook(func(_ context.Context, c syncguardtest.Call) error {
+				if c.Op == syncguardtest.OpAcquire {
+					if n++; n <= 3 {
+						return tooMany
+					}
+				}
+				return nil
+			})
+			lease, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{FailFast: failFast}})
+			if failFast {
+				requireCode(t, err, syncguard.CodeRateLimited)
+				return
+			}
+			if err != nil || n != 4 {
+				t.Fatalf("rule: a wait rides RateLimited out; after %d attempts: %v", n, err)
+			}
+			lease.Close()
+		})
+	}
+}

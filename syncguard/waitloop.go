@@ -256,7 +256,7 @@ func (l *waitLoop) next() cue {
 
 // outage reports whether err is ridden out rather than returned.
 func (l *waitLoop) outage(err error) bool {
-	return !l.c.Acquisition.FailFast && (CodeOf(err) == CodeServiceUnavailable || CodeOf(err) == CodeNetworkTimeout)
+	return !l.c.Acquisition.FailFast && CodeOf(err).Retryable()
 }
 
 // giveUp ends the wait (cause: ctx's, if done): busy once any attempt got

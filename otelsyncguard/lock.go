@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -24,7 +23,7 @@ import (
 // each attempt when set.
 func (b *Backend) Lock(ctx context.Context, key string, opts *syncguard.LockOptions) (*syncguard.Lease, error) {
 	ctx, span := b.startLock(ctx, spanLock, key)
-	c := &lockCall{b: b}
+	c := &lockCall{Backend: b}
 	start := time.Now()
 	lease, err := syncguard.Lock(ctx, c, key, c.options(opts))
 	if err != nil {
@@ -50,7 +49,7 @@ func (b *Backend) Lock(ctx context.Context, key string, opts *syncguard.LockOpti
 func (b *Backend) WithLock(ctx context.Context, key string, fn func(ctx context.Context, lease *syncguard.Lease) error, opts *syncguard.LockOptions) error {
 	ctx, span := b.startLock(ctx, spanWithLock, key)
 	defer span.End()
-	c := &lockCall{b: b}
+	c := &lockCall{Backend: b}
 	start := time.Now()
 	var lease *syncguard.Lease
 	var inner func(context.Context, *syncguard.Lease) error
@@ -101,28 +100,17 @@ func (b *Backend) startLock(ctx context.Context, name, key string) (context.Cont
 }
 
 // A lockCall is the Locker that one Lock or WithLock of a Backend passes
-// to syncguard.Lock or WithLock: the Backend itself, plus what the call's
-// span says besides the backend's own telemetry. It counts the attempts
-// (LockOptions.OnAttempt), and remembers the result of the lease's extend
-// that found the lock expired or gone, which is how the lease lost it:
-// the "hold" event's LockEvent.LossReason says the same, but reaches the
-// metrics after the span has ended.
+// to syncguard.Lock or WithLock: the Backend itself, plus the count of the
+// call's attempts (LockOptions.OnAttempt) for its span.
 type lockCall struct {
-	b *Backend
+	*Backend
 	// attempts is counted by OnAttempt on the caller's goroutine, and read
 	// there once the wait is over.
 	attempts int64
-	lease    atomic.Pointer[syncguard.Lease] // once acquired
-
-	mu     sync.Mutex
-	failed string // lossExpired or lossGone: an extend's result ended the lease
-	loss   string // the loss reason, once read
+	lease    *syncguard.Lease // once acquired
 }
 
-var (
-	_ syncguard.Queuer                            = (*lockCall)(nil)
-	_ interface{ Unwrap() syncguard.LockBackend } = (*lockCall)(nil)
-)
+var _ syncguard.Queuer = (*lockCall)(nil)
 
 // options returns a copy of opts whose OnAttempt counts the attempt, then
 // calls opts.OnAttempt.
@@ -141,65 +129,16 @@ func (c *lockCall) options(opts *syncguard.LockOptions) *syncguard.LockOptions {
 	return &o
 }
 
-// Unwrap returns the Backend: syncguard.Lock finds the telemetry, release
-// timeout and logger through it.
-func (c *lockCall) Unwrap() syncguard.LockBackend { return c.b }
-
-// Queue is the Backend's.
-func (c *lockCall) Queue(key, identity string, once bool) syncguard.Waiter {
-	return c.b.Queue(key, identity, once)
-}
-
-// Acquire is the Backend's (a Lock on a backend without a queue polls).
-func (c *lockCall) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {
-	return c.b.Acquire(ctx, key, ttl)
-}
-
-// Release is the Backend's.
-func (c *lockCall) Release(ctx context.Context, lockID string) (syncguard.ReleaseResult, error) {
-	return c.b.Release(ctx, lockID)
-}
-
-// Extend is the Backend's. A result that says the lock is gone or
-// expired ends the lease, with that reason, unless it had ended already.
-func (c *lockCall) Extend(ctx context.Context, lockID string, ttl time.Duration) (syncguard.ExtendResult, error) {
-	r, err := c.b.Extend(ctx, lockID, ttl)
-	if err == nil && !r.OK {
-		if l := c.lease.Load(); l == nil || l.Err() == nil {
-			why := lossGone
-			if r.Reason == syncguard.ReasonExpired {
-				why = lossExpired
-			}
-			c.mu.Lock()
-			if c.failed == "" {
-				c.failed = why
-			}
-			c.mu.Unlock()
-		}
-	}
-	return r, err
-}
-
-// lossReason is the syncguard.loss.reason of the lease's end cause: an
-// extend's result that ended it, else its guaranteed lifetime running
-// out. It is decided at its first call, when the lease has ended.
+// lossReason is the syncguard.loss.reason of the lease's end cause.
 func (c *lockCall) lossReason(cause error) string {
-	if !errors.Is(cause, syncguard.ErrLockLost) {
+	if !errors.Is(cause, syncguard.ErrLockLost) || c.lease == nil {
 		return lossUnknown
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.loss == "" {
-		c.loss = lossNotExtended
-		if c.failed != "" {
-			c.loss = c.failed
-		}
-	}
-	return c.loss
+	return lossValue(c.lease.LossReason())
 }
 
 func (c *lockCall) acquired(span trace.Span, lease *syncguard.Lease, start time.Time) {
-	c.lease.Store(lease)
+	c.lease = lease
 	if span.IsRecording() {
 		span.AddEvent(outcomeAcquired, trace.WithAttributes(AttrAttempts.Int64(c.attempts),
 			AttrWaitDuration.Float64(time.Since(start).Seconds())))

@@ -131,7 +131,7 @@ func TestLossReasonOfRealLeases(t *testing.T) {
 				locks := syncguardtest.New()
 				var ev events
 				b := wrapNoop(locks, &ev)
-				c := &lockCall{b: b}
+				c := &lockCall{Backend: b}
 				lease, err := syncguard.Lock(ctx, c, "k", c.options(&syncguard.LockOptions{TTL: time.Minute, AutoExtend: want == lossNotExtended}))
 				if err != nil {
 					t.Fatal(err)
@@ -192,7 +192,7 @@ func TestAttemptsCountedByOnAttempt(t *testing.T) {
 		opts := &syncguard.LockOptions{OnAttempt: func(res syncguard.AcquireResult, err error) {
 			mine = append(mine, err == nil && res.OK)
 		}}
-		c := &lockCall{b: b}
+		c := &lockCall{Backend: b}
 		err := syncguard.WithLock(ctx, c, "k", func(ctx context.Context, _ *syncguard.Lease) error {
 			_, err := b.Acquire(ctx, "other", time.Minute)
 			return err
@@ -285,7 +285,7 @@ func TestAsFindsThroughTheWrapper(t *testing.T) {
 	if got, ok := syncguard.As[*syncguardtest.Backend](b); !ok || got != locks {
 		t.Errorf("As[*syncguardtest.Backend] = %v, %v; want the wrapped backend", got, ok)
 	}
-	if _, ok := syncguard.As[interface{ LeaseLogger() *slog.Logger }](&lockCall{b: b}); !ok {
+	if _, ok := syncguard.As[interface{ LeaseLogger() *slog.Logger }](&lockCall{Backend: b}); !ok {
 		t.Error("the LeaseLogger of the wrapped backend is not found from a Lock call's Locker")
 	}
 	if _, ok := syncguard.As[notificationStatuser](b); ok {

@@ -155,6 +155,15 @@ func (l *Lease) Err() error {
 	return context.Cause(l.ctx)
 }
 
+// LossReason says why the lease lost its lock, as LockEvent.LossReason:
+// "not-extended", "expired" or "gone"; "" while it holds it, or when it
+// ended otherwise (released).
+func (l *Lease) LossReason() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.loss
+}
+
 // Bind returns a copy of parent that is also cancelled when the lease
 // ends, with Err as its cause (context.Cause). Call cancel when done with
 // it. WithLock gives fn such a context when AutoExtend is set.

@@ -262,9 +262,12 @@ func TestAutoExtendLossWhenRowDeleted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := syncguardtest.New()
 		start := time.Now()
-		cause, at, _, _ := lostCase(t, b, func(l *syncguard.Lease) { b.Delete(l.LockID()) })
+		cause, at, _, l := lostCase(t, b, func(l *syncguard.Lease) { b.Delete(l.LockID()) })
 		if !strings.Contains(cause.Error(), "gone") || at.Sub(start) != 999666666 {
 			t.Fatalf("loss is detected by the first extend (at 999.67ms): %v at %v", cause, at.Sub(start))
+		}
+		if r := l.LossReason(); r != "gone" {
+			t.Errorf("LossReason %q, want gone", r)
 		}
 	})
 }
@@ -272,9 +275,9 @@ func TestAutoExtendLossWhenRowDeleted(t *testing.T) {
 func TestAutoExtendLossWhenRowExpired(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := syncguardtest.New()
-		cause, _, _, _ := lostCase(t, b, func(l *syncguard.Lease) { b.Expire(l.LockID()) })
-		if !strings.Contains(cause.Error(), "expired") {
-			t.Fatalf("the cause says the lock expired: %v", cause)
+		cause, _, _, l := lostCase(t, b, func(l *syncguard.Lease) { b.Expire(l.LockID()) })
+		if !strings.Contains(cause.Error(), "expired") || l.LossReason() != "expired" {
+			t.Fatalf("the cause says the lock expired: %v (LossReason %q)", cause, l.LossReason())
 		}
 	})
 }
@@ -289,8 +292,8 @@ func TestAutoExtendLossWhenExtendsKeepFailing(t *testing.T) {
 				cause, at, serverExpiry, l := lostCase(t, b, func(*syncguard.Lease) {
 					b.SetHook(failOp(syncguardtest.OpExtend, down))
 				})
-				if !errors.Is(cause, syncguard.ErrServiceUnavailable) {
-					t.Errorf("the cause carries the last extend error: %v", cause)
+				if !errors.Is(cause, syncguard.ErrServiceUnavailable) || l.LossReason() != "not-extended" {
+					t.Errorf("the cause carries the last extend error: %v (LossReason %q, want not-extended)", cause, l.LossReason())
 				}
 				// Lost at sent + granted - margin: well before expiry, but
 				// not absurdly early either.

@@ -111,9 +111,8 @@ func (c *Config) resolve() (resolved, error) {
 	return r, nil
 }
 
-// checkCollisions rejects table names that collide with another object
-// SetupSchema creates (one namespace): CREATE ... IF NOT EXISTS would skip
-// the second object silently.
+// checkCollisions rejects table names of another object SetupSchema
+// creates, which CREATE ... IF NOT EXISTS would skip silently.
 func checkCollisions(table, fenceTable string) error {
 	objects := []struct{ name, what string }{
 		{"idx_" + table + "_lock_id", "the lock table's lock_id index"},

@@ -71,9 +71,8 @@ func (r Report) Err() error {
 
 // CheckDeployment checks that syncguard can work correctly on db as it is
 // deployed, with the tables cfg names (nil: the defaults), and says what to
-// fix. It only reads (it creates, changes and locks nothing), so it runs as
-// the least-privileged role your service uses, in a smoke test after a
-// deployment or from `syncguard doctor`. Its statements go out unprepared.
+// fix. It only reads, unprepared, so it runs as the least-privileged role
+// your service uses, in a smoke test or from `syncguard doctor`.
 //
 // It checks the connection; the tables, their columns, primary keys and
 // indexes, exactly as SchemaSQL defines them, and the privileges the

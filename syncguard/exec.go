@@ -23,10 +23,9 @@ const (
 	prepOff            // one-shot statements (Config.DisablePrepare, or a pooler)
 )
 
-// sentArg is an argument that records when it is converted for sending:
-// database/sql (and pgx) does that only once it has a connection and the
-// statement prepared there, just before the statement goes out. An acquire
-// whose sentArg was never converted cannot have reached the server.
+// sentArg records when it is converted for sending, which database/sql
+// (and pgx) does just before the statement goes out, once it has a
+// connection: an acquire whose sentArg was not converted never went out.
 type sentArg struct {
 	v    string
 	sent atomic.Bool
@@ -178,9 +177,8 @@ func (s *shared) runReadCommitted(ctx context.Context, i int, args, dest []any) 
 }
 
 // prepared returns the *sql.Stmt for statement i, preparing it on first
-// use (not caching a failure); nil, with a nil error, when prepared
-// statements are off. Two first calls may both prepare: the loser closes
-// its copy.
+// use (a failure is not cached); nil, nil when prepared statements are
+// off. Two first calls may both prepare: the loser closes its copy.
 func (s *shared) prepared(ctx context.Context, i int) (*sql.Stmt, error) {
 	l := &s.stmts[i]
 	if st := l.stmt.Load(); st != nil {
@@ -205,10 +203,10 @@ func (s *shared) prepared(ctx context.Context, i int) (*sql.Stmt, error) {
 	return st, nil
 }
 
-// probe decides, once per Backend and before anything is prepared,
-// whether a connection pooler sits in between (pooler.Detect), which turns
-// prepared statements off. Without a driver.BackendPIDReader the answer is
-// "prepare", and the errors a pooler causes switch them off later.
+// probe decides, once before anything is prepared, whether a pooler sits
+// in between (pooler.Detect), which turns prepared statements off. Without
+// a driver.BackendPIDReader the answer is "prepare" (a pooler's errors
+// switch them off later).
 func (s *shared) probe(ctx context.Context) error {
 	s.probeMu.Lock()
 	defer s.probeMu.Unlock()

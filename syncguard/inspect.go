@@ -15,9 +15,8 @@ type ListOptions struct {
 	// Limit is the most locks returned, newest acquisition first.
 	// Default 100; negative means no limit.
 	Limit int
-	// Expired also returns the rows of expired locks. An expired row stays
-	// until its key is acquired again (or CleanupInIsLocked removes it);
-	// LockList.Live tells the two apart.
+	// Expired also returns the rows of expired locks (left until their key
+	// is acquired again); LockList.Live tells the two apart.
 	Expired bool
 	// Raw fills LockInfoDebug.Key and .LockID. Default false: only the
 	// HashKey forms. The raw values are sensitive (see LockInfoDebug).

@@ -36,12 +36,10 @@ var ErrLeaseReleased = errors.New("syncguard: lease released")
 // lifetime, which then counts if earlier; ExpiresAt keeps the last
 // confirmed expiry ("How guaranteed is computed" in docs/usage.md).
 //
-// With LockOptions.AutoExtend the lease extends itself by TTL once a third
-// of the current lifetime has passed (from that request's send time, a
-// successful manual Extend's too), retries a failed extend every tenth of
-// the lifetime, and gives up when the lifetime runs out; such an outage
-// logs one warning (to LockOptions.Logger) as it starts, one line as it
-// ends. Extensions are serialized.
+// With LockOptions.AutoExtend the lease extends itself by TTL a third of
+// the current lifetime after the last extend's (or acquire's) send time,
+// retries every tenth until the lifetime runs out, and logs an outage once
+// as it starts and once as it ends. Extensions are serialized.
 type Lease struct {
 	backend Locker
 	key     string

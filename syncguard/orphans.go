@@ -10,11 +10,10 @@ import (
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
-// The background release of the lockIds of acquires whose outcome is
-// unknown ("A cancelled acquire" in docs/errors.md): one worker per
-// Backend, running while any is pending, one statement per batch, retried
-// while not found (the statement may commit after the client gave up),
-// never past the lock's expiry. Its state: shared.orphans (shared.go).
+// The background release of acquires of unknown outcome ("A cancelled
+// acquire" in docs/errors.md): one worker per Backend while any is pending,
+// one statement per batch, retried while not found (the statement may
+// commit after the client gave up), never past the lock's expiry.
 
 const (
 	maxOrphans  = 4096 // pending at most; the newest beyond are left to expire

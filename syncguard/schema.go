@@ -149,9 +149,8 @@ func renderStatements(table, fenceTable string) statements {
 	}
 }
 
-// stripComments drops the full-line "--" comments of a statement file:
-// sent, they would fill pg_stat_activity's query text (1024 bytes by
-// default) before the statement starts.
+// stripComments drops a statement's "--" lines, which would fill
+// pg_stat_activity's query text (1024 bytes) before the statement starts.
 func stripComments(s string) string {
 	var b strings.Builder
 	for _, line := range strings.Split(s, "\n") {
@@ -165,10 +164,10 @@ func stripComments(s string) string {
 }
 
 // SchemaSQL returns the DDL that SetupSchema runs, for migration tools
-// (goose, golang-migrate, atlas, ...). It is idempotent (IF NOT EXISTS) and
-// creates the spec's schema exactly: the lock table with its primary key,
-// a unique index on lock_id and an index on expires_at_ms, and the fence
-// counter table with key_debug. cfg may be nil for the default names.
+// (goose, golang-migrate, atlas, ...): idempotent (IF NOT EXISTS), the
+// spec's schema exactly (the lock table with its primary key and indexes
+// on lock_id and expires_at_ms, the fence counter table with key_debug)
+// and the waiters and holders tables. cfg may be nil for the defaults.
 func SchemaSQL(cfg *Config) (string, error) {
 	r, err := cfg.resolve()
 	if err != nil {
@@ -181,12 +180,10 @@ func SchemaSQL(cfg *Config) (string, error) {
 // EXISTS races on the catalog otherwise).
 const schemaLockID = 0x73796e6367756172 // "syncguar"
 
-// SetupSchema creates the lock and fence tables and their indexes if they
-// do not exist. It is idempotent and safe to call concurrently from many
-// processes. cfg may be nil for the default names. When every table and
-// index already exists in the current schema it returns nil after one
-// query, so a role without CREATE on the schema may call it; otherwise the
-// role needs CREATE there.
+// SetupSchema creates the tables and their indexes that do not exist,
+// idempotent and safe to call concurrently; cfg may be nil for the default
+// names. When all exist in the current schema it returns nil after one
+// query, so a role without CREATE on the schema may call it then.
 func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	const op = "setupSchema"
 	ddl, err := SchemaSQL(cfg)

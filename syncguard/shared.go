@@ -90,8 +90,7 @@ type lazyStmt struct {
 	preparing atomic.Bool // a background prepare (for the WithTx path) is running
 }
 
-// unpreparedMark starts the text of every statement sent unprepared, so
-// that pgx does not run it as the statement of the same text prepared on
-// the connection before the switch ("Statements and round trips" in
-// docs/design.md).
+// unpreparedMark starts every statement sent unprepared, so that pgx does
+// not run it as the same text prepared on the connection before the switch
+// ("Statements and round trips" in docs/design.md).
 const unpreparedMark = "/* syncguard: unprepared */ "

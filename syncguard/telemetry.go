@@ -97,11 +97,9 @@ type LockEvent struct {
 	Duration time.Duration
 	// Attempts is the number of acquire attempts of a "wait"; 0 otherwise.
 	Attempts int
-	// LossReason, for a "hold" that lost its lock, says why:
-	// "not-extended" (its guaranteed lifetime ran out before an extend
-	// was confirmed), "expired" (an extend found it expired) or "gone" (an
-	// extend found it released through its lockId elsewhere, deleted or
-	// taken over). Empty otherwise.
+	// LossReason, for a "hold" that lost its lock, says why: "not-extended"
+	// (no extend confirmed in its guaranteed lifetime), or what an extend
+	// found: "expired" or "gone" (released elsewhere, deleted or taken over).
 	LossReason string
 }
 

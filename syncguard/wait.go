@@ -22,8 +22,7 @@ const defaultWaitWindow = 3 * time.Second
 // notifications. See Backend.NotificationStatus.
 type NotificationStatus struct {
 	// Active is true while the Backend's LISTEN connection is open and its
-	// probe came back: a waiter of this process is woken the moment a
-	// release anywhere hands it the key.
+	// probe came back: a release anywhere wakes the waiter it hands the key.
 	Active bool
 	// Reason says why not, when Active is false.
 	Reason string

@@ -198,8 +198,7 @@ func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err e
 	return res, sent, cut, err
 }
 
-// plan sets what the loop waits for after a failed attempt; fruitless
-// says it was a wake-up's and found the key still held.
+// plan sets the cues after a failed attempt; fruitless: a woken one's.
 func (l *waitLoop) plan(res AcquireResult, fruitless bool) {
 	now := time.Now()
 	if res.RetryIn > 0 {

@@ -41,10 +41,9 @@ type Target struct {
 	Notifications func(ctx context.Context) (status, detail, fix string)
 }
 
-// Check runs the checks on t in order and returns their findings. The
-// error, for the caller to classify, is non-nil only when the database
-// cannot be reached (the failed "connection" finding), or when the schema
-// cannot be read (a bug).
+// Check runs the checks on t in order and returns their findings; the
+// error, for the caller to classify, says that the database cannot be
+// reached (the failed "connection") or the schema cannot be read (a bug).
 func Check(ctx context.Context, t Target) ([]Finding, error) {
 	layout, err := parseSchema(t.Schema, t.Names)
 	if err != nil {

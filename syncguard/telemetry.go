@@ -63,9 +63,9 @@ func waitEvent(key string, res AcquireResult, err error, attempts int, start tim
 }
 
 // LockEvent describes one completed LockBackend operation, as in the spec,
-// or, when Lock or WithLock is given the TelemetryBackend itself (not a
-// wrapper around it), one acquisition ("wait", when it ends) or one Lease
-// ("hold", when it ends) of the lock helper.
+// or, when Lock or WithLock is given the TelemetryBackend (or a wrapper
+// whose Unwrap leads to it), one acquisition ("wait", when it ends) or one
+// Lease ("hold", when it ends) of the lock helper.
 type LockEvent struct {
 	// Type is one of the Event constants.
 	Type string

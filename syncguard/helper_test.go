@@ -227,11 +227,11 @@ func TestWithLockValidatesBeforeIO(t *testing.T) {
 	ctx := context.Background()
 	fn := func(context.Context, *syncguard.Lease) error { t.Error("fn must not run"); return nil }
 	for name, opts := range map[string]*syncguard.LockOptions{
-		"negative TTL":     {TTL: -time.Second},
-		"negative delay":   {Acquisition: syncguard.AcquisitionOptions{RetryDelay: -1}},
-		"bad backoff":      {Acquisition: syncguard.AcquisitionOptions{Backoff: "linear"}},
-		"bad jitter":       {Acquisition: syncguard.AcquisitionOptions{Jitter: "some"}},
-		"sub-ms TTL":       {TTL: time.Microsecond},
+		"negative TTL":   {TTL: -time.Second},
+		"negative delay": {Acquisition: syncguard.AcquisitionOptions{RetryDelay: -1}},
+		"bad backoff":    {Acquisition: syncguard.AcquisitionOptions{Backoff: "linear"}},
+		"bad jitter":     {Acquisition: syncguard.AcquisitionOptions{Jitter: "some"}},
+		"sub-ms TTL":     {TTL: time.Microsecond},
 	} {
 		requireCode(t, syncguard.WithLock(ctx, b, "k", fn, opts), syncguard.CodeInvalidArgument)
 		_ = name

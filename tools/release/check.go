@@ -62,13 +62,17 @@ func (ws *workspace) check() error {
 	if err != nil {
 		return err
 	}
+	published := map[string]bool{}
+	for _, m := range ws.publishedModules() {
+		published[m.Path] = true
+	}
 	for _, m := range ws.publishedModules() {
 		if len(m.File.Replace) > 0 {
 			return fmt.Errorf("%s/go.mod has a replace directive: consumers ignore it (develop with go.work instead)", m.Dir)
 		}
 		for _, r := range m.File.Require {
-			if strings.Contains(r.Mod.Path, "/internal/") && isSibling(r.Mod.Path) {
-				return fmt.Errorf("published module %s requires test machinery %s", m.Dir, r.Mod.Path)
+			if isSibling(r.Mod.Path) && !published[r.Mod.Path] {
+				return fmt.Errorf("published module %s requires %s, which is not published (test machinery, tools, examples)", m.Dir, r.Mod.Path)
 			}
 		}
 	}

@@ -17,7 +17,7 @@ func fakeRepo(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
 	files := map[string]string{
-		"go.work":               "go 1.26.0\n\nuse (\n\t.\n\t./pq\n\t./pgxstd\n\t./otelsyncguard\n\t./cmd/syncguard\n\t./internal/itest\n)\n\nreplace github.com/syncguard/syncguard-go v0.1.0 => ./\n",
+		"go.work":               "go 1.26.0\n\nuse (\n\t.\n\t./pq\n\t./pgxstd\n\t./otelsyncguard\n\t./cmd/syncguard\n\t./tests/itest\n)\n\nreplace github.com/syncguard/syncguard-go v0.1.0 => ./\n",
 		"go.mod":                "module github.com/syncguard/syncguard-go\n\ngo 1.25.0\n",
 		"syncguard/a.go":        "package syncguard\n",
 		"pq/go.mod":             "module github.com/syncguard/syncguard-go/pq\n\ngo 1.25.0\n\nrequire github.com/syncguard/syncguard-go v0.1.0\n",
@@ -135,5 +135,22 @@ func TestProxyZipLeavesOutNestedModulesAndRewritesGoMod(t *testing.T) {
 		if r.Mod.Version != "v0.3.0-rc.1" {
 			t.Errorf("cmd/syncguard.mod requires %s at %s, want v0.3.0-rc.1", r.Mod.Path, r.Mod.Version)
 		}
+	}
+}
+
+// A published module that requires a module of tests/, tools/ or examples/
+// (anything not published) fails the check before anything is built.
+func TestCheckRejectsPublishedRequiringTestMachinery(t *testing.T) {
+	root := fakeRepo(t)
+	gm := filepath.Join(root, "pq", "go.mod")
+	if err := os.WriteFile(gm, []byte("module github.com/syncguard/syncguard-go/pq\n\ngo 1.25.0\n\nrequire (\n\tgithub.com/syncguard/syncguard-go v0.1.0\n\tgithub.com/syncguard/syncguard-go/tests/itest v0.1.0\n)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := loadWorkspace(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.check(); err == nil || !strings.Contains(err.Error(), "tests/itest, which is not published") {
+		t.Fatalf("want the check to name the unpublished requirement; got %v", err)
 	}
 }

@@ -136,9 +136,11 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 	if b.shared.noHolders.Load() {
 		ident = ""
 	}
-	lockID := rules.GenerateLockID()
+	var lockID string
 	args := []any{k.Storage, nil, k.Fence, k.Norm, ttlMs}
-	if q != nil {
+	if q == nil {
+		lockID = rules.GenerateLockID()
+	} else {
 		lockID = q.lockID
 		// A queue row lives no longer than its wait.
 		window := b.shared.waitCfg.window

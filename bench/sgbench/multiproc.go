@@ -68,11 +68,37 @@ type ProcResult struct {
 	Releases int64        `json:"releases"`
 }
 
-// countLocker counts the statements a Locker runs. It passes ctx on, so
-// the Backend beneath still sees Lock's waiting record.
+// countLocker counts the statements a Locker runs. It is a
+// syncguard.Queuer whenever the Locker beneath is one (a wrapper that is
+// not would make Lock poll without a place in the queue), and counts its
+// Waiters' attempts too.
 type countLocker struct {
 	syncguard.Locker
 	attempts, releases *atomic.Int64
+}
+
+// Queue implements syncguard.Queuer: the Locker's Waiter, counted; nil (no
+// queue: Lock polls) when the Locker has none.
+func (c countLocker) Queue(key, identity string, once bool) syncguard.Waiter {
+	q, ok := c.Locker.(syncguard.Queuer)
+	if !ok {
+		return nil
+	}
+	w := q.Queue(key, identity, once)
+	if w == nil {
+		return nil
+	}
+	return countWaiter{w, c.attempts}
+}
+
+type countWaiter struct {
+	syncguard.Waiter
+	attempts *atomic.Int64
+}
+
+func (w countWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
+	w.attempts.Add(1)
+	return w.Waiter.Attempt(ctx, ttl)
 }
 
 func (c countLocker) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {

@@ -2,7 +2,10 @@ module github.com/syncguard/syncguard-go/tests/pgtest
 
 go 1.26.0
 
-require github.com/ory/dockertest/v3 v3.12.0
+require (
+	github.com/anishathalye/porcupine v1.3.1
+	github.com/ory/dockertest/v3 v3.12.0
+)
 
 require (
 	dario.cat/mergo v1.0.0 // indirect

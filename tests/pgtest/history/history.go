@@ -46,8 +46,11 @@ type Holding struct {
 	// Expiries are the confirmed expiries: the acquire's, then each
 	// successful extend's that changed it.
 	Expiries []int64
-	AcqSent  time.Time // local time the acquire was sent
-	AckedAt  time.Time // local time it returned OK
+	// ExtendSeen[i] is the local time Expiries[i+1] was recorded: when its
+	// extend had returned at the latest.
+	ExtendSeen []time.Time
+	AcqSent    time.Time // local time the acquire was sent
+	AckedAt    time.Time // local time it returned OK
 	// ReleaseSent is when the holder first sent a release (zero: never).
 	// From then on the lock may be gone, whatever the outcome.
 	ReleaseSent time.Time
@@ -56,6 +59,8 @@ type Holding struct {
 	// example "released", "release:<reason>", "lost:<why>"), or "" while
 	// it runs or when nobody said. Compact forgets only ended holdings.
 	End string
+	// EndedAt is the local time End was recorded.
+	EndedAt time.Time
 }
 
 // LastExpiryMs is the last confirmed expiry.
@@ -77,7 +82,8 @@ type History struct {
 	t0       time.Time
 	holdings []*Holding
 	events   map[string][]Event
-	seq      int // holdings begun
+	seq      int  // holdings begun
+	ops      []Op // recorded with Record (ops.go)
 
 	// What Compact checked and dropped; Check adds it to its results.
 	compacted  CheckStats
@@ -126,6 +132,7 @@ func (h *History) Extended(hd *Holding, expiresAt time.Time) {
 	ms := expiresAt.UnixMilli()
 	if ms != hd.Expiries[len(hd.Expiries)-1] {
 		hd.Expiries = append(hd.Expiries, ms)
+		hd.ExtendSeen = append(hd.ExtendSeen, time.Now())
 	}
 }
 
@@ -142,7 +149,7 @@ func (h *History) ReleaseSent(hd *Holding, t time.Time) {
 func (h *History) Ended(hd *Holding, end string, releaseOK bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	hd.End, hd.ReleaseOK = end, releaseOK
+	hd.End, hd.ReleaseOK, hd.EndedAt = end, releaseOK, time.Now()
 }
 
 // Event adds an operation to key's log (the oldest half of a long log is
@@ -179,6 +186,7 @@ func (h *History) Holdings() []Holding {
 	for i, hd := range h.holdings {
 		out[i] = *hd
 		out[i].Expiries = append([]int64(nil), hd.Expiries...)
+		out[i].ExtendSeen = append([]time.Time(nil), hd.ExtendSeen...)
 	}
 	return out
 }

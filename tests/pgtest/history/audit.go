@@ -26,10 +26,10 @@ type AuditRow struct {
 	Key       string // the user key (user_key, or the counter's key_debug)
 	// OldLock and NewLock are HashKey of the row's lockId before and after
 	// ("" when there is no such row version).
-	OldLock, NewLock      string
+	OldLock, NewLock       string
 	OldExpires, NewExpires int64
-	AcquiredAt            int64
-	Fence                 int64 // the new version's fence (the old one's for a DELETE)
+	AcquiredAt             int64
+	Fence                  int64 // the new version's fence (the old one's for a DELETE)
 }
 
 func auditNames(locks string) (table, fn string) {

@@ -143,7 +143,7 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 	} else {
 		lockID = q.lockID
 		// A queue row lives no longer than its wait.
-		window := b.shared.waitCfg.window
+		window := q.window()
 		if dl, ok := ctx.Deadline(); ok {
 			window = max(min(window, time.Until(dl)), time.Millisecond)
 		}
@@ -156,6 +156,7 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 		exhausted         bool
 		now               int64
 		absent            bool
+		rank              int64
 	}
 	sent := &sentArg{v: lockID}
 	args[1] = sent
@@ -163,7 +164,7 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 		args = append(args, ident)
 	}
 	stmt := acquireStmts[b2i(q != nil)][b2i(ident != "")]
-	dest := []any{&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted, &d.now, &d.absent}
+	dest := []any{&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted, &d.now, &d.absent, &d.rank}
 	err := b.run(ctx, stmt, args, dest...)
 	if err != nil && ctx.Err() == nil && (ident != "" && b.shared.holdersLost(err) || q != nil && b.shared.queueLost(err)) {
 		return b.acquire(ctx, key, ttl, ident, q) // without the missing table (noHolders, noQueue)
@@ -212,7 +213,7 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 			res.RetryIn = max(time.Duration(d.expires.Int64+rules.ToleranceMs+1-d.now)*time.Millisecond, 0)
 		}
 		if q != nil {
-			q.contended()
+			q.contended(d.rank)
 		}
 		return res, nil
 	}
@@ -276,13 +277,15 @@ func (b *Backend) release(ctx context.Context, lockID, waiterKey string) (Releas
 		deleted     sql.NullString
 		seenExpires sql.NullInt64
 		now         int64
-		woke        sql.NullString
-		leftQueue   bool
+		woke, wokeOn sql.NullString // the payload and channel of the waiter woken
+		leftQueue    bool
 	}
-	args, dest := []any{lockID, b.tx == nil, true, sql.NullString{String: waiterKey, Valid: waiterKey != ""}}, []any{&d.deleted, &d.seenExpires, &d.now, &d.woke, &d.leftQueue}
+	notifyInCommit := b.tx != nil || b.shared.cfg.NotifyDB == nil
+	args := []any{lockID, b.tx == nil, notifyInCommit, sql.NullString{String: waiterKey, Valid: waiterKey != ""}}
+	dest := []any{&d.deleted, &d.seenExpires, &d.now, &d.woke, &d.wokeOn, &d.leftQueue}
 	stmt := b.shared.releaseStmt()
 	err := b.run(ctx, stmt, args, dest...)
-	if err != nil && b.tx == nil && ctx.Err() == nil && b.shared.sqlState(err) == "54000" {
+	if err != nil && notifyInCommit && b.tx == nil && ctx.Err() == nil && b.shared.sqlState(err) == "54000" {
 		// A full notification queue: the same release without wake-ups.
 		args[2] = false
 		err = b.run(ctx, stmt, args, dest...)
@@ -300,6 +303,9 @@ func (b *Backend) release(ctx context.Context, lockID, waiterKey string) (Releas
 	}
 	if b.tx == nil && d.woke.Valid {
 		b.shared.waker.Wake(d.woke.String) // a waiter of this process handed the key: at once
+		if !notifyInCommit {
+			_ = b.shared.notify(ctx, d.wokeOn.String, d.woke.String)
+		}
 	}
 	// Ownership (docs/spec.md, rule O2): the deleted row must be ours.
 	if d.deleted.Valid && d.deleted.String == lockID {

@@ -228,7 +228,7 @@ func TestOwnCancellationBeats57014(t *testing.T) {
 func TestCancelInFlight(t *testing.T) {
 	b, mock := newMock(t, &Config{ReleaseTimeout: 50 * time.Millisecond})
 	mock.ExpectQuery("INSERT INTO").WillDelayFor(time.Minute).
-		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g"}).AddRow(nil, nil, nil, nil, false, int64(1000), false))
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "h"}).AddRow(nil, nil, nil, nil, false, int64(1000), false, int64(0)))
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(20*time.Millisecond, cancel)
 	start := time.Now()
@@ -294,13 +294,13 @@ func TestErrorClassification(t *testing.T) {
 }
 
 func TestAcquireOutcomesFromRow(t *testing.T) {
-	cols := []string{"lock_id", "expires_at_ms", "acquired_at_ms", "fence", "fence_exhausted", "now_ms", "absent"}
+	cols := []string{"lock_id", "expires_at_ms", "acquired_at_ms", "fence", "fence_exhausted", "now_ms", "absent", "ahead_n"}
 	// Another holder's row: contention, not an error, and nothing of the
 	// other holder leaks into the result. The holder's expiry (server
 	// time) tells the lock helper when to try again: when the lock is no
 	// longer live, expires + tolerance, 1 ms after.
 	b, mock := newMock(t, nil)
-	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow("BBBBBBBBBBBBBBBBBBBBBB", int64(2000), int64(1000), "000000000000007", false, int64(1500), false))
+	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow("BBBBBBBBBBBBBBBBBBBBBB", int64(2000), int64(1000), "000000000000007", false, int64(1500), false, int64(0)))
 	r, err := b.Acquire(context.Background(), "k", time.Second)
 	if err != nil || r.OK || r.Reason != ReasonLocked || r.Fence != "" || r.LockID != "" {
 		t.Fatalf("contention: got %+v, %v", r, err)
@@ -309,13 +309,13 @@ func TestAcquireOutcomesFromRow(t *testing.T) {
 		t.Errorf("contention: retry in %v, want %v (holder expires 2000, server now 1500)", r.RetryIn, (2000+rules.ToleranceMs+1-1500)*time.Millisecond)
 	}
 	// Nobody and no fence: contention (a lost race), expiry unknown.
-	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, false, int64(1500), false))
+	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, false, int64(1500), false, int64(0)))
 	r, err = b.Acquire(context.Background(), "k", time.Second)
 	if err != nil || r.OK || r.Reason != ReasonLocked || r.RetryIn != 0 {
 		t.Fatalf("lost race: got %+v, %v", r, err)
 	}
 	// Fence counter at its maximum: Internal, and the statement committed nothing.
-	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, true, int64(1500), false))
+	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, true, int64(1500), false, int64(0)))
 	_, err = b.Acquire(context.Background(), "k", time.Second)
 	wantCode(t, err, CodeInternal)
 	if err := mock.ExpectationsWereMet(); err != nil {
@@ -328,7 +328,7 @@ func TestAcquireArgumentsAndTTLRounding(t *testing.T) {
 	k, _ := rules.DeriveKey("café")
 	mock.ExpectQuery("INSERT INTO").
 		WithArgs(k.Storage, sqlmock.AnyArg(), k.Fence, "café", int64(1)).
-		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g"}).AddRow(nil, nil, nil, nil, false, int64(1000), false))
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "h"}).AddRow(nil, nil, nil, nil, false, int64(1000), false, int64(0)))
 	// Decomposed input is normalized; 1.9 ms counts as 1 ms.
 	if _, err := b.Acquire(context.Background(), "cafe\u0301", 1900*time.Microsecond); err != nil {
 		t.Fatal(err)
@@ -340,10 +340,10 @@ func TestAcquireArgumentsAndTTLRounding(t *testing.T) {
 
 func TestReleaseAndExtendReasons(t *testing.T) {
 	b, mock := newMock(t, nil)
-	rc := []string{"lock_id", "seen", "now", "woke", "left_queue"}
-	mock.ExpectQuery("DELETE FROM").WillReturnRows(sqlmock.NewRows(rc).AddRow(goodID, int64(5000), int64(1000), "0123456789abcdef", false))
-	mock.ExpectQuery("DELETE FROM").WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, int64(500), int64(2000), nil, false))
-	mock.ExpectQuery("DELETE FROM").WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000), nil, false))
+	rc := []string{"lock_id", "seen", "now", "woke", "woke_channel", "left_queue"}
+	mock.ExpectQuery("DELETE FROM").WillReturnRows(sqlmock.NewRows(rc).AddRow(goodID, int64(5000), int64(1000), "0123456789abcdef", "ch", false))
+	mock.ExpectQuery("DELETE FROM").WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, int64(500), int64(2000), nil, nil, false))
+	mock.ExpectQuery("DELETE FROM").WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000), nil, nil, false))
 	want := []ReleaseResult{{OK: true}, {Reason: ReasonExpired}, {Reason: ReasonNotFound}}
 	for i, w := range want {
 		got, err := b.Release(context.Background(), goodID)
@@ -443,8 +443,8 @@ func TestPoolSerializationFailureRerunsInReadCommitted(t *testing.T) {
 		b, mock := newMock(t, &Config{DisablePrepare: true})
 		mock.ExpectQuery("INSERT INTO").WillReturnError(&pgErr{code: st})
 		mock.ExpectBegin()
-		mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows([]string{"lock_id", "e", "a", "f", "x", "now", "absent"}).
-			AddRow(nil, nil, nil, nil, false, int64(1000), false))
+		mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows([]string{"lock_id", "e", "a", "f", "x", "now", "absent", "ahead_n"}).
+			AddRow(nil, nil, nil, nil, false, int64(1000), false, int64(0)))
 		mock.ExpectCommit()
 		r, err := b.Acquire(context.Background(), "k", time.Second)
 		if err != nil || r.OK || r.Reason != ReasonLocked {
@@ -613,11 +613,11 @@ func TestWaiterAttemptQueues(t *testing.T) {
 			args = []sqldriver.Value{sqlmock.AnyArg(), w.q.lockID, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), defaultWaitWindow.Milliseconds(), false}
 		}
 		mock.ExpectQuery("INSERT INTO").WithArgs(args...).
-			WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false))
+			WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "h"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false, int64(0)))
 		if _, err := w.Attempt(context.Background(), time.Second); err != nil {
 			t.Fatalf("once %v: %v", once, err)
 		}
-		if wake, renew, _ := w.Hints(); (wake != nil) != !once || (renew == defaultWaitWindow/3) != !once {
+		if wake, renew, _ := w.Hints(); (wake != nil) != !once || (renew == defaultWaitWindow/2) != !once {
 			t.Errorf("once %v: hints %v, %v: the waiter joined the queue: %v, want %v", once, wake, renew, wake != nil, !once)
 		}
 		if w.q != nil {
@@ -638,14 +638,14 @@ func TestWithdrawReleasesAgainWhenAHandOffRaced(t *testing.T) {
 	w := b.Queue("k", "", false)
 	lockID := w.(*queueWaiter).q.lockID
 	mock.ExpectQuery("INSERT INTO").
-		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false))
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "h"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false, int64(0)))
 	if _, err := w.Attempt(context.Background(), time.Second); err != nil {
 		t.Fatal(err)
 	}
-	rc := []string{"lock_id", "seen", "now", "woke", "left_queue"}
+	rc := []string{"lock_id", "seen", "now", "woke", "woke_channel", "left_queue"}
 	// Neither the lock nor the queue row: released again.
-	mock.ExpectQuery("DELETE FROM").WithArgs(lockID, true, true, sqlmock.AnyArg()).WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000), nil, false))
-	mock.ExpectQuery("DELETE FROM").WithArgs(lockID, true, true, sqlmock.AnyArg()).WillReturnRows(sqlmock.NewRows(rc).AddRow(lockID, nil, int64(2000), nil, false))
+	mock.ExpectQuery("DELETE FROM").WithArgs(lockID, true, true, sqlmock.AnyArg()).WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000), nil, nil, false))
+	mock.ExpectQuery("DELETE FROM").WithArgs(lockID, true, true, sqlmock.AnyArg()).WillReturnRows(sqlmock.NewRows(rc).AddRow(lockID, nil, int64(2000), nil, nil, false))
 	if err := w.Leave(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -653,11 +653,11 @@ func TestWithdrawReleasesAgainWhenAHandOffRaced(t *testing.T) {
 	w = b.Queue("k", "", false)
 	lockID = w.(*queueWaiter).q.lockID
 	mock.ExpectQuery("INSERT INTO").
-		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false))
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "h"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false, int64(0)))
 	if _, err := w.Attempt(context.Background(), time.Second); err != nil {
 		t.Fatal(err)
 	}
-	mock.ExpectQuery("DELETE FROM").WithArgs(lockID, true, true, sqlmock.AnyArg()).WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000), nil, true))
+	mock.ExpectQuery("DELETE FROM").WithArgs(lockID, true, true, sqlmock.AnyArg()).WillReturnRows(sqlmock.NewRows(rc).AddRow(nil, nil, int64(2000), nil, nil, true))
 	if err := w.Leave(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -13,11 +13,11 @@ import (
 // its next attempt).
 func TestReleaseCommitsWhenTheNotificationQueueIsFull(t *testing.T) {
 	b, mock := newMock(t, &Config{DisablePrepare: true})
-	rc := []string{"lock_id", "seen", "now", "woke", "left_queue"}
+	rc := []string{"lock_id", "seen", "now", "woke", "woke_channel", "left_queue"}
 	mock.ExpectQuery("DELETE FROM").WithArgs(goodID, true, true, sqlmock.AnyArg()).
 		WillReturnError(&pgErr{code: "54000"})
 	mock.ExpectQuery("DELETE FROM").WithArgs(goodID, true, false, sqlmock.AnyArg()).
-		WillReturnRows(sqlmock.NewRows(rc).AddRow(goodID, int64(5000), int64(1000), "0123456789abcdef", false))
+		WillReturnRows(sqlmock.NewRows(rc).AddRow(goodID, int64(5000), int64(1000), "0123456789abcdef", "ch", false))
 	got, err := b.Release(context.Background(), goodID)
 	if err != nil || !got.OK {
 		t.Fatalf("release with a full notification queue: got %+v, %v; want it done", got, err)

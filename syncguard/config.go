@@ -1,6 +1,7 @@
 package syncguard
 
 import (
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"os"
@@ -62,6 +63,18 @@ type Config struct {
 	// it. LockOptions.Identity overrides it for one lock. Default "": none
 	// is stored. At most 256 bytes. See "Holder identity" in docs/usage.md.
 	Identity string
+	// NotifyDB is the pool waiting's notifications travel through: the
+	// LISTEN connection that wakes Lock, WithLock and WatchKey is opened on
+	// it (with the dialect of its driver), and a release on the pool that
+	// hands a key over sends the wake-up through it after its commit.
+	// Default nil: db, the wake-up in the release's own commit. Set it when
+	// db cannot carry them well: behind a transaction-mode pooler (a pool
+	// that reaches PostgreSQL directly, or a session-mode pool), or when
+	// other programs LISTEN in db's database (a pool on a database of its
+	// own: PostgreSQL wakes every listening session of a database at each
+	// notifying commit there). Every process waiting on the same locks
+	// must use the same one. See "Waiting at scale" in docs/design.md.
+	NotifyDB *sql.DB
 	// ReleaseTimeout bounds every release this package runs on its own,
 	// detached from the caller's cancellation: after WithLock's fn and in
 	// Lease.Close (unless LockOptions.ReleaseTimeout is set), of an acquire

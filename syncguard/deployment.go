@@ -131,15 +131,16 @@ func CheckDeployment(ctx context.Context, db *sql.DB, cfg *Config) (Report, erro
 // b as a program would.
 func (b *Backend) notificationFinding(ctx context.Context) (status, detail, fix string) {
 	st := b.NotificationStatus(ctx)
+	via := map[bool]string{false: "the pool", true: "Config.NotifyDB"}[b.shared.cfg.NotifyDB != nil]
 	if st.Active {
-		return "ok", "a LISTEN connection receives the hand-off notifications: a waiting Lock/WithLock call attempts the moment a release hands it the key", ""
+		return "ok", "a LISTEN connection on " + via + " receives the hand-off notifications: a waiting Lock/WithLock call attempts the moment a release hands it the key", ""
 	}
-	fix = "waiting still works, and keeps its order (the queue is in the tables), but a waiter finds the key handed to it at its next attempt (at most a second later) instead of at once"
+	fix = "waiting still works, and keeps its order (the queue is in the tables), but a waiter finds the key handed to it at its next attempt instead of at once"
 	switch st.kind {
 	case waiting.KindNoListener:
 		fix = `import an adapter (_ "github.com/syncguard/syncguard-go/pgxstd" or .../pq), and with lib/pq open the pool with the pq adapter's connector or set Config.Dialect to pq.ListenDialect(dsn); ` + fix
 	case waiting.KindProbeLost:
-		fix = "a pooler in transaction mode does not forward notifications: point the processes that wait for locks at PostgreSQL directly or at a session-mode pool; " + fix
+		fix = "a pooler in transaction mode does not forward notifications: set Config.NotifyDB (syncguard doctor: SYNCGUARD_NOTIFY_DSN) to a pool that reaches PostgreSQL directly or through a session-mode pool; " + fix
 	}
 	return "warn", "waiting falls back to polling: " + st.Reason, fix
 }

@@ -34,7 +34,7 @@ func TestLostPreparedStatementSwitchesToOneShot(t *testing.T) {
 		}
 		id := rules.GenerateLockID()
 		row := func() *sqlmock.Rows {
-			return sqlmock.NewRows([]string{"d", "s", "n", "k", "l"}).AddRow(id, nil, int64(1), "0123456789abcdef", false)
+			return sqlmock.NewRows([]string{"d", "s", "n", "k", "c", "l"}).AddRow(id, nil, int64(1), "0123456789abcdef", "ch", false)
 		}
 		if st == "42P05" {
 			mock.ExpectPrepare("DELETE FROM").WillReturnError(&pgErr{code: st})

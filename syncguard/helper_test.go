@@ -529,7 +529,7 @@ func TestAcquireCancelWhileWaitingAbortsAtOnce(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		time.AfterFunc(150*time.Millisecond, cancel)
 		start := time.Now()
-		_, err := syncguard.Lock(ctx, b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Jitter: "none"}})
+		_, err := syncguard.Lock(ctx, scheduleOnly(b), "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Jitter: "none"}})
 		requireCode(t, err, syncguard.CodeAborted)
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("the cause must be context.Canceled: %v", err)

@@ -42,18 +42,20 @@ func (w *queueWaiter) Attempt(ctx context.Context, ttl time.Duration) (AcquireRe
 	return res, err
 }
 
-// Hints implements Waiter: its wake-up once queued, a renewal every third
-// of the queue window, polling while its key's channel is not listened on.
+// Hints implements Waiter: its wake-up once queued, its next attempt by
+// its place (queueState.next), polling while it is within listenRank of
+// the head and its key's channel is not listened on.
 func (w *queueWaiter) Hints() (wake <-chan struct{}, renew time.Duration, poll bool) {
 	if w.q == nil {
 		return nil, 0, false
 	}
+	renew = w.q.next()
 	w.q.mu.Lock()
 	defer w.q.mu.Unlock()
 	if w.q.wakeup == nil {
 		return nil, 0, false
 	}
-	return w.q.wakeup.C, w.q.s.waitCfg.window / 3, !w.q.wakeup.ChannelListened()
+	return w.q.wakeup.C, renew, w.q.rank <= listenRank && !w.q.wakeup.ChannelListened()
 }
 
 // Leave releases the waiter's lockId: that deletes its queue row and

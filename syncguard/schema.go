@@ -83,6 +83,7 @@ func renderText(text, table, fenceTable string) (string, error) {
 	}
 	names["now_us"] = "floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint"
 	names["waiter_gc"] = strconv.FormatInt(waiterGCMs, 10)
+	names["rank_cap"] = strconv.Itoa(rankCap)
 	prefix := waiting.Prefix(table)
 	text = wakeChannelRE.ReplaceAllStringFunc(text, func(m string) string {
 		return waiting.ChannelSQL(prefix, wakeChannelRE.FindStringSubmatch(m)[1])
@@ -98,8 +99,12 @@ var (
 	wakePayloadRE = regexp.MustCompile(`\{\{wake_payload\(([^()]*)\)\}\}`)
 )
 
-// waiterGCMs: a waiter's row dead this long goes at its key's next attempt.
-const waiterGCMs = 60_000
+// waiterGCMs: a waiter's row dead this long goes at its key's next
+// attempt. rankCap: a waiter's rank is counted up to it (wait.go).
+const (
+	waiterGCMs = 60_000
+	rankCap    = 64
+)
 
 // schemaNames are the table and index names of one configuration, by
 // their placeholder in the statement files, unquoted.

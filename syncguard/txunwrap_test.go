@@ -101,7 +101,7 @@ func TestWithTxRunsOnTheEmbeddedSQLTx(t *testing.T) {
 	// *sql.Tx with its arguments as given.
 	id := rules.GenerateLockID()
 	mock.ExpectQuery("DELETE FROM").WithArgs(id, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg()).
-		WillReturnRows(sqlmock.NewRows([]string{"d", "s", "n", "k", "l"}).AddRow(id, nil, int64(1), "0123456789abcdef", false))
+		WillReturnRows(sqlmock.NewRows([]string{"d", "s", "n", "k", "c", "l"}).AddRow(id, nil, int64(1), "0123456789abcdef", "ch", false))
 	if _, err := b.WithTx(&preparingTx{GormTx: tx}).Release(context.Background(), id); err != nil {
 		t.Fatalf("release through the wrapper's *sql.Tx: %v", err)
 	}

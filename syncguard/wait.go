@@ -16,7 +16,7 @@ import (
 // is rows of the waiters table; internal/waiting only wakes the waiter
 // that a release names.
 
-const defaultWaitWindow = 3 * time.Second
+const defaultWaitWindow = 15 * time.Second
 
 // NotificationStatus says whether waiting on a Backend is woken by
 // notifications. See Backend.NotificationStatus.
@@ -67,21 +67,38 @@ func (b *Backend) Close() error {
 
 func newWaker(s *shared) *waiting.Waker {
 	cfg := s.waitCfg.waker
-	if l, ok := s.cfg.Dialect.(driver.Listener); ok {
+	db, dialect := s.db, s.cfg.Dialect
+	if db = s.cfg.NotifyDB; db == nil {
+		db = s.db
+	} else if d, ok := driver.Lookup(db.Driver()); ok {
+		dialect = d
+	}
+	if l, ok := dialect.(driver.Listener); ok {
 		cfg.Open = func(ctx context.Context, channel string) (driver.NotifyConn, error) {
-			return l.Listen(ctx, s.db, channel)
+			return l.Listen(ctx, db, channel)
 		}
 	} else {
 		cfg.NoListener = "the dialect has no driver.Listener (lib/pq: open the pool with sql.OpenDB(pq.NewConnector(dsn)) of the syncguard pq adapter, or set Config.Dialect to pq.ListenDialect(dsn))"
 	}
-	cfg.Notify = func(ctx context.Context, channel, payload string) error {
-		return (&Backend{shared: s}).oneShot(ctx, "SELECT pg_notify($1::text, $2::text)", []any{channel, payload}, nil)
-	}
+	cfg.Notify = s.notify
 	cfg.OnFallback = func(st waiting.Status) {
 		s.cfg.Logger.Warn("syncguard: waiting falls back to polling: a waiter finds the key handed to it at its next attempt instead of at once (the order of waiters is kept)",
 			slog.String("reason", st.Reason))
 	}
 	return waiting.New(cfg)
+}
+
+// notify sends a notification: through NotifyDB when it is set (the
+// probe, and a wake-up after the commit of the release that hands the key
+// over: best effort, the waiter's next attempt finds the key anyway), else
+// through the pool.
+func (s *shared) notify(ctx context.Context, channel, payload string) error {
+	const stmt = "SELECT pg_notify($1::text, $2::text)"
+	if s.cfg.NotifyDB != nil {
+		_, err := s.cfg.NotifyDB.ExecContext(ctx, stmt, channel, payload)
+		return err
+	}
+	return (&Backend{shared: s}).oneShot(ctx, stmt, []any{channel, payload}, nil)
 }
 
 // queueLost and holdersLost report whether err says that the waiters (or
@@ -109,7 +126,20 @@ func (s *shared) tableLost(err error, table string, lost, warned *atomic.Bool, u
 	return true
 }
 
-// queueState is a queued waiter's place: its lockId and its wake-up.
+// Spacing by place ("Waiting at scale" in docs/design.md): a waiter
+// learns its rank (live waiters ahead, counted up to rankCap) from each
+// attempt. Within listenRank of the head it listens and renews its row
+// every half window; further back it does not listen (its process
+// need not be a listening session), its row lives twice as long, and it
+// attempts again when the queue's pace says it is about to come within
+// listenRank (at least approachMin apart).
+const (
+	listenRank  = 3
+	approachMin = 10 * time.Millisecond
+)
+
+// queueState is a queued waiter's place: its lockId, its wake-up, and its
+// rank as its attempts saw it.
 type queueState struct {
 	s       *shared
 	storage string
@@ -118,8 +148,10 @@ type queueState struct {
 	unknown atomic.Bool // an attempt's outcome was unknown: Leave also releases in the background
 	ttl     atomic.Int64
 
-	mu     sync.Mutex
-	wakeup *waiting.Wakeup // the wake-up, from the first queued attempt on
+	mu             sync.Mutex
+	wakeup         *waiting.Wakeup // the wake-up, from the first queued attempt on
+	rank, rank0    int64           // the last attempt's rank, the first's
+	rankAt, joined time.Time       // when they were seen
 }
 
 // join registers the waiter's wake-up before its queued attempt of ttl
@@ -135,14 +167,46 @@ func (q *queueState) join(ttlMs int64) bool {
 	return q.s.waker.ChannelListened(q.channel)
 }
 
-// contended asks for the key's channel after a failed queued attempt.
-func (q *queueState) contended() {
+// contended records a failed queued attempt's rank, and asks for the
+// key's channel when the waiter is within listenRank of the head.
+func (q *queueState) contended(rank int64) {
+	now := time.Now()
 	q.mu.Lock()
-	wakeup := q.wakeup
-	q.mu.Unlock()
-	if wakeup != nil {
-		wakeup.Listen()
+	defer q.mu.Unlock()
+	if q.joined.IsZero() {
+		q.rank0, q.joined = rank, now
 	}
+	q.rank, q.rankAt = rank, now
+	if q.wakeup != nil && rank <= listenRank {
+		q.wakeup.Listen()
+	}
+}
+
+// window is how long the waiter's row lives after its next attempt.
+func (q *queueState) window() time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.rank > listenRank {
+		return 2 * q.s.waitCfg.window
+	}
+	return q.s.waitCfg.window
+}
+
+// next is when the waiter attempts again without a cue from a release:
+// to renew its row (at half its window), or, far back, as it nears listenRank at the pace the
+// queue moved since it joined (doubling while it has not moved).
+func (q *queueState) next() time.Duration {
+	renew := q.window() / 2
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.rank <= listenRank {
+		return renew
+	}
+	waited := q.rankAt.Sub(q.joined)
+	if moved := q.rank0 - q.rank; moved > 0 {
+		waited = waited * time.Duration(q.rank-listenRank) / time.Duration(2*moved)
+	}
+	return min(max(waited, approachMin), renew)
 }
 
 // close ends the wake-up; it reports whether the waiter had joined.

@@ -127,7 +127,7 @@ func (l *waitLoop) run() (AcquireResult, time.Time, error) {
 		case l.c.maxRetries == 0 || l.final:
 			return l.giveUp(nil)
 		}
-		l.plan(res, woken && err == nil)
+		l.plan(res, err == nil, woken && err == nil)
 		woken = false
 	wait:
 		for {
@@ -198,8 +198,9 @@ func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err e
 	return res, sent, cut, err
 }
 
-// plan sets the cues after a failed attempt; fruitless: a woken one's.
-func (l *waitLoop) plan(res AcquireResult, fruitless bool) {
+// plan sets the cues after a failed attempt (answered: not an outage's);
+// fruitless: a woken one's.
+func (l *waitLoop) plan(res AcquireResult, answered, fruitless bool) {
 	now := time.Now()
 	if res.RetryIn > 0 {
 		l.due[cueExpiry] = now.Add(res.RetryIn)
@@ -209,6 +210,12 @@ func (l *waitLoop) plan(res AcquireResult, fruitless bool) {
 	}
 	wake, renew, poll := l.w.Hints()
 	l.hintWake = wake
+	switch {
+	case answered && wake != nil && l.c.maxRetries == math.MaxInt:
+		l.due[cueRetry] = time.Time{} // queued: releases, expiry and renewals cue its attempts
+	case l.due[cueRetry].IsZero():
+		l.due[cueRetry] = now.Add(l.c.delay(l.retries + 1))
+	}
 	if l.due[cueHeed].IsZero() {
 		l.wake = wake
 	}

@@ -88,7 +88,7 @@ type Config struct {
 	OpenTimeout  time.Duration // Open, and each LISTEN: default 10 s
 	ProbeTimeout time.Duration // the probe's round trip: default 3 s
 	Ping         time.Duration // ping after this long without a notification: default 10 s
-	Linger       time.Duration // keep listening on a channel after its last waiter: default 10 s
+	Linger       time.Duration // keep listening on a channel after its last waiter: default 250 ms
 	Idle         time.Duration // close the connection after this long without waiters: default 30 s
 	RetryMin     time.Duration // reopen after a failure, doubling: default 5 s
 	RetryMax     time.Duration // up to: default 5 min
@@ -99,7 +99,7 @@ func (c *Config) defaults() {
 		v   *time.Duration
 		def time.Duration
 	}{{&c.OpenTimeout, 10 * time.Second}, {&c.ProbeTimeout, 3 * time.Second}, {&c.Ping, 10 * time.Second},
-		{&c.Linger, 10 * time.Second}, {&c.Idle, 30 * time.Second}, {&c.RetryMin, 5 * time.Second}, {&c.RetryMax, 5 * time.Minute}} {
+		{&c.Linger, 250 * time.Millisecond}, {&c.Idle, 30 * time.Second}, {&c.RetryMin, 5 * time.Second}, {&c.RetryMax, 5 * time.Minute}} {
 		if *d.v <= 0 {
 			*d.v = d.def
 		}
@@ -457,6 +457,9 @@ func (w *Waker) serve() Status {
 		}
 	}
 	timedOut := ctx.Err() != nil
+	if err == nil { // listening sessions cost every notifying commit in the database: only key channels are listened
+		err = conn.Exec(ctx, "UNLISTEN "+quote(w.probe))
+	}
 	cancel()
 	if err != nil {
 		if w.ctx.Err() != nil {

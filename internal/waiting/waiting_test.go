@@ -53,10 +53,22 @@ func (c *fakeConn) Close() error {
 	c.closed = true
 	return nil
 }
+// log is what the connection ran after the probe's UNLISTEN (which
+// probeUnlistened checks).
 func (c *fakeConn) log() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return strings.Join(c.execs, "|")
+	execs := c.execs
+	if len(execs) > 0 && strings.HasPrefix(execs[0], `UNLISTEN "syncguard:probe:`) {
+		execs = execs[1:]
+	}
+	return strings.Join(execs, "|")
+}
+
+func (c *fakeConn) probeUnlistened() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.execs) > 0 && strings.HasPrefix(c.execs[0], `UNLISTEN "syncguard:probe:`)
 }
 
 // world is a waker on fake connections; the probe comes back unless lost.
@@ -120,6 +132,9 @@ func TestListenThenWakeOnlyTheNamedWaiter(t *testing.T) {
 		}
 		if got := w.conn().log(); got != `LISTEN "chan1"` {
 			t.Errorf("rule: one LISTEN per channel, however many waiters; ran %q", got)
+		}
+		if !w.conn().probeUnlistened() {
+			t.Error("rule: the probe channel is unlistened once the probe came back (a listening session costs every notifying commit)")
 		}
 		if !a.ChannelListened() {
 			t.Error("rule: ChannelListened is true once the channel is listened on and the probe came back")

@@ -11,10 +11,12 @@
 --        tombstone (ttl 0) when the waiter has given up and this is
 --        an attempt of its that was still in flight: it takes nothing
 --        and q does not bring the row back.
--- ahead: a live waiter queued before this one (before now, for a waiter
---        not queued yet). While there is one, the key is not free for this
---        waiter even when no lock is live: a crashed holder's key goes to
---        the first waiter, not to whoever attempts first.
+-- ahead: the live waiters queued before this one (before now, for a
+--        waiter not queued yet), counted up to {{rank_cap}}: the waiter's
+--        rank, returned as ahead_n (it spaces the waiter's attempts and
+--        says whether it listens). While there is one, the key is not free
+--        for this waiter even when no lock is live: a crashed holder's key
+--        goes to the first waiter, not to whoever attempts first.
 -- q:     a waiter that did not get the key queues, at its place (the
 --        server's clock in microseconds at its first attempt, kept), or
 --        renews its row: live for $6 ms more, notified or not ($7); a row
@@ -100,16 +102,17 @@ me AS (
   SELECT w."place", w."deadline_ms", w."notified", w."ttl_ms" FROM {{waiters}} AS w WHERE w."lock_id" = $2::text
 ),
 ahead AS (
-  SELECT 1 FROM {{waiters}} AS w, t
-  WHERE w."key" = $1::text AND w."lock_id" <> $2::text AND w."deadline_ms" > t.now_ms
-    AND (w."place", w."lock_id") < (COALESCE((SELECT me."place" FROM me), {{now_us}}), $2::text)
-  LIMIT 1
+  SELECT count(*) AS n FROM (
+    SELECT 1 FROM {{waiters}} AS w, t
+    WHERE w."key" = $1::text AND w."lock_id" <> $2::text AND w."deadline_ms" > t.now_ms
+      AND (w."place", w."lock_id") < (COALESCE((SELECT me."place" FROM me), {{now_us}}), $2::text)
+    LIMIT {{rank_cap}}) AS a
 ),
 --end
 gate AS (
   SELECT CASE WHEN EXISTS (SELECT 1 FROM cur) THEN 'busy'
 --if queue
-             WHEN EXISTS (SELECT 1 FROM ahead) THEN 'busy'
+             WHEN (SELECT ahead.n FROM ahead) > 0 THEN 'busy'
              WHEN EXISTS (SELECT 1 FROM me WHERE me."ttl_ms" = 0) THEN 'busy'
 --end
              WHEN pg_try_advisory_xact_lock(hashtext($1::text)) THEN 'gated'
@@ -196,7 +199,13 @@ SELECT
   (EXISTS (SELECT 1 FROM free) AND NOT EXISTS (SELECT 1 FROM f)
    AND COALESCE((SELECT snapf."fence" FROM snapf), 0) >= {{fence_max}}) AS fence_exhausted,
   t.now_ms,
-  (SELECT gate.state = 'absent' FROM gate) AS absent
+  (SELECT gate.state = 'absent' FROM gate) AS absent,
+--if queue
+  (SELECT ahead.n FROM ahead) AS ahead_n
+--end
+--if !queue
+  0::bigint AS ahead_n
+--end
 FROM t
 LEFT JOIN won ON true
 LEFT JOIN cur ON true

@@ -1,8 +1,10 @@
 -- release: one statement. $1 lockId, $2 true on the pool path (the
 -- statement is its own transaction), false inside the caller's, $3 whether
--- to send wake-up notifications (false on the re-run after a full
--- notification queue failed the commit with 54000: the hand-off still
--- commits, and the waiter finds it at its next attempt), $4 the storage
+-- to send wake-up notifications in its commit (false on the re-run after a
+-- full notification queue failed the commit with 54000: the hand-off still
+-- commits, and the waiter finds it at its next attempt; false with
+-- Config.NotifyDB, which carries the wake-up, woke on woke_channel, after
+-- the commit), $4 the storage
 -- key when $1 is a waiter of Lock giving up (its withdrawal), else NULL.
 -- Deletes the row only if it belongs to $1 and is live, under the row lock
 -- (a concurrent takeover changes lock_id, and the re-check then fails).
@@ -131,10 +133,12 @@ SELECT d."lock_id",
   t.now_ms,
 --if queue
   (SELECT {{wake_payload(wk."lock_id")}} FROM wk LIMIT 1) AS woke,
+  (SELECT {{wake_channel(wk."key")}} FROM wk LIMIT 1) AS woke_channel,
   EXISTS (SELECT 1 FROM me WHERE me.was) AS left_queue
 --end
 --if !queue
   NULL::text AS woke,
+  NULL::text AS woke_channel,
   false AS left_queue
 --end
 FROM t

@@ -146,7 +146,8 @@ func (a *app) usage(w io.Writer) {
 		"$SYNCGUARD_NO_PREPARE, --wait $SYNCGUARD_WAIT (the command line wins).\n"+
 		"Durations are seconds (10, 2.5) or Go durations (500ms, 1m30s).\n"+
 		"Connection: --dsn, else $DATABASE_URL, else the standard PG* variables\n"+
-		"(PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE, PGSERVICE, ...).\n"+
+		"(PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE, PGSERVICE, ...);\n"+
+		"waiting's notifications: $SYNCGUARD_NOTIFY_DSN if set (a direct session behind a pooler).\n"+
 		"Exit statuses: 0 ok, 64 usage or configuration, 69 database unavailable, 70 internal,\n"+
 		"75 lock busy, 76 lock lost, 77 credentials or privileges refused;\n"+
 		"run: the command's own status, 128+N if it died of signal N;\n"+

@@ -45,6 +45,9 @@ func (a *app) openMode(unnamed bool) (*sql.DB, error) {
 	if err != nil {
 		return nil, usageErr("invalid connection settings (from %s): %v", source, err)
 	}
+	if _, err := pgx.ParseConfig(a.getenv("SYNCGUARD_NOTIFY_DSN")); err != nil {
+		return nil, usageErr("invalid SYNCGUARD_NOTIFY_DSN: %v", err)
+	}
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = a.timeout
 	}
@@ -69,14 +72,19 @@ func (a *app) openMode(unnamed bool) (*sql.DB, error) {
 // statement cache on.
 func (a *app) prepares() bool { return !a.noPrepare && !a.dsnNoPrepare }
 
-// config is the syncguard configuration from the global flags.
+// config is the syncguard configuration from the global flags, and
+// SYNCGUARD_NOTIFY_DSN's pool for notifications (checked by open).
 func (a *app) config() *syncguard.Config {
-	return &syncguard.Config{
+	c := &syncguard.Config{
 		TableName: a.table, FenceTableName: a.fenceTable,
 		DisablePrepare: !a.prepares(),
 		Dialect:        pgxstd.Dialect,
 		Logger:         slog.New(&lineHandler{a: a}),
 	}
+	if n, err := pgx.ParseConfig(a.getenv("SYNCGUARD_NOTIFY_DSN")); err == nil && a.getenv("SYNCGUARD_NOTIFY_DSN") != "" {
+		c.NotifyDB = stdlib.OpenDB(*n)
+	}
+	return c
 }
 
 // session opens the backend for a command that runs a few operations: ctx

@@ -7,7 +7,7 @@ import (
 
 // The layers of the repository (docs/design.md, Layout), bottom up: the
 // internal packages; the core (syncguard, driver); what is built on the
-// core's exported API (the adapters pq and pgxstd, election, advisory,
+// core's exported API (the adapters pq and pgxstd, election, advisory, txguard,
 // conformance, syncguardtest, otelsyncguard); the CLI. Outside them, the
 // test suites, tools, examples and benchmarks (tests/, tools/, examples/,
 // bench/) may import anything, and nothing of the library imports them.
@@ -16,7 +16,7 @@ import (
 
 // aboveInternal are the packages (with their subpackages) that no internal
 // package may import: the core and what is built on it.
-var aboveInternal = []string{"syncguard", "election", "conformance", "advisory", "syncguardtest"}
+var aboveInternal = []string{"syncguard", "election", "conformance", "advisory", "syncguardtest", "txguard"}
 
 // outsideLibrary are the folders of programs and suites outside the
 // library, which its non-test code must not import.

@@ -1,0 +1,82 @@
+package txguard_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log"
+	"strings"
+
+	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/txguard"
+)
+
+// A job writes under a lease: its writes commit only while the lease
+// holds, and a takeover of the key waits for the transaction. The same
+// flow runs against PostgreSQL in tests/itest (TestTxGuardExampleFlow).
+func ExampleGuard_HoldLease() {
+	var db *sql.DB // opened with a registered driver; see syncguard's package doc
+	ctx := context.Background()
+	locks, err := syncguard.New(db, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	guard, err := txguard.New(db, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = syncguard.WithLock(ctx, locks, "invoice:42", func(ctx context.Context, lease *syncguard.Lease) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		held, err := guard.HoldLease(ctx, tx, lease) // first, before the transaction's other row locks
+		if err != nil {
+			return err // errors.Is(err, syncguard.ErrLockLost): nothing was written
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE invoices SET state = 'sent', fence = $1 WHERE id = 42`, string(held.Fence)); err != nil {
+			return guard.Classify(ctx, err) // a fence guard's rejection: errors.Is(err, txguard.ErrStaleFence)
+		}
+		return tx.Commit()
+	}, nil)
+	if errors.Is(err, syncguard.ErrLockLost) {
+		fmt.Println("the lease was lost; nothing was written")
+	}
+}
+
+// The SQL function that Setup creates checks the lease inside the
+// caller's own statement, here one that sets the fence column from it.
+func ExampleSchemaSQL() {
+	ddl, err := txguard.SchemaSQL(&syncguard.Config{TableName: "app_locks"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, line := range strings.Split(ddl, "\n") {
+		if strings.HasPrefix(line, "CREATE") {
+			fmt.Println(line)
+		}
+	}
+	fmt.Println(`UPDATE invoices SET state = 'sent', fence = "app_locks_hold"($1) WHERE id = 42`)
+	// Output:
+	// CREATE OR REPLACE FUNCTION "app_locks_hold"(p_lock_id text) RETURNS bigint
+	// UPDATE invoices SET state = 'sent', fence = "app_locks_hold"($1) WHERE id = 42
+}
+
+// Names go into DDL quoted, and only plain identifiers are accepted:
+// anything else is InvalidArgument before any I/O.
+func ExampleFenceGuardSQL() {
+	_, err := txguard.FenceGuardSQL("billing.invoices", "fence; DROP TABLE x")
+	fmt.Println(syncguard.CodeOf(err))
+	ddl, _ := txguard.FenceGuardSQL("billing.invoices", "fence")
+	for _, line := range strings.Split(ddl, "\n") {
+		if strings.HasPrefix(line, "CREATE") {
+			fmt.Println(line)
+		}
+	}
+	// Output:
+	// InvalidArgument
+	// CREATE OR REPLACE FUNCTION "billing"."invoices_fence_guard"() RETURNS trigger
+	// CREATE TRIGGER "syncguard_fence_guard" BEFORE UPDATE ON "billing"."invoices"
+}

@@ -1,0 +1,199 @@
+package txguard
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/errwrap"
+	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+// SQLSTATEs raised by the package's SQL functions (an implementation-defined
+// class, "SG", that PostgreSQL itself never uses).
+const (
+	// SQLStateLeaseLost: the SQL function <TableName>_hold found the lease
+	// not held (see SchemaSQL).
+	SQLStateLeaseLost = "SG001"
+	// SQLStateStaleFence: a fence guard rejected a write whose fence is
+	// below the stored one (see FenceGuardSQL).
+	SQLStateStaleFence = "SG002"
+)
+
+// ErrStaleFence is the cause (errors.Is) of the error Classify returns for
+// a write that a fence guard rejected.
+var ErrStaleFence = errors.New("syncguard: stale fence")
+
+// Guard checks leases inside callers' transactions. It holds no
+// connection; it is safe for concurrent use.
+type Guard struct {
+	table   string // the lock table, unquoted
+	dialect driver.Dialect
+	hold    string // hold.sql, rendered
+}
+
+// New returns a Guard for the lock table that cfg names (nil: the
+// defaults), with the rules of syncguard.Config: TableName and
+// Config.Dialect are read, the other fields ignored. db is only used to
+// find the dialect, which reads driver errors (SQLSTATEs): import an
+// adapter or set cfg.Dialect. New does no I/O; bad input is an
+// InvalidArgument *syncguard.Error.
+func New(db *sql.DB, cfg *syncguard.Config) (*Guard, error) {
+	const op = "txguard.new"
+	table, err := tableName(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var d driver.Dialect
+	if cfg != nil {
+		d = cfg.Dialect
+	}
+	if d == nil {
+		if db == nil {
+			return nil, invalidArg(op, "db must not be nil when cfg.Dialect is not set")
+		}
+		var ok bool
+		if d, ok = driver.Lookup(db.Driver()); !ok {
+			return nil, invalidArg(op, fmt.Sprintf("no syncguard dialect registered for database/sql driver %T: import an adapter "+
+				`(_ "github.com/syncguard/syncguard-go/pq" or _ "github.com/syncguard/syncguard-go/pgxstd") or set Config.Dialect (registered: %s)`,
+				db.Driver(), strings.Join(driver.Registered(), ", ")))
+		}
+	}
+	return &Guard{table: table, dialect: d, hold: stripComments(render("hold.sql", table, nil))}, nil
+}
+
+// Held is a lease as Hold found and locked it.
+type Held struct {
+	Fence     syncguard.Fence // the lease's fence, from the lock row
+	ExpiresAt time.Time       // the lock row's expiry (server time); extends may move it later
+	Now       time.Time       // the server's clock when the row lock was granted
+}
+
+// Hold checks, in tx, that the lease lockID on key is held: its lock row
+// exists with that lockId and has not expired by the server's clock
+// (expires_at_ms > now, without the spec's 1000 ms tolerance). It locks
+// that row FOR KEY SHARE until tx ends, so no takeover of the key (an
+// acquire, a release, Revoke, cleanup, the reference implementation's
+// acquire) can commit before tx does, while the lease's own extends go
+// through. Writes that tx makes after Hold returns nil therefore commit
+// only while the lease holds. One round trip.
+//
+// A lease that is not held is an InvalidArgument *syncguard.Error
+// wrapping syncguard.ErrLockLost (errors.Is), as Lease.Extend reports an
+// ended lease; its Msg says whether the lease expired or is gone. Under
+// REPEATABLE READ or SERIALIZABLE a takeover or release that committed
+// after tx's snapshot fails Hold with SQLSTATE 40001 (ServiceUnavailable,
+// retryable: a retry of the whole transaction checks again); a deadlock
+// with tx's other row locks is 40P01 (the same). After any error the
+// caller must roll tx back. Bad input is InvalidArgument before any I/O.
+func (g *Guard) Hold(ctx context.Context, tx *sql.Tx, key, lockID string) (Held, error) {
+	const op = "hold"
+	k, err := rules.DeriveKey(key)
+	if err != nil {
+		e := ruleErr(op, err)
+		e.Key = key
+		return Held{}, e
+	}
+	if err := rules.ValidateLockID(lockID); err != nil {
+		e := ruleErr(op, err)
+		e.LockID = lockID
+		return Held{}, e
+	}
+	if tx == nil {
+		return Held{}, invalidArg(op, "tx must not be nil: Hold locks the lease in the caller's transaction")
+	}
+	if err := ctx.Err(); err != nil {
+		return Held{}, g.wrap(ctx, op, key, lockID, err)
+	}
+	var (
+		rowKey, fence sql.NullString
+		expires       sql.NullInt64
+		now           int64
+	)
+	if err := tx.QueryRowContext(ctx, g.hold, lockID).Scan(&rowKey, &fence, &expires, &now); err != nil {
+		return Held{}, g.wrap(ctx, op, key, lockID, err)
+	}
+	switch {
+	case !rowKey.Valid:
+		return Held{}, lost(op, key, lockID, "no lock has this lockId (released, taken over, or never acquired)")
+	case rowKey.String != k.Storage:
+		return Held{}, &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Key: key, LockID: lockID,
+			Msg: "this lockId holds the lock of another key", Err: syncguard.ErrLockLost}
+	case expires.Int64 <= now:
+		return Held{}, lost(op, key, lockID, fmt.Sprintf("expired %d ms ago by the server's clock", now-expires.Int64))
+	}
+	return Held{Fence: syncguard.Fence(fence.String), ExpiresAt: time.UnixMilli(expires.Int64), Now: time.UnixMilli(now)}, nil
+}
+
+// HoldLease is Hold for a lease of syncguard.Lock or WithLock. A lease
+// that has already ended (Lease.Err is set) fails before any I/O, with
+// the same error as a lease the server found not held.
+func (g *Guard) HoldLease(ctx context.Context, tx *sql.Tx, lease *syncguard.Lease) (Held, error) {
+	if lease == nil {
+		return Held{}, invalidArg("hold", "lease must not be nil")
+	}
+	if err := lease.Err(); err != nil {
+		e := lost("hold", lease.Key(), lease.LockID(), "the lease has ended")
+		e.Err = err
+		return Held{}, e
+	}
+	return g.Hold(ctx, tx, lease.Key(), lease.LockID())
+}
+
+// Classify turns an error of the caller's own statement into a
+// *syncguard.Error: SQLSTATE SG001 (the SQL function found the lease not
+// held) as Hold reports a lost lease, SG002 (a fence guard rejected the
+// write) as InvalidArgument wrapping ErrStaleFence, anything else as
+// syncguard classifies driver errors (ctx is checked first). nil stays nil.
+func (g *Guard) Classify(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	e := g.wrap(ctx, "write", "", "", err)
+	switch e.SQLState {
+	case SQLStateLeaseLost:
+		return &syncguard.Error{Op: "write", Code: syncguard.CodeInvalidArgument, SQLState: e.SQLState,
+			Msg: g.dialect.Inspect(err).Message, Err: errors.Join(syncguard.ErrLockLost, err)}
+	case SQLStateStaleFence:
+		return &syncguard.Error{Op: "write", Code: syncguard.CodeInvalidArgument, SQLState: e.SQLState,
+			Msg: g.dialect.Inspect(err).Message, Err: errors.Join(ErrStaleFence, err)}
+	}
+	return e
+}
+
+// wrap classifies a driver error of op as syncguard does, with words for
+// the conflicts a row lock in the caller's transaction meets.
+func (g *Guard) wrap(ctx context.Context, op, key, lockID string, err error) *syncguard.Error {
+	e := errwrap.Wrap(ctx, op, g.dialect, err)
+	e.Key, e.LockID = key, lockID
+	switch e.SQLState {
+	case "40001":
+		e.Msg = "the lock row changed after this transaction's snapshot (REPEATABLE READ or SERIALIZABLE: a takeover or release committed since): roll back; a retry of the whole transaction checks the lease again"
+	case "40P01":
+		e.Msg = "deadlock between the lock row and this transaction's other row locks: roll back and retry; call Hold first in the transaction to avoid it"
+	}
+	return e
+}
+
+func lost(op, key, lockID, why string) *syncguard.Error {
+	return &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Key: key, LockID: lockID,
+		Msg: "lease not held: " + why + "; roll the transaction back", Err: syncguard.ErrLockLost}
+}
+
+func invalidArg(op, msg string) *syncguard.Error {
+	return &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Msg: msg}
+}
+
+// ruleErr reports a broken rule (internal/rules) as InvalidArgument.
+func ruleErr(op string, err error) *syncguard.Error {
+	var ae *rules.ArgError
+	if errors.As(err, &ae) {
+		return invalidArg(op, ae.Msg)
+	}
+	return invalidArg(op, err.Error())
+}

@@ -1,0 +1,155 @@
+package txguard
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"strings"
+
+	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/errwrap"
+	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+// tableName is cfg's lock table, checked by syncguard's own rules
+// (syncguard.SchemaSQL validates the configuration and does no I/O).
+func tableName(cfg *syncguard.Config) (string, error) {
+	if _, err := syncguard.SchemaSQL(cfg); err != nil {
+		if e, ok := err.(*syncguard.Error); ok {
+			e.Op = "txguard.new"
+		}
+		return "", err
+	}
+	if cfg == nil || cfg.TableName == "" {
+		return rules.DefaultTable, nil
+	}
+	return cfg.TableName, nil
+}
+
+// holdFunc is the name of the SQL function of lock table table.
+func holdFunc(table string) string { return table + "_hold" }
+
+// render expands an embedded statement file for lock table table, with
+// extra names (quoted by the caller).
+func render(name, table string, extra map[string]string) string {
+	b, err := sqlFiles.ReadFile("sql/" + name)
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	names := map[string]string{"locks": rules.QuoteIdent(table), "hold_fn": rules.QuoteIdent(holdFunc(table))}
+	for k, v := range extra {
+		names[k] = v
+	}
+	out, err := rules.Render(string(b), names)
+	if err != nil {
+		panic("txguard: sql/" + name + ": " + err.Error()) // embedded; TestRender renders every file
+	}
+	return out
+}
+
+// stripComments drops a statement's "--" lines and blank lines.
+func stripComments(s string) string {
+	var keep []string
+	for _, line := range strings.Split(s, "\n") {
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "--") {
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+// SchemaSQL returns the DDL that Setup runs: the SQL function
+// <TableName>_hold(lock_id text) RETURNS bigint, for callers who write
+// SQL. Called in a statement of the caller's transaction, it checks and
+// locks the lease as Guard.Hold does and returns its fence, or raises
+// SQLSTATE SG001 (SQLStateLeaseLost), which fails the statement:
+//
+//	UPDATE accounts SET balance = $1, fence = "syncguard_locks_hold"($2)
+//	WHERE id = $3
+//
+// The function runs wherever the statement evaluates it (once per row
+// written here); a statement that writes no row checks nothing, and one
+// that does not evaluate the call (an unreferenced CTE) neither. The DDL
+// is idempotent (CREATE OR REPLACE). cfg may be nil for the defaults.
+func SchemaSQL(cfg *syncguard.Config) (string, error) {
+	table, err := tableName(cfg)
+	if err != nil {
+		return "", err
+	}
+	hold := stripComments(render("hold.sql", table, nil))
+	return render("functions.sql", table, map[string]string{"hold": hold}), nil
+}
+
+// setupLockID serializes concurrent setups (CREATE OR REPLACE FUNCTION
+// races on the catalog otherwise).
+const setupLockID = 0x7478677561726431 // "txguard1"
+
+// Setup creates or updates the SQL function of SchemaSQL in the current
+// schema, safe to call concurrently. When the function exists with the
+// same body it returns nil after one query, so a role without CREATE on
+// the schema may call it then. Using the function needs only the lock
+// table's privileges (SELECT and UPDATE, which FOR KEY SHARE requires).
+func Setup(ctx context.Context, db *sql.DB, cfg *syncguard.Config) error {
+	const op = "txguard.setup"
+	ddl, err := SchemaSQL(cfg)
+	if err != nil {
+		return err
+	}
+	if db == nil {
+		return invalidArg(op, "db must not be nil")
+	}
+	table, _ := tableName(cfg)
+	var same bool
+	err = db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc AS p
+		WHERE p.oid = to_regprocedure(quote_ident(current_schema()) || '.' || $1 || '(text)') AND strpos($2, p.prosrc) > 0)`,
+		rules.QuoteIdent(holdFunc(table)), ddl).Scan(&same)
+	if err != nil {
+		return wrapSetup(ctx, op, db, cfg, err)
+	}
+	if same {
+		return nil
+	}
+	return runDDL(ctx, op, db, cfg, ddl)
+}
+
+// runDDL runs statements separated by ";" and a blank line, in one
+// transaction under an advisory lock; no arguments (the simple query
+// protocol: nothing prepared).
+func runDDL(ctx context.Context, op string, db *sql.DB, cfg *syncguard.Config, ddl string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return wrapSetup(ctx, op, db, cfg, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after Commit
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", int64(setupLockID))); err != nil {
+		return wrapSetup(ctx, op, db, cfg, err)
+	}
+	for _, stmt := range strings.Split(ddl, ";\n\n") {
+		if stmt = strings.TrimSpace(stripComments(stmt)); stmt == "" {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return wrapSetup(ctx, op, db, cfg, err)
+		}
+	}
+	return wrapSetup(ctx, op, db, cfg, tx.Commit())
+}
+
+func wrapSetup(ctx context.Context, op string, db *sql.DB, cfg *syncguard.Config, err error) error {
+	if err == nil {
+		return nil
+	}
+	var d driver.Dialect
+	if cfg != nil {
+		d = cfg.Dialect
+	}
+	if d == nil && db != nil {
+		d, _ = driver.Lookup(db.Driver())
+	}
+	return errwrap.Wrap(ctx, op, d, err)
+}

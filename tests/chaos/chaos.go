@@ -72,7 +72,10 @@ type Options struct {
 	// before every sample (History.Compact), so that its memory stays
 	// bounded over a long soak. Only for runs without crashes.
 	CompactHistory bool
-	Logf           func(format string, args ...any)
+	// LinearDir is where the linearizability checker writes the
+	// visualisation of a counterexample; default os.TempDir().
+	LinearDir string
+	Logf      func(format string, args ...any)
 }
 
 func (o *Options) defaults() {
@@ -201,6 +204,9 @@ func (r *runner) setup(ctx context.Context) (baseGoroutines int, err error) {
 		return 0, fmt.Errorf("setup schema: %w", err)
 	}
 	r.dropTables = true
+	if err := r.installAudit(ctx); err != nil {
+		return 0, err
+	}
 	if r.adminB, err = syncguard.New(r.admin, &acfg); err != nil {
 		return 0, err
 	}
@@ -236,6 +242,7 @@ func (r *runner) teardown() {
 	if r.dropTables {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
+		_ = history.DropAudit(cctx, r.admin, r.cfg.TableName)
 		_, _ = r.admin.ExecContext(cctx, `DROP TABLE IF EXISTS `+rules.QuoteIdent(r.cfg.TableName)+`, `+rules.QuoteIdent(r.cfg.FenceTableName))
 	}
 	r.admin.Close()
@@ -336,9 +343,13 @@ func (r *runner) report(samples []Sample, leaks string) *Report {
 	for _, c := range r.crashes {
 		vs = append(vs, r.hist.CheckFencesAfter(c.ready, c.maxAcked)...)
 	}
+	lin := r.checkLinear()
+	if lin != nil {
+		vs = append(vs, lin.Violations()...)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rep := &Report{Seed: r.opts.Seed, Violations: append(r.violations, vs...), Stats: st, Faults: r.faults,
+	rep := &Report{Linear: lin, Seed: r.opts.Seed, Violations: append(r.violations, vs...), Stats: st, Faults: r.faults,
 		Ops: r.ops, Errors: r.errs, MaxLatency: r.maxLat, Leaks: leaks, History: r.hist, Holdings: st.Holdings, Samples: samples}
 	r.res.mu.Lock()
 	rep.Resource = r.res.st

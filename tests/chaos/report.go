@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/tests/pgtest/history"
+	"github.com/syncguard/syncguard-go/tests/pgtest/linear"
 )
 
 // FaultRecord is what happened to one fault.
@@ -37,6 +38,9 @@ type Report struct {
 	Holdings   int
 	History    *history.History
 	Samples    []Sample
+	// Linear is the linearizability checker's verdict (nil: not checked,
+	// a run with CompactHistory).
+	Linear *linear.Result
 }
 
 // Sample is one measurement of a soak run.
@@ -61,6 +65,9 @@ func (r *Report) Summary() string {
 		r.Seed, r.Stats.Holdings, r.Stats.Pairs, r.Stats.HandoffsByRelease, r.Stats.HandoffsByExpiry, r.Stats.MinGapMs)
 	fmt.Fprintf(&b, "fenced resource: %d writes accepted, %d in-belief writes rejected; zombie writes after loss: %d rejected, %d accepted (no newer holder yet)\n",
 		r.Resource.Accepted, r.Resource.RejectedInBelief, r.Resource.ZombieRejected, r.Resource.ZombieAccepted)
+	if r.Linear != nil {
+		b.WriteString(r.Linear.Line() + "\n")
+	}
 	b.WriteString("faults (recovery = first success of an operation started after the fault ended):\n")
 	for _, f := range r.Faults {
 		var rec []string

@@ -52,7 +52,7 @@ func (w *worker) backoff(n int) {
 // the lock (before its last confirmed expiry).
 func (w *worker) write(key string, fence int64, expiry time.Time) {
 	if time.Now().Before(expiry) {
-		w.r.res.write(key, fence, false)
+		w.r.resWrite(w.name, key, fence, false)
 	}
 }
 
@@ -64,7 +64,7 @@ func (w *worker) zombie(key string, fence int64) {
 		return
 	}
 	sleepCtx(w.r.ctx, 1200*time.Millisecond)
-	w.r.res.write(key, fence, true)
+	w.r.resWrite(w.name, key, fence, true)
 }
 
 // runRaw: single attempts through the Backend, extends at the edge of

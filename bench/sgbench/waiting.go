@@ -60,6 +60,24 @@ type WaitEnv struct {
 	// Notified, when set, counts the notifications delivered to the
 	// LISTEN connections of the Backends that OpenProc opens.
 	Notified *atomic.Int64
+	// NotifyDSN, for VarNotifyDB: the server (or database) a pool of its
+	// own is opened on for syncguard.Config.NotifyDB (issue 29), with
+	// NotifyDialect (default Dialect; lib/pq's listens through its DSN, so
+	// it must be sgpq.ListenDialect(NotifyDSN)).
+	NotifyDSN     string
+	NotifyDialect driver.Dialect
+	// Routes open a variant of another name on another server or pooler:
+	// Contention then compares, interleaved, lockers that differ in where
+	// their connections go (w7d: direct, through PgBouncer, through
+	// PgBouncer with a direct NotifyDB).
+	Routes map[string]Route
+}
+
+// Route is a variant that runs another variant (Base) with the
+// connections of Env (its DSN, Dialect, Via, NotifyDSN, NotifyDialect).
+type Route struct {
+	Base string
+	Env  *WaitEnv
 }
 
 // Locker variants of workload 6.
@@ -69,6 +87,10 @@ const (
 	VarFallback   = "syncguard polling fallback (no LISTEN)"
 	VarPollBefore = "polling (before issue 15)"
 	VarSpec       = "spec design (reference transactions + lock() polling)"
+	// VarNotifyDB is VarNotify with syncguard.Config.NotifyDB set to a
+	// pool on WaitEnv.NotifyDSN (issue 29); it needs a syncguard with the
+	// field (see HasNotifyDB).
+	VarNotifyDB = "syncguard, NotifyDB"
 )
 
 // WaitVariants lists the variants in report order.
@@ -97,10 +119,11 @@ func (d fwdDialect) BackendPID(driverConn any) (int, bool) {
 type noListen struct{ fwdDialect }
 
 // pollingOnly is a Locker without the waiting machinery: Lock retries on
-// its schedule only, as it did before issue 15. It hides the attempt's
-// context values, through which the Backend beneath finds Lock's waiting
-// record: its attempts are then plain acquires that neither queue nor
-// learn the holder's expiry, and a release finds no waiter to hand to.
+// its schedule only, as it did before issue 15. It is not a
+// syncguard.Queuer, so Lock takes no place in the queue: its attempts are
+// plain acquires, and a release finds no waiter to hand to. (It also hides
+// the attempt's context values, through which the Backend found Lock's
+// waiting record before the Queuer seam.)
 type pollingOnly struct{ b *syncguard.Backend }
 
 // noValues is ctx without its values (deadline and cancellation kept).
@@ -145,7 +168,8 @@ type proc struct {
 	locker  syncguard.Locker
 	sg      *syncguard.Backend // the Backend under the locker, if any
 	ref     *Reference
-	table   string // lock table of the locker
+	table   string  // lock table of the locker
+	notify  *sql.DB // Config.NotifyDB, if set
 }
 
 func (p *proc) close() {
@@ -154,6 +178,9 @@ func (p *proc) close() {
 	}
 	if p.ref != nil {
 		p.ref.Close()
+	}
+	if p.notify != nil {
+		p.notify.Close()
 	}
 	p.db.Close()
 }
@@ -180,6 +207,11 @@ func (p *proc) reopen() error {
 
 // OpenProc opens a pool of size conns and the locker of variant on it.
 func (w *WaitEnv) OpenProc(ctx context.Context, variant string, conns int) (*proc, error) {
+	if r, ok := w.Routes[variant]; ok {
+		e := *r.Env
+		e.Notified, e.Routes = w.Notified, nil
+		return e.OpenProc(ctx, r.Base, conns)
+	}
 	db, err := sql.Open(w.SQLDriver, w.DSN)
 	if err != nil {
 		return nil, err
@@ -199,6 +231,11 @@ func (w *WaitEnv) OpenProc(ctx context.Context, variant string, conns int) (*pro
 	switch variant {
 	case VarFallback:
 		p.cfg.Dialect = noListen{fwdDialect{w.Dialect}}
+	case VarNotifyDB:
+		if err := w.setNotify(p); err != nil {
+			db.Close()
+			return nil, err
+		}
 	case VarSpec:
 		p.ref, err = NewReference(ctx, db)
 		if err != nil {
@@ -444,7 +481,7 @@ func (w *WaitEnv) Contention(ctx context.Context, p ContentionParams, variants [
 	d := p.Duration / time.Duration(p.Rounds)
 	for r := range p.Rounds {
 		for _, v := range rotate(vs, r) {
-			seg(v, fmt.Sprintf("%s:%s:%d:%d", w.RunID, p.Name, r, slices.Index(WaitVariants, v.name)), d, &v.acc)
+			seg(v, fmt.Sprintf("%s:%s:%d:%d", w.RunID, p.Name, r, slices.Index(vs, v)), d, &v.acc)
 		}
 	}
 	if segErr != nil {

@@ -80,6 +80,7 @@ type options struct {
 	scaleOwn    int
 	scaleHot    int
 	procChild   bool
+	fleet       fleetOptions
 }
 
 // Environment of a W6c child process (see -w6c-child).
@@ -113,7 +114,7 @@ func main() {
 	flag.IntVar(&o.hotAlt, "hot-workers-alt", 2, "workload 3 again with this many workers (as many as the cores), for 2/5 of -duration; 0 skips")
 	flag.StringVar(&o.jsonPath, "json", "", "also write the JSON summary lines to this file")
 	flag.StringVar(&o.mdPath, "markdown", "", "also write the results as Markdown tables to this file")
-	flag.StringVar(&o.workloads, "workloads", "w1,w2,w3,w4,w5,wal,anatomy,allocs,rt,storage,w6a,w6b,w6c,w6d,w6e,w6scale", "what to run")
+	flag.StringVar(&o.workloads, "workloads", "w1,w2,w3,w4,w5,wal,anatomy,allocs,rt,storage,w6a,w6b,w6c,w6d,w6e,w6scale", "what to run (also w7a,w7b,w7c,w7d: waiting at fleet scale, make bench-fleet)")
 	flag.DurationVar(&o.w6Duration, "w6-duration", 10*time.Second, "workloads 6a and 6b: measured time per variant")
 	flag.IntVar(&o.w6Rounds, "w6-rounds", 5, "workloads 6a and 6b: interleaved rounds")
 	flag.IntVar(&o.w6cIters, "w6c-iterations", 100, "workload 6c: hand-offs per variant")
@@ -129,6 +130,7 @@ func main() {
 	flag.DurationVar(&o.scaleDur, "scale-duration", 10*time.Second, "w6scale: measured time per process count")
 	flag.IntVar(&o.scaleOwn, "scale-own-keys", sgbench.DefaultScaleShape.OwnKeys, "w6scale: contended keys of its own per process (0: the hot key only)")
 	flag.IntVar(&o.scaleHot, "scale-hot-workers", sgbench.DefaultScaleShape.HotWorkers, "w6scale: workers per process on the shared hot key (0: own keys only)")
+	o.fleet.register()
 	flag.BoolVar(&o.procChild, "w6-proc", false, "internal: run as a child process of workload 6e or w6scale (the job on stdin)")
 	flag.Parse()
 	if o.procChild {
@@ -185,7 +187,7 @@ func run(o options) error {
 		out.Flush()
 	}
 
-	dsn, host, port, cleanup, err := server(ctx)
+	dsn, host, port, cleanup, err := server(ctx, o.serverMaxConnections(want))
 	if err != nil {
 		return err
 	}
@@ -278,7 +280,7 @@ func progress(format string, args ...any) {
 // throwaway is the server started by server, if any (for PgBouncer).
 var throwaway *pgtest.Server
 
-func server(ctx context.Context) (dsn, host string, port int, cleanup func(), err error) {
+func server(ctx context.Context, maxConns int) (dsn, host string, port int, cleanup func(), err error) {
 	if d := os.Getenv(EnvDSN); d != "" {
 		h, p, err := hostPort(d)
 		if err != nil {
@@ -292,7 +294,7 @@ func server(ctx context.Context) (dsn, host string, port int, cleanup func(), er
 	progress("starting a throwaway PostgreSQL (fsync on)")
 	sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	srv, err := pgtest.Start(sctx, pgtest.Options{Fsync: true})
+	srv, err := pgtest.Start(sctx, pgtest.Options{Fsync: true, MaxConnections: maxConns})
 	if err != nil {
 		return "", "", 0, nil, err
 	}
@@ -618,7 +620,7 @@ func runWaiting(ctx context.Context, o options, want map[string]bool, d, name, d
 		}
 		show(r)
 	}
-	return nil
+	return runFleet(ctx, o, want, we, show)
 }
 
 // runThroughPgBouncer runs W6a and W6b through PgBouncer in transaction

@@ -35,7 +35,7 @@ const NowMsSQL = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
 // LiveSQL is IsLive in SQL: the lock row alias is live at the instant now
 // (a bigint of milliseconds, usually t.now_ms).
 func LiveSQL(alias, now string) string {
-	return fmt.Sprintf(`%s."expires_at_ms" > %s - %d`, alias, now, ToleranceMs)
+	return fmt.Sprintf(`%s."expires_at_ms" > %s - %d`, alias, now, ToleranceMs-brokenLiveMs)
 }
 
 // FenceTextSQL is FormatFence in SQL, for a fence number expr that is

@@ -131,15 +131,16 @@ func (g *Guard) Hold(ctx context.Context, tx *sql.Tx, key, lockID string) (Held,
 }
 
 // HoldLease is Hold for a lease of syncguard.Lock or WithLock. A lease
-// that has already ended (Lease.Err is set) fails before any I/O, with
-// the same error as a lease the server found not held.
+// that has already ended (Lease.Err is set: lost or released) fails
+// before any I/O, with the error of a lease the server found not held,
+// which also wraps Lease.Err.
 func (g *Guard) HoldLease(ctx context.Context, tx *sql.Tx, lease *syncguard.Lease) (Held, error) {
 	if lease == nil {
 		return Held{}, invalidArg("hold", "lease must not be nil")
 	}
 	if err := lease.Err(); err != nil {
 		e := lost("hold", lease.Key(), lease.LockID(), "the lease has ended")
-		e.Err = err
+		e.Err = errors.Join(syncguard.ErrLockLost, err)
 		return Held{}, e
 	}
 	return g.Hold(ctx, tx, lease.Key(), lease.LockID())

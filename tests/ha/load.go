@@ -160,7 +160,10 @@ func (r *runner) open(ctx context.Context) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return syncguard.SetupSchema(cctx, r.ad[1].db, nil)
+	if err := syncguard.SetupSchema(cctx, r.ad[1].db, nil); err != nil {
+		return err
+	}
+	return r.installAudit(cctx)
 }
 
 func (r *runner) close() {
@@ -421,6 +424,7 @@ func (r *runner) finish() {
 		r.rep.Violations = append(r.rep.Violations, r.hist.CheckFencesAfter(fc.at, fc.max)...)
 	}
 	r.rep.Holdings, r.rep.Pairs = st.Holdings, st.Pairs
+	r.checkLinear()
 	var firsts, gaps []time.Duration
 	for _, fr := range r.rep.Faults {
 		for _, a := range []string{"pq", "pgx"} {

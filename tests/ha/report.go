@@ -1,6 +1,7 @@
 package ha
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/tests/pgtest/history"
+	"github.com/syncguard/syncguard-go/tests/pgtest/linear"
 )
 
 // Rules checked by Run; the Rule of every Report.Violations entry is one
@@ -69,8 +71,45 @@ type Report struct {
 	Holdings, Pairs int              // hot-key holdings; consecutive pairs checked
 	SentinelChecks  int              // sentinel lookups after failovers
 	Violations      []history.Violation
+	// Linear is the linearizability checker's verdict over the hot keys'
+	// operations and the audit (tests/pgtest/linear); its violations are
+	// in Violations too, under linear.Rule.
+	Linear *linear.Result
 
 	fenceChecks []fenceCheck
+}
+
+// auditTables are the tables the run uses (syncguard's defaults).
+var auditTables = [2]string{"syncguard_locks", "syncguard_fence_counters"}
+
+// installAudit adds the audit trigger (history.InstallAudit) to the
+// formation's lock tables: it replicates with them.
+func (r *runner) installAudit(ctx context.Context) error {
+	return history.InstallAudit(ctx, r.ad[1].db, auditTables[0], auditTables[1])
+}
+
+// checkLinear runs the linearizability checker over the run's operations,
+// with the audit as the primary has it after the last failover (what a
+// failover lost is lost from it too), and adds its verdict to the report.
+func (r *runner) checkLinear() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	opts := linear.Options{}
+	var err error
+	if opts.Audit, err = history.ReadAudit(ctx, r.ad[1].db, auditTables[0]); err == nil {
+		opts.Audited = true
+	} else {
+		r.o.Logf("ha: reading the audit: %v (unknown outcomes stay unknown)", err)
+	}
+	r.addLinear(linear.Check(r.hist.Ops(), opts))
+}
+
+func (r *runner) addLinear(res *linear.Result) {
+	r.o.Logf("ha: %s", res.Line())
+	r.repMu.Lock()
+	defer r.repMu.Unlock()
+	r.rep.Linear = res
+	r.rep.Violations = append(r.rep.Violations, res.Violations()...)
 }
 
 // faultBefore returns the index of the last fault at or before t (-1:
@@ -138,6 +177,9 @@ func (r *Report) Summary() string {
 	if len(r.LeaseLosses) > 0 {
 		b.WriteString("AutoExtend leases ended early:\n")
 		writeCounts(&b, r.LeaseLosses)
+	}
+	if r.Linear != nil {
+		b.WriteString(r.Linear.Line() + "\n")
 	}
 	if len(r.Violations) == 0 {
 		b.WriteString("invariants: all held\n")

@@ -1,0 +1,228 @@
+package itest_test
+
+import (
+	"context"
+	"database/sql"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/waiting"
+	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
+)
+
+// listeners counts the server's sessions whose last statement was a
+// LISTEN: the sessions every notifying commit in a database wakes.
+func listeners(ctx context.Context, t *testing.T, admin *sql.DB) int {
+	var n int
+	if err := admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestOnlyWaitersNearTheHeadListen: eight waiters, each on a pool of its
+// own, queue behind a holder. Only those within three of the head open a
+// listening session (four), the rest wait without one; when the holder
+// lets go they all get the key in arrival order, the later ones listening
+// as the queue brings them near the head.
+func TestOnlyWaitersNearTheHeadListen(t *testing.T) {
+	e := newWaitEnv(t, "near_head")
+	holder := e.backend()
+	first, err := holder.Acquire(e.ctx, "nh:key", time.Minute)
+	if err != nil || !first.OK {
+		t.Fatal(first, err)
+	}
+	base := listeners(e.ctx, t, e.admin)
+	const n = 8
+	fences := make([]syncguard.Fence, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		b := e.backend()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := syncguard.Lock(e.ctx, b, "nh:key", &syncguard.LockOptions{TTL: 10 * time.Second, Acquisition: syncguard.AcquisitionOptions{Timeout: -1}})
+			if err != nil {
+				errs <- err
+				return
+			}
+			fences[i] = l.Fence()
+			time.Sleep(20 * time.Millisecond)
+			l.Close()
+		}()
+		// The next waiter arrives once this one is queued (its row).
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+			var q int
+			if err := e.admin.QueryRowContext(e.ctx, `SELECT count(*) FROM near_head_locks_waiters`).Scan(&q); err != nil {
+				t.Fatal(err)
+			}
+			if q > i || time.Now().After(deadline) {
+				break
+			}
+		}
+	}
+	// Listening sessions settle at the four nearest the head, never more.
+	most, last := 0, 0
+	for range 40 {
+		last = listeners(e.ctx, t, e.admin) - base
+		most = max(most, last)
+		time.Sleep(25 * time.Millisecond)
+	}
+	if most > 4 || last != 4 {
+		t.Errorf("rule: only waiters within 3 of the head hold a listening session: %d listening now, at most %d seen; want 4", last, most)
+	}
+	if r, err := holder.Release(e.ctx, first.LockID); err != nil || !r.OK {
+		t.Fatal(r, err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("rule: every waiter gets the key: %v", err)
+	}
+	if !slices.IsSorted(fences) {
+		t.Fatalf("rule: waiters get the key in arrival order, listening or not; fences in arrival order: %v", fences)
+	}
+}
+
+// TestNotifyDBOnADatabaseOfItsOwn: with Config.NotifyDB on another
+// database, a release hands the key to the waiter in its commit and wakes
+// it through that database: a session LISTENing on the key's channel in
+// the lock database (another program's, paying for every notifying commit
+// there) hears nothing, one in the notification database hears the
+// wake-up.
+func TestNotifyDBOnADatabaseOfItsOwn(t *testing.T) {
+	e := newWaitEnv(t, "notify_db")
+	srv := pgtest.Require(t)
+	notifyDSN, err := srv.CreateDatabase(e.ctx, "syncguard_notify_test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.NotifyDB = open(t, notifyDSN)
+	holder, waiter := e.backend(), e.backend()
+	if st := waiter.NotificationStatus(e.ctx); !st.Active {
+		t.Fatalf("setup: notifications through NotifyDB: %+v", st)
+	}
+	k, err := rules.DeriveKey("nd:key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	channel := waiting.Channel(waiting.Prefix(e.cfg.TableName), k.Storage)
+	listen := func(dsn string) *pgx.Conn {
+		c, err := pgx.Connect(e.ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(context.Background()) })
+		if _, err := c.Exec(e.ctx, `LISTEN "`+channel+`"`); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	inLockDB, inNotifyDB := listen(e.dsn), listen(notifyDSN)
+
+	held, err := holder.Acquire(e.ctx, "nd:key", time.Minute)
+	if err != nil || !held.OK {
+		t.Fatal(held, err)
+	}
+	var handed time.Duration
+	got := make(chan error, 1)
+	go func() {
+		l, err := syncguard.Lock(e.ctx, waiter, "nd:key", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: -1},
+			OnAttempt: func(r syncguard.AcquireResult, _ error) { handed = r.HandedOver }})
+		if err == nil {
+			l.Close()
+		}
+		got <- err
+	}()
+	// Released once the waiter is queued and notified.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		var notified bool
+		_ = e.admin.QueryRowContext(e.ctx, `SELECT bool_or(notified) FROM notify_db_locks_waiters`).Scan(&notified)
+		if notified || time.Now().After(deadline) {
+			break
+		}
+	}
+	if r, err := holder.Release(e.ctx, held.LockID); err != nil || !r.OK {
+		t.Fatal(r, err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if handed <= 0 {
+		t.Errorf("rule: the release hands the key to the notified waiter in its commit (HandedOver %v)", handed)
+	}
+	wctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	if n, err := inNotifyDB.WaitForNotification(wctx); err != nil || n.Channel != channel {
+		t.Errorf("rule: the wake-up travels through NotifyDB's database: %v %v", n, err)
+	}
+	qctx, cancel2 := context.WithTimeout(e.ctx, 200*time.Millisecond)
+	defer cancel2()
+	if n, err := inLockDB.WaitForNotification(qctx); err == nil {
+		t.Errorf("rule: with NotifyDB no notification is sent in the lock database (its listeners pay for each); got %+v", n)
+	}
+}
+
+// TestNotifyDBBehindATransactionPooler: the lock pool goes through
+// PgBouncer in transaction mode, NotifyDB straight to PostgreSQL. Waiting
+// is woken (not polling), CheckDeployment says so, and a release hands the
+// waiter the key.
+func TestNotifyDBBehindATransactionPooler(t *testing.T) {
+	srv := pgtest.Require(t)
+	if srv.Kind == pgtest.KindEnv {
+		t.Skip("PgBouncer is started in front of a local or docker server only")
+	}
+	e := newWaitEnv(t, "notify_pooler")
+	bouncer := pgtest.RequirePgBouncer(t, srv, pgtest.PgBouncerOptions{PoolMode: "transaction", DefaultPoolSize: 4})
+	e.dsn = bouncer.DSN + "&default_query_exec_mode=exec"
+	e.cfg.DisablePrepare = true
+	e.cfg.NotifyDB = open(t, srv.DSN)
+	report, err := syncguard.CheckDeployment(e.ctx, open(t, e.dsn), e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range report.Findings {
+		if f.Check == "notifications" && (f.Status != "ok" || !strings.Contains(f.Detail, "NotifyDB")) {
+			t.Errorf("rule: behind a transaction pooler with NotifyDB direct, the notifications check passes and names NotifyDB; got %+v", f)
+		}
+	}
+	holder, waiter := e.backend(), e.backend()
+	held, err := holder.Acquire(e.ctx, "np:key", time.Minute)
+	if err != nil || !held.OK {
+		t.Fatal(held, err)
+	}
+	var handed time.Duration
+	got := make(chan error, 1)
+	go func() {
+		l, err := syncguard.Lock(e.ctx, waiter, "np:key", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: -1},
+			OnAttempt: func(r syncguard.AcquireResult, _ error) { handed = r.HandedOver }})
+		if err == nil {
+			l.Close()
+		}
+		got <- err
+	}()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		var notified bool
+		_ = e.admin.QueryRowContext(e.ctx, `SELECT bool_or(notified) FROM notify_pooler_locks_waiters`).Scan(&notified)
+		if notified || time.Now().After(deadline) {
+			break
+		}
+	}
+	if r, err := holder.Release(e.ctx, held.LockID); err != nil || !r.OK {
+		t.Fatal(r, err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if handed <= 0 {
+		t.Errorf("rule: behind the pooler, the release hands the key to the waiter its NotifyDB listener made notified (HandedOver %v)", handed)
+	}
+}

@@ -65,6 +65,7 @@ func (r *Report) Summary() string {
 		r.Seed, r.Stats.Holdings, r.Stats.Pairs, r.Stats.HandoffsByRelease, r.Stats.HandoffsByExpiry, r.Stats.MinGapMs)
 	fmt.Fprintf(&b, "fenced resource: %d writes accepted, %d in-belief writes rejected; zombie writes after loss: %d rejected, %d accepted (no newer holder yet)\n",
 		r.Resource.Accepted, r.Resource.RejectedInBelief, r.Resource.ZombieRejected, r.Resource.ZombieAccepted)
+	r.Resource.txLine(&b)
 	if r.Linear != nil {
 		b.WriteString(r.Linear.Line() + "\n")
 	}

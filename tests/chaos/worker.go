@@ -50,21 +50,21 @@ func (w *worker) backoff(n int) {
 
 // write writes to the fenced resource while the holder believes it holds
 // the lock (before its last confirmed expiry).
-func (w *worker) write(key string, fence int64, expiry time.Time) {
+func (w *worker) write(key, lockID string, fence int64, expiry time.Time) {
 	if time.Now().Before(expiry) {
-		w.r.resWrite(w.name, key, fence, false)
+		w.r.res.put(w, key, lockID, fence, expiry, false)
 	}
 }
 
 // zombie sometimes writes with the fence of a lock it lost, after a pause,
 // as a process that stalled would: the resource must reject it once a newer
 // holder wrote.
-func (w *worker) zombie(key string, fence int64) {
+func (w *worker) zombie(key, lockID string, fence int64, expiry time.Time) {
 	if w.rng.IntN(3) != 0 || w.r.ctx.Err() != nil {
 		return
 	}
 	sleepCtx(w.r.ctx, 1200*time.Millisecond)
-	w.r.resWrite(w.name, key, fence, true)
+	w.r.res.put(w, key, lockID, fence, expiry, true)
 }
 
 // runRaw: single attempts through the Backend, extends at the edge of
@@ -102,7 +102,7 @@ func (w *worker) holdRaw(h *history.Holding, key string, res syncguard.AcquireRe
 	r, o := w.r, w.r.opts
 	fence, _ := res.Fence.Int64()
 	expiry := res.ExpiresAt
-	w.write(key, fence, expiry)
+	w.write(key, res.LockID, fence, expiry)
 	extends := w.rng.IntN(3)
 	lost := ""
 	for i := 0; i < extends && lost == "" && r.ctx.Err() == nil; i++ {
@@ -123,7 +123,7 @@ func (w *worker) holdRaw(h *history.Holding, key string, res syncguard.AcquireRe
 				if x.OK {
 					r.hist.Extended(h, x.ExpiresAt)
 					expiry = x.ExpiresAt
-					w.write(key, fence, expiry)
+					w.write(key, res.LockID, fence, expiry)
 				} else {
 					lost = "lost:" + x.Reason
 				}
@@ -134,20 +134,20 @@ func (w *worker) holdRaw(h *history.Holding, key string, res syncguard.AcquireRe
 	}
 	if lost == "" {
 		sleepCtx(r.ctx, time.Duration(w.rng.IntN(80))*time.Millisecond) // the work
-		w.write(key, fence, expiry)
+		w.write(key, res.LockID, fence, expiry)
 	}
 	if w.rng.IntN(10) == 0 && r.ctx.Err() == nil {
 		// The holder dies without releasing: the next holder has to wait
 		// for the expiry plus the tolerance.
 		r.hist.Ended(h, "abandoned", false)
-		w.zombie(key, fence)
+		w.zombie(key, res.LockID, fence, expiry)
 		return
 	}
 	w.release(h, key, lost, func(ctx context.Context) (syncguard.ReleaseResult, error) {
 		return w.a.b.Release(ctx, res.LockID)
 	})
 	if lost != "" {
-		w.zombie(key, fence)
+		w.zombie(key, res.LockID, fence, expiry)
 	}
 }
 
@@ -277,7 +277,7 @@ func (w *worker) runHelper() {
 				exp := lease.ExpiresAt()
 				r.hist.Extended(h, exp)
 				if lease.Err() == nil {
-					w.write(key, fence, exp)
+					w.write(key, lease.LockID(), fence, exp)
 				}
 			}
 		}
@@ -286,7 +286,7 @@ func (w *worker) runHelper() {
 		w.release(h, key, lost, lease.Release)
 		stop()
 		if lost != "" {
-			w.zombie(key, fence)
+			w.zombie(key, lease.LockID(), fence, lease.ExpiresAt())
 		}
 	}
 }
@@ -315,9 +315,9 @@ func (w *worker) runWithLock() {
 			h = r.hist.Begin(key, w.name, syncguard.AcquireResult{OK: true, LockID: lease.LockID(), Fence: lease.Fence(), ExpiresAt: lease.ExpiresAt()},
 				o.TTL, sent, time.Now())
 			fence, _ := lease.Fence().Int64()
-			w.write(key, fence, lease.ExpiresAt())
+			w.write(key, lease.LockID(), fence, lease.ExpiresAt())
 			sleepCtx(ctx, time.Duration(10+w.rng.IntN(150))*time.Millisecond)
-			w.write(key, fence, lease.ExpiresAt())
+			w.write(key, lease.LockID(), fence, lease.ExpiresAt())
 			r.hist.ReleaseSent(h, time.Now())
 			return nil
 		}, opts)

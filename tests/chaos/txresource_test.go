@@ -1,0 +1,27 @@
+package chaos
+
+import (
+	"testing"
+
+	"github.com/syncguard/syncguard-go/tests/pgtest"
+)
+
+// TestChaosTxGuard is the short fault suite with the database resource
+// (TxGuardEnv): every write of a holder, zombie writes included, goes
+// through package txguard, and none from a lost lease may commit. `make
+// chaos CHAOS_TXGUARD=1` runs the long form through TestChaos.
+func TestChaosTxGuard(t *testing.T) {
+	pgtest.Long(t, "the fault suite with lease-checked writes")
+	t.Setenv(TxGuardEnv, "1")
+	srv := pgtest.Require(t)
+	rep := runReported(t, srv, Options{Duration: envDuration(t, "SYNCGUARD_CHAOS_TXGUARD_DURATION"), Logf: t.Logf}, "chaos (txguard)")
+	if !rep.Resource.Tx {
+		t.Fatal("no write went to the database resource")
+	}
+	if rep.Resource.ZombieAccepted != 0 {
+		t.Errorf("zombie writes accepted: %d, want 0", rep.Resource.ZombieAccepted)
+	}
+	if rep.Resource.ZombieRejected == 0 || rep.Resource.Accepted == 0 {
+		t.Errorf("the run made %d accepted writes and %d zombie writes: too few to say anything", rep.Resource.Accepted, rep.Resource.ZombieRejected)
+	}
+}

@@ -274,9 +274,9 @@ func (b *Backend) release(ctx context.Context, lockID, waiterKey string) (Releas
 		return ReleaseResult{}, false, e
 	}
 	var d struct {
-		deleted     sql.NullString
-		seenExpires sql.NullInt64
-		now         int64
+		deleted      sql.NullString
+		seenExpires  sql.NullInt64
+		now          int64
 		woke, wokeOn sql.NullString // the payload and channel of the waiter woken
 		leftQueue    bool
 	}

@@ -139,7 +139,7 @@ func TestNoFileCycles(t *testing.T) {
 // and their lines when it fails.
 const (
 	maxProductFileLines = 600   // any non-test .go file of a published module
-	maxCoreLines        = 5_400 // package syncguard and the internal packages only it imports
+	maxCoreLines        = 5_470 // package syncguard and the internal packages only it imports (5,400 until issue 29 added the notification pool and spacing by place)
 	maxCLILines         = 3_600 // cmd/syncguard, every package of the module
 )
 

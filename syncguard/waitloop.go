@@ -211,8 +211,8 @@ func (l *waitLoop) plan(res AcquireResult, answered, fruitless bool) {
 	wake, renew, poll := l.w.Hints()
 	l.hintWake = wake
 	switch {
-	case answered && wake != nil && l.c.maxRetries == math.MaxInt:
-		l.due[cueRetry] = time.Time{} // queued: releases, expiry and renewals cue its attempts
+	case answered && wake != nil && l.c.maxRetries == math.MaxInt && res.RetryIn > 0:
+		l.due[cueRetry] = time.Time{} // queued behind a live lock: releases, expiry and renewals cue its attempts
 	case l.due[cueRetry].IsZero():
 		l.due[cueRetry] = now.Add(l.c.delay(l.retries + 1))
 	}

@@ -111,7 +111,7 @@ func (b *Backend) Crash(lockID string) bool {
 // effect, and so do the attempts and the Leave of its waiters of Lock
 // (Lock rides the outage out within its Timeout). Its locks stay as they
 // are, unextended, until their TTL. Its place in a queue stays live for
-// the queue window (3 s) after its last attempt, as on PostgreSQL: a
+// the queue window (15 s) after its last attempt, as on PostgreSQL: a
 // release does not hand it the key (no notification would reach it), and
 // nobody behind it may take the key until its place lapses; after that it
 // is skipped until it attempts again.

@@ -32,8 +32,8 @@ import (
 //     to it meanwhile.
 
 // queueWindow is how long after its last attempt a waiter stays live: the
-// PostgreSQL backend's queue window. Its waiters renew every third of it.
-const queueWindow = 3 * time.Second
+// PostgreSQL backend's queue window. Its waiters renew at half of it.
+const queueWindow = 15 * time.Second
 
 // deadWaiter: a waiter not seen for this long leaves the queue.
 const deadWaiter = time.Minute
@@ -81,15 +81,15 @@ func (w *waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.Acqu
 	return w.b.acquire(ctx, w.key, ttl, w.identity, w)
 }
 
-// Hints implements syncguard.Waiter: the wake channel and a renewal every
-// third of the queue window; never poll (every waiter is reachable). A
+// Hints implements syncguard.Waiter: the wake channel and a renewal at
+// half the queue window; never poll (every waiter is reachable). A
 // plain waiter has none: Lock waits for its retries and the holder's
 // expiry.
 func (w *waiter) Hints() (wake <-chan struct{}, renew time.Duration, poll bool) {
 	if w.plain {
 		return nil, 0, false
 	}
-	return w.wake, queueWindow / 3, false
+	return w.wake, queueWindow / 2, false
 }
 
 // Leave implements syncguard.Waiter: the waiter leaves the queue, a lock

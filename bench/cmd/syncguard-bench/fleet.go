@@ -170,7 +170,11 @@ func runFleet(ctx context.Context, o options, want map[string]bool, we *sgbench.
 				return fmt.Errorf("-w7c-cases: %q (want waiters/backends)", s)
 			}
 			cases = append(cases, sgbench.IdleCase{Waiters: n, Backends: m})
-			need = max(need, 3*m+10)
+			per := 3 // a pool of 2 and a LISTEN connection
+			if m == n {
+				per = 2 // a pool of 1
+			}
+			need = max(need, per*m+10)
 		}
 		if err := needSessions(ctx, admin, "w7c", need); err != nil {
 			return err

@@ -18,7 +18,9 @@ const (
 // and WithLock; the zero value means the reference implementation's
 // defaults. On a Queuer (a *Backend) waiters also attempt when the key is
 // released or its holder's lock expires, and take the key in arrival order
-// ("Waiting" in docs/design.md); those attempts are not retries.
+// ("Waiting" in docs/design.md); those attempts are not retries, and one
+// queued behind a live lock makes no scheduled retries unless MaxRetries
+// is set.
 type AcquisitionOptions struct {
 	// MaxRetries is the number of scheduled retries after the first
 	// attempt; when they have run out the acquisition gives up. Default: no

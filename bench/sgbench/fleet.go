@@ -545,20 +545,21 @@ type OwnWaitersRow struct {
 	ServerCPUMsPerS     float64 `json:"server_cpu_ms_per_s"`
 	ServerUsPerHandOff  float64 `json:"server_cpu_us_per_handoff"` // all keys
 	ServerCPURatio      float64 `json:"server_cpu_per_handoff_ratio"`
+	Listening           int     `json:"listen_sessions"` // sessions whose last statement was (UN)LISTEN, at a segment's end (most)
 	Errors              int     `json:"errors"`
 	FirstError          string  `json:"first_error,omitempty"`
 }
 
 func (OwnWaitersRow) layout() (string, []string, string) {
 	return "w7b: a fourth key's hand-offs with 10 to 300 Backends waiting on three hot keys",
-		[]string{"waiting Backends", "4th key hand-offs in 10 s", "× first", "4th key wait p50 / p99 ms", "p99 × first", "4th key timeouts", "hot hand-offs/s", "notified/s", "server CPU ms/s", "server CPU µs per hand-off", "× first", "errors"}, ""
+		[]string{"waiting Backends", "4th key hand-offs in 10 s", "× first", "4th key wait p50 / p99 ms", "p99 × first", "4th key timeouts", "hot hand-offs/s", "notified/s", "server CPU ms/s", "server CPU µs per hand-off", "× first", "LISTEN sessions", "errors"}, ""
 }
 
 func (x OwnWaitersRow) cells() []string {
 	return []string{fmt.Sprint(x.Backends), fmt.Sprintf("%.0f", x.ProbeHandOffsPer10s), fmt.Sprintf("%.2f", x.ProbeRatio),
 		fmt.Sprintf("%.0f / %.0f", x.ProbeWaitP50, x.ProbeWaitP99), fmt.Sprintf("%.2f", x.ProbeP99Ratio), fmt.Sprint(x.ProbeTimeouts),
 		fmt.Sprintf("%.0f", x.HotHandOffsPerS), fmt.Sprintf("%.0f", x.NotifiedPerS), fmt.Sprintf("%.0f", x.ServerCPUMsPerS),
-		fmt.Sprintf("%.0f", x.ServerUsPerHandOff), fmt.Sprintf("%.2f", x.ServerCPURatio), fmt.Sprint(x.Errors)}
+		fmt.Sprintf("%.0f", x.ServerUsPerHandOff), fmt.Sprintf("%.2f", x.ServerCPURatio), fmt.Sprint(x.Listening), fmt.Sprint(x.Errors)}
 }
 
 // OwnWaiters runs w7b. admin is a pool for the measurements.
@@ -588,6 +589,7 @@ func (w *WaitEnv) OwnWaiters(ctx context.Context, admin *sql.DB, p OwnWaitersPar
 	type cell struct {
 		probe, hot GroupStats
 		win        window
+		listening  int
 	}
 	cells := map[int]*cell{}
 	hotOpts := &syncguard.LockOptions{TTL: 30 * time.Second, Acquisition: syncguard.AcquisitionOptions{Timeout: -1}}
@@ -603,7 +605,17 @@ func (w *WaitEnv) OwnWaiters(ctx context.Context, admin *sql.DB, p OwnWaitersPar
 		pg := &loopGroup{key: fmt.Sprintf("%s:w7b:%s:probe", w.RunID, tag), procs: probeProcs, hold: p.ProbeHold, pause: p.ProbePause,
 			opts: &syncguard.LockOptions{TTL: 30 * time.Second}}
 		c.win.probe, c.win.notified = probe, &notified
-		runLoops(ctx, append(gs, pg), warm, d, c.win.during)
+		runLoops(ctx, append(gs, pg), warm, d, func(start, end time.Time) {
+			var wg sync.WaitGroup
+			wg.Go(func() { // the LISTEN sessions near the window's end, while all wait
+				time.Sleep(time.Until(end.Add(-d / 10)))
+				if _, l, err := countSessions(ctx, admin); err == nil {
+					c.listening = max(c.listening, l)
+				}
+			})
+			c.win.during(start, end)
+			wg.Wait()
+		})
 		addStats(&c.probe, &pg.st)
 		for _, g := range gs {
 			addStats(&c.hot, &g.st)
@@ -628,7 +640,7 @@ func (w *WaitEnv) OwnWaiters(ctx context.Context, admin *sql.DB, p OwnWaitersPar
 	for _, n := range p.Counts {
 		c := cells[n]
 		secs := c.win.span.Seconds()
-		row := OwnWaitersRow{Backends: n, Seconds: secs, ProbeHandOffs: c.probe.Acquired, ProbeTimeouts: c.probe.Timeouts,
+		row := OwnWaitersRow{Backends: n, Seconds: secs, ProbeHandOffs: c.probe.Acquired, ProbeTimeouts: c.probe.Timeouts, Listening: c.listening,
 			Errors: c.probe.Errors + c.hot.Errors + c.hot.Timeouts, FirstError: c.probe.FirstError}
 		if row.FirstError == "" {
 			row.FirstError = c.hot.FirstError

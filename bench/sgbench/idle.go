@@ -42,21 +42,24 @@ type IdleRow struct {
 	WaiterWritesPerS    float64 `json:"waiter_row_writes_per_s"`
 	WaiterWritesRatio   float64 `json:"waiter_row_writes_ratio"`
 	ServerCPUMsPerS     float64 `json:"server_cpu_ms_per_s"`
-	Sessions            int     `json:"client_sessions"` // client backends in the server during the window
-	Acquired            int     `json:"acquired"`        // waiters that got their key: none should
-	Errors              int     `json:"errors"`
-	FirstError          string  `json:"first_error,omitempty"`
+	Sessions            int     `json:"client_sessions"` // client backends in the server at the window's end
+	// Sessions whose last statement was LISTEN or UNLISTEN at the
+	// window's end: about the LISTEN connections open.
+	Listening  int    `json:"listen_sessions"`
+	Acquired   int    `json:"acquired"` // waiters that got their key: none should
+	Errors     int    `json:"errors"`
+	FirstError string `json:"first_error,omitempty"`
 }
 
 func (IdleRow) layout() (string, []string, string) {
 	return "w7c: idle waiting cost, each waiter on a held key of its own",
-		[]string{"waiters", "layout", "commits/s (net)", "× first", "per waiter/s", "waiter-row writes/s", "× first", "baseline commits/s", "server CPU ms/s", "client sessions", "acquired", "errors"}, "rl"
+		[]string{"waiters", "layout", "commits/s (net)", "× first", "per waiter/s", "waiter-row writes/s", "× first", "baseline commits/s", "server CPU ms/s", "client sessions (LISTEN)", "acquired", "errors"}, "rl"
 }
 
 func (x IdleRow) cells() []string {
 	return []string{fmt.Sprint(x.Waiters), x.Layout, fmt.Sprintf("%.0f", x.CommitsPerS), fmt.Sprintf("%.2f", x.CommitRatio),
 		fmt.Sprintf("%.2f", x.CommitsPerWaiterS), fmt.Sprintf("%.0f", x.WaiterWritesPerS), fmt.Sprintf("%.2f", x.WaiterWritesRatio),
-		fmt.Sprintf("%.1f", x.BaselineCommitsPerS), fmt.Sprintf("%.0f", x.ServerCPUMsPerS), fmt.Sprint(x.Sessions), fmt.Sprint(x.Acquired), fmt.Sprint(x.Errors)}
+		fmt.Sprintf("%.1f", x.BaselineCommitsPerS), fmt.Sprintf("%.0f", x.ServerCPUMsPerS), fmt.Sprintf("%d (%d)", x.Sessions, x.Listening), fmt.Sprint(x.Acquired), fmt.Sprint(x.Errors)}
 }
 
 func (c IdleCase) layout() string {
@@ -87,11 +90,11 @@ func (w *WaitEnv) IdleWaiting(ctx context.Context, admin *sql.DB, p IdleParams) 
 	probe := NewServerProbe(ctx, admin)
 	res := &FleetResult[IdleRow]{Bench: "syncguard", Driver: w.Driver, Workload: "w7c",
 		Method: fmt.Sprintf("one holder Backend takes a key per waiter (TTL 10 min); each waiter calls Lock(its key, no acquisition timeout) on one of the case's Backends (a pool and a Backend each, as separate processes; waiters spread evenly); "+
-			"after %v of waiting (warm-up), %v measured: commits = growth of pg_stat_database.xact_commit minus the growth with the keys held and no waiters (%v, just before); "+
+			"the pools' connections opened and %v for the statistics to settle; after %v of waiting (warm-up), %v measured: commits = growth of pg_stat_database.xact_commit minus the growth with the keys held and no waiters (%v, just before); "+
 			"waiter-row writes = growth of n_tup_ins + n_tup_upd of the waiters table (pg_stat_user_tables); ratios to the first case of the same layout",
-			p.Warm, p.Duration, p.Baseline),
+			statsSettle, p.Warm, p.Duration, p.Baseline),
 		Params: map[string]any{"warm_s": p.Warm.Seconds(), "seconds": p.Duration.Seconds(), "baseline_s": p.Baseline.Seconds(), "variant": VarNotify,
-			"waiters_table": SGTable + "_waiters", "server_cpu_measured": probe != nil}}
+			"waiters_table": SGTable + "_waiters", "server_cpu_measured": probe != nil, "stats_settle_s": statsSettle.Seconds()}}
 	first := map[string]*IdleRow{}
 	for ci, c := range p.Cases {
 		row, err := w.idleCase(ctx, admin, probe, p, c, ci)
@@ -152,6 +155,11 @@ func (w *WaitEnv) idleCase(ctx context.Context, admin *sql.DB, probe *ServerProb
 			return row, err
 		}
 	}
+	// Let the server's statistics settle: a backend that goes idle less
+	// than a second after its last report reports the rest after 10 s
+	// (PostgreSQL 15's PGSTAT_IDLE_INTERVAL), which would put the pools'
+	// first statements into the baseline.
+	time.Sleep(statsSettle)
 	table := SGTable + "_waiters"
 	b0, err := readIdleCounters(ctx, admin, table, probe)
 	if err != nil {
@@ -198,7 +206,7 @@ func (w *WaitEnv) idleCase(ctx context.Context, admin *sql.DB, probe *ServerProb
 	time.Sleep(p.Duration)
 	m1, err := readIdleCounters(ctx, admin, table, probe)
 	if err == nil {
-		err = admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'`).Scan(&row.Sessions)
+		row.Sessions, row.Listening, err = countSessions(ctx, admin)
 	}
 	cancel()
 	wg.Wait()
@@ -212,6 +220,17 @@ func (w *WaitEnv) idleCase(ctx context.Context, admin *sql.DB, probe *ServerProb
 	row.WaiterWritesPerS = float64(m1.wrote-m0.wrote) / secs
 	row.ServerCPUMsPerS = float64(cpuDelta(m0.cpu, m1.cpu)) / 1e6 / secs
 	return row, nil
+}
+
+// statsSettle outlasts PostgreSQL 15's PGSTAT_IDLE_INTERVAL (10 s).
+const statsSettle = 11 * time.Second
+
+// countSessions counts the client backends, and those whose last
+// statement was LISTEN or UNLISTEN (about the LISTEN connections).
+func countSessions(ctx context.Context, admin *sql.DB) (all, listening int, err error) {
+	err = admin.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE query ~* '^\s*(un)?listen\M')
+		FROM pg_stat_activity WHERE backend_type = 'client backend'`).Scan(&all, &listening)
+	return all, listening, err
 }
 
 // parallel runs fn(0..n-1) on k goroutines and returns the errors joined.

@@ -16,7 +16,7 @@ import (
 
 // aboveInternal are the packages (with their subpackages) that no internal
 // package may import: the core and what is built on it.
-var aboveInternal = []string{"syncguard", "election", "conformance", "advisory", "syncguardtest", "txguard", "semaphore", "multilock"}
+var aboveInternal = []string{"syncguard", "election", "conformance", "advisory", "syncguardtest", "txguard", "semaphore", "multilock", "rwlock"}
 
 // outsideLibrary are the folders of programs and suites outside the
 // library, which its non-test code must not import.

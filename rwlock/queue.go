@@ -1,0 +1,154 @@
+package rwlock
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/waiting"
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+// Waiting, as the mutex waits (docs/design.md, "Waiting for a contended
+// key"): a waiter's attempts keep one lockId and one place in the key's
+// queue; a release (or an attempt that finds the key freed by an expiry)
+// hands the key on in its own commit and notifies the waiters it granted
+// on the key's channel. The notification is a hint: the waiter's next
+// attempt finds its lease. A waiter listens on its key's channel from its
+// first attempt; when no notification can reach it (no listener, a
+// transaction-mode pooler) it is queued as not notified, is never granted
+// and polls, and still nobody behind a waiting writer passes it.
+
+// channel is the notification channel of a storage key of table's
+// read-write locks.
+func channel(table, storage string) string { return waiting.Channel(channelPrefix(table), storage) }
+
+func (rw *RWLock) newWaker() *waiting.Waker {
+	var cfg waiting.Config
+	db, dialect := rw.db, rw.dialect
+	if rw.notifyDB != nil {
+		db = rw.notifyDB
+		if d, ok := driver.Lookup(db.Driver()); ok {
+			dialect = d
+		}
+	}
+	if l, ok := dialect.(driver.Listener); ok {
+		cfg.Open = func(ctx context.Context, channel string) (driver.NotifyConn, error) {
+			return l.Listen(ctx, db, channel)
+		}
+	} else {
+		cfg.NoListener = "the dialect has no driver.Listener (lib/pq: open the pool with sql.OpenDB(pq.NewConnector(dsn)) of the syncguard pq adapter, or set Config.Dialect to pq.ListenDialect(dsn))"
+	}
+	cfg.Notify = func(ctx context.Context, channel, payload string) error {
+		_, err := db.ExecContext(ctx, "SELECT pg_notify($1::text, $2::text)", channel, payload)
+		return err
+	}
+	cfg.OnFallback = func(st waiting.Status) {
+		rw.logger.Warn("syncguard rwlock: waiting falls back to polling: a waiter finds the key at its next attempt instead of at once (the order of waiters is kept)",
+			slog.String("reason", st.Reason))
+	}
+	return waiting.New(cfg)
+}
+
+// Queue implements syncguard.Queuer: the waiter of one Lock or WithLock
+// call. With once, or for an invalid key, its attempts are plain ones.
+func (l *Locker) Queue(key, identity string, once bool) syncguard.Waiter {
+	if identity == "" {
+		identity = l.rw.identity
+	}
+	w := &waiter{l: l, key: key, identity: identity}
+	if !once {
+		if _, err := rules.DeriveKey(key); err == nil {
+			w.lockID = rules.GenerateLockID()
+			w.queued = true
+		}
+	}
+	return w
+}
+
+// waiter is one wait's syncguard.Waiter.
+type waiter struct {
+	l        *Locker
+	key      string
+	identity string
+	queued   bool   // false: plain attempts
+	lockID   string // the same for all its attempts
+	unknown  atomic.Bool
+
+	mu      sync.Mutex
+	storage string
+	wakeup  *waiting.Wakeup
+	done    bool
+}
+
+// join registers the waiter's wake-up before a queued attempt and reports
+// whether a notification reaches it now.
+func (w *waiter) join(storage string) bool {
+	w.mu.Lock()
+	if w.wakeup == nil && !w.done {
+		w.storage = storage
+		w.wakeup = w.l.rw.waker.Expect(channel(w.l.rw.table, storage), waiting.Payload(w.lockID))
+		w.wakeup.Listen()
+	}
+	u := w.wakeup
+	w.mu.Unlock()
+	return u != nil && u.ChannelListened()
+}
+
+// Attempt implements syncguard.Waiter.
+func (w *waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
+	if !w.queued {
+		return w.l.acquire(ctx, w.key, ttl, w.identity, nil)
+	}
+	res, err := w.l.acquire(ctx, w.key, ttl, w.identity, w)
+	if err == nil && res.OK {
+		w.close()
+	}
+	return res, err
+}
+
+// Hints implements syncguard.Waiter: the wake-up, a renewal at half the
+// queue window, and polling while no notification reaches the waiter.
+func (w *waiter) Hints() (wake <-chan struct{}, renew time.Duration, poll bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.wakeup == nil {
+		return nil, 0, false
+	}
+	return w.wakeup.C, w.l.rw.window / 2, !w.wakeup.ChannelListened()
+}
+
+// Leave implements syncguard.Waiter: a release of the waiter's lockId,
+// which makes its queue row a tombstone and passes on a lease granted to
+// it meanwhile (and whatever its leaving frees: readers queued behind a
+// writer that leaves). A Leave that fails leaves the release to the
+// background.
+func (w *waiter) Leave(ctx context.Context) error {
+	storage, joined := w.close()
+	if !joined {
+		return nil
+	}
+	_, err := w.l.rw.release(ctx, w.lockID, storage)
+	if err != nil || w.unknown.Load() {
+		w.l.rw.releaseInBackground(w.lockID, storage)
+	}
+	return err
+}
+
+// close ends the wake-up; it reports the storage key and whether the
+// waiter had joined the queue.
+func (w *waiter) close() (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.done = true
+	if w.wakeup == nil {
+		return w.storage, false
+	}
+	w.wakeup.Close()
+	w.wakeup = nil
+	return w.storage, true
+}

@@ -1,0 +1,213 @@
+-- The read-write lock's operations, as SQL functions: each is one
+-- statement (SELECT * FROM fn(...)), one round trip and one transaction.
+-- Every function that changes a key's holders or queue first locks the
+-- key's row in {{keys}} (created at 0 if new): operations on one key run
+-- one after another, and, under READ COMMITTED, each later query of the
+-- function reads a fresh snapshot that includes every earlier commit on
+-- the key. A function refuses to run under another isolation level
+-- (SQLSTATE 40001): the client runs it again in a READ COMMITTED
+-- transaction. Extends do not lock the key row: they update their own row
+-- only while it is live, and a reader of the row that deletes it as dead
+-- re-checks that under the row lock.
+--
+-- {{grant_fn}}(key, now, notify): the hand-off. With no live writer, the
+-- run of readers at the head of the queue (up to the first waiting writer)
+-- is admitted; with no live holder at all and a writer at the head, that
+-- writer is (the key's writer fence incremented). Only a waiter that a
+-- notification reaches (notified) is granted; one that polls takes the
+-- key at its own next attempt (nobody behind a waiting writer may take
+-- it meanwhile). The granted waiters leave the queue and are notified
+-- (payload: a hash of the lockId) in this commit. Returns their payloads.
+-- The caller holds the key row's lock and has deleted dead holders.
+CREATE OR REPLACE FUNCTION {{grant_fn}}(p_key text, p_now bigint, p_notify boolean)
+RETURNS text[] LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+  v_any boolean;
+  v_fence bigint;
+  v_woke text[] := '{}';
+  w record;
+BEGIN
+  IF EXISTS (SELECT 1 FROM {{holders}} AS h WHERE h."key" = p_key AND h."exclusive") THEN
+    RETURN v_woke;
+  END IF;
+  v_any := EXISTS (SELECT 1 FROM {{holders}} AS h WHERE h."key" = p_key);
+  FOR w IN SELECT q.* FROM {{waiters}} AS q
+           WHERE q."key" = p_key AND q."deadline_ms" > p_now AND q."ttl_ms" <> 0
+           ORDER BY q."place", q."lock_id" LOOP
+    IF w."exclusive" THEN
+      IF NOT v_any AND w."notified" THEN
+        UPDATE {{keys}} AS k SET "fence" = k."fence" + 1
+        WHERE k."key" = p_key AND k."fence" < {{fence_max}} RETURNING k."fence" INTO v_fence;
+        IF FOUND THEN
+          INSERT INTO {{holders}} ("key", "lock_id", "exclusive", "expires_at_ms", "acquired_at_ms", "fence", "user_key", "identity")
+          VALUES (p_key, w."lock_id", true, p_now + w."ttl_ms", p_now, v_fence, w."user_key", w."identity")
+          ON CONFLICT ("lock_id") DO NOTHING;
+          DELETE FROM {{waiters}} AS q WHERE q."lock_id" = w."lock_id";
+          v_woke := v_woke || {{wake_payload(w."lock_id")}};
+        END IF;
+      END IF;
+      EXIT; -- a waiting writer ends the run: nobody behind it is admitted
+    END IF;
+    IF w."notified" THEN
+      SELECT k."fence" INTO v_fence FROM {{keys}} AS k WHERE k."key" = p_key;
+      INSERT INTO {{holders}} ("key", "lock_id", "exclusive", "expires_at_ms", "acquired_at_ms", "fence", "user_key", "identity")
+      VALUES (p_key, w."lock_id", false, p_now + w."ttl_ms", p_now, v_fence, w."user_key", w."identity")
+      ON CONFLICT ("lock_id") DO NOTHING;
+      DELETE FROM {{waiters}} AS q WHERE q."lock_id" = w."lock_id";
+      v_woke := v_woke || {{wake_payload(w."lock_id")}};
+      v_any := true;
+    END IF;
+  END LOOP;
+  IF p_notify AND cardinality(v_woke) > 0 THEN
+    PERFORM pg_notify({{wake_channel(p_key)}}, x) FROM unnest(v_woke) AS x;
+  END IF;
+  RETURN v_woke;
+END
+$fn$;
+
+-- {{lock_fn}}(key, user_key): creates the key's row if new and locks it;
+-- returns the server's clock read after the lock was granted. Dead
+-- holders of the key and waiters dead for {{waiter_gc}} ms are deleted.
+CREATE OR REPLACE FUNCTION {{lock_fn}}(p_key text, p_user_key text)
+RETURNS bigint LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+  v_now bigint;
+BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'syncguard rwlock: the functions need READ COMMITTED (got %)', current_setting('transaction_isolation')
+      USING ERRCODE = '40001';
+  END IF;
+  INSERT INTO {{keys}} ("key", "fence", "key_debug") VALUES (p_key, 0, p_user_key) ON CONFLICT ("key") DO NOTHING;
+  PERFORM 1 FROM {{keys}} AS k WHERE k."key" = p_key FOR UPDATE;
+  v_now := {{now_ms}};
+  DELETE FROM {{holders}} AS h WHERE h."key" = p_key AND NOT ({{live(h, v_now)}});
+  DELETE FROM {{waiters}} AS q WHERE q."key" = p_key AND q."deadline_ms" < v_now - {{waiter_gc}};
+  RETURN v_now;
+END
+$fn$;
+
+-- {{acquire_fn}}: one attempt for a shared (p_exclusive false) or exclusive
+-- lease of p_key (storage key) for p_ttl_ms. p_window_ms NULL: a plain
+-- attempt, placed after every live waiter, that never queues. Otherwise
+-- the attempt of a waiter whose lockId p_lock_id is the same for all its
+-- attempts: it keeps its place (server µs at its first attempt), and when
+-- not admitted queues or renews its row, live for p_window_ms more, with
+-- p_notified (whether a notification reaches it now).
+-- Admission: a writer when no lease is live and no live waiter is ahead
+-- of it; a reader when no writer's lease is live and no live writer waits
+-- ahead of it (FIFO: a queued writer blocks later readers). A lockId that
+-- already holds (a re-run after a lost connection, or a hand-off to this
+-- waiter) reports that lease again. The hand-off ({{grant_fn}}) then runs
+-- in the same commit: readers behind an admitted reader join it, and a
+-- key freed by an expiry goes to the head of the queue.
+-- retry_at_ms: the expiry of the latest live lease that blocks the
+-- attempt (NULL: none; a waiter ahead blocks it).
+CREATE OR REPLACE FUNCTION {{acquire_fn}}(p_key text, p_lock_id text, p_user_key text, p_exclusive boolean,
+  p_ttl_ms bigint, p_window_ms bigint, p_notified boolean, p_identity text, p_notify boolean)
+RETURNS TABLE ("ok" boolean, "fence" bigint, "expires_at_ms" bigint, "acquired_at_ms" bigint, "now_ms" bigint,
+  "retry_at_ms" bigint, "exhausted" boolean, "woke" text)
+LANGUAGE plpgsql VOLATILE AS $fn$
+#variable_conflict use_column
+DECLARE
+  v_now bigint;
+  v_place bigint;
+  v_me record;
+  v_h record;
+  v_ok boolean;
+  v_fence bigint;
+  v_retry bigint;
+  v_woke text[];
+BEGIN
+  v_now := {{lock_fn}}(p_key, p_user_key);
+  SELECT h.* INTO v_h FROM {{holders}} AS h WHERE h."lock_id" = p_lock_id AND h."key" = p_key;
+  IF FOUND THEN
+    DELETE FROM {{waiters}} AS q WHERE q."lock_id" = p_lock_id;
+    RETURN QUERY SELECT true, v_h."fence", v_h."expires_at_ms", v_h."acquired_at_ms", v_now, NULL::bigint, false, NULL::text;
+    RETURN;
+  END IF;
+  SELECT q.* INTO v_me FROM {{waiters}} AS q WHERE q."lock_id" = p_lock_id;
+  IF FOUND AND v_me."ttl_ms" = 0 THEN
+    -- a tombstone: this waiter gave up; a late attempt of its takes nothing
+    RETURN QUERY SELECT false, NULL::bigint, NULL::bigint, NULL::bigint, v_now, NULL::bigint, false, NULL::text;
+    RETURN;
+  END IF;
+  v_place := COALESCE(v_me."place", floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+  IF p_exclusive THEN
+    SELECT max(h."expires_at_ms") INTO v_retry FROM {{holders}} AS h WHERE h."key" = p_key;
+    v_ok := v_retry IS NULL AND NOT EXISTS (
+      SELECT 1 FROM {{waiters}} AS q
+      WHERE q."key" = p_key AND q."lock_id" <> p_lock_id AND q."deadline_ms" > v_now AND q."ttl_ms" <> 0
+        AND (q."place", q."lock_id") < (v_place, p_lock_id));
+  ELSE
+    SELECT max(h."expires_at_ms") INTO v_retry FROM {{holders}} AS h WHERE h."key" = p_key AND h."exclusive";
+    v_ok := v_retry IS NULL AND NOT EXISTS (
+      SELECT 1 FROM {{waiters}} AS q
+      WHERE q."key" = p_key AND q."lock_id" <> p_lock_id AND q."deadline_ms" > v_now AND q."ttl_ms" <> 0
+        AND q."exclusive" AND (q."place", q."lock_id") < (v_place, p_lock_id));
+  END IF;
+  IF v_ok THEN
+    IF p_exclusive THEN
+      UPDATE {{keys}} AS k SET "fence" = k."fence" + 1
+      WHERE k."key" = p_key AND k."fence" < {{fence_max}} RETURNING k."fence" INTO v_fence;
+      IF NOT FOUND THEN
+        RETURN QUERY SELECT false, NULL::bigint, NULL::bigint, NULL::bigint, v_now, NULL::bigint, true, NULL::text;
+        RETURN;
+      END IF;
+    ELSE
+      SELECT k."fence" INTO v_fence FROM {{keys}} AS k WHERE k."key" = p_key;
+    END IF;
+    INSERT INTO {{holders}} ("key", "lock_id", "exclusive", "expires_at_ms", "acquired_at_ms", "fence", "user_key", "identity")
+    VALUES (p_key, p_lock_id, p_exclusive, v_now + p_ttl_ms, v_now, v_fence, p_user_key, p_identity);
+    DELETE FROM {{waiters}} AS q WHERE q."lock_id" = p_lock_id;
+  ELSIF p_window_ms IS NOT NULL THEN
+    INSERT INTO {{waiters}} AS q ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "exclusive", "user_key", "notified", "identity")
+    VALUES (p_key, p_lock_id, v_place, v_now + p_window_ms, p_ttl_ms, p_exclusive, p_user_key, p_notified, p_identity)
+    ON CONFLICT ("lock_id") DO UPDATE SET "deadline_ms" = EXCLUDED."deadline_ms", "ttl_ms" = EXCLUDED."ttl_ms",
+      "notified" = EXCLUDED."notified"
+    WHERE q."ttl_ms" <> 0;
+  END IF;
+  v_woke := {{grant_fn}}(p_key, v_now, p_notify);
+  RETURN QUERY SELECT v_ok, v_fence, CASE WHEN v_ok THEN v_now + p_ttl_ms END, CASE WHEN v_ok THEN v_now END, v_now,
+    CASE WHEN v_ok THEN NULL ELSE v_retry END, false, array_to_string(v_woke, ',');
+END
+$fn$;
+
+-- {{release_fn}}(lock_id, wkey, notify): deletes the lease of p_lock_id if
+-- it is live, and hands what it frees on in the same commit. With p_wkey
+-- (the storage key of a waiter giving up), the waiter's queue row becomes
+-- a tombstone (ttl 0, dead), so that an attempt of its still in flight
+-- takes nothing, and a lease handed to it meanwhile is released: its
+-- leaving may also free readers queued behind it. seen_expires_at_ms: the
+-- expiry of a row of p_lock_id that was not live (to tell "expired" from
+-- "not-found"). woke: the payloads of the waiters granted.
+CREATE OR REPLACE FUNCTION {{release_fn}}(p_lock_id text, p_wkey text, p_notify boolean)
+RETURNS TABLE ("released" boolean, "seen_expires_at_ms" bigint, "now_ms" bigint, "woke" text, "woke_channel" text)
+LANGUAGE plpgsql VOLATILE AS $fn$
+#variable_conflict use_column
+DECLARE
+  v_key text := p_wkey;
+  v_now bigint;
+  v_seen bigint;
+  v_done boolean := false;
+  v_woke text[];
+BEGIN
+  IF v_key IS NULL THEN
+    SELECT h."key", h."expires_at_ms" INTO v_key, v_seen FROM {{holders}} AS h WHERE h."lock_id" = p_lock_id;
+    IF v_key IS NULL THEN
+      RETURN QUERY SELECT false, NULL::bigint, {{now_ms}}, NULL::text, NULL::text;
+      RETURN;
+    END IF;
+  END IF;
+  v_now := {{lock_fn}}(v_key, '');
+  DELETE FROM {{holders}} AS h WHERE h."lock_id" = p_lock_id AND h."key" = v_key RETURNING true INTO v_done;
+  v_done := COALESCE(v_done, false);
+  IF p_wkey IS NOT NULL THEN
+    INSERT INTO {{waiters}} AS q ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "exclusive", "user_key", "notified")
+    VALUES (p_wkey, p_lock_id, 0, v_now - 1, 0, false, '', false)
+    ON CONFLICT ("lock_id") DO UPDATE SET "deadline_ms" = EXCLUDED."deadline_ms", "ttl_ms" = 0;
+  END IF;
+  v_woke := {{grant_fn}}(v_key, v_now, p_notify);
+  RETURN QUERY SELECT v_done, CASE WHEN v_done THEN NULL ELSE v_seen END, v_now, array_to_string(v_woke, ','),
+    {{wake_channel(v_key)}};
+END
+$fn$;

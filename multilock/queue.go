@@ -1,0 +1,130 @@
+package multilock
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/waiting"
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+// Queue implements syncguard.Queuer: the waiter of one Lock or WithLock
+// call for set, whose holding carries identity ("": Config.Identity). Its
+// attempts keep one place (the server's clock at its first attempt) in
+// one queue for all its keys: a set is taken only when every key is free
+// and no waiter placed earlier wants any of them, so waits on overlapping
+// sets, whatever order their keys were named in, never deadlock, and
+// the first waiter always gets its set once its keys' holders are gone.
+// With once, or an invalid set, its attempts are plain ones.
+func (l *Locker) Queue(set, identity string, once bool) syncguard.Waiter {
+	if identity == "" {
+		identity = l.identity
+	}
+	w := &waiter{l: l, set: set, identity: identity}
+	ks, err := parse("lock", set)
+	if once || err != nil {
+		return w
+	}
+	w.q = &qstate{lockID: rules.GenerateLockID(), first: ks[0],
+		channel: waiting.Channel(l.tables.channelPrefix(), ks[0].Storage)}
+	return w
+}
+
+// waiter is the syncguard.Waiter of a Locker.
+type waiter struct {
+	l        *Locker
+	set      string
+	identity string
+	q        *qstate // nil: plain attempts
+}
+
+// qstate is a queued waiter's place: its lockId and wake-up.
+type qstate struct {
+	lockID  string
+	first   rules.Key // its first key: the channel it listens on, its tombstone
+	channel string
+	unknown atomic.Bool // an attempt's outcome was unknown: Leave also releases in the background
+
+	mu     sync.Mutex
+	waker  *waiting.Waker
+	wakeup *waiting.Wakeup // from the first queued attempt on
+}
+
+// join registers the waiter's wake-up before a queued attempt, and
+// reports whether a notification reaches it now: a release hands a set
+// only to such a waiter (a polling one takes it itself).
+func (q *qstate) join(l *Locker, _ int64) bool {
+	q.mu.Lock()
+	if q.wakeup == nil {
+		q.waker = l.waker
+		q.wakeup = l.waker.Expect(q.channel, waiting.Payload(q.lockID))
+	}
+	q.mu.Unlock()
+	return l.waker.ChannelListened(q.channel)
+}
+
+// contended asks for the waiter's channel to be listened on.
+func (q *qstate) contended() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.wakeup != nil {
+		q.wakeup.Listen()
+	}
+}
+
+// close ends the wake-up; it reports whether the waiter had joined.
+func (q *qstate) close() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.wakeup == nil {
+		return false
+	}
+	q.wakeup.Close()
+	q.wakeup = nil
+	return true
+}
+
+// Attempt implements syncguard.Waiter: an acquire as the waiter.
+func (w *waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
+	res, err := w.l.acquire(ctx, w.set, ttl, w.identity, w.q)
+	if err == nil && res.OK && w.q != nil {
+		w.q.close()
+	}
+	return res, err
+}
+
+// Hints implements syncguard.Waiter: the wake-up once queued, a renewal
+// at half the queue window, and polling while the waiter's channel is not
+// listened on (no release can hand it the set then).
+func (w *waiter) Hints() (wake <-chan struct{}, renew time.Duration, poll bool) {
+	if w.q == nil {
+		return nil, 0, false
+	}
+	w.q.mu.Lock()
+	defer w.q.mu.Unlock()
+	if w.q.wakeup == nil {
+		return nil, 0, false
+	}
+	return w.q.wakeup.C, w.l.window / 2, !w.q.wakeup.ChannelListened()
+}
+
+// Leave implements syncguard.Waiter: the waiter's lockId is released as a
+// waiter leaving, in one statement: its queue rows become a tombstone, a
+// set handed to it meanwhile is released, and what that frees goes to
+// the next waiters. A Leave that fails, or follows an attempt of unknown
+// outcome, leaves the release to the background.
+func (w *waiter) Leave(ctx context.Context) error {
+	q := w.q
+	if q == nil || !q.close() {
+		return nil
+	}
+	first := q.first
+	r, _, err := w.l.releaseAs(ctx, q.lockID, &first)
+	if err != nil || !r.OK && q.unknown.Load() {
+		go w.l.releaseInBackground(q.lockID)
+	}
+	return err
+}

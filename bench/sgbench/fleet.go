@@ -389,8 +389,12 @@ func (ForeignRow) layout() (string, []string, string) {
 }
 
 func (x ForeignRow) cells() []string {
+	notified := fmt.Sprintf("%.2f", x.NotifiedPerHandOff)
+	if x.Variant == VarNotifyDB && x.NotifiedPerHandOff == 0 {
+		notified = "–" // not counted: the core takes NotifyDB's listening dialect from its driver
+	}
 	return []string{x.Variant, fmt.Sprint(x.Foreign), fmt.Sprintf("%.0f", x.HandOffsPer10s), fmt.Sprintf("%.2f", x.HandOffRatio),
-		fmt.Sprintf("%.2f", x.NotifiedPerHandOff), fmt.Sprintf("%.0f", x.ServerCPUMsPerS), fmt.Sprintf("%.0f", x.ServerUsPerHandOff),
+		notified, fmt.Sprintf("%.0f", x.ServerCPUMsPerS), fmt.Sprintf("%.0f", x.ServerUsPerHandOff),
 		fmt.Sprintf("%.2f", x.ServerCPURatio), fmt.Sprintf("%.0f / %.0f / %.0f", x.WaitP50, x.WaitP99, x.WaitMax), fmt.Sprint(x.Timeouts), fmt.Sprint(x.Errors)}
 }
 
@@ -404,7 +408,7 @@ func (w *WaitEnv) ForeignListeners(ctx context.Context, admin *sql.DB, p Foreign
 		Method: fmt.Sprintf("%d Backends (a pool of 2 and a Backend each, as separate processes) loop WithLock(one key, hold %v) then pause %v, default acquisition options; "+
 			"%d idle sessions of another program stay open throughout, of which the case's number LISTEN on a channel each that nobody notifies; "+
 			"cases and variants interleaved in %d rounds; hand-offs = acquisitions whose fn started in the window; server CPU = user+system of the postmaster and all its children (/proc) over the window; "+
-			"notified = notifications delivered to the Backends' LISTEN connections",
+			"notified = notifications delivered to the Backends' LISTEN connections (not counted with NotifyDB, whose listening dialect the core takes from its driver)",
 			p.Backends, p.Hold, p.Pause, slices.Max(p.Counts), p.Rounds),
 		Params: map[string]any{"backends": p.Backends, "hold_ms": msf(p.Hold), "pause_ms": msf(p.Pause), "seconds_per_case": p.Duration.Seconds(),
 			"rounds": p.Rounds, "foreign": p.Counts, "server_cpu_measured": probe != nil}}

@@ -38,7 +38,11 @@ func (w *WaitEnv) setNotify(p *proc) error {
 	if w.NotifyDSN == "" {
 		return errors.New("VarNotifyDB needs WaitEnv.NotifyDSN")
 	}
-	ndb, err := sql.Open(w.SQLDriver, w.NotifyDSN)
+	open := w.OpenNotify
+	if open == nil {
+		open = func(dsn string) (*sql.DB, error) { return sql.Open(w.SQLDriver, dsn) }
+	}
+	ndb, err := open(w.NotifyDSN)
 	if err != nil {
 		return err
 	}

@@ -66,6 +66,10 @@ type WaitEnv struct {
 	// it must be sgpq.ListenDialect(NotifyDSN)).
 	NotifyDSN     string
 	NotifyDialect driver.Dialect
+	// OpenNotify opens the NotifyDB pool on a DSN (default sql.Open with
+	// SQLDriver). The core finds that pool's listening dialect from its
+	// driver: lib/pq's must come from the adapter's connector.
+	OpenNotify func(dsn string) (*sql.DB, error)
 	// Routes open a variant of another name on another server or pooler:
 	// Contention then compares, interleaved, lockers that differ in where
 	// their connections go (w7d: direct, through PgBouncer, through

@@ -86,6 +86,21 @@ func needSessions(ctx context.Context, admin *sql.DB, what string, n int) error 
 	return nil
 }
 
+// openNotify opens a NotifyDB pool so that the core finds a listening
+// dialect from its driver: lib/pq's through the adapter's connector.
+func openNotify(d string) func(dsn string) (*sql.DB, error) {
+	if d != "pq" {
+		return nil // sql.Open
+	}
+	return func(dsn string) (*sql.DB, error) {
+		c, err := sgpq.NewConnector(dsn)
+		if err != nil {
+			return nil, err
+		}
+		return sql.OpenDB(c), nil
+	}
+}
+
 // runFleet runs workload 7 for one driver.
 func runFleet(ctx context.Context, o options, want map[string]bool, we *sgbench.WaitEnv, show func(any)) error {
 	f := o.fleet
@@ -134,7 +149,7 @@ func runFleet(ctx context.Context, o options, want map[string]bool, we *sgbench.
 			return err
 		}
 		e := *we
-		e.NotifyDSN, e.NotifyDialect = notifyDSN, listenDialect(we.Driver, notifyDSN)
+		e.NotifyDSN, e.NotifyDialect, e.OpenNotify = notifyDSN, listenDialect(we.Driver, notifyDSN), openNotify(we.Driver)
 		progress("[%s] w7a (foreign listeners %v x %d variants x %v)", we.Driver, counts, len(variants), f.duration)
 		r, err := e.ForeignListeners(ctx, admin, sgbench.ForeignParams{Counts: counts, Backends: 4, Hold: 10 * time.Millisecond, Pause: 10 * time.Millisecond,
 			Duration: f.duration, Rounds: f.rounds, Variants: variants})
@@ -229,7 +244,7 @@ func runW7d(ctx context.Context, o options, we *sgbench.WaitEnv, show func(any))
 	bw.DSN, bw.Via = b.DSN+params, "pgbouncer"
 	bw.Dialect = listenDialect(we.Driver, bw.DSN)
 	nb := bw
-	nb.NotifyDSN, nb.NotifyDialect = we.DSN, listenDialect(we.Driver, we.DSN)
+	nb.NotifyDSN, nb.NotifyDialect, nb.OpenNotify = we.DSN, listenDialect(we.Driver, we.DSN), openNotify(we.Driver)
 	routes := map[string]sgbench.Route{
 		w7dDirect:   {Base: sgbench.VarNotify, Env: &direct},
 		w7dPolling:  {Base: sgbench.VarNotify, Env: &bw},

@@ -1,0 +1,377 @@
+package semaphore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/errwrap"
+	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/waiting"
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+// MaxPermits is the largest number of permits a key may have.
+const MaxPermits = 10_000
+
+// ErrPermitsMismatch is the cause (errors.Is) of the InvalidArgument
+// error of an acquire whose number of permits differs from the one the
+// key was created with: nothing was taken.
+var ErrPermitsMismatch = errors.New("semaphore: the key was created with another number of permits")
+
+// staleRetries bounds how often one Acquire (or attempt) runs its
+// statement again after losing the key's compare-and-set to a concurrent
+// change; releases run theirs until they win (releaseRetries).
+const (
+	staleRetries   = 8
+	releaseRetries = 200
+)
+
+// Semaphore is a PostgreSQL counting semaphore: Permits permits per key,
+// each a lease with its own slot and fence. It implements
+// syncguard.LockBackend and syncguard.Queuer, so syncguard.Lock and
+// WithLock (or Semaphore.Lock, which also returns the permit's slot) wait
+// for a permit in FIFO order and give a *syncguard.Lease with TTL,
+// AutoExtend, loss signal and release. Safe for concurrent use.
+type Semaphore struct {
+	db       *sql.DB
+	table    string
+	permits  int
+	dialect  driver.Dialect
+	identity string
+	notifyDB *sql.DB
+	logger   *slog.Logger
+	relTO    time.Duration
+	prefix   string
+	window   time.Duration
+
+	acquireSQL, releaseSQL, extendSQL, holdersSQL string
+
+	waker *waiting.Waker
+	slots sync.Map // lockID -> slot, for Slot
+}
+
+// New returns a Semaphore of permits permits per key on db, with the
+// tables that cfg names (see Tables; nil cfg: the defaults). Read from
+// cfg: TableName, Dialect, Identity (the holder identity stored with each
+// permit), NotifyDB, Logger and ReleaseTimeout, as syncguard.New reads
+// them. A key gets its number of permits at its first acquire, from the
+// Semaphore that makes it; an acquire through a Semaphore with another
+// number fails with ErrPermitsMismatch (InvalidArgument) and takes
+// nothing. New does no I/O; bad input is an InvalidArgument
+// *syncguard.Error.
+func New(db *sql.DB, cfg *syncguard.Config, permits int) (*Semaphore, error) {
+	const op = "semaphore.new"
+	table, err := tableName(op, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if db == nil {
+		return nil, invalidArg(op, "db must not be nil")
+	}
+	if permits < 1 || permits > MaxPermits {
+		return nil, invalidArg(op, fmt.Sprintf("permits must be between 1 and %d, got %d", MaxPermits, permits))
+	}
+	var c syncguard.Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if len(c.Identity) > 256 {
+		return nil, invalidArg(op, fmt.Sprintf("Identity is %d bytes; at most 256 are allowed", len(c.Identity)))
+	}
+	if c.Dialect == nil {
+		var ok bool
+		if c.Dialect, ok = driver.Lookup(db.Driver()); !ok {
+			return nil, invalidArg(op, fmt.Sprintf("no syncguard dialect registered for database/sql driver %T: import an adapter "+
+				`(_ "github.com/syncguard/syncguard-go/pq" or _ "github.com/syncguard/syncguard-go/pgxstd") or set Config.Dialect`, db.Driver()))
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.ReleaseTimeout <= 0 {
+		c.ReleaseTimeout = 5 * time.Second
+	}
+	s := &Semaphore{db: db, table: table, permits: permits, dialect: c.Dialect, identity: c.Identity,
+		notifyDB: c.NotifyDB, logger: c.Logger, relTO: c.ReleaseTimeout, prefix: channelPrefix(table),
+		window:     15 * time.Second,
+		acquireSQL: stripComments(render("acquire.sql", table)), releaseSQL: stripComments(render("release.sql", table)),
+		extendSQL: stripComments(render("extend.sql", table)), holdersSQL: stripComments(render("holders.sql", table))}
+	s.waker = s.newWaker()
+	return s, nil
+}
+
+// Permits returns the number of permits per key of s.
+func (s *Semaphore) Permits() int { return s.permits }
+
+// Capabilities implements syncguard.LockBackend: every permit carries a
+// fence (its slot's), expiry is on the server's clock.
+func (s *Semaphore) Capabilities() syncguard.Capabilities {
+	return syncguard.Capabilities{Backend: "postgres", SupportsFencing: true, TimeAuthority: "server"}
+}
+
+// Close closes the LISTEN connection that wakes waiting Lock calls, if
+// one is open; not the *sql.DB. The Semaphore stays usable: waits poll.
+func (s *Semaphore) Close() error {
+	s.waker.Close()
+	return nil
+}
+
+// Slot returns the slot (1..Permits) of the permit lockID, as this
+// Semaphore took or was handed it, and whether it knows it: a permit
+// taken through another Semaphore value or process is found with
+// LookupPermit. The slot with the key names the fence counter that the
+// permit's fence belongs to (see FenceKey).
+func (s *Semaphore) Slot(lockID string) (int, bool) {
+	v, ok := s.slots.Load(lockID)
+	if !ok {
+		return 0, false
+	}
+	return v.(int), true
+}
+
+// Acquire implements syncguard.Locker: one attempt to take a permit of
+// key for ttl. OK == false (ReasonLocked) when every permit is held or an
+// earlier waiter is queued; RetryIn is then how long until the first
+// permit's expiry (0 when a permit is free but waiters come first).
+func (s *Semaphore) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {
+	return s.acquire(ctx, key, ttl, s.identity, nil)
+}
+
+// acquireRow is what acquire.sql returns.
+type acquireRow struct {
+	state                    string
+	slot                     sql.NullInt64
+	expires, acquired, fence sql.NullInt64
+	stale, exhausted, free   bool
+	permits, firstExpiry     sql.NullInt64
+	ahead, now               int64
+}
+
+func (s *Semaphore) acquire(ctx context.Context, key string, ttl time.Duration, ident string, w *waiter) (syncguard.AcquireResult, error) {
+	const op = "acquire"
+	k, err := rules.DeriveKey(key)
+	if err != nil {
+		return syncguard.AcquireResult{}, ruleErr(op, key, err)
+	}
+	ttlMs := ttl.Milliseconds()
+	if ttlMs < 1 {
+		e := invalidArg(op, fmt.Sprintf("ttl must be at least 1ms, got %v", ttl))
+		e.Key = key
+		return syncguard.AcquireResult{}, e
+	}
+	if err := ctx.Err(); err != nil {
+		return syncguard.AcquireResult{}, s.wrap(ctx, op, key, err)
+	}
+	lockID, window, notified := rules.GenerateLockID(), int64(0), false
+	if w != nil {
+		lockID = w.lockID
+		win := s.window
+		if dl, ok := ctx.Deadline(); ok {
+			win = max(min(win, time.Until(dl)), time.Millisecond)
+		}
+		window, notified = win.Milliseconds(), w.join(ttlMs)
+	}
+	var idArg any
+	if ident != "" {
+		idArg = ident
+	}
+	var r acquireRow
+	for i := 0; ; i++ {
+		r = acquireRow{}
+		err = s.db.QueryRowContext(ctx, s.acquireSQL, k.Storage, lockID, s.permits, k.Norm, ttlMs, window, notified, idArg).Scan(
+			&r.state, &r.slot, &r.expires, &r.acquired, &r.fence, &r.stale, &r.exhausted, &r.permits, &r.firstExpiry, &r.free, &r.ahead, &r.now)
+		if err != nil || !r.stale || i >= staleRetries || ctx.Err() != nil {
+			break
+		}
+	}
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		if w == nil {
+			s.releaseInBackground(lockID) // it may have committed unanswered
+		} else {
+			w.unknown.Store(true)
+		}
+		return syncguard.AcquireResult{}, s.wrap(ctx, op, key, err)
+	}
+	switch {
+	case r.state == "mismatch":
+		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Key: key, Err: ErrPermitsMismatch,
+			Msg: fmt.Sprintf("this key is a semaphore of %d permits, not %d (the first acquire of a key fixes its number of permits); nothing was taken", r.permits.Int64, s.permits)}
+	case r.exhausted:
+		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.CodeInternal, Key: key,
+			Msg: fmt.Sprintf("a slot's fence counter reached its maximum (%d); nothing was committed", int64(rules.FenceMax))}
+	}
+	if !r.slot.Valid || !r.expires.Valid || !r.fence.Valid {
+		res := syncguard.AcquireResult{OK: false, Reason: syncguard.ReasonLocked}
+		if !r.free && r.firstExpiry.Valid {
+			res.RetryIn = max(time.Duration(r.firstExpiry.Int64+rules.ToleranceMs+1-r.now)*time.Millisecond, 0)
+		}
+		if w != nil {
+			w.contended(r.ahead)
+		}
+		return res, nil
+	}
+	fence, ferr := rules.FormatFence(r.fence.Int64)
+	if ferr != nil {
+		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.CodeInternal, Key: key, Msg: "malformed fence returned by acquire"}
+	}
+	if r.fence.Int64 > rules.FenceWarn {
+		s.logger.Warn("syncguard: semaphore slot fence above warning threshold",
+			slog.String("keyHash", rules.HashKey(k.Norm)), slog.Int64("slot", r.slot.Int64), slog.String("fence", fence))
+	}
+	s.slots.Store(lockID, int(r.slot.Int64))
+	var age time.Duration
+	if r.state == "mine" && r.acquired.Valid {
+		age = time.Duration(max(r.now-r.acquired.Int64, 0)) * time.Millisecond
+	}
+	return syncguard.AcquireResult{OK: true, LockID: lockID, Fence: syncguard.Fence(fence),
+		ExpiresAt: time.UnixMilli(r.expires.Int64), HandedOver: age}, nil
+}
+
+// Release implements syncguard.Locker: it ends the permit lockID if it is
+// live, and hands its slot to the first waiter in the same commit.
+func (s *Semaphore) Release(ctx context.Context, lockID string) (syncguard.ReleaseResult, error) {
+	r, _, err := s.release(ctx, lockID, "")
+	return r, err
+}
+
+// release runs release.sql for lockID; wkey, when set, is the storage
+// key of a waiter of lockID that leaves the queue. left: its queue row
+// was there, live.
+func (s *Semaphore) release(ctx context.Context, lockID, wkey string) (syncguard.ReleaseResult, bool, error) {
+	const op = "release"
+	if err := rules.ValidateLockID(lockID); err != nil {
+		e := ruleErr(op, "", err)
+		e.LockID = lockID
+		return syncguard.ReleaseResult{}, false, e
+	}
+	if err := ctx.Err(); err != nil {
+		return syncguard.ReleaseResult{}, false, s.wrap(ctx, op, "", err)
+	}
+	var wk any
+	if wkey != "" {
+		wk = wkey
+	}
+	var (
+		released, stale, left bool
+		seen                  sql.NullInt64
+		now                   int64
+		woke, wokeCh          sql.NullString
+		notified              sql.NullInt64
+		err                   error
+	)
+	for i := 0; ; i++ {
+		err = s.db.QueryRowContext(ctx, s.releaseSQL, lockID, s.notifyDB == nil, wk).Scan(
+			&released, &stale, &seen, &now, &woke, &wokeCh, &left, &notified)
+		if err != nil || !stale || i >= releaseRetries || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Duration(min(i, 10)) * time.Millisecond)
+	}
+	if err != nil {
+		e := s.wrap(ctx, op, "", err)
+		e.LockID = lockID
+		return syncguard.ReleaseResult{}, false, e
+	}
+	if stale {
+		return syncguard.ReleaseResult{}, false, &syncguard.Error{Op: op, Code: syncguard.CodeServiceUnavailable, LockID: lockID,
+			Msg: "the key kept changing under the release; the permit stays held until its TTL or the next release"}
+	}
+	s.slots.Delete(lockID)
+	if woke.Valid {
+		s.waker.Wake(woke.String) // a waiter of this process: at once
+		if s.notifyDB != nil && wokeCh.Valid {
+			go s.notifyAfter(wokeCh.String, woke.String)
+		}
+	}
+	if released {
+		return syncguard.ReleaseResult{OK: true}, left, nil
+	}
+	return syncguard.ReleaseResult{Reason: failReason(seen, now)}, left, nil
+}
+
+func failReason(seen sql.NullInt64, now int64) string {
+	if seen.Valid && !rules.IsLive(seen.Int64, now) {
+		return syncguard.ReasonExpired
+	}
+	return syncguard.ReasonNotFound
+}
+
+// releaseInBackground releases lockID, detached: an acquire whose outcome
+// is unknown may have taken it.
+func (s *Semaphore) releaseInBackground(lockID string) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.relTO)
+		defer cancel()
+		_, _, _ = s.release(ctx, lockID, "")
+	}()
+}
+
+// Extend implements syncguard.Locker: the permit's expiry becomes server
+// now + ttl if it is live; never revives an expired permit.
+func (s *Semaphore) Extend(ctx context.Context, lockID string, ttl time.Duration) (syncguard.ExtendResult, error) {
+	const op = "extend"
+	if err := rules.ValidateLockID(lockID); err != nil {
+		e := ruleErr(op, "", err)
+		e.LockID = lockID
+		return syncguard.ExtendResult{}, e
+	}
+	ttlMs := ttl.Milliseconds()
+	if ttlMs < 1 {
+		return syncguard.ExtendResult{}, invalidArg(op, fmt.Sprintf("ttl must be at least 1ms, got %v", ttl))
+	}
+	if err := ctx.Err(); err != nil {
+		return syncguard.ExtendResult{}, s.wrap(ctx, op, "", err)
+	}
+	var (
+		got, seen sql.NullInt64
+		now       int64
+	)
+	if err := s.db.QueryRowContext(ctx, s.extendSQL, lockID, ttlMs).Scan(&got, &seen, &now); err != nil {
+		e := s.wrap(ctx, op, "", err)
+		e.LockID = lockID
+		return syncguard.ExtendResult{}, e
+	}
+	if got.Valid {
+		return syncguard.ExtendResult{OK: true, ExpiresAt: time.UnixMilli(got.Int64)}, nil
+	}
+	return syncguard.ExtendResult{Reason: failReason(seen, now)}, nil
+}
+
+func (s *Semaphore) wrap(ctx context.Context, op, key string, err error) *syncguard.Error {
+	e := errwrap.Wrap(ctx, op, s.dialect, err)
+	if e.Key == "" {
+		e.Key = key
+	}
+	if e.SQLState == "42P01" || e.SQLState == "42501" {
+		e.Msg += " (the semaphore's tables are missing or not granted: run semaphore.SetupSchema or apply semaphore.SchemaSQL, and grant " +
+			strings.Join(tableList(s.table), ", ") + ")"
+	}
+	return e
+}
+
+func tableList(table string) []string {
+	a, b, c := Tables(table)
+	return []string{a, b, c}
+}
+
+// ruleErr reports a broken rule (internal/rules) as InvalidArgument.
+func ruleErr(op, key string, err error) *syncguard.Error {
+	var ae *rules.ArgError
+	msg := err.Error()
+	if errors.As(err, &ae) {
+		msg = ae.Msg
+	}
+	e := invalidArg(op, msg)
+	e.Key = key
+	return e
+}

@@ -95,11 +95,9 @@ func TestRWLockConformancePGXThroughPgBouncer(t *testing.T) {
 // rwEvent is one lease as the server saw it: admitted and released at
 // server times (the holders table's acquired_at_ms; the release's clock).
 type rwEvent struct {
-	excl       bool
-	from, to   int64 // server ms
-	fence      int64
-	batch      int   // for a writer: the reader batches that were admitted before it after it queued
-	queuedAtMs int64 // local
+	excl     bool
+	from, to int64 // server ms
+	fence    int64
 }
 
 // rwMix runs readers:writers = 100:1 on one key: 100 reader goroutines
@@ -155,21 +153,21 @@ func rwMix(t *testing.T, d suite.Driver, dsn string, rounds int) {
 		}()
 	}
 	time.Sleep(200 * time.Millisecond)
-	var waits []int // reader admissions between a writer's queueing and its turn
+	serverNow := func() int64 {
+		var now int64
+		_ = db.QueryRowContext(ctx, `SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`).Scan(&now)
+		return now
+	}
+	var calls []int64 // server time just before each writer's Lock call
 	var waitTimes []time.Duration
 	for range rounds {
-		mu.Lock()
-		before := len(leases)
-		mu.Unlock()
+		calls = append(calls, serverNow())
 		start := time.Now()
 		l, err := syncguard.Lock(ctx, rw.Exclusive(), key, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		waitTimes = append(waitTimes, time.Since(start))
-		mu.Lock()
-		waits = append(waits, len(leases)-before)
-		mu.Unlock()
 		record(l, true)
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -178,7 +176,6 @@ func rwMix(t *testing.T, d suite.Driver, dsn string, rounds int) {
 	// Invariants on the server's clock.
 	sort.Slice(leases, func(i, j int) bool { return leases[i].from < leases[j].from })
 	var lastFence int64 = -1
-	maxReaders, overlapsSeen := 0, 0
 	for i, a := range leases {
 		if a.excl {
 			if a.fence <= lastFence {
@@ -186,7 +183,6 @@ func rwMix(t *testing.T, d suite.Driver, dsn string, rounds int) {
 			}
 			lastFence = a.fence
 		}
-		n := 0
 		for j, b := range leases {
 			if i == j || b.from >= a.to || a.from >= b.to {
 				continue
@@ -196,23 +192,61 @@ func rwMix(t *testing.T, d suite.Driver, dsn string, rounds int) {
 				if b.from < a.to && a.from < b.to && !(b.from == a.to || a.from == b.to) {
 					t.Errorf("rule: a writer overlaps no other lease: %+v and %+v", a, b)
 				}
-			} else {
-				n++
 			}
 		}
-		if n > 0 {
-			overlapsSeen++
+	}
+	// Per writer turn: the readers admitted after its Lock call and before
+	// its lease (one batch at most: each of the 100 readers at most once),
+	// and the readers it waited for (holding at its call).
+	var writers []rwEvent
+	for _, a := range leases {
+		if a.excl {
+			writers = append(writers, a)
 		}
-		maxReaders = max(maxReaders, n+1)
 	}
-	if overlapsSeen == 0 {
-		t.Errorf("rule: readers overlap: no two reader leases overlapped in %d", len(leases))
+	var after, heldAt []int
+	for i, w := range writers {
+		n, h := 0, 0
+		for _, r := range leases {
+			if r.excl {
+				continue
+			}
+			if r.from > calls[i] && r.from < w.from {
+				n++
+			}
+			if r.from <= calls[i] && r.to > calls[i] {
+				h++
+			}
+		}
+		after, heldAt = append(after, n), append(heldAt, h)
 	}
-	sort.Ints(waits)
-	t.Logf("100 readers : 1 writer, %d writer turns, %d leases: reader admissions between a writer's Lock call and its turn: median %d, max %d (100 readers loop, so one batch is at most 100 admissions); writer wait median %v max %v; up to %d readers at once",
-		rounds, len(leases), waits[len(waits)/2], waits[len(waits)-1], median(waitTimes), maxDur(waitTimes), maxReaders)
-	if waits[len(waits)-1] > 100 {
-		t.Errorf("rule: a writer gets its turn within one reader batch (each of the 100 readers admitted at most once before it): %d admissions", waits[len(waits)-1])
+	// The most reader leases live at one server millisecond.
+	type edge struct {
+		at int64
+		d  int
+	}
+	var edges []edge
+	for _, a := range leases {
+		if !a.excl {
+			edges = append(edges, edge{a.from, 1}, edge{a.to, -1})
+		}
+	}
+	sort.Slice(edges, func(i, j int) bool {
+		return edges[i].at < edges[j].at || edges[i].at == edges[j].at && edges[i].d < edges[j].d
+	})
+	cur, peak := 0, 0
+	for _, e := range edges {
+		cur += e.d
+		peak = max(peak, cur)
+	}
+	sort.Ints(after)
+	t.Logf("100 readers : 1 writer, %d writer turns, %d leases, writer fences strictly increasing, no writer overlapping any lease (server clock): readers admitted between a writer's Lock call and its turn: %v (max %d); readers holding at its call (the batch it waited for): %v; writer wait median %v max %v; up to %d reader leases live at once",
+		rounds, len(leases), after, after[len(after)-1], heldAt, median(waitTimes), maxDur(waitTimes), peak)
+	if after[len(after)-1] > 100 {
+		t.Errorf("rule: a writer gets its turn within one reader batch (each of the 100 readers admitted at most once before it): %d admissions", after[len(after)-1])
+	}
+	if peak < 2 {
+		t.Errorf("rule: readers overlap: at most %d reader lease live at once", peak)
 	}
 }
 

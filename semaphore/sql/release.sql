@@ -12,7 +12,9 @@
 -- wd:  w's queue row leaves the queue, re-checked under its row lock;
 -- rel: the slot goes to that waiter in this same commit (its lockId, its
 --      TTL from now, the slot's fence + 1), or is freed (lock_id NULL,
---      expires_at_ms 0; the fence counter stays). Re-checked under the
+--      expires_at_ms 0; the fence counter stays); acquired_at_ms is the
+--      server time of the change either way (a free slot's: when it was
+--      freed). Re-checked under the
 --      slot row's lock: only a live permit of $1 is released.
 -- me:  a withdrawing waiter's queue row becomes a tombstone (ttl 0): an
 --      attempt of its still in flight can neither queue it again nor take
@@ -63,7 +65,7 @@ rel AS (
   UPDATE {{slots}} AS l SET
     "lock_id" = wd."lock_id",
     "expires_at_ms" = COALESCE(t.now_ms + wd."ttl_ms", 0),
-    "acquired_at_ms" = CASE WHEN wd."lock_id" IS NULL THEN l."acquired_at_ms" ELSE t.now_ms END,
+    "acquired_at_ms" = t.now_ms,
     "fence" = CASE WHEN wd."lock_id" IS NULL THEN l."fence" ELSE l."fence" + 1 END,
     "identity" = wd."identity"
   FROM v CROSS JOIN t LEFT JOIN wd ON true

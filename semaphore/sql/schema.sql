@@ -15,7 +15,9 @@ CREATE TABLE IF NOT EXISTS {{sem}} (
 -- One row per permit slot (1..permits), created with the key and never
 -- deleted: "fence" is the slot's fence counter, strictly increasing, so
 -- each slot behaves as a fenced mutex. lock_id is the holder's (NULL and
--- expires_at_ms 0 when free; an expired holder's stays until a takeover).
+-- expires_at_ms 0 when free; an expired holder's stays until a takeover);
+-- acquired_at_ms is the server time the slot last changed hands (taken,
+-- handed over, or freed).
 CREATE TABLE IF NOT EXISTS {{slots}} (
   "key" TEXT NOT NULL,
   "slot" INTEGER NOT NULL,

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncguard/syncguard-go/conformance"
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/multilock"
@@ -71,10 +72,10 @@ func deadlocks(t *testing.T, ctx context.Context, db *sql.DB) int64 {
 // take {a, b} and {b, a} at once, round after round, through Lock with
 // the default waiting; every round both get their set, one after the
 // other, with no error and no deadlock (PostgreSQL's pg_stat_database
-// counter does not move). 1,000 rounds per adapter; SYNCGUARD_LONG=1 or
+// counter does not move). 500 rounds per adapter; SYNCGUARD_LONG=1 or
 // SYNCGUARD_MULTILOCK_ROUNDS sets more.
 func TestMultiLockCrossedPairs(t *testing.T) {
-	rounds := 1000
+	rounds := 500
 	if pgtest.LongRun() {
 		rounds = 10000
 	}
@@ -147,6 +148,68 @@ func TestMultiLockCrossedPairs(t *testing.T) {
 			if last[0] != int64(2*rounds) || last[1] != int64(2*rounds) {
 				t.Errorf("every acquisition took both keys: fences a=%d b=%d, want %d", last[0], last[1], 2*rounds)
 			}
+		})
+	}
+}
+
+// mlHarness runs conformance.RunMultiLock on drv at dsn: each case gets
+// fresh tables, a Locker and an other Locker on pools of their own, the
+// mutex Backend on the same Config (the independence case) and a Locker
+// on a closed pool (validation before I/O).
+func mlHarness(t *testing.T, drv suite.Driver, dsn string) conformance.MultiLockHarness {
+	dialect := drv.Dialect
+	if drv.DialectFor != nil {
+		dialect = drv.DialectFor(dsn)
+	}
+	return conformance.MultiLockHarness{New: func(t *testing.T) conformance.MultiLockTarget {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		admin := mlOpen(t, drv, dsn)
+		cfg := mlTables(t, ctx, admin, dialect)
+		newLocker := func(db *sql.DB) *multilock.Locker {
+			l, err := multilock.New(db, &cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+			return l
+		}
+		closed := mlOpen(t, drv, dsn)
+		closed.Close()
+		mutex, err := syncguard.New(admin, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conformance.MultiLockTarget{
+			Locker:      newLocker(mlOpen(t, drv, dsn)),
+			Others:      []conformance.MultiLocker{newLocker(mlOpen(t, drv, dsn)), newLocker(mlOpen(t, drv, dsn))},
+			Mutex:       mutex,
+			Unreachable: newLocker(closed),
+		}
+	}}
+}
+
+func TestMultiLockConformancePQ(t *testing.T) {
+	conformance.RunMultiLock(t, mlHarness(t, pqDriver, pgtest.Require(t).DSN))
+}
+
+func TestMultiLockConformancePGX(t *testing.T) {
+	conformance.RunMultiLock(t, mlHarness(t, pgxDriver, pgtest.Require(t).DSN))
+}
+
+// Through PgBouncer in transaction mode: no notification reaches a
+// waiter, which polls; the order of waiters holds.
+func TestMultiLockConformanceThroughPgBouncer(t *testing.T) {
+	pgtest.Long(t, "the multilock conformance group through PgBouncer")
+	srv := pgtest.Require(t)
+	if srv.Kind == pgtest.KindEnv {
+		t.Skip("PgBouncer is started in front of a local or docker server only")
+	}
+	bouncer := pgtest.RequirePgBouncer(t, srv, pgtest.PgBouncerOptions{PoolMode: "transaction", DefaultPoolSize: 20})
+	for _, drv := range []suite.Driver{pqDriver, pgxDriver} {
+		t.Run(drv.Name, func(t *testing.T) {
+			dsn := bouncer.DSN + drv.PgBouncerParams + "&connect_timeout=5"
+			conformance.RunMultiLock(t, mlHarness(t, drv, dsn))
 		})
 	}
 }

@@ -331,6 +331,7 @@ func (r *runner) startWorkers() <-chan struct{} {
 			}
 		}
 	}
+	r.startRWLock(&wg) // the read-write lock's workers and check (rwlock.go)
 	stopped := make(chan struct{})
 	go func() { wg.Wait(); close(stopped) }()
 	return stopped

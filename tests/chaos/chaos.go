@@ -322,6 +322,7 @@ func (r *runner) startWorkers() <-chan struct{} {
 			{"raw", r.opts.RawWorkers, 2, (*worker).runRaw},
 			{"withlock", r.opts.WithLockWorkers, 4, (*worker).runWithLock},
 			{"helper", r.opts.HelperWorkers, 3, (*worker).runHelper},
+			{"semaphore", semWorkers, 5, (*worker).runSemaphore}, // semaphore.go
 		} {
 			for i := 0; i < kind.n; i++ {
 				wseed++

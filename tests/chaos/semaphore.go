@@ -1,0 +1,220 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/semaphore"
+	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest/history"
+)
+
+// The semaphore under the fault schedule (issue 30): semWorkers workers
+// per adapter take permits of one key of a semaphore of semPermits through
+// Semaphore.Lock (AutoExtend, or, now and then, a holder that dies: no
+// extend, no release), write to an in-memory resource fenced per slot
+// (semaphore.FenceKey) while they believe they hold the permit, and
+// release. A trigger on the slots table records every holding that ends,
+// on the server's clock; when the last worker stops, the run checks that
+// each slot's holdings never overlap (never more than semPermits live
+// holders), that each slot's fences strictly increase, and that the
+// resource never rejected a write made in belief.
+
+const (
+	semWorkers = 3
+	semPermits = 3
+)
+
+// semRun is one run's semaphore state, made by the first worker.
+type semRun struct {
+	once     sync.Once
+	err      error
+	key      string
+	cfg      syncguard.Config
+	audit    string   // quoted audit table
+	sems     sync.Map // *adapter -> *semaphore.Semaphore
+	active   atomic.Int64
+	acquired atomic.Int64
+	abandon  atomic.Int64
+	errs     atomic.Int64
+
+	mu       sync.Mutex
+	last     map[string]int64 // FenceKey -> last accepted fence
+	accepted int64
+	rejected int64 // writes in belief rejected: a violation
+}
+
+var semRuns sync.Map // *runner -> *semRun
+
+const semAuditSQL = `CREATE TABLE IF NOT EXISTS %[1]s (slot int, lock_id text, fence bigint, acquired_at_ms bigint, ended_at_ms bigint);
+CREATE OR REPLACE FUNCTION %[2]s() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF OLD.lock_id IS NOT NULL AND NEW.lock_id IS DISTINCT FROM OLD.lock_id THEN
+    INSERT INTO %[1]s VALUES (OLD.slot, OLD.lock_id, OLD.fence, OLD.acquired_at_ms, LEAST(NEW.acquired_at_ms, OLD.expires_at_ms + 1000));
+  END IF;
+  RETURN NEW;
+END $$;
+DROP TRIGGER IF EXISTS sem_audit ON %[3]s;
+CREATE TRIGGER sem_audit AFTER UPDATE ON %[3]s FOR EACH ROW EXECUTE FUNCTION %[2]s()`
+
+func (r *runner) semState() *semRun {
+	v, _ := semRuns.LoadOrStore(r, &semRun{last: map[string]int64{}})
+	s := v.(*semRun)
+	s.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s.cfg = syncguard.Config{TableName: r.cfg.TableName, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		s.key = r.cfg.TableName + ":semaphore"
+		if s.err = semaphore.SetupSchema(ctx, r.admin, &s.cfg); s.err != nil {
+			return
+		}
+		_, slots, _ := semaphore.Tables(r.cfg.TableName)
+		s.audit = rules.QuoteIdent(r.cfg.TableName + "_sem_audit")
+		_, s.err = r.admin.ExecContext(ctx, fmt.Sprintf(semAuditSQL, s.audit, rules.QuoteIdent(r.cfg.TableName+"_sem_audit_fn"), rules.QuoteIdent(slots)))
+	})
+	return s
+}
+
+func (s *semRun) semaphoreFor(a *adapter) (*semaphore.Semaphore, error) {
+	if v, ok := s.sems.Load(a); ok {
+		return v.(*semaphore.Semaphore), nil
+	}
+	sem, err := semaphore.New(a.db, &s.cfg, semPermits)
+	if err != nil {
+		return nil, err
+	}
+	v, _ := s.sems.LoadOrStore(a, sem)
+	return v.(*semaphore.Semaphore), nil
+}
+
+// write is a holder's write to the per-slot fenced resource.
+func (s *semRun) write(fenceKey string, fence int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fence >= s.last[fenceKey] {
+		s.last[fenceKey] = fence
+		s.accepted++
+	} else {
+		s.rejected++
+	}
+}
+
+// runSemaphore is a semaphore worker.
+func (w *worker) runSemaphore() {
+	r := w.r
+	s := r.semState()
+	s.active.Add(1)
+	defer func() {
+		if s.active.Add(-1) == 0 {
+			r.checkSemaphore(s)
+		}
+	}()
+	if s.err != nil {
+		r.violate(history.Violation{Rule: "the semaphore's tables can be set up", Detail: s.err.Error()})
+		return
+	}
+	sem, err := s.semaphoreFor(w.a)
+	if err != nil {
+		r.violate(history.Violation{Rule: "a semaphore can be made", Detail: err.Error()})
+		return
+	}
+	fails := 0
+	for r.ctx.Err() == nil {
+		abandon := w.rng.IntN(12) == 0
+		opts := &syncguard.LockOptions{TTL: r.opts.TTL, AutoExtend: !abandon,
+			Acquisition: syncguard.AcquisitionOptions{Timeout: acquisitionTimeout}}
+		p, err := sem.Lock(r.ctx, s.key, opts)
+		if err != nil {
+			if syncguard.CodeOf(err) != syncguard.CodeAcquisitionTimeout && r.ctx.Err() == nil {
+				s.errs.Add(1)
+				fails++
+				w.backoff(fails)
+			}
+			continue
+		}
+		fails = 0
+		s.acquired.Add(1)
+		f, _ := p.Fence().Int64()
+		for range 1 + w.rng.IntN(3) {
+			if time.Now().Before(p.HeldUntil()) && p.Err() == nil {
+				s.write(p.FenceKey(), f)
+			}
+			sleepCtx(r.ctx, time.Duration(w.rng.IntN(40))*time.Millisecond)
+		}
+		if abandon {
+			s.abandon.Add(1)
+			continue // dies: its permit returns at its TTL
+		}
+		p.Close()
+	}
+}
+
+// checkSemaphore judges the run's semaphore holdings on the server's
+// clock, after the last semaphore worker stopped.
+func (r *runner) checkSemaphore(s *semRun) {
+	if s.err != nil || s.audit == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := r.admin.QueryContext(ctx, `SELECT slot, fence, acquired_at_ms, ended_at_ms FROM `+s.audit+` ORDER BY slot, acquired_at_ms, fence`)
+	if err != nil {
+		r.violate(history.Violation{Rule: "the semaphore's audit can be read", Detail: err.Error()})
+		return
+	}
+	defer rows.Close()
+	type holding struct{ slot, fence, start, end int64 }
+	bySlot := map[int64][]holding{}
+	type ev struct{ at, d int64 }
+	var evs []ev
+	n := 0
+	for rows.Next() {
+		var h holding
+		if err := rows.Scan(&h.slot, &h.fence, &h.start, &h.end); err != nil {
+			r.violate(history.Violation{Rule: "the semaphore's audit can be read", Detail: err.Error()})
+			return
+		}
+		n++
+		bySlot[h.slot] = append(bySlot[h.slot], h)
+		evs = append(evs, ev{h.start, 1}, ev{h.end, -1})
+	}
+	for slot, list := range bySlot {
+		for i := 1; i < len(list); i++ {
+			prev, h := list[i-1], list[i]
+			if h.start < prev.end {
+				r.violate(history.Violation{Rule: "semaphore: one holder per slot at a time (server clock)",
+					Detail: fmt.Sprintf("slot %d fence %d from %d, the previous holder's until %d", slot, h.fence, h.start, prev.end)})
+			}
+			if h.fence <= prev.fence {
+				r.violate(history.Violation{Rule: "semaphore: per-permit fences strictly increase",
+					Detail: fmt.Sprintf("slot %d fence %d after %d", slot, h.fence, prev.fence)})
+			}
+		}
+	}
+	sort.Slice(evs, func(i, j int) bool { return evs[i].at < evs[j].at || evs[i].at == evs[j].at && evs[i].d < evs[j].d })
+	var live, peak int64
+	for _, e := range evs {
+		live += e.d
+		peak = max(peak, live)
+	}
+	if peak > semPermits || len(bySlot) > semPermits {
+		r.violate(history.Violation{Rule: fmt.Sprintf("semaphore: at most %d live holders by the server's clock", semPermits),
+			Detail: fmt.Sprintf("peak %d, %d slots", peak, len(bySlot))})
+	}
+	s.mu.Lock()
+	acc, rej := s.accepted, s.rejected
+	s.mu.Unlock()
+	if rej > 0 {
+		r.violate(history.Violation{Rule: "semaphore: the per-slot fenced resource never rejects a write made in belief",
+			Detail: fmt.Sprintf("%d rejected", rej)})
+	}
+	r.opts.Logf("chaos: semaphore of %d: %d permits acquired (%d abandoned), %d holdings checked on the server's clock, peak %d live holders, writes %d accepted / %d rejected in belief, %d errors",
+		semPermits, s.acquired.Load(), s.abandon.Load(), n, peak, acc, rej, s.errs.Load())
+}

@@ -66,7 +66,7 @@ func (s *Semaphore) read(ctx context.Context, storage, lockID any, key string) (
 	if err := ctx.Err(); err != nil {
 		return KeyStatus{}, s.wrap(ctx, op, key, err)
 	}
-	rows, err := s.db.QueryContext(ctx, s.holdersSQL, storage, lockID)
+	rows, err := s.db.QueryContext(ctx, s.holdersSQL, s.args(storage, lockID)...)
 	if err != nil {
 		return KeyStatus{}, s.wrap(ctx, op, key, err)
 	}

@@ -52,6 +52,7 @@ type Semaphore struct {
 	window   time.Duration
 
 	acquireSQL, releaseSQL, extendSQL, holdersSQL string
+	oneShot                                       []any // the dialect's driver.OneShot arguments, with Config.DisablePrepare
 
 	waker *waiting.Waker
 	slots sync.Map // lockID -> slot, for Slot
@@ -60,8 +61,11 @@ type Semaphore struct {
 // New returns a Semaphore of permits permits per key on db, with the
 // tables that cfg names (see Tables; nil cfg: the defaults). Read from
 // cfg: TableName, Dialect, Identity (the holder identity stored with each
-// permit), NotifyDB, Logger and ReleaseTimeout, as syncguard.New reads
-// them. A key gets its number of permits at its first acquire, from the
+// permit), NotifyDB, Logger, ReleaseTimeout and DisablePrepare, as
+// syncguard.New reads them. Statements are sent with arguments as the
+// driver does by default; behind a transaction-mode pooler set
+// DisablePrepare (pgx: each statement unprepared, one round trip) or, for
+// lib/pq, binary_parameters=yes in the DSN. A key gets its number of permits at its first acquire, from the
 // Semaphore that makes it; an acquire through a Semaphore with another
 // number fails with ErrPermitsMismatch (InvalidArgument) and takes
 // nothing. New does no I/O; bad input is an InvalidArgument
@@ -103,6 +107,9 @@ func New(db *sql.DB, cfg *syncguard.Config, permits int) (*Semaphore, error) {
 		window:     15 * time.Second,
 		acquireSQL: stripComments(render("acquire.sql", table)), releaseSQL: stripComments(render("release.sql", table)),
 		extendSQL: stripComments(render("extend.sql", table)), holdersSQL: stripComments(render("holders.sql", table))}
+	if o, ok := c.Dialect.(driver.OneShot); ok && c.DisablePrepare {
+		s.oneShot = o.OneShotArgs()
+	}
 	s.waker = s.newWaker()
 	return s, nil
 }
@@ -185,7 +192,7 @@ func (s *Semaphore) acquire(ctx context.Context, key string, ttl time.Duration, 
 	var r acquireRow
 	for i := 0; ; i++ {
 		r = acquireRow{}
-		err = s.db.QueryRowContext(ctx, s.acquireSQL, k.Storage, lockID, s.permits, k.Norm, ttlMs, window, notified, idArg).Scan(
+		err = s.db.QueryRowContext(ctx, s.acquireSQL, s.args(k.Storage, lockID, s.permits, k.Norm, ttlMs, window, notified, idArg)...).Scan(
 			&r.state, &r.slot, &r.expires, &r.acquired, &r.fence, &r.stale, &r.exhausted, &r.permits, &r.firstExpiry, &r.free, &r.ahead, &r.now)
 		if err != nil || !r.stale || i >= staleRetries || ctx.Err() != nil {
 			break
@@ -270,7 +277,7 @@ func (s *Semaphore) release(ctx context.Context, lockID, wkey string) (syncguard
 		err                   error
 	)
 	for i := 0; ; i++ {
-		err = s.db.QueryRowContext(ctx, s.releaseSQL, lockID, s.notifyDB == nil, wk).Scan(
+		err = s.db.QueryRowContext(ctx, s.releaseSQL, s.args(lockID, s.notifyDB == nil, wk)...).Scan(
 			&released, &stale, &seen, &now, &woke, &wokeCh, &left, &notified)
 		if err != nil || !stale || i >= releaseRetries || ctx.Err() != nil {
 			break
@@ -336,7 +343,7 @@ func (s *Semaphore) Extend(ctx context.Context, lockID string, ttl time.Duration
 		got, seen sql.NullInt64
 		now       int64
 	)
-	if err := s.db.QueryRowContext(ctx, s.extendSQL, lockID, ttlMs).Scan(&got, &seen, &now); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.extendSQL, s.args(lockID, ttlMs)...).Scan(&got, &seen, &now); err != nil {
 		e := s.wrap(ctx, op, "", err)
 		e.LockID = lockID
 		return syncguard.ExtendResult{}, e
@@ -374,4 +381,12 @@ func ruleErr(op, key string, err error) *syncguard.Error {
 	e := invalidArg(op, msg)
 	e.Key = key
 	return e
+}
+
+// args prepends the dialect's one-shot arguments, if any.
+func (s *Semaphore) args(a ...any) []any {
+	if len(s.oneShot) == 0 {
+		return a
+	}
+	return append(append([]any{}, s.oneShot...), a...)
 }

@@ -549,14 +549,14 @@ type OwnWaitersRow struct {
 	ServerCPUMsPerS     float64 `json:"server_cpu_ms_per_s"`
 	ServerUsPerHandOff  float64 `json:"server_cpu_us_per_handoff"` // all keys
 	ServerCPURatio      float64 `json:"server_cpu_per_handoff_ratio"`
-	Listening           int     `json:"listen_sessions"` // sessions whose last statement was (UN)LISTEN, at a segment's end (most)
+	Listening           int     `json:"listen_connections"` // near a segment's end (the most of its segments): client sessions beyond the pools' and those there before
 	Errors              int     `json:"errors"`
 	FirstError          string  `json:"first_error,omitempty"`
 }
 
 func (OwnWaitersRow) layout() (string, []string, string) {
 	return "w7b: a fourth key's hand-offs with 10 to 300 Backends waiting on three hot keys",
-		[]string{"waiting Backends", "4th key hand-offs in 10 s", "× first", "4th key wait p50 / p99 ms", "p99 × first", "4th key timeouts", "hot hand-offs/s", "notified/s", "server CPU ms/s", "server CPU µs per hand-off", "× first", "LISTEN sessions", "errors"}, ""
+		[]string{"waiting Backends", "4th key hand-offs in 10 s", "× first", "4th key wait p50 / p99 ms", "p99 × first", "4th key timeouts", "hot hand-offs/s", "notified/s", "server CPU ms/s", "server CPU µs per hand-off", "× first", "LISTEN connections", "errors"}, ""
 }
 
 func (x OwnWaitersRow) cells() []string {
@@ -580,6 +580,10 @@ func (w *WaitEnv) OwnWaiters(ctx context.Context, admin *sql.DB, p OwnWaitersPar
 		Params: map[string]any{"hot_keys": p.HotKeys, "hot_hold_ms": msf(p.HotHold), "hot_pause_ms": msf(p.HotPause), "probe_backends": p.Probe,
 			"probe_hold_ms": msf(p.ProbeHold), "probe_pause_ms": msf(p.ProbePause), "seconds_per_case": p.Duration.Seconds(), "rounds": p.Rounds,
 			"backends": p.Counts, "variant": VarNotify, "server_cpu_measured": probe != nil}}
+	before, err := countSessions(ctx, admin)
+	if err != nil {
+		return nil, err
+	}
 	hot, err := we.openProcs(ctx, VarNotify, slices.Max(p.Counts), 2)
 	if err != nil {
 		return nil, err
@@ -613,7 +617,7 @@ func (w *WaitEnv) OwnWaiters(ctx context.Context, admin *sql.DB, p OwnWaitersPar
 			var wg sync.WaitGroup
 			wg.Go(func() { // the LISTEN sessions near the window's end, while all wait
 				time.Sleep(time.Until(end.Add(-d / 10)))
-				if _, l, err := countSessions(ctx, admin); err == nil {
+				if _, l, err := listenConns(ctx, admin, before, probeProcs, hot); err == nil {
 					c.listening = max(c.listening, l)
 				}
 			})

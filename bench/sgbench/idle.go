@@ -43,9 +43,9 @@ type IdleRow struct {
 	WaiterWritesRatio   float64 `json:"waiter_row_writes_ratio"`
 	ServerCPUMsPerS     float64 `json:"server_cpu_ms_per_s"`
 	Sessions            int     `json:"client_sessions"` // client backends in the server at the window's end
-	// Sessions whose last statement was LISTEN or UNLISTEN at the
-	// window's end: about the LISTEN connections open.
-	Listening  int    `json:"listen_sessions"`
+	// LISTEN connections at the window's end: the client sessions beyond
+	// those there before the case and the pools' open connections.
+	Listening  int    `json:"listen_connections"`
 	Acquired   int    `json:"acquired"` // waiters that got their key: none should
 	Errors     int    `json:"errors"`
 	FirstError string `json:"first_error,omitempty"`
@@ -119,6 +119,10 @@ func (w *WaitEnv) IdleWaiting(ctx context.Context, admin *sql.DB, p IdleParams) 
 
 func (w *WaitEnv) idleCase(ctx context.Context, admin *sql.DB, probe *ServerProbe, p IdleParams, c IdleCase, ci int) (IdleRow, error) {
 	row := IdleRow{Waiters: c.Waiters, Backends: c.Backends, Layout: c.layout(), Seconds: p.Duration.Seconds()}
+	before, err := countSessions(ctx, admin)
+	if err != nil {
+		return row, err
+	}
 	holder, err := w.OpenProc(ctx, VarNotify, 4)
 	if err != nil {
 		return row, err
@@ -206,7 +210,7 @@ func (w *WaitEnv) idleCase(ctx context.Context, admin *sql.DB, probe *ServerProb
 	time.Sleep(p.Duration)
 	m1, err := readIdleCounters(ctx, admin, table, probe)
 	if err == nil {
-		row.Sessions, row.Listening, err = countSessions(ctx, admin)
+		row.Sessions, row.Listening, err = listenConns(ctx, admin, before, []*proc{holder}, procs)
 	}
 	cancel()
 	wg.Wait()
@@ -225,12 +229,28 @@ func (w *WaitEnv) idleCase(ctx context.Context, admin *sql.DB, probe *ServerProb
 // statsSettle outlasts PostgreSQL 15's PGSTAT_IDLE_INTERVAL (10 s).
 const statsSettle = 11 * time.Second
 
-// countSessions counts the client backends, and those whose last
-// statement was LISTEN or UNLISTEN (about the LISTEN connections).
-func countSessions(ctx context.Context, admin *sql.DB) (all, listening int, err error) {
-	err = admin.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE query ~* '^\s*(un)?listen\M')
-		FROM pg_stat_activity WHERE backend_type = 'client backend'`).Scan(&all, &listening)
-	return all, listening, err
+// countSessions counts the server's client backends.
+func countSessions(ctx context.Context, admin *sql.DB) (int, error) {
+	var n int
+	err := admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'`).Scan(&n)
+	return n, err
+}
+
+// listenConns estimates the LISTEN connections of procs: the client
+// sessions beyond before (counted before they opened) and the open
+// connections of their pools and of others.
+func listenConns(ctx context.Context, admin *sql.DB, before int, others []*proc, procs ...[]*proc) (sessions, listening int, err error) {
+	sessions, err = countSessions(ctx, admin)
+	pools := 0
+	for _, ps := range append(procs, others) {
+		for _, p := range ps {
+			pools += p.db.Stats().OpenConnections
+			if p.notify != nil {
+				pools += p.notify.Stats().OpenConnections
+			}
+		}
+	}
+	return sessions, max(sessions-before-pools, 0), err
 }
 
 // parallel runs fn(0..n-1) on k goroutines and returns the errors joined.

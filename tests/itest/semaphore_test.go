@@ -100,3 +100,63 @@ func semOpen(t testing.TB, name, dsn string) *sql.DB {
 	t.Cleanup(func() { db.Close() })
 	return db
 }
+
+// TestSemaphoreIndependentOfMutex: a key used as a semaphore and the
+// mutex of the same name share no row and no fence counter: both are
+// held at once, each counts its own fences, and releasing one leaves the
+// other held.
+func TestSemaphoreIndependentOfMutex(t *testing.T) {
+	srv := pgtest.Require(t)
+	db := semOpen(t, "pgx", srv.DSN)
+	cfg := semTables(t, db)
+	cfg.FenceTableName = cfg.TableName + "_fences"
+	ctx := t.Context()
+	if err := syncguard.SetupSchema(ctx, db, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + rules.QuoteIdent(cfg.TableName) + `, ` + rules.QuoteIdent(cfg.FenceTableName) + `, ` +
+			rules.QuoteIdent(cfg.TableName+"_waiters") + `, ` + rules.QuoteIdent(cfg.TableName+"_holders"))
+	})
+	mutex, err := syncguard.New(db, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := semaphore.New(db, &cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sem.Close()
+	for range 3 { // move the mutex's fence counter on
+		r, err := mutex.Acquire(ctx, "shared-name", time.Minute)
+		if err != nil || !r.OK {
+			t.Fatalf("mutex acquire: %+v %v", r, err)
+		}
+		if _, err := mutex.Release(ctx, r.LockID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := mutex.Acquire(ctx, "shared-name", time.Minute)
+	if err != nil || !m.OK {
+		t.Fatalf("mutex acquire: %+v %v", m, err)
+	}
+	p, err := sem.Acquire(ctx, "shared-name", time.Minute)
+	if err != nil || !p.OK {
+		t.Fatalf("rule: a semaphore and the mutex of the same name are independent: the semaphore's permit was refused while the mutex is held: %+v %v", p, err)
+	}
+	if m.Fence != "000000000000004" || p.Fence != "000000000000001" {
+		t.Errorf("rule: a semaphore's slots count their own fences: mutex %s, permit %s", m.Fence, p.Fence)
+	}
+	if r, err := mutex.Release(ctx, p.LockID); err != nil || r.OK {
+		t.Errorf("rule: the mutex cannot release a permit: %+v %v", r, err)
+	}
+	if r, err := sem.Release(ctx, m.LockID); err != nil || r.OK {
+		t.Errorf("rule: the semaphore cannot release the mutex's lock: %+v %v", r, err)
+	}
+	if held, err := mutex.IsLocked(ctx, "shared-name"); err != nil || !held {
+		t.Errorf("the mutex stays held: %v %v", held, err)
+	}
+	if full, err := sem.IsLocked(ctx, "shared-name"); err != nil || !full {
+		t.Errorf("the semaphore's one permit stays held: %v %v", full, err)
+	}
+}

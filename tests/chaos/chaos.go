@@ -333,6 +333,7 @@ func (r *runner) startWorkers() <-chan struct{} {
 		}
 	}
 	r.startRWLock(&wg) // the read-write lock's workers and check (rwlock.go)
+	r.startMultiLock(&wg) // several keys at once: workers and check (multilock.go)
 	stopped := make(chan struct{})
 	go func() { wg.Wait(); close(stopped) }()
 	return stopped

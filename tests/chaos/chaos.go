@@ -333,7 +333,8 @@ func (r *runner) startWorkers() <-chan struct{} {
 		}
 	}
 	r.startRWLock(&wg) // the read-write lock's workers and check (rwlock.go)
-	r.startMultiLock(&wg) // several keys at once: workers and check (multilock.go)
+	// several keys at once: workers and check (multilock.go)
+	r.startMultiLock(&wg)
 	stopped := make(chan struct{})
 	go func() { wg.Wait(); close(stopped) }()
 	return stopped

@@ -98,4 +98,3 @@ func WithLock(ctx context.Context, l SetLocker, keys []string, fn func(ctx conte
 	}
 	return fn(fnCtx, lease)
 }
-

@@ -49,12 +49,12 @@ func (l *Locker) acquire(ctx context.Context, set string, ttl time.Duration, ide
 	ks0 := setJSON(ks)
 	args := []any{ks0, lockID, ttlMs, window, notified, sql.NullString{String: ident, Valid: ident != ""}}
 	var d struct {
-		ok, present, held         bool
-		expires, acquired         sql.NullInt64
-		fences                    sql.NullString
-		busyUntil                 sql.NullInt64
-		exhausted                 bool
-		ahead, now                int64
+		ok, present, held bool
+		expires, acquired sql.NullInt64
+		fences            sql.NullString
+		busyUntil         sql.NullInt64
+		exhausted         bool
+		ahead, now        int64
 	}
 	dest := []any{&d.ok, &d.present, &d.held, &d.expires, &d.acquired, &d.fences, &d.busyUntil, &d.exhausted, &d.ahead, &d.now}
 	var err error

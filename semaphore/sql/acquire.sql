@@ -21,7 +21,9 @@
 --        permit is free). Counted up to {{rank_cap}}: the waiter's rank.
 -- gate:  'mine', 'mismatch' (the key's permits differ from $3: nothing is
 --        taken, the caller reports a typed error), 'busy', 'init' or 'try'.
--- pick:  the lowest free slot, when the gate is 'try'.
+-- pick:  the lowest free slot, when the gate is 'try'; first a slot of
+--        $2 that expired (a hand-off the waiter did not collect in time:
+--        a lockId is on one slot row at most, a unique index).
 -- v:     compare-and-set of the key's version: it locks the key row and
 --        re-reads its latest committed version, and passes only if no
 --        change of holders committed after this statement's snapshot.
@@ -77,7 +79,7 @@ gate AS (
 pick AS (
   SELECT sl."slot", sl."fence" FROM sl, gate
   WHERE gate.state = 'try' AND NOT sl.live AND sl."slot" <= $3::integer
-  ORDER BY sl."slot"
+  ORDER BY sl."lock_id" IS NOT DISTINCT FROM $2::text DESC, sl."slot"
   LIMIT 1
 ),
 v AS (

@@ -5,7 +5,10 @@
 --
 -- s0:  the slot of $1, in this statement's snapshot; d: if live.
 -- hold: the key's live holders (a waiter among them is skipped).
--- w:   the first live waiter of the key (by place) that holds no permit.
+-- w:   the first live waiter of the key (by place) that holds no permit
+--      and whose lockId is on no slot row (an expired hand-off it did not
+--      collect: its own attempt takes that slot again; a lockId is on one
+--      slot row at most, a unique index).
 -- v:   the compare-and-set of the key's version (see acquire.sql): a
 --      release that lost it writes nothing and reports stale; the caller
 --      runs it again.
@@ -47,6 +50,7 @@ w AS (
   WHERE q."key" = d."key" AND q."deadline_ms" > t.now_ms AND q."ttl_ms" > 0 AND q."lock_id" <> $1::text
     AND d."fence" < {{fence_max}}
     AND NOT EXISTS (SELECT 1 FROM hold WHERE hold."lock_id" = q."lock_id")
+    AND NOT EXISTS (SELECT 1 FROM {{slots}} AS o WHERE o."lock_id" = q."lock_id")
   ORDER BY q."place", q."lock_id"
   LIMIT 1
 ),

@@ -518,4 +518,3 @@ func (w *WaitEnv) ForeignListeners(ctx context.Context, admin *sql.DB, p Foreign
 	}
 	return res, nil
 }
-

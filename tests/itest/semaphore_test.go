@@ -160,3 +160,35 @@ func TestSemaphoreIndependentOfMutex(t *testing.T) {
 		t.Errorf("the semaphore's one permit stays held: %v %v", full, err)
 	}
 }
+
+// TestSemaphoreUnprivilegedRole runs the group as a role with only the
+// documented privileges (SELECT, INSERT, UPDATE, DELETE on the three
+// tables), on pgx.
+func TestSemaphoreUnprivilegedRole(t *testing.T) {
+	srv, _, admin, exec := asAdmin(t, "creates a role")
+	const role = "sg_sem_user"
+	_, _ = admin.Exec(`DROP OWNED BY ` + role)
+	_, _ = admin.Exec(`DROP ROLE IF EXISTS ` + role)
+	exec(`CREATE ROLE ` + role + ` LOGIN PASSWORD 'sg-sem-pw'`)
+	t.Cleanup(func() {
+		_, _ = admin.Exec(`DROP OWNED BY ` + role)
+		_, _ = admin.Exec(`DROP ROLE IF EXISTS ` + role)
+	})
+	dsn := srv.DSNFor(role, "sg-sem-pw", "")
+	conformance.RunSemaphore(t, conformance.SemaphoreHarness{New: func(t testing.TB) func(int) conformance.SemaphoreTarget {
+		cfg := semTables(t, admin)
+		a, b, c := semaphore.Tables(cfg.TableName)
+		if _, err := admin.Exec(`GRANT SELECT, INSERT, UPDATE, DELETE ON ` + rules.QuoteIdent(a) + `, ` + rules.QuoteIdent(b) + `, ` + rules.QuoteIdent(c) + ` TO ` + role); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Dialect = pgxDriver.Dialect
+		return func(permits int) conformance.SemaphoreTarget {
+			s, err := semaphore.New(semOpen(t, "pgx", dsn), &cfg, permits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		}
+	}})
+}

@@ -58,7 +58,9 @@ func runSemClock(t *testing.T, d suite.Driver, dsn, setupDSN string, dur time.Du
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() { _, _ = setup.Exec(`DROP TABLE IF EXISTS ` + audit + `; DROP FUNCTION IF EXISTS ` + fn + `() CASCADE`) })
+	t.Cleanup(func() {
+		_, _ = setup.Exec(`DROP TABLE IF EXISTS ` + audit + `; DROP FUNCTION IF EXISTS ` + fn + `() CASCADE`)
+	})
 	cfg.Dialect = semDialect(d, dsn)
 	const permits, callers, crashTTL = 3, 12, time.Second
 	procs := make([]*semaphore.Semaphore, 3)

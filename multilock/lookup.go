@@ -3,6 +3,8 @@ package multilock
 import (
 	"context"
 	"database/sql"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/syncguard/syncguard-go/internal/pooler"
@@ -26,6 +28,7 @@ type Holding struct {
 	ExpiresAt  time.Time  // server-computed expiry of every key
 	AcquiredAt time.Time  // server time of the acquire or hand-off
 	Identity   string     // the holder's identity, "" when none
+	LockIDHash string     // syncguard.HashKey of the holding's lockId
 }
 
 // Info is h as a syncguard.LockInfo: KeyHash of the set's encoding, the
@@ -42,7 +45,7 @@ func (h *Holding) info(lockID string) *syncguard.LockInfo {
 // lookup reads the rows of lockID, or of the keys of set and of the
 // holdings that hold any of them: the live holdings by lockId (every key
 // live), and whether any key of set is held by a live row.
-func (l *Locker) lookup(ctx context.Context, op, lockID, set string) (map[string]*Holding, bool, error) {
+func (l *Locker) lookup(ctx context.Context, op, lockID, set string, all bool) (map[string]*Holding, bool, error) {
 	keysJSON := "[]"
 	if set != "" {
 		ks, e := parse(op, set)
@@ -54,7 +57,7 @@ func (l *Locker) lookup(ctx context.Context, op, lockID, set string) (map[string
 	if e := ctxErr(ctx, op, l); e != nil {
 		return nil, false, e
 	}
-	rows, err := pooler.Unprepared(l.db, l.oneShot).QueryContext(ctx, l.sql.lookup, lockID, keysJSON)
+	rows, err := pooler.Unprepared(l.db, l.oneShot).QueryContext(ctx, l.sql.lookup, lockID, keysJSON, all)
 	if err != nil {
 		return nil, false, l.wrap(ctx, op, err)
 	}
@@ -104,7 +107,7 @@ func (l *Locker) lookup(ctx context.Context, op, lockID, set string) (map[string
 	out := map[string]*Holding{}
 	for id, a := range by {
 		if a.live && len(a.keys) == a.n {
-			a.h.Set = Keys(a.keys...)
+			a.h.Set, a.h.LockIDHash = Keys(a.keys...), syncguard.HashKey(id)
 			out[id] = a.h
 		}
 	}
@@ -114,7 +117,7 @@ func (l *Locker) lookup(ctx context.Context, op, lockID, set string) (map[string
 // IsLocked implements syncguard.LockBackend: whether any key of set is
 // held by a live holding (of any set).
 func (l *Locker) IsLocked(ctx context.Context, set string) (bool, error) {
-	_, any, err := l.lookup(ctx, "isLocked", "", set)
+	_, any, err := l.lookup(ctx, "isLocked", "", set, false)
 	return any, err
 }
 
@@ -122,7 +125,7 @@ func (l *Locker) IsLocked(ctx context.Context, set string) (bool, error) {
 // every key of set (a holding of exactly that set, or of a larger one),
 // or nil.
 func (l *Locker) LookupKey(ctx context.Context, set string) (*syncguard.LockInfo, error) {
-	hs, _, err := l.lookup(ctx, "lookup", "", set)
+	hs, _, err := l.lookup(ctx, "lookup", "", set, false)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +162,7 @@ func (l *Locker) Holding(ctx context.Context, lockID string) (*Holding, error) {
 	if e := checkLockID("lookup", lockID); e != nil {
 		return nil, e
 	}
-	hs, _, err := l.lookup(ctx, "lookup", lockID, "")
+	hs, _, err := l.lookup(ctx, "lookup", lockID, "", false)
 	if err != nil {
 		return nil, err
 	}
@@ -184,4 +187,21 @@ func (l *Locker) Fences(ctx context.Context, lockID string) ([]KeyFence, error) 
 		return nil, err
 	}
 	return h.Fences, nil
+}
+
+// List returns every live holding, ordered by set, for diagnostics (the
+// CLI's status): keys, fences, expiry, identity and the lockId's hash.
+// It shows the keys, which may hold personal data: do not log it in
+// production.
+func (l *Locker) List(ctx context.Context) ([]*Holding, error) {
+	hs, _, err := l.lookup(ctx, "list", "", "", true)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Holding, 0, len(hs))
+	for _, h := range hs {
+		out = append(out, h)
+	}
+	slices.SortFunc(out, func(a, b *Holding) int { return strings.Compare(a.Set+a.LockIDHash, b.Set+b.LockIDHash) })
+	return out, nil
 }

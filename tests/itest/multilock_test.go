@@ -213,3 +213,48 @@ func TestMultiLockConformanceThroughPgBouncer(t *testing.T) {
 		})
 	}
 }
+
+// TestMultiLockListAndIdentity: a holding's identity (LockOptions) and
+// keys show in List, Holding and LookupKey; an ended holding does not.
+func TestMultiLockListAndIdentity(t *testing.T) {
+	srv := pgtest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := mlOpen(t, pgxDriver, srv.DSN)
+	cfg := mlTables(t, ctx, db, pgxDriver.Dialect)
+	cfg.Identity = "default-id"
+	l, err := multilock.New(db, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lease, err := multilock.Lock(ctx, l, []string{"y", "x"}, &syncguard.LockOptions{Identity: "worker-7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := l.Acquire(ctx, multilock.Keys("z"), time.Minute)
+	if err != nil || !plain.OK {
+		t.Fatal(plain, err)
+	}
+	hs, err := l.List(ctx)
+	if err != nil || len(hs) != 2 {
+		t.Fatalf("List: %d holdings, %v", len(hs), err)
+	}
+	if hs[0].Set != multilock.Keys("x", "y") || hs[0].Identity != "worker-7" || len(hs[0].Fences) != 2 || hs[0].LockIDHash != syncguard.HashKey(lease.LockID()) {
+		t.Errorf("List[0] = %+v", hs[0])
+	}
+	if hs[1].Set != multilock.Keys("z") || hs[1].Identity != "default-id" {
+		t.Errorf("List[1] = %+v", hs[1])
+	}
+	info, err := l.LookupKey(ctx, multilock.Keys("x"))
+	if err != nil || info == nil || info.Identity != "worker-7" || info.KeyHash != syncguard.HashKey(multilock.Keys("x", "y")) {
+		t.Errorf("LookupKey(x) = %+v, %v", info, err)
+	}
+	lease.Close()
+	if h, err := l.Holding(ctx, lease.LockID()); err != nil || h != nil {
+		t.Errorf("a released holding is gone: %+v, %v", h, err)
+	}
+	if hs, _ := l.List(ctx); len(hs) != 1 {
+		t.Errorf("List after the release: %d holdings", len(hs))
+	}
+}

@@ -617,7 +617,7 @@ func TestWaiterAttemptQueues(t *testing.T) {
 		if _, err := w.Attempt(context.Background(), time.Second); err != nil {
 			t.Fatalf("once %v: %v", once, err)
 		}
-		if wake, renew, _ := w.Hints(); (wake != nil) != !once || (renew == defaultWaitWindow/2) != !once {
+		if wake, renew, _ := w.Hints(); (wake != nil) != !once || (renew == defaultWaitWindow*2/3) != !once {
 			t.Errorf("once %v: hints %v, %v: the waiter joined the queue: %v, want %v", once, wake, renew, wake != nil, !once)
 		}
 		if w.q != nil {

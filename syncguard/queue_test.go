@@ -7,7 +7,7 @@ import (
 )
 
 // A waiter's attempts are spaced by its place: near the head it renews at
-// half its window; further back its row lives twice as long and it
+// two thirds of its window; further back its row lives twice as long and it
 // attempts again as the queue's pace brings it within listenRank of the
 // head, doubling its gap while the queue stands still.
 func TestWaiterSpacingByRank(t *testing.T) {
@@ -38,10 +38,10 @@ func TestWaiterSpacingByRank(t *testing.T) {
 		// 8 places in 800 ms: 9 more to listenRank take 900 ms; half of it.
 		check("rule: far back, moving: attempt halfway to listenRank at the queue's pace", 2*w, 450*time.Millisecond)
 		step(12, 10*time.Hour)
-		check("rule: however long the wait, far back renews within its window", 2*w, w)
+		check("rule: however long the wait, far back renews within its window", 2*w, 4*w/3)
 		step(listenRank, time.Second)
-		check("rule: within listenRank of the head: the base window, renewed at its half", w, w/2)
-		if wake, renew, poll := q.waiterHints(); wake == nil || renew != w/2 || !poll {
+		check("rule: within listenRank of the head: the base window, renewed after two thirds of it", w, 2*w/3)
+		if wake, renew, poll := q.waiterHints(); wake == nil || renew != 2*w/3 || !poll {
 			t.Errorf("rule: near the head, before its channel is listened on, the waiter polls; hints %v %v %v", wake, renew, poll)
 		}
 	})

@@ -129,7 +129,7 @@ func (s *shared) tableLost(err error, table string, lost, warned *atomic.Bool, u
 // Spacing by place ("Waiting at scale" in docs/design.md): a waiter
 // learns its rank (live waiters ahead, counted up to rankCap) from each
 // attempt. Within listenRank of the head it listens and renews its row
-// every half window; further back it does not listen (its process
+// when two thirds of its window have passed; further back it does not listen (its process
 // need not be a listening session), its row lives twice as long, and it
 // attempts again when the queue's pace says it is about to come within
 // listenRank (at least approachMin apart).
@@ -193,10 +193,10 @@ func (q *queueState) window() time.Duration {
 }
 
 // next is when the waiter attempts again without a cue from a release:
-// to renew its row (at half its window), or, far back, as it nears listenRank at the pace the
+// to renew its row (after two thirds of its window), or, far back, as it nears listenRank at the pace the
 // queue moved since it joined (doubling while it has not moved).
 func (q *queueState) next() time.Duration {
-	renew := q.window() / 2
+	renew := q.window() * 2 / 3
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.rank <= listenRank {

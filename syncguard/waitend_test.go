@@ -97,7 +97,7 @@ func TestWaitEndOutageAfterHeldIsBusy(t *testing.T) {
 			}
 			return nil
 		})
-		// 20 s: a queued waiter behind a live lock attempts again at its renewal (7.5 s).
+		// 20 s: a queued waiter behind a live lock attempts again at its renewal (10 s).
 		_, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: 20 * time.Second}})
 		wantBusy(t, "an outage after the key was seen held", err)
 		if !strings.Contains(err.Error(), "got no answer") {

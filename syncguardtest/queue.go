@@ -32,7 +32,7 @@ import (
 //     to it meanwhile.
 
 // queueWindow is how long after its last attempt a waiter stays live: the
-// PostgreSQL backend's queue window. Its waiters renew at half of it.
+// PostgreSQL backend's queue window. Its waiters renew after two thirds of it.
 const queueWindow = 15 * time.Second
 
 // deadWaiter: a waiter not seen for this long leaves the queue.
@@ -89,7 +89,7 @@ func (w *waiter) Hints() (wake <-chan struct{}, renew time.Duration, poll bool) 
 	if w.plain {
 		return nil, 0, false
 	}
-	return w.wake, queueWindow / 2, false
+	return w.wake, queueWindow * 2 / 3, false
 }
 
 // Leave implements syncguard.Waiter: the waiter leaves the queue, a lock

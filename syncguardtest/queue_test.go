@@ -309,8 +309,8 @@ func TestWaiterHandOff(t *testing.T) {
 			t.Fatalf("a contended attempt: %+v, %v; want locked, RetryIn the holder's TTL + 1 s", r, err)
 		}
 		wake, renew, poll := w.Hints()
-		if wake == nil || renew != 7500*time.Millisecond || poll {
-			t.Errorf("Hints: %v, %v, %v; want a wake channel, renew 7.5 s (half the queue window), no polling", wake, renew, poll)
+		if wake == nil || renew != 10*time.Second || poll {
+			t.Errorf("Hints: %v, %v, %v; want a wake channel, renew 10 s (two thirds of the queue window), no polling", wake, renew, poll)
 		}
 		time.Sleep(time.Second)
 		released := locks.Now()

@@ -45,7 +45,7 @@
 // wakes it, and so does the first step that finds a holder's lock no
 // longer live (a crashed holder's key goes on at its expiry plus the 1 s
 // tolerance, an Advance past it hands it on at once). A waiter is live
-// while it attempts (Lock renews every 7.5 s): one not seen for 15 s (the
+// while it attempts (Lock renews every 10 s): one not seen for 15 s (the
 // queue window, on time.Now) is skipped until it attempts again. A plain
 // Acquire never queues, and a free key with live waiters goes to the
 // first of them. A wrapper of the caller's own that forwards Queue keeps

@@ -280,7 +280,7 @@ func (b *Backend) release(ctx context.Context, lockID, waiterKey string) (Releas
 		woke, wokeOn sql.NullString // the payload and channel of the waiter woken
 		leftQueue    bool
 	}
-	notifyInCommit := b.tx != nil || b.shared.cfg.NotifyDB == nil
+	notifyInCommit := b.tx != nil || b.shared.cfg.NotifyDB == nil || b.shared.waker.PoolReaches()
 	args := []any{lockID, b.tx == nil, notifyInCommit, sql.NullString{String: waiterKey, Valid: waiterKey != ""}}
 	dest := []any{&d.deleted, &d.seenExpires, &d.now, &d.woke, &d.wokeOn, &d.leftQueue}
 	stmt := b.shared.releaseStmt()

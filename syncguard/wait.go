@@ -81,6 +81,9 @@ func newWaker(s *shared) *waiting.Waker {
 		cfg.NoListener = "the dialect has no driver.Listener (lib/pq: open the pool with sql.OpenDB(pq.NewConnector(dsn)) of the syncguard pq adapter, or set Config.Dialect to pq.ListenDialect(dsn))"
 	}
 	cfg.Notify = s.notify
+	if s.cfg.NotifyDB != nil {
+		cfg.Pool = s.notifyPool
+	}
 	cfg.OnFallback = func(st waiting.Status) {
 		s.cfg.Logger.Warn("syncguard: waiting falls back to polling: a waiter finds the key handed to it at its next attempt instead of at once (the order of waiters is kept)",
 			slog.String("reason", st.Reason))
@@ -90,15 +93,22 @@ func newWaker(s *shared) *waiting.Waker {
 
 // notify sends a notification: through NotifyDB when it is set (the
 // probe, and a wake-up after the commit of the release that hands the key
-// over: best effort, the waiter's next attempt finds the key anyway), else
-// through the pool.
+// over, unless the probe found NotifyDB in the lock database: best
+// effort, the waiter's next attempt finds the key anyway), else through
+// the pool.
 func (s *shared) notify(ctx context.Context, channel, payload string) error {
-	const stmt = "SELECT pg_notify($1::text, $2::text)"
 	if s.cfg.NotifyDB != nil {
-		_, err := s.cfg.NotifyDB.ExecContext(ctx, stmt, channel, payload)
+		_, err := s.cfg.NotifyDB.ExecContext(ctx, notifySQL, channel, payload)
 		return err
 	}
-	return (&Backend{shared: s}).oneShot(ctx, stmt, []any{channel, payload}, nil)
+	return s.notifyPool(ctx, channel, payload)
+}
+
+const notifySQL = "SELECT pg_notify($1::text, $2::text)"
+
+// notifyPool sends a notification through the lock pool.
+func (s *shared) notifyPool(ctx context.Context, channel, payload string) error {
+	return (&Backend{shared: s}).oneShot(ctx, notifySQL, []any{channel, payload}, nil)
 }
 
 // queueLost and holdersLost report whether err says that the waiters (or

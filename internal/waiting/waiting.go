@@ -71,6 +71,9 @@ type Status struct {
 	Active bool
 	Kind   Kind
 	Reason string // why not, when not Active
+	// PoolReaches: a notification sent through the lock pool (Config.Pool)
+	// reaches the connection, which is then in the lock database.
+	PoolReaches bool
 }
 
 // Config is a Waker's connection to the database and its tunables. Zero
@@ -80,8 +83,12 @@ type Config struct {
 	// dialect has no driver.Listener (NoListener says why).
 	Open       func(ctx context.Context, channel string) (driver.NotifyConn, error)
 	NoListener string
-	// Notify sends a notification through the pool (the probe).
+	// Notify sends a notification (the probe) where Open listens.
 	Notify func(ctx context.Context, channel, payload string) error
+	// Pool, when Notify goes elsewhere than the lock pool, sends through
+	// the lock pool: its probe, sent first, says whether a release's own
+	// commit reaches the connection (Status.PoolReaches).
+	Pool func(ctx context.Context, channel, payload string) error
 	// OnFallback is told, once per failure, why waiting polls.
 	OnFallback func(Status)
 
@@ -254,6 +261,14 @@ func (u *Wakeup) Close() {
 			c.idle = time.Now()
 		}
 	}
+}
+
+// PoolReaches reports whether a notification in a release's own commit
+// reaches the connection (Status.PoolReaches), as its last probe found.
+func (w *Waker) PoolReaches() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.st.Active && w.st.PoolReaches
 }
 
 // Wake signals the waiter named by payload, if it is this process's: a
@@ -448,13 +463,22 @@ func (w *Waker) serve() Status {
 	}
 	defer conn.Close()
 	ctx, cancel = context.WithTimeout(w.ctx, w.cfg.ProbeTimeout)
-	err = w.cfg.Notify(ctx, w.probe, w.probe)
+	// Through the pool first: committed before Notify's, it comes first if
+	// it comes at all (one database delivers in commit order).
+	poolProbe, poolReaches := w.probe+":pool", w.cfg.Pool == nil
+	if w.cfg.Pool != nil {
+		err = w.cfg.Pool(ctx, w.probe, poolProbe)
+	}
+	if err == nil {
+		err = w.cfg.Notify(ctx, w.probe, w.probe)
+	}
 	for err == nil {
 		// Only the probe channel is listened on yet: the rest is forged.
 		var n driver.Notification
 		if n, err = conn.Wait(ctx); err == nil && n == (driver.Notification{Channel: w.probe, Payload: w.probe}) {
 			break
 		}
+		poolReaches = poolReaches || err == nil && n == (driver.Notification{Channel: w.probe, Payload: poolProbe})
 	}
 	timedOut := ctx.Err() != nil
 	if err == nil { // listening sessions cost every notifying commit in the database: only key channels are listened
@@ -472,7 +496,7 @@ func (w *Waker) serve() Status {
 	}
 	w.mu.Lock()
 	w.backoff = 0
-	w.setLocked(Status{Active: true})
+	w.setLocked(Status{Active: true, PoolReaches: poolReaches})
 	w.mu.Unlock()
 	last := time.Now() // the last sign of life
 	for {

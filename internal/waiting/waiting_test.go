@@ -411,3 +411,40 @@ func TestReopensAfterAFailureWhileWatched(t *testing.T) {
 		}
 	})
 }
+
+// With Config.Pool (notifications on a pool of their own), the probe sent
+// through the lock pool first says whether a release's commit reaches the
+// connection: it does when both reach one database, not when they do not.
+func TestPoolReachesFromTheProbe(t *testing.T) {
+	for _, same := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			var conns []*fakeConn
+			var mu sync.Mutex
+			send := func(channel, payload string) {
+				mu.Lock()
+				defer mu.Unlock()
+				conns[len(conns)-1].send(channel, payload)
+			}
+			w := New(Config{
+				Open: func(ctx context.Context, channel string) (driver.NotifyConn, error) {
+					c := &fakeConn{in: make(chan driver.Notification, 16), fail: make(chan error, 1)}
+					mu.Lock()
+					conns = append(conns, c)
+					mu.Unlock()
+					return c, nil
+				},
+				Notify: func(ctx context.Context, channel, payload string) error { send(channel, payload); return nil },
+				Pool: func(ctx context.Context, channel, payload string) error {
+					if same {
+						send(channel, payload)
+					}
+					return nil
+				},
+			})
+			defer w.Close()
+			if st := w.Status(t.Context()); !st.Active || st.PoolReaches != same || w.PoolReaches() != same {
+				t.Errorf("same database %v: status %+v, PoolReaches %v; want active, PoolReaches %v", same, st, w.PoolReaches(), same)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ package cli
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -56,7 +57,8 @@ type app struct {
 	noPrepare              bool // true unless --no-prepare=false: see db.go
 	dsnNoPrepare           bool // the connection string's default_query_exec_mode prepares nothing
 
-	cmd string // the command being run, for messages ("run", "advisory ls")
+	cmd string  // the command being run, for messages ("run", "advisory ls")
+	db  *sql.DB // the database of backend
 }
 
 type command struct {
@@ -370,7 +372,7 @@ var exitCodes = map[syncguard.Code]int{
 
 // missingTablesMsg replaces the library's message for an undefined table
 // (42P01), which names the Go API.
-const missingTablesMsg = "lock table missing: run 'syncguard setup' first (or apply the DDL of 'syncguard schema' with your migration tool); " +
+const missingTablesMsg = "lock table missing: run 'syncguard setup' first (--all for run --permits, -s/-x, several --key; or apply the DDL of 'syncguard schema' with your migration tool); " +
 	"if it exists, the role lacks USAGE on its schema (search_path skips such schemas) or search_path does not include it (see 'syncguard doctor')"
 
 // describe returns the code and one-line message of err.

@@ -113,6 +113,7 @@ func (a *app) backend() (*sql.DB, *syncguard.Backend, error) {
 		db.Close()
 		return nil, nil, err
 	}
+	a.db = db
 	return db, b, nil
 }
 

@@ -110,7 +110,7 @@ const EnvPrefix = "SYNCGUARD_"
 // gives COMMAND $SYNCGUARD_KEY), the short forms, and the actions.
 var notFromEnv = map[string]bool{
 	"key": true, "command": true, "version": true, "help": true, "h": true,
-	"v": true, "q": true, "n": true, "w": true, "E": true, "c": true,
+	"v": true, "q": true, "n": true, "w": true, "E": true, "c": true, "s": true, "x": true,
 }
 
 // envName is the environment variable of flag name.

@@ -55,7 +55,7 @@ func (a *app) runHolding(o *runOpts, lease *syncguard.Lease, ext *extends, sigs 
 	_ = becomeSubreaper() // for the tree, should the supervisor die
 
 	sup, err := startTree(supervisorSpec{
-		Path: o.path, Argv: o.command, Env: childEnv(a.environ(), o.fenceEnv, o.key, lease.Fence()),
+		Path: o.path, Argv: o.command, Env: childEnv(a.environ(), o.fenceEnv, o.key, lease.Fence(), o.env...),
 		Foreground: o.foreground, TTY: hasControllingTTY(), Deadline: encodeDeadline(lease.HeldUntil()),
 	}, a.stdin, a.stdout, a.stderr)
 	if err != nil {
@@ -141,7 +141,7 @@ func (h *holding) extended(err error) {
 	case err == nil:
 		h.sup.setDeadline(h.lease.HeldUntil())
 		if !h.outage.IsZero() && !o.quiet {
-			a.notef("extended the lock on %s again after %v of failed attempts; still held", displayKey(o.key), short(time.Since(h.outage)))
+			a.notef("extended the lock on %s again after %v of failed attempts; still held", o.label(), short(time.Since(h.outage)))
 		}
 		h.outage = time.Time{}
 	case h.outage.IsZero():
@@ -149,7 +149,7 @@ func (h *holding) extended(err error) {
 		if !o.quiet {
 			_, code, msg := describe(err)
 			a.errorf("warning", "cannot extend the lock on %s (%s: %s); retrying until its confirmed expiry in %v, when %s is stopped",
-				displayKey(o.key), code, trim(msg, 160), short(max(time.Until(h.lease.HeldUntil()), 0)), o.command[0])
+				o.label(), code, trim(msg, 160), short(max(time.Until(h.lease.HeldUntil()), 0)), o.command[0])
 		}
 	}
 }
@@ -160,7 +160,7 @@ func (h *holding) lose(reason string) {
 		return
 	}
 	h.lost = true
-	h.stopTree("LockLost", fmt.Sprintf("lost the lock on %s (%s)", displayKey(h.o.key), reason))
+	h.stopTree("LockLost", fmt.Sprintf("lost the lock on %s (%s)", h.o.label(), reason))
 }
 
 // stopTree sends SIGTERM to the tree now and has it SIGKILLed after
@@ -229,7 +229,7 @@ func (h *holding) event(ev treeEvent) {
 		if !h.lost {
 			h.lost = true
 			a.errorf("LockLost", "the lock on %s reached its last confirmed expiry before syncguard could extend it (was syncguard stopped or starved?); the supervisor killed %s and its process tree",
-				displayKey(o.key), o.command[0])
+				o.label(), o.command[0])
 		}
 	case "done":
 		h.treeDone = true
@@ -303,15 +303,15 @@ func (a *app) release(o *runOpts, lease *syncguard.Lease, sigs <-chan os.Signal)
 			switch {
 			case err != nil:
 				_, code, msg := describe(err)
-				a.errorf(code, "could not release the lock on %s; it expires by itself within %v (--ttl): %s", displayKey(o.key), fmtDuration(o.ttl), trim(msg, 200))
+				a.errorf(code, "could not release the lock on %s; it expires by itself within %v (--ttl): %s", o.label(), fmtDuration(o.ttl), trim(msg, 200))
 			case o.verbose && res.OK:
-				a.notef("released %s (fence %s)", displayKey(o.key), lease.Fence())
+				a.notef("released %s (fence %s)", o.label(), lease.Fence())
 			}
 			return nil
 		case s := <-sigs:
 			if abortsWait(s) {
 				a.errorf(string(syncguard.CodeAborted), "got %s while releasing the lock on %s; not waiting for PostgreSQL: the lock expires by itself within %v (--ttl)",
-					signalName(s), displayKey(o.key), fmtDuration(o.ttl))
+					signalName(s), o.label(), fmtDuration(o.ttl))
 				return &cliError{status: 128 + signalNumber(s), silent: true}
 			}
 		}

@@ -11,11 +11,13 @@ import (
 	"os/exec"
 	"os/signal"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/multilock"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -47,8 +49,12 @@ type runOpts struct {
 	foreground              bool
 	verbose, quiet          bool
 	command                 []string
-	shell                   string // -c: the command line for /bin/sh -c
-	path                    string // COMMAND resolved in $PATH
+	keys                    []string // run's --key, repeated: a set (multilock)
+	permits                 int      // run --permits: a permit of a semaphore
+	shared, exclusive       bool     // run -s, -x: a read-write lock
+	env                     []string // COMMAND's variables of the kind (slot, mode, fences)
+	shell                   string   // -c: the command line for /bin/sh -c
+	path                    string   // COMMAND resolved in $PATH
 }
 
 const runHelp = `
@@ -58,13 +64,22 @@ follows "--"; -c 'COMMAND LINE' runs a command line through /bin/sh -c
 instead (like flock -c). One-letter flags can be bundled: -nq is -n -q,
 -w5 is -w 5. A KEY that begins with "-" needs --key.
 
-Acquires the lock on KEY, waiting for up to --wait while it is busy (woken
-when the holder releases it or its lock expires, retrying every 125 to 250
-ms in any case); runs COMMAND with the fence in $SYNCGUARD_FENCE (15
+Acquires the lock on KEY, waiting for up to --wait while it is busy (in
+its queue: woken when the holder releases it, or at the holder's expiry;
+polling where no notification reaches it, as behind PgBouncer in
+transaction mode); runs COMMAND with the fence in $SYNCGUARD_FENCE (15
 digits, zero-padded) and $SYNCGUARD_FENCE_NUM (plain decimal; see
 --fence-env) and the key in $SYNCGUARD_KEY; extends the lease while COMMAND
 runs; releases the lock when COMMAND and every process it started have
 exited; and exits with COMMAND's status (128+N if signal N killed it).
+
+Other kinds of lock, each independent of KEY's mutex (tables: setup --all):
+--permits N, one of N permits of a semaphore on KEY, adds $SYNCGUARD_SLOT
+and $SYNCGUARD_FENCE_KEY (KEY#SLOT: the fence's counter). -s/--shared and
+-x/--exclusive, a read-write lock on KEY, add $SYNCGUARD_MODE (shared,
+exclusive); a reader's fence is the last writer's. --key repeated (or KEY
+and --key): all the keys at once; $SYNCGUARD_FENCES is each key's fence (a
+JSON object), $SYNCGUARD_FENCE the largest, $SYNCGUARD_KEY the set.
 
 The lock covers COMMAND's whole process tree: on Linux, background and
 orphaned descendants too (run waits for all of them), and a kill -9 of
@@ -96,7 +111,11 @@ Example (crontab): never two reports at once across the fleet
 func (a *app) cmdRun(args []string) error {
 	fs := a.flagSet("run")
 	o := runOpts{busyExit: ExitBusy}
-	fs.StringVar(&o.key, "key", "", "the lock's `KEY` (required; no environment variable: $SYNCGUARD_KEY is what COMMAND gets)")
+	fs.Func("key", "the lock's `KEY` (required; no environment variable: $SYNCGUARD_KEY is what COMMAND gets); repeated, several keys held at once, all or none", func(s string) error {
+		o.keys = append(o.keys, s)
+		return nil
+	})
+	kindFlags(fs, &o)
 	durationVar(fs, &o.ttl, "ttl", defaultTTL, minTTL, maxTTL,
 		"lease time to live (`DURATION`, 1s to 24h); extended every ttl/3 while COMMAND runs, it bounds how long the lock outlives a killed syncguard")
 	wait := &durationFlag{d: &o.wait, min: 0, max: maxWait, forever: true}
@@ -138,8 +157,8 @@ func (a *app) cmdRun(args []string) error {
 	}
 	// Without --key, the first argument is KEY (as flock's FILE); flags may
 	// follow it, up to COMMAND or "--".
-	if o.key == "" && len(pos) > 0 {
-		o.key = pos[0]
+	if len(o.keys) == 0 && len(pos) > 0 {
+		o.keys = pos[:1]
 		if pos, err = a.parseMore(fs, pos[1:]); err != nil {
 			if errors.Is(err, errHelp) {
 				a.cmdHelp(fs, runHelp)
@@ -167,6 +186,10 @@ func (a *app) cmdRun(args []string) error {
 		return err
 	}
 	defer db.Close()
+	lk, err := a.runLocker(db, b, &o)
+	if err != nil {
+		return err
+	}
 
 	sigs := make(chan os.Signal, 32)
 	signal.Notify(sigs, notifySignals(o.foreground)...)
@@ -176,13 +199,17 @@ func (a *app) cmdRun(args []string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ext := &extends{c: make(chan error), done: make(chan struct{})}
-	lease, sig, err := a.lock(ctx, cancel, b, &o, ext, sigs)
+	lease, sig, err := a.lock(ctx, cancel, lk, &o, ext, sigs)
 	if err != nil {
 		return err
 	}
 	if sig != nil {
 		return &cliError{status: 128 + signalNumber(sig), code: string(syncguard.CodeAborted),
-			msg: fmt.Sprintf("got %s while waiting for the lock on %s; nothing is held and %s did not run", signalName(sig), displayKey(o.key), o.command[0])}
+			msg: fmt.Sprintf("got %s while waiting for the lock on %s; nothing is held and %s did not run", signalName(sig), o.label(), o.command[0])}
+	}
+	if o.env, err = kindEnv(lk, &o, lease); err != nil {
+		close(ext.done)
+		return cmp.Or(a.release(&o, lease, sigs), err)
 	}
 	return a.runHolding(&o, lease, ext, sigs)
 }
@@ -190,23 +217,30 @@ func (a *app) cmdRun(args []string) error {
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func (o *runOpts) validate() error {
+	o.key = strings.Join(o.keys, "")
 	_, err := rules.NormalizeKey(o.key)
+	if len(o.keys) > 1 {
+		o.key = multilock.Keys(o.keys...)
+		_, err = multilock.ParseKeys(o.key)
+	}
 	switch {
 	case o.key == "":
 		return usageErr("no KEY given: syncguard run KEY [flags] -- COMMAND [ARG...] (or --key KEY)")
+	case len(o.kinds()) > 1:
+		return usageErr("%s: one kind of lock at a time: --permits N (a semaphore), -s/--shared or -x/--exclusive (a read-write lock), or several keys", strings.Join(o.kinds(), " and "))
 	case err != nil:
 		return err
 	case len(o.command) == 0:
 		return usageErr("no command given: syncguard run KEY [flags] -- COMMAND [ARG...], or -c 'COMMAND LINE'")
-	case !envNameRE.MatchString(o.fenceEnv) || o.fenceEnv == keyEnv || o.fenceEnv+numSuffix == keyEnv:
-		return usageErr("--fence-env %q is not a usable variable name (letters, digits and _, not starting with a digit; not %s)", o.fenceEnv, keyEnv)
+	case !envNameRE.MatchString(o.fenceEnv) || slices.Contains(kindVars, o.fenceEnv) || slices.Contains(kindVars, o.fenceEnv+numSuffix):
+		return usageErr("--fence-env %q is not a usable variable name (letters, digits and _, not starting with a digit; not %s)", o.fenceEnv, strings.Join(kindVars, ", "))
 	}
 	return nil
 }
 
 // lock acquires the lease while watching for signals: one that ends the
 // wait cancels ctx, and lock returns it (nothing is held then).
-func (a *app) lock(ctx context.Context, cancel context.CancelFunc, b *syncguard.Backend, o *runOpts, ext *extends, sigs <-chan os.Signal) (*syncguard.Lease, os.Signal, error) {
+func (a *app) lock(ctx context.Context, cancel context.CancelFunc, b runLocker, o *runOpts, ext *extends, sigs <-chan os.Signal) (*syncguard.Lease, os.Signal, error) {
 	var lease *syncguard.Lease
 	var err error
 	done := make(chan struct{})
@@ -232,15 +266,16 @@ func (a *app) lock(ctx context.Context, cancel context.CancelFunc, b *syncguard.
 	}
 }
 
-// acquire takes the lock with the library's Lock, which waits for up to
-// --wait (forever: until ctx ends), queued, retrying every 125 to 250 ms,
-// and rides an outage out (one warning). Each attempt is bounded by
+// acquire takes the lock (of any kind: b) with the library's Lock, which
+// waits for up to --wait (forever: until ctx ends) in b's queue, retrying
+// after errors every 125 to 250 ms, and rides an outage out (one warning).
+// Each attempt is bounded by
 // --timeout. The lease extends itself (AutoExtend), reporting to ext.
 //
 // The end of --wait is "busy" (75) unless no attempt got an answer and one
 // failed by itself (refused, --timeout): then that failure (69). An attempt
 // that --wait cut says nothing about the server (docs/errors.md).
-func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts, ext *extends) (*syncguard.Lease, error) {
+func (a *app) acquire(ctx context.Context, b runLocker, o *runOpts, ext *extends) (*syncguard.Lease, error) {
 	start := time.Now()
 	remaining := func() time.Duration {
 		if o.wait == Forever {
@@ -260,13 +295,13 @@ func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts, ext
 		case err == nil:
 			anyAnswer = true
 			if warned && !o.quiet {
-				acquired := map[bool]string{true: "; acquired " + displayKey(o.key)}[r.OK]
+				acquired := map[bool]string{true: "; acquired " + o.label()}[r.OK]
 				a.notef("PostgreSQL answers again after %v%s", short(time.Since(outage)), acquired)
 			}
 			outage, warned = time.Time{}, false
 			if !r.OK && o.verbose && !announced && o.wait > 0 {
 				announced = true
-				a.notef("%s is busy (%s); waiting %s", displayKey(o.key), a.holder(b, o), retryingFor(remaining()))
+				a.notef("%s is busy (%s); waiting %s", o.label(), a.holder(b, o), retryingFor(remaining()))
 			}
 		case o.wait > 0 && (ctx.Err() != nil || remaining() <= 0), !syncguard.CodeOf(err).Retryable():
 			// Cut short by the end of --wait (or a signal): no answer yet.
@@ -278,7 +313,7 @@ func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts, ext
 			if left := remaining(); !warned && !o.quiet && o.wait > 0 && left > 0 {
 				warned = true
 				_, code, msg := describe(err)
-				a.errorf("warning", "cannot acquire %s yet (%s: %s); retrying %s", displayKey(o.key), code, trim(msg, 160), retryingFor(left))
+				a.errorf("warning", "cannot acquire %s yet (%s: %s); retrying %s", o.label(), code, trim(msg, 160), retryingFor(left))
 			}
 		}
 	}
@@ -290,7 +325,7 @@ func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts, ext
 			wait.Timeout = -1 // until a signal
 		}
 	}
-	lease, err := syncguard.Lock(ctx, &bounded{Backend: b, timeout: a.timeout, extendFailed: ext.send}, o.key, &syncguard.LockOptions{
+	lease, err := syncguard.Lock(ctx, &bounded{runLocker: b, timeout: a.timeout, extendFailed: ext.send}, o.key, &syncguard.LockOptions{
 		TTL: o.ttl, AutoExtend: true, Acquisition: wait, ReleaseTimeout: a.timeout, Identity: o.identity,
 		OnAttempt: onAttempt,
 		OnExtend:  func(syncguard.ExtendResult) { ext.send(nil) },
@@ -302,7 +337,7 @@ func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts, ext
 	switch code := syncguard.CodeOf(err); {
 	case err == nil:
 		if o.verbose {
-			a.notef("acquired %s with fence %s (ttl %v, after %v)", displayKey(o.key), lease.Fence(), fmtDuration(o.ttl), time.Since(start).Round(time.Millisecond))
+			a.notef("acquired %s with fence %s (ttl %v, after %v)", o.label(), lease.Fence(), fmtDuration(o.ttl), time.Since(start).Round(time.Millisecond))
 		}
 		return lease, nil
 	case ctx.Err() != nil, code != syncguard.CodeAcquisitionTimeout && code != syncguard.CodeNetworkTimeout && code != syncguard.CodeServiceUnavailable:
@@ -318,7 +353,7 @@ func (a *app) acquire(ctx context.Context, b *syncguard.Backend, o *runOpts, ext
 // of it on a connection gone dark) and reports failed extends (OnExtend
 // reports the confirmed ones). Its waiters are the Backend's: still queued.
 type bounded struct {
-	*syncguard.Backend
+	runLocker
 	timeout      time.Duration
 	extendFailed func(error)
 }
@@ -330,7 +365,7 @@ type boundedWaiter struct {
 }
 
 func (b *bounded) Queue(key, identity string, once bool) syncguard.Waiter {
-	return boundedWaiter{b.Backend.Queue(key, identity, once), b.timeout, key}
+	return boundedWaiter{b.runLocker.Queue(key, identity, once), b.timeout, key}
 }
 
 func (w boundedWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
@@ -348,7 +383,7 @@ func (w boundedWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguar
 func (b *bounded) Extend(ctx context.Context, lockID string, ttl time.Duration) (syncguard.ExtendResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
-	r, err := b.Backend.Extend(ctx, lockID, ttl)
+	r, err := b.runLocker.Extend(ctx, lockID, ttl)
 	if err != nil {
 		b.extendFailed(err)
 	}
@@ -376,7 +411,7 @@ func trim(s string, n int) string {
 }
 
 // holder describes the current holder of o.key for messages.
-func (a *app) holder(b *syncguard.Backend, o *runOpts) string {
+func (a *app) holder(b runLocker, o *runOpts) string {
 	ctx, cancel := context.WithTimeout(context.Background(), min(a.timeout, 2*time.Second))
 	defer cancel()
 	info, err := b.LookupKey(ctx, o.key)
@@ -389,7 +424,7 @@ func (a *app) holder(b *syncguard.Backend, o *runOpts) string {
 
 // busy is the error when --wait ran out while the lock was busy, or while
 // an attempt was still in flight without any answer yet (noAnswer).
-func (a *app) busy(b *syncguard.Backend, o *runOpts, waited time.Duration, noAnswer bool) error {
+func (a *app) busy(b runLocker, o *runOpts, waited time.Duration, noAnswer bool) error {
 	e := &cliError{status: o.busyExit, code: string(syncguard.CodeAcquisitionTimeout), silent: o.quiet}
 	if o.quiet {
 		return e
@@ -400,22 +435,23 @@ func (a *app) busy(b *syncguard.Backend, o *runOpts, waited time.Duration, noAns
 	}
 	if noAnswer {
 		e.msg = fmt.Sprintf("lock busy or PostgreSQL slow: no answer yet about %s when --wait ran out (each attempt may take up to --timeout %v); %s; nothing is held",
-			displayKey(o.key), fmtDuration(a.timeout), tail)
+			o.label(), fmtDuration(a.timeout), tail)
 		return e
 	}
-	e.msg = fmt.Sprintf("lock busy: %s is %s; %s", displayKey(o.key), a.holder(b, o), tail)
+	e.msg = fmt.Sprintf("lock busy: %s is %s; %s", o.label(), a.holder(b, o), tail)
 	return e
 }
 
 // childEnv is COMMAND's environment (run's and elect's): syncguard's, with
-// the fence and the key (replacing those of an enclosing syncguard run).
-func childEnv(environ []string, fenceEnv, key string, fence syncguard.Fence) []string {
+// the fence, the key and extra, the kind's (replacing those of an enclosing
+// syncguard run).
+func childEnv(environ []string, fenceEnv, key string, fence syncguard.Fence, extra ...string) []string {
 	num := strings.TrimLeft(string(fence), "0")
 	if num == "" {
 		num = "0"
 	}
-	env := withoutEnv(environ, fenceEnv, fenceEnv+numSuffix, keyEnv)
-	return append(env, fenceEnv+"="+string(fence), fenceEnv+numSuffix+"="+num, keyEnv+"="+key)
+	env := withoutEnv(environ, append([]string{fenceEnv, fenceEnv + numSuffix}, kindVars...)...)
+	return append(append(env, fenceEnv+"="+string(fence), fenceEnv+numSuffix+"="+num, keyEnv+"="+key), extra...)
 }
 
 // startError is the error of a COMMAND that cannot run: 127 when it is not

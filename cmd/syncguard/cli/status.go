@@ -40,6 +40,10 @@ is-active), 64/69/70/77 on errors.`)
 	if err != nil {
 		return err
 	}
+	rows, err := a.kindRows(ctx, key)
+	if err != nil {
+		return err
+	}
 
 	if a.json {
 		out := map[string]any{
@@ -56,7 +60,10 @@ is-active), 64/69/70/77 on errors.`)
 				out["lockId"] = info.LockID
 			}
 		}
-		return cmp.Or(writeJSON(a.stdout, out), freeStatus(info == nil))
+		if len(rows) > 0 {
+			out["holdings"] = kindJSON(rows, now, true)
+		}
+		return cmp.Or(writeJSON(a.stdout, out), freeStatus(info == nil && len(rows) == 0))
 	}
 
 	w := table(a.stdout)
@@ -67,14 +74,18 @@ is-active), 64/69/70/77 on errors.`)
 			lastText = string(last) + " (the next holder gets a larger one)"
 		}
 		fmt.Fprintf(w, "state\tfree\nlast fence\t%s\n", lastText)
-		return cmp.Or(w.Flush(), freeStatus(true))
+	} else {
+		fmt.Fprintf(w, "state\theld\nfence\t%s\nexpires\t%s (%s)\nacquired\t%s (%s)\nholder\t%s\n", info.Fence,
+			rel(info.ExpiresAt, now), stamp(info.ExpiresAt), rel(info.AcquiredAt, now), stamp(info.AcquiredAt), holderText(info.LockInfo))
 	}
-	fmt.Fprintf(w, "state\theld\nfence\t%s\nexpires\t%s (%s)\nacquired\t%s (%s)\nholder\t%s\n", info.Fence,
-		rel(info.ExpiresAt, now), stamp(info.ExpiresAt), rel(info.AcquiredAt, now), stamp(info.AcquiredAt), holderText(info.LockInfo))
-	if *raw {
+	if *raw && info != nil {
 		fmt.Fprintf(w, "lockId\t%s (%s)\n", info.LockID, sensitiveNote)
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return cmp.Or(kindTable(a.stdout, "\nalso held as a semaphore permit, read-write lock or set (independent locks):\n", rows, now, displayKey),
+		freeStatus(info == nil && len(rows) == 0))
 }
 
 // lockJSON adds a holding's fields to the JSON of status and revoke.
@@ -135,6 +146,10 @@ uses.`); err != nil {
 	if err != nil {
 		return err
 	}
+	rows, err := a.kindRows(ctx, "")
+	if err != nil {
+		return err
+	}
 	now := list.Now
 
 	if a.json {
@@ -150,10 +165,14 @@ uses.`); err != nil {
 			}
 			locks = append(locks, m)
 		}
-		return writeJSON(a.stdout, map[string]any{"serverTime": jsonTime(now), "locks": locks, "truncated": list.More})
+		out := map[string]any{"serverTime": jsonTime(now), "locks": locks, "truncated": list.More}
+		if len(rows) > 0 {
+			out["holdings"] = kindJSON(rows, now, *raw || *keys)
+		}
+		return writeJSON(a.stdout, out)
 	}
 
-	if len(list.Locks) == 0 {
+	if len(list.Locks) == 0 && len(rows) == 0 {
 		fmt.Fprintln(a.stdout, map[bool]string{false: "no active locks", true: "no lock rows"}[*expired])
 		return nil
 	}
@@ -165,7 +184,9 @@ uses.`); err != nil {
 	if *expired {
 		cols = append(cols, "STATE")
 	}
-	fmt.Fprintln(w, strings.Join(cols, "\t"))
+	if len(list.Locks) > 0 {
+		fmt.Fprintln(w, strings.Join(cols, "\t"))
+	}
 	for _, r := range list.Locks {
 		key, holder := "key#"+r.KeyHash, "lock#"+r.LockIDHash
 		if r.Identity != "" {
@@ -186,11 +207,14 @@ uses.`); err != nil {
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	err = kindTable(a.stdout, map[bool]string{true: "\n"}[len(list.Locks) > 0], rows, now, func(k string) string {
+		return map[bool]string{true: displayKey(k), false: "key#" + syncguard.HashKey(k)}[*keys || *raw]
+	})
 	if list.More {
 		a.notef("only the newest %d shown; use --limit 0 for all", *limit)
 	}
 	if *raw {
 		a.notef("%s", sensitiveNote)
 	}
-	return nil
+	return err
 }

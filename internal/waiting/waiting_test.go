@@ -53,6 +53,7 @@ func (c *fakeConn) Close() error {
 	c.closed = true
 	return nil
 }
+
 // log is what the connection ran after the probe's UNLISTEN (which
 // probeUnlistened checks).
 func (c *fakeConn) log() string {

@@ -19,8 +19,8 @@ const (
 // defaults. On a Queuer (a *Backend) waiters also attempt when the key is
 // released or its holder's lock expires, and take the key in arrival order
 // ("Waiting" in docs/design.md); those attempts are not retries, and one
-// queued behind a live lock makes no scheduled retries unless MaxRetries
-// is set.
+// queued behind a live lock makes no scheduled retries after the first 2 s
+// of its wait unless MaxRetries is set.
 type AcquisitionOptions struct {
 	// MaxRetries is the number of scheduled retries after the first
 	// attempt; when they have run out the acquisition gives up. Default: no

@@ -80,6 +80,11 @@ func (c *lockConfig) delay(n int) time.Duration {
 	return d
 }
 
+// retriesQueued: a queued waiter keeps its scheduled retries this long
+// into its wait: a release in flight when it queued did not see its row,
+// and left the key free without a hint.
+const retriesQueued = 2 * time.Second
+
 // The polling of a waiter that no notification reaches.
 const (
 	pollMin = 5 * time.Millisecond
@@ -211,7 +216,7 @@ func (l *waitLoop) plan(res AcquireResult, answered, fruitless bool) {
 	wake, renew, poll := l.w.Hints()
 	l.hintWake = wake
 	switch {
-	case answered && wake != nil && l.c.maxRetries == math.MaxInt && res.RetryIn > 0:
+	case answered && wake != nil && l.c.maxRetries == math.MaxInt && res.RetryIn > 0 && now.Sub(l.start) > retriesQueued:
 		l.due[cueRetry] = time.Time{} // queued behind a live lock: releases, expiry and renewals cue its attempts
 	case l.due[cueRetry].IsZero():
 		l.due[cueRetry] = now.Add(l.c.delay(l.retries + 1))

@@ -34,8 +34,10 @@
 --      (the released lock was live until this statement, so no acquire
 --      can have moved the counter since);
 -- g:   the lock row of the waiter: its lockId, its TTL from now;
--- n:   a hint on the key's channel naming the waiter granted (or nx's:
---      a hash of its lockId). Any role can send it: it only makes that waiter attempt,
+-- n:   a hint on the key's channel naming the waiter granted (or nx's,
+--      or the first waiter that wd did not grant the key it left free:
+--      its row said no notification reached it, but its LISTEN may have
+--      taken effect since; a hash of its lockId). Any role can send it: it only makes that waiter attempt,
 --      and the attempt finds the row.
 -- The lines between "--if holders" and "--end" keep the holders table
 -- (left out when it is missing): hl deletes the identity rows of the
@@ -109,6 +111,7 @@ gh AS (
 --end
 wk AS (
   SELECT g."key", g."lock_id" FROM g UNION ALL SELECT nx."key", nx."lock_id" FROM nx
+  UNION ALL SELECT d."key", w."lock_id" FROM w, d WHERE NOT EXISTS (SELECT 1 FROM wd)
 ),
 n AS (
   SELECT pg_notify({{wake_channel(wk."key")}}, {{wake_payload(wk."lock_id")}}) AS v FROM wk, t WHERE t.notify

@@ -233,6 +233,14 @@ func TestRunKindUsageErrors(t *testing.T) {
 			t.Errorf("%q: want %q in %s", c.args, c.want, r)
 		}
 	}
+	// schema --all: the mutex's DDL, then each kind's, from --table.
+	sch := sg(t, "", "schema", "--all", "--table", "app_locks")
+	wantCode(t, sch, 0)
+	for _, want := range []string{`"app_locks"`, `"app_locks_sem_slots"`, `"app_locks_rw"`, `"app_locks_ml"`} {
+		if !strings.Contains(sch.stdout, want) {
+			t.Errorf("schema --all should create %s", want)
+		}
+	}
 	h := sg(t, "", "run", "--help")
 	for _, want := range []string{"--permits N", "--shared", "--exclusive", "SYNCGUARD_FENCES", "SYNCGUARD_SLOT", "setup --all"} {
 		if !strings.Contains(h.stdout, want) {

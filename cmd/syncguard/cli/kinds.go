@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	_ "embed"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -133,13 +132,22 @@ type kindRow struct {
 }
 
 // kindRows reads the holdings of the other kinds on key (status), or all
-// (ls: key ""), a statement per kind; missing tables: not in use.
+// (ls: key ""): which kinds have tables (none: not in use), then a
+// statement per kind that has.
 func (a *app) kindRows(ctx context.Context, key string) ([]kindRow, error) {
 	table, _ := a.tableNames()
 	sem, slots, _ := semaphore.Tables(table)
 	names := map[string]string{"sem": rules.QuoteIdent(sem), "slots": rules.QuoteIdent(slots), "holders": rules.QuoteIdent(table + "_rw")}
+	var in [3]bool
+	if err := a.db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL, to_regclass($3) IS NOT NULL`,
+		names["slots"], names["holders"], rules.QuoteIdent(table+"_ml")).Scan(&in[0], &in[1], &in[2]); err != nil {
+		return nil, errwrap.Wrap(ctx, a.cmd, pgxstd.Dialect, err)
+	}
 	var rows []kindRow
-	for _, text := range []string{permitsSQL, rwLeasesSQL} {
+	for i, text := range []string{permitsSQL, rwLeasesSQL} {
+		if !in[i] {
+			continue
+		}
 		q, _ := rules.Render(text, names) // tested
 		rs, err := a.db.QueryContext(ctx, q)
 		for err == nil && rs.Next() {
@@ -155,16 +163,16 @@ func (a *app) kindRows(ctx context.Context, key string) ([]kindRow, error) {
 		if rs != nil {
 			err = cmp.Or(err, rs.Close(), rs.Err())
 		}
-		if e := errwrap.Wrap(ctx, a.cmd, pgxstd.Dialect, err); err != nil && !notInUse(e) {
-			return nil, e
+		if err != nil {
+			return nil, errwrap.Wrap(ctx, a.cmd, pgxstd.Dialect, err)
 		}
 	}
 	ml, err := multilock.New(a.db, a.config())
-	if err != nil {
-		return nil, err
+	var sets []*multilock.Holding
+	if err == nil && in[2] {
+		sets, err = ml.List(ctx)
 	}
-	sets, err := ml.List(ctx)
-	if err != nil && !notInUse(err) {
+	if err != nil {
 		return nil, err
 	}
 	for _, h := range sets {
@@ -177,12 +185,6 @@ func (a *app) kindRows(ctx context.Context, key string) ([]kindRow, error) {
 	}
 	nkey, _ := rules.NormalizeKey(key)
 	return slices.DeleteFunc(rows, func(r kindRow) bool { return key != "" && !slices.Contains(r.keys, nkey) }), nil
-}
-
-// notInUse: the kind's tables do not exist ('syncguard setup --all').
-func notInUse(err error) bool {
-	var se *syncguard.Error
-	return errors.As(err, &se) && se.SQLState == "42P01"
 }
 
 // kindTable prints lead and rows: KIND KEY FENCE ACQUIRED EXPIRES HOLDER

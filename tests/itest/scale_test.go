@@ -3,6 +3,7 @@ package itest_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -224,5 +225,84 @@ func TestNotifyDBBehindATransactionPooler(t *testing.T) {
 	}
 	if handed <= 0 {
 		t.Errorf("rule: behind the pooler, the release hands the key to the waiter its NotifyDB listener made notified (HandedOver %v)", handed)
+	}
+}
+
+// TestWaiterQueuedWhileAReleaseWasInFlight: a release whose statement took
+// its snapshot before a waiter queued does not see the waiter's row, and
+// leaves the key free without a hint. The waiter, queued behind what was
+// a live lock, keeps its scheduled retries for its first 2 s and takes the
+// key then, not at its renewal 10 s later. The release is held in flight
+// by a row lock on the lock row, taken before the waiter queues.
+func TestWaiterQueuedWhileAReleaseWasInFlight(t *testing.T) {
+	e := newWaitEnv(t, "inflight")
+	holder, waiter := e.backend(), e.backend()
+	// The key's channel is listened on before the waiter's first attempt
+	// (a watcher): no signal that its LISTEN took effect comes after it.
+	watched, err := waiter.WatchKey(e.ctx, "if:key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-watched
+	held, err := holder.Acquire(e.ctx, "if:key", time.Minute)
+	if err != nil || !held.OK {
+		t.Fatal(held, err)
+	}
+	k, err := rules.DeriveKey("if:key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.admin.BeginTx(e.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(e.ctx, `SELECT 1 FROM inflight_locks WHERE key = $1 FOR UPDATE`, k.Storage); err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan error, 1)
+	go func() {
+		r, err := holder.Release(e.ctx, held.LockID)
+		if err == nil && !r.OK {
+			err = fmt.Errorf("release: %+v", r)
+		}
+		released <- err
+	}()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		var n int
+		_ = e.admin.QueryRowContext(e.ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%DELETE FROM%'`).Scan(&n)
+		if n > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	queued := make(chan struct{})
+	var once sync.Once
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := syncguard.Lock(e.ctx, waiter, "if:key", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: time.Minute},
+			OnAttempt: func(r syncguard.AcquireResult, err error) {
+				if err == nil && !r.OK {
+					once.Do(func() { close(queued) })
+				}
+			}})
+		if err != nil {
+			t.Error(err)
+			got <- time.Time{}
+			return
+		}
+		at := time.Now()
+		l.Close()
+		got <- at
+	}()
+	<-queued
+	freed := time.Now()
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
+	if at := <-got; at.IsZero() || at.Sub(freed) > 8*time.Second {
+		t.Errorf("rule: a waiter that queued while a release was in flight takes the freed key on its retries (within its first 2 s), not at its renewal (10 s); took %v", at.Sub(freed))
 	}
 }

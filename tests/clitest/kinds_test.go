@@ -233,6 +233,15 @@ func TestRunKindUsageErrors(t *testing.T) {
 			t.Errorf("%q: want %q in %s", c.args, c.want, r)
 		}
 	}
+	// Without the kinds' tables (the mutex's database): say how to make them.
+	d := dsn(t)
+	for _, kind := range [][]string{{"--permits", "2"}, {"-s"}, {"--key", "a"}} {
+		r := sg(t, d, append(append([]string{"run", "k"}, kind...), "true")...)
+		wantCode(t, r, 70)
+		if !strings.Contains(r.stderr, "run 'syncguard setup' first (--all for") {
+			t.Errorf("%q without tables: %s", kind, r)
+		}
+	}
 	// schema --all: the mutex's DDL, then each kind's, from --table.
 	sch := sg(t, "", "schema", "--all", "--table", "app_locks")
 	wantCode(t, sch, 0)

@@ -384,7 +384,7 @@ func describe(err error) (status int, code, msg string) {
 	var se *syncguard.Error
 	if errors.As(err, &se) {
 		m := se.Msg
-		if se.SQLState == "42P01" { // undefined_table: this command's own way first
+		if se.SQLState == "42P01" || se.SQLState == "42883" { // undefined_table (or rwlock's function): this command's own way first
 			m = missingTablesMsg
 		}
 		if se.SQLState != "" {

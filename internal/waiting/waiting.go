@@ -128,6 +128,7 @@ type Waker struct {
 	running  bool
 	closed   bool
 	statusAt time.Time     // a Status call keeps the connection until Idle after it
+	dropped  time.Time     // the last channel unlistened: the connection stays open, listening on nothing, until Idle after it
 	retryAt  time.Time     // no reopen before
 	backoff  time.Duration // the last retry delay
 	retry    *time.Timer   // reopens after a failure while a channel is wanted
@@ -438,7 +439,7 @@ func (w *Waker) reopen() {
 
 // wantedLocked: someone needs the connection.
 func (w *Waker) wantedLocked(now time.Time) bool {
-	if now.Sub(w.statusAt) < w.cfg.Idle {
+	if now.Sub(w.statusAt) < w.cfg.Idle || now.Sub(w.dropped) < w.cfg.Idle {
 		return true
 	}
 	for _, c := range w.chans {
@@ -574,6 +575,7 @@ func (w *Waker) commandsLocked(now time.Time) ([]string, []string) {
 				stmts = append(stmts, "UNLISTEN "+quote(name))
 			}
 			delete(w.chans, name)
+			w.dropped = now
 		}
 	}
 	sort.Strings(stmts)

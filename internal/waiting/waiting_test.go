@@ -281,17 +281,27 @@ func TestUnlistenAfterLingerAndCloseWhenIdle(t *testing.T) {
 		a.Listen()
 		signalled(a)
 		a.Close()
-		time.Sleep(11 * time.Second) // Linger 10 s
+		time.Sleep(11 * time.Second) // Linger 250 ms
 		synctest.Wait()
 		if got := w.conn().log(); got != `LISTEN "chan1"|UNLISTEN "chan1"` {
 			t.Errorf("rule: a channel nobody waits on is unlistened after Linger; ran %q", got)
 		}
-		time.Sleep(30 * time.Second) // Idle
+		isClosed := func() bool {
+			w.conn().mu.Lock()
+			defer w.conn().mu.Unlock()
+			return w.conn().closed
+		}
+		// Listening on nothing, the connection stays open for the next
+		// wait: a LISTEN, not a new connection and its probe.
+		b := w.waker.Expect("chan2", Payload("B"))
+		b.Listen()
+		if !signalled(b) || isClosed() || len(w.conns) != 1 || w.conn().log() != `LISTEN "chan1"|UNLISTEN "chan1"|LISTEN "chan2"` {
+			t.Errorf("rule: an unlistened connection is reused within Idle; %d connections, ran %q", len(w.conns), w.conn().log())
+		}
+		b.Close()
+		time.Sleep(31 * time.Second) // Idle 30 s after the last channel was dropped
 		synctest.Wait()
-		w.conn().mu.Lock()
-		closed := w.conn().closed
-		w.conn().mu.Unlock()
-		if !closed {
+		if !isClosed() {
 			t.Error("rule: the connection closes after Idle without waiters")
 		}
 	})

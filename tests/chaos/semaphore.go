@@ -113,6 +113,9 @@ func (w *worker) runSemaphore() {
 	s.active.Add(1)
 	defer func() {
 		if s.active.Add(-1) == 0 {
+			// Their LISTEN connections stay open for a while after the
+			// last wait: closed here, before the runner counts sessions.
+			s.sems.Range(func(_, v any) bool { v.(*semaphore.Semaphore).Close(); return true })
 			r.checkSemaphore(s)
 		}
 	}()

@@ -87,8 +87,11 @@ func TestContendedWithLock(t *testing.T) {
 		}
 		n, _ := spanAttr(waiter, "syncguard.attempts")
 		attempts := n.AsInt64()
-		if want := int64(hold/(100*time.Millisecond)) + 2; attempts != want {
-			t.Errorf("waiter's syncguard.attempts = %d, want %d (one every 100 ms from 0 to %v, and the one the release woke)", attempts, want, hold)
+		// Queued behind a live lock, the waiter retries every 100 ms for
+		// the first 2 s of its wait only (0 to 2.1 s: 22 attempts), then
+		// waits for its cues: the release wakes it (one more).
+		if want := int64(2*time.Second/(100*time.Millisecond)) + 3; attempts != want {
+			t.Errorf("waiter's syncguard.attempts = %d, want %d (one every 100 ms from 0 to 2.1 s, its first 2 s of retries, and the one the release woke, at %v)", attempts, want, hold)
 		}
 		var acquires, releases int64
 		for _, s := range children[waiter.SpanContext().SpanID()] {

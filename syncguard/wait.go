@@ -67,8 +67,8 @@ func (b *Backend) Close() error {
 
 func newWaker(s *shared) *waiting.Waker {
 	cfg := s.waitCfg.waker
-	db, dialect := s.db, s.cfg.Dialect
-	if db = s.cfg.NotifyDB; db == nil {
+	db, dialect := s.cfg.NotifyDB, s.cfg.Dialect
+	if db == nil {
 		db = s.db
 	} else if d, ok := driver.Lookup(db.Driver()); ok {
 		dialect = d

@@ -129,35 +129,7 @@ func TestNotifyDBOnADatabaseOfItsOwn(t *testing.T) {
 	}
 	inLockDB, inNotifyDB := listen(e.dsn), listen(notifyDSN)
 
-	held, err := holder.Acquire(e.ctx, "nd:key", time.Minute)
-	if err != nil || !held.OK {
-		t.Fatal(held, err)
-	}
-	var handed time.Duration
-	got := make(chan error, 1)
-	go func() {
-		l, err := syncguard.Lock(e.ctx, waiter, "nd:key", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: -1},
-			OnAttempt: func(r syncguard.AcquireResult, _ error) { handed = r.HandedOver }})
-		if err == nil {
-			l.Close()
-		}
-		got <- err
-	}()
-	// Released once the waiter is queued and notified.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
-		var notified bool
-		_ = e.admin.QueryRowContext(e.ctx, `SELECT bool_or(notified) FROM notify_db_locks_waiters`).Scan(&notified)
-		if notified || time.Now().After(deadline) {
-			break
-		}
-	}
-	if r, err := holder.Release(e.ctx, held.LockID); err != nil || !r.OK {
-		t.Fatal(r, err)
-	}
-	if err := <-got; err != nil {
-		t.Fatal(err)
-	}
-	if handed <= 0 {
+	if handed := e.handOff(holder, waiter, "nd:key", "notify_db_locks_waiters"); handed <= 0 {
 		t.Errorf("rule: the release hands the key to the notified waiter in its commit (HandedOver %v)", handed)
 	}
 	wctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
@@ -196,34 +168,7 @@ func TestNotifyDBBehindATransactionPooler(t *testing.T) {
 		}
 	}
 	holder, waiter := e.backend(), e.backend()
-	held, err := holder.Acquire(e.ctx, "np:key", time.Minute)
-	if err != nil || !held.OK {
-		t.Fatal(held, err)
-	}
-	var handed time.Duration
-	got := make(chan error, 1)
-	go func() {
-		l, err := syncguard.Lock(e.ctx, waiter, "np:key", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: -1},
-			OnAttempt: func(r syncguard.AcquireResult, _ error) { handed = r.HandedOver }})
-		if err == nil {
-			l.Close()
-		}
-		got <- err
-	}()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
-		var notified bool
-		_ = e.admin.QueryRowContext(e.ctx, `SELECT bool_or(notified) FROM notify_pooler_locks_waiters`).Scan(&notified)
-		if notified || time.Now().After(deadline) {
-			break
-		}
-	}
-	if r, err := holder.Release(e.ctx, held.LockID); err != nil || !r.OK {
-		t.Fatal(r, err)
-	}
-	if err := <-got; err != nil {
-		t.Fatal(err)
-	}
-	if handed <= 0 {
+	if handed := e.handOff(holder, waiter, "np:key", "notify_pooler_locks_waiters"); handed <= 0 {
 		t.Errorf("rule: behind the pooler, the release hands the key to the waiter its NotifyDB listener made notified (HandedOver %v)", handed)
 	}
 }
@@ -305,4 +250,40 @@ func TestWaiterQueuedWhileAReleaseWasInFlight(t *testing.T) {
 	if at := <-got; at.IsZero() || at.Sub(freed) > 8*time.Second {
 		t.Errorf("rule: a waiter that queued while a release was in flight takes the freed key on its retries (within its first 2 s), not at its renewal (10 s); took %v", at.Sub(freed))
 	}
+}
+
+// handOff: holder takes key, waiter waits for it with Lock, and once the
+// waiter's row in the waiters table says it is notified,
+// holder releases; it returns the HandedOver of the waiter's successful
+// attempt (0: it took the key itself rather than being handed it).
+func (e *waitEnv) handOff(holder, waiter *syncguard.Backend, key, waiters string) time.Duration {
+	t := e.t
+	held, err := holder.Acquire(e.ctx, key, time.Minute)
+	if err != nil || !held.OK {
+		t.Fatal(held, err)
+	}
+	var handed time.Duration
+	got := make(chan error, 1)
+	go func() {
+		l, err := syncguard.Lock(e.ctx, waiter, key, &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: -1},
+			OnAttempt: func(r syncguard.AcquireResult, _ error) { handed = r.HandedOver }})
+		if err == nil {
+			l.Close()
+		}
+		got <- err
+	}()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		var notified bool
+		_ = e.admin.QueryRowContext(e.ctx, `SELECT bool_or(notified) FROM `+waiters).Scan(&notified)
+		if notified || time.Now().After(deadline) {
+			break
+		}
+	}
+	if r, err := holder.Release(e.ctx, held.LockID); err != nil || !r.OK {
+		t.Fatal(r, err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	return handed
 }

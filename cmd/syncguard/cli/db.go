@@ -81,8 +81,10 @@ func (a *app) config() *syncguard.Config {
 		Dialect:        pgxstd.Dialect,
 		Logger:         slog.New(&lineHandler{a: a}),
 	}
-	if n, err := pgx.ParseConfig(a.getenv("SYNCGUARD_NOTIFY_DSN")); err == nil && a.getenv("SYNCGUARD_NOTIFY_DSN") != "" {
-		c.NotifyDB = stdlib.OpenDB(*n)
+	if dsn := a.getenv("SYNCGUARD_NOTIFY_DSN"); dsn != "" {
+		if n, err := pgx.ParseConfig(dsn); err == nil { // a bad one is open's usage error
+			c.NotifyDB = stdlib.OpenDB(*n)
+		}
 	}
 	return c
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/tests/pgtest/history"
 )
 
@@ -58,9 +59,11 @@ func (r *resource) write(key string, fence int64, zombie bool) bool {
 // put is a write of worker w with its lease on key (lockID, fence, the
 // last confirmed expiry): to the database resource in TxGuardEnv mode,
 // else to the in-memory one. A zombie write to the database waits until
-// the lease has expired by every extend it may have sent (the confirmed
-// expiry plus a TTL, for an extend whose outcome it never learned), so
-// that the server can only find it lost; the load's end cancels it.
+// the lease has expired by every extend it may have sent: an extend whose
+// outcome it never learned may have run up to the tolerance after the
+// confirmed expiry (extend accepts a lease live by the spec's tolerance)
+// and added a TTL, so it waits for expiry + tolerance + TTL, after which
+// the server can only find it lost; the load's end cancels it.
 func (r *resource) put(w *worker, key, lockID string, fence int64, expiry time.Time, zombie bool) {
 	if txMode() {
 		r.txOnce.Do(func() { r.tx = setupTx(w.r) })
@@ -70,7 +73,7 @@ func (r *resource) put(w *worker, key, lockID string, fence int64, expiry time.T
 		return
 	}
 	if zombie {
-		sleepCtx(w.r.ctx, time.Until(expiry.Add(w.r.opts.TTL+100*time.Millisecond)))
+		sleepCtx(w.r.ctx, time.Until(expiry.Add(rules.ToleranceMs*time.Millisecond+w.r.opts.TTL+100*time.Millisecond)))
 		if w.r.ctx.Err() != nil {
 			return
 		}

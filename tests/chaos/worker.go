@@ -19,6 +19,11 @@ type worker struct {
 	a    *adapter
 	name string
 	rng  *rand.Rand
+	// crashed is set after the worker's first lost or abandoned holding,
+	// which always writes as a zombie; a raw worker abandons its first
+	// holding, so even a short run on a loaded machine has zombie writes
+	// to check.
+	crashed bool
 }
 
 // timed runs one operation with the op timeout on parent (the load's
@@ -60,7 +65,9 @@ func (w *worker) write(key, lockID string, fence int64, expiry time.Time) {
 // as a process that stalled would: the resource must reject it once a newer
 // holder wrote.
 func (w *worker) zombie(key, lockID string, fence int64, expiry time.Time) {
-	if w.rng.IntN(3) != 0 || w.r.ctx.Err() != nil {
+	first := !w.crashed
+	w.crashed = true
+	if (!first && w.rng.IntN(3) != 0) || w.r.ctx.Err() != nil {
 		return
 	}
 	sleepCtx(w.r.ctx, 1200*time.Millisecond)
@@ -136,7 +143,7 @@ func (w *worker) holdRaw(h *history.Holding, key string, res syncguard.AcquireRe
 		sleepCtx(r.ctx, time.Duration(w.rng.IntN(80))*time.Millisecond) // the work
 		w.write(key, res.LockID, fence, expiry)
 	}
-	if w.rng.IntN(10) == 0 && r.ctx.Err() == nil {
+	if (!w.crashed || w.rng.IntN(10) == 0) && r.ctx.Err() == nil {
 		// The holder dies without releasing: the next holder has to wait
 		// for the expiry plus the tolerance.
 		r.hist.Ended(h, "abandoned", false)

@@ -85,10 +85,17 @@ func (c *lockConfig) delay(n int) time.Duration {
 // and left the key free without a hint.
 const retriesQueued = 2 * time.Second
 
-// The polling of a waiter that no notification reaches.
+// The polling of a waiter that no notification reaches: pollMin doubling
+// to pollMax; while the holder's lock stays the same (its expiry as the
+// attempts see it, within holderJitter), on to a quarter of how long it
+// has stayed, up to pollStall. A hand-off resets it: short holds are
+// polled at pollMax, and a release after a long one waits at most a
+// quarter of the hold (or pollStall) for the poll that finds the key.
 const (
-	pollMin = 5 * time.Millisecond
-	pollMax = 25 * time.Millisecond
+	pollMin      = 5 * time.Millisecond
+	pollMax      = 25 * time.Millisecond
+	pollStall    = time.Second
+	holderJitter = 10 * time.Millisecond
 )
 
 // waitLoop is the state of one acquire.
@@ -110,6 +117,7 @@ type waitLoop struct {
 	timer            *time.Timer
 	wake, hintWake   <-chan struct{} // the waiter's wake-up: heeded, and as the waiter gave it
 	hintGap, pollGap time.Duration
+	holder, holderAt time.Time // the holder's expiry as polled, and when it was first seen
 }
 
 func (l *waitLoop) run() (AcquireResult, time.Time, error) {
@@ -228,7 +236,14 @@ func (l *waitLoop) plan(res AcquireResult, answered, fruitless bool) {
 		l.due[cueRenew] = now.Add(renew)
 	}
 	if poll {
-		l.pollGap = min(max(2*l.pollGap, pollMin), pollMax)
+		limit := pollMax
+		if res.RetryIn > 0 {
+			if until := now.Add(res.RetryIn); until.Sub(l.holder).Abs() > holderJitter {
+				l.holder, l.holderAt = until, now
+			}
+			limit = min(max(limit, now.Sub(l.holderAt)/4), pollStall)
+		}
+		l.pollGap = min(max(2*l.pollGap, pollMin), limit)
 		l.due[cuePoll] = now.Add(l.pollGap)
 	} else {
 		l.pollGap, l.due[cuePoll] = 0, time.Time{}

@@ -93,7 +93,7 @@ type Config struct {
 	OnFallback func(Status)
 
 	OpenTimeout  time.Duration // Open, and each LISTEN: default 10 s
-	ProbeTimeout time.Duration // the probe's round trip: default 3 s
+	ProbeTimeout time.Duration // the probe's delivery, once sent: default 3 s
 	Ping         time.Duration // ping after this long without a notification: default 10 s
 	Linger       time.Duration // keep listening on a channel after its last waiter: default 250 ms
 	Idle         time.Duration // close the connection after this long without waiters: default 30 s
@@ -463,9 +463,11 @@ func (w *Waker) serve() Status {
 		return failed("opening the LISTEN connection", err)
 	}
 	defer conn.Close()
-	ctx, cancel = context.WithTimeout(w.ctx, w.cfg.ProbeTimeout)
 	// Through the pool first: committed before Notify's, it comes first if
-	// it comes at all (one database delivers in commit order).
+	// it comes at all (one database delivers in commit order). Sending
+	// has OpenTimeout (a loaded server is slow to commit); the probe's
+	// wait, once sent, ProbeTimeout.
+	ctx, cancel = context.WithTimeout(w.ctx, w.cfg.OpenTimeout)
 	poolProbe, poolReaches := w.probe+":pool", w.cfg.Pool == nil
 	if w.cfg.Pool != nil {
 		err = w.cfg.Pool(ctx, w.probe, poolProbe)
@@ -473,6 +475,8 @@ func (w *Waker) serve() Status {
 	if err == nil {
 		err = w.cfg.Notify(ctx, w.probe, w.probe)
 	}
+	cancel()
+	ctx, cancel = context.WithTimeout(w.ctx, w.cfg.ProbeTimeout)
 	for err == nil {
 		// Only the probe channel is listened on yet: the rest is forged.
 		var n driver.Notification

@@ -165,6 +165,7 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 	}
 	stmt := acquireStmts[b2i(q != nil)][b2i(ident != "")]
 	dest := []any{&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted, &d.now, &d.absent, &d.rank}
+	start := time.Now()
 	err := b.run(ctx, stmt, args, dest...)
 	if err != nil && ctx.Err() == nil && (ident != "" && b.shared.holdersLost(err) || q != nil && b.shared.queueLost(err)) {
 		return b.acquire(ctx, key, ttl, ident, q) // without the missing table (noHolders, noQueue)
@@ -213,7 +214,7 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 			res.RetryIn = max(time.Duration(d.expires.Int64+rules.ToleranceMs+1-d.now)*time.Millisecond, 0)
 		}
 		if q != nil {
-			q.contended(d.rank)
+			q.contended(d.rank, start, d.now)
 		}
 		return res, nil
 	}
@@ -302,7 +303,11 @@ func (b *Backend) release(ctx context.Context, lockID, waiterKey string) (Releas
 		return ReleaseResult{}, false, e
 	}
 	if b.tx == nil && d.woke.Valid {
-		b.shared.waker.Wake(d.woke.String) // a waiter of this process handed the key: at once
+		woke := d.woke.String
+		if ctx.Err() != nil { // the commit may be on the primary only (see unconfirmed): a plain wake-up, the waiter reads its row
+			woke, _, _ = strings.Cut(woke, ":")
+		}
+		b.shared.waker.Wake(woke) // a waiter of this process handed the key: at once
 		if !notifyInCommit {
 			_ = b.shared.notify(ctx, d.wokeOn.String, d.woke.String)
 		}

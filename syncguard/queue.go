@@ -35,6 +35,12 @@ type queueWaiter struct {
 
 // Attempt implements Waiter: an acquire as the waiter.
 func (w *queueWaiter) Attempt(ctx context.Context, ttl time.Duration) (AcquireResult, error) {
+	if w.q != nil {
+		if res, ok := w.q.granted(ttl.Milliseconds()); ok {
+			w.q.close()
+			return res, nil // a release handed it the key, and said so in its notification
+		}
+	}
 	res, err := w.b.acquire(ctx, w.key, ttl, w.identity, w.q)
 	if err == nil && res.OK && w.q != nil {
 		w.q.close()

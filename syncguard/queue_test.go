@@ -1,9 +1,14 @@
 package syncguard
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/syncguard/syncguard-go/internal/waiting"
 )
 
 // A waiter's attempts are spaced by its place: near the head it renews at
@@ -19,7 +24,7 @@ func TestWaiterSpacingByRank(t *testing.T) {
 		w := defaultWaitWindow
 		step := func(rank int64, after time.Duration) {
 			time.Sleep(after)
-			q.contended(rank)
+			q.contended(rank, time.Now(), 0)
 		}
 		check := func(what string, window, next time.Duration) {
 			t.Helper()
@@ -50,4 +55,49 @@ func TestWaiterSpacingByRank(t *testing.T) {
 // waiterHints are the Hints of q's waiter.
 func (q *queueState) waiterHints() (<-chan struct{}, time.Duration, bool) {
 	return (&queueWaiter{q: q}).Hints()
+}
+
+// A grant notification hands the waiter the key without a statement,
+// with a lease that counts from a lower bound of the lock's start: the
+// last answered attempt's send time, moved back by how much earlier than
+// that attempt's statement the release ran (server times).
+func TestGrantedCountsFromALowerBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := newMock(t, &Config{})
+		grant := func(q *queueState, fence string, nowMs, ttlMs int64) {
+			fields := fmt.Sprintf("%s:%d:%d", fence, nowMs, ttlMs)
+			sum := sha256.Sum256([]byte(q.lockID + ":" + fields))
+			b.shared.waker.Wake(waiting.Payload(q.lockID) + ":" + fields + ":" + hex.EncodeToString(sum[:16]))
+		}
+		for _, tc := range []struct {
+			name         string
+			release      int64         // the release's server time; the attempt's is 10,000
+			sinceAttempt time.Duration // from the attempt's send to the grant's use
+			ttl          int64         // the grant's
+			ok           bool
+			age          time.Duration
+		}{
+			{"rule: a release after the attempt: the lock counts from the attempt's send", 10_050, 100 * time.Millisecond, 1000, true, 100 * time.Millisecond},
+			{"rule: a release that ran 300 ms before the attempt's statement: 300 ms earlier still", 9_700, 100 * time.Millisecond, 1000, true, 400 * time.Millisecond},
+			{"rule: another TTL than the waiter asked for: not taken", 10_050, 0, 2000, false, 0},
+			{"rule: less than half the TTL left by the bound: not taken (an attempt reads the row)", 10_050, 600 * time.Millisecond, 1000, false, 0},
+		} {
+			q := b.Queue("k", "", false).(*queueWaiter).q
+			q.join(1000)
+			if _, ok := q.granted(1000); ok {
+				t.Errorf("rule: no grant before an answered attempt")
+			}
+			q.contended(1, time.Now(), 10_000)
+			time.Sleep(tc.sinceAttempt)
+			grant(q, "000000000000007", tc.release, tc.ttl)
+			res, ok := q.granted(1000)
+			switch {
+			case ok != tc.ok:
+				t.Errorf("%s: taken %v", tc.name, ok)
+			case ok && (res.HandedOver != tc.age || res.Fence != "000000000000007" || !res.ExpiresAt.Equal(msToTime(tc.release+tc.ttl)) || res.LockID != q.lockID):
+				t.Errorf("%s: %+v, want age %v", tc.name, res, tc.age)
+			}
+			q.close()
+		}
+	})
 }

@@ -89,6 +89,10 @@ func renderText(text, table, fenceTable string) (string, error) {
 		return waiting.ChannelSQL(prefix, wakeChannelRE.FindStringSubmatch(m)[1])
 	})
 	text = wakePayloadRE.ReplaceAllString(text, waiting.PayloadSQL("$1"))
+	text = grantPayloadRE.ReplaceAllStringFunc(text, func(m string) string {
+		a := strings.Split(grantPayloadRE.FindStringSubmatch(m)[1], ", ")
+		return waiting.GrantPayloadSQL(a[0], a[1], a[2], a[3])
+	})
 	return rules.Render(text, names)
 }
 
@@ -97,6 +101,8 @@ func renderText(text, table, fenceTable string) (string, error) {
 var (
 	wakeChannelRE = regexp.MustCompile(`\{\{wake_channel\(([^()]*)\)\}\}`)
 	wakePayloadRE = regexp.MustCompile(`\{\{wake_payload\(([^()]*)\)\}\}`)
+	// {{grant_payload(lockID, fence, nowMs, ttlMs)}}: waiting.GrantPayloadSQL.
+	grantPayloadRE = regexp.MustCompile(`\{\{grant_payload\(([^()]*, [^()]*, [^()]*, [^()]*)\)\}\}`)
 )
 
 // waiterGCMs: a waiter's row dead this long goes at its key's next

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 )
 
@@ -162,6 +163,8 @@ type queueState struct {
 	wakeup         *waiting.Wakeup // the wake-up, from the first queued attempt on
 	rank, rank0    int64           // the last attempt's rank, the first's
 	rankAt, joined time.Time       // when they were seen
+	sent           time.Time       // when the last answered attempt was sent
+	sentNow        int64           // and its server time (now_ms)
 }
 
 // join registers the waiter's wake-up before its queued attempt of ttl
@@ -177,16 +180,17 @@ func (q *queueState) join(ttlMs int64) bool {
 	return q.s.waker.ChannelListened(q.channel)
 }
 
-// contended records a failed queued attempt's rank, and asks for the
-// key's channel when the waiter is within listenRank of the head.
-func (q *queueState) contended(rank int64) {
+// contended records a failed queued attempt's rank, its send time and
+// its server time, and asks for the key's channel when the waiter is
+// within listenRank of the head.
+func (q *queueState) contended(rank int64, sent time.Time, nowMs int64) {
 	now := time.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.joined.IsZero() {
 		q.rank0, q.joined = rank, now
 	}
-	q.rank, q.rankAt = rank, now
+	q.rank, q.rankAt, q.sent, q.sentNow = rank, now, sent, nowMs
 	if q.wakeup != nil && rank <= listenRank {
 		q.wakeup.Listen()
 	}
@@ -217,6 +221,33 @@ func (q *queueState) next() time.Duration {
 		waited = waited * time.Duration(q.rank-listenRank) / time.Duration(2*moved)
 	}
 	return min(max(waited, approachMin), renew)
+}
+
+// granted returns the key handed to the waiter by a release whose grant
+// notification came (internal/waiting/grant.go), for an attempt of ttlMs,
+// without a statement. The lock's start in local time is bounded below by
+// the last answered attempt: that attempt did not see the grant, so the
+// release either started after it was sent, or started at most
+// (its server time - the release's) before its statement; the lease
+// counts from that bound, so it never believes in a longer lock than the
+// server's. When that leaves less than half the TTL, or without a valid
+// grant, ok is false and the waiter attempts as usual.
+func (q *queueState) granted(ttlMs int64) (res AcquireResult, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.wakeup == nil || q.sent.IsZero() {
+		return res, false
+	}
+	g, ok := waiting.ParseGrant(q.lockID, q.wakeup.Grant())
+	if _, err := rules.ParseFence(g.Fence); !ok || err != nil || g.TTLMs != ttlMs {
+		return res, false
+	}
+	start := q.sent.Add(-time.Duration(max(q.sentNow-g.NowMs, 0)) * time.Millisecond)
+	age := time.Since(start)
+	if age > time.Duration(ttlMs)*time.Millisecond/2 {
+		return res, false
+	}
+	return AcquireResult{OK: true, LockID: q.lockID, Fence: Fence(g.Fence), ExpiresAt: msToTime(g.NowMs + g.TTLMs), HandedOver: age}, true
 }
 
 // close ends the wake-up; it reports whether the waiter had joined.

@@ -98,7 +98,7 @@ const (
 )
 
 // WaitVariants lists the variants in report order.
-var WaitVariants = []string{VarNotify, VarNotifyOne, VarFallback, VarPollBefore, VarSpec}
+var WaitVariants = []string{VarNotify, VarNoGrant, VarNotifyOne, VarFallback, VarPollBefore, VarSpec}
 
 // fwdDialect forwards the optional capabilities a wrapper must not hide
 // (driver.OneShot, driver.BackendPIDReader): a wrapper that embedded only
@@ -233,6 +233,10 @@ func (w *WaitEnv) OpenProc(ctx context.Context, variant string, conns int) (*pro
 		}
 	}
 	switch variant {
+	case VarNoGrant:
+		if l, ok := p.cfg.Dialect.(driver.Listener); ok {
+			p.cfg.Dialect = plainWakeDialect{fwdDialect{p.cfg.Dialect}, l}
+		}
 	case VarFallback:
 		p.cfg.Dialect = noListen{fwdDialect{w.Dialect}}
 	case VarNotifyDB:

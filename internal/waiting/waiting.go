@@ -18,6 +18,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -165,6 +166,7 @@ type Wakeup struct {
 	channel string // its key's channel
 	payload string // a waiter's; "" for a watcher
 	joined  bool   // a member of its channel: asked for it to be listened on
+	grant   string // the last grant notification's payload for it (unverified)
 }
 
 // Expect registers the waiter of the key channel channel whose payload is
@@ -275,9 +277,30 @@ func (w *Waker) PoolReaches() bool {
 func (w *Waker) Wake(payload string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if u := w.waiters[payload]; u != nil {
+	if u := w.waiterLocked(payload); u != nil {
 		u.signal()
 	}
+}
+
+// waiterLocked returns the waiter a payload names (a plain wake-up's, or a
+// grant's first field), keeping a grant's payload for it.
+func (w *Waker) waiterLocked(payload string) *Wakeup {
+	name, _, grant := strings.Cut(payload, ":")
+	u := w.waiters[name]
+	if u != nil && grant {
+		u.grant = payload
+	}
+	return u
+}
+
+// Grant returns the last grant notification's payload for u and forgets
+// it ("" if none): the waiter verifies it (ParseGrant).
+func (u *Wakeup) Grant() string {
+	u.w.mu.Lock()
+	defer u.w.mu.Unlock()
+	g := u.grant
+	u.grant = ""
+	return g
 }
 
 // deliver routes a notification by its channel: to the watchers of that
@@ -294,8 +317,8 @@ func (w *Waker) deliver(n driver.Notification) {
 			}
 		}
 	}
-	if u := w.waiters[n.Payload]; u != nil && u.channel == n.Channel {
-		u.signal()
+	if name, _, _ := strings.Cut(n.Payload, ":"); w.waiters[name] != nil && w.waiters[name].channel == n.Channel {
+		w.waiterLocked(n.Payload).signal()
 	}
 }
 

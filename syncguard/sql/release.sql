@@ -34,11 +34,16 @@
 --      (the released lock was live until this statement, so no acquire
 --      can have moved the counter since);
 -- g:   the lock row of the waiter: its lockId, its TTL from now;
--- n:   a hint on the key's channel naming the waiter granted (or nx's,
---      or the first waiter that wd did not grant the key it left free:
---      its row said no notification reached it, but its LISTEN may have
---      taken effect since; a hash of its lockId). Any role can send it: it only makes that waiter attempt,
---      and the attempt finds the row.
+-- wk:  who is woken: the waiter granted, with a grant notification (the
+--      hash of its lockId, its fence, the lock's start and TTL, and a mac
+--      keyed by its lockId: internal/waiting/grant.go), which it takes
+--      without another statement; or nx's, or the first waiter that wd
+--      did not grant the key it left free (its row said no notification
+--      reached it, but its LISTEN may have taken effect since), with the
+--      hash of its lockId.
+-- n:   a hint on the key's channel for wk. Any role can send one: a plain
+--      one only makes that waiter attempt (and the attempt reads the row),
+--      a grant's mac only the holder of the lockId can make.
 -- The lines between "--if holders" and "--end" keep the holders table
 -- (left out when it is missing): hl deletes the identity rows of the
 -- released key (the releaser's, and those of earlier holders that expired
@@ -99,7 +104,7 @@ g AS (
   INSERT INTO {{locks}} ("key", "lock_id", "expires_at_ms", "acquired_at_ms", "fence", "user_key")
   SELECT wd."key", wd."lock_id", t.now_ms + wd."ttl_ms", t.now_ms, {{fence_text(gf."fence")}}, wd."user_key"
   FROM wd, gf, t
-  RETURNING "key", "lock_id"
+  RETURNING "key", "lock_id", "fence", "acquired_at_ms", "expires_at_ms"
 ),
 --if holders
 gh AS (
@@ -110,11 +115,12 @@ gh AS (
 ),
 --end
 wk AS (
-  SELECT g."key", g."lock_id" FROM g UNION ALL SELECT nx."key", nx."lock_id" FROM nx
-  UNION ALL SELECT d."key", w."lock_id" FROM w, d WHERE NOT EXISTS (SELECT 1 FROM wd)
+  SELECT g."key", {{grant_payload(g."lock_id", g."fence", g."acquired_at_ms", g."expires_at_ms" - g."acquired_at_ms")}} AS payload FROM g
+  UNION ALL SELECT nx."key", {{wake_payload(nx."lock_id")}} FROM nx
+  UNION ALL SELECT d."key", {{wake_payload(w."lock_id")}} FROM w, d WHERE NOT EXISTS (SELECT 1 FROM wd)
 ),
 n AS (
-  SELECT pg_notify({{wake_channel(wk."key")}}, {{wake_payload(wk."lock_id")}}) AS v FROM wk, t WHERE t.notify
+  SELECT pg_notify({{wake_channel(wk."key")}}, wk.payload) AS v FROM wk, t WHERE t.notify
 ),
 --end
 --if holders
@@ -135,7 +141,7 @@ SELECT d."lock_id",
     (SELECT s."expires_at_ms" FROM {{locks}} AS s WHERE s."lock_id" = $1::text) END,
   t.now_ms,
 --if queue
-  (SELECT {{wake_payload(wk."lock_id")}} FROM wk LIMIT 1) AS woke,
+  (SELECT wk.payload FROM wk LIMIT 1) AS woke,
   (SELECT {{wake_channel(wk."key")}} FROM wk LIMIT 1) AS woke_channel,
   EXISTS (SELECT 1 FROM me WHERE me.was) AS left_queue
 --end

@@ -99,5 +99,18 @@ func TestGrantedCountsFromALowerBound(t *testing.T) {
 			}
 			q.close()
 		}
+
+		// A grant that came before an attempt that did not find the key
+		// handed over is of a lock gone meanwhile (revoked): dropped.
+		q := b.Queue("k", "", false).(*queueWaiter).q
+		q.join(1000)
+		defer q.close()
+		q.contended(1, time.Now(), 10_000)
+		grant(q, "000000000000007", 10_050, 1000)
+		time.Sleep(time.Millisecond)
+		q.contended(1, time.Now(), 10_060)
+		if _, ok := q.granted(1000); ok {
+			t.Error("rule: an answered attempt sent after a grant came, which did not find the key handed over, drops that grant")
+		}
 	})
 }

@@ -191,6 +191,9 @@ func (q *queueState) contended(rank int64, sent time.Time, nowMs int64) {
 		q.rank0, q.joined = rank, now
 	}
 	q.rank, q.rankAt, q.sent, q.sentNow = rank, now, sent, nowMs
+	if q.wakeup != nil {
+		q.wakeup.DropGrant(sent)
+	}
 	if q.wakeup != nil && rank <= listenRank {
 		q.wakeup.Listen()
 	}

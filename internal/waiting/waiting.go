@@ -166,7 +166,8 @@ type Wakeup struct {
 	channel string // its key's channel
 	payload string // a waiter's; "" for a watcher
 	joined  bool   // a member of its channel: asked for it to be listened on
-	grant   string // the last grant notification's payload for it (unverified)
+	grant   string    // the last grant notification's payload for it (unverified)
+	grantAt time.Time // when it came
 }
 
 // Expect registers the waiter of the key channel channel whose payload is
@@ -288,9 +289,20 @@ func (w *Waker) waiterLocked(payload string) *Wakeup {
 	name, _, grant := strings.Cut(payload, ":")
 	u := w.waiters[name]
 	if u != nil && grant {
-		u.grant = payload
+		u.grant, u.grantAt = payload, time.Now()
 	}
 	return u
+}
+
+// DropGrant forgets a grant that came before t: an attempt sent at t
+// that did not find the key handed to the waiter read a snapshot that
+// grant's commit was in, so that lock is gone (revoked meanwhile).
+func (u *Wakeup) DropGrant(t time.Time) {
+	u.w.mu.Lock()
+	defer u.w.mu.Unlock()
+	if u.grantAt.Before(t) {
+		u.grant = ""
+	}
 }
 
 // Grant returns the last grant notification's payload for u and forgets

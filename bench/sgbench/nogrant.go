@@ -10,7 +10,7 @@ import (
 
 // VarNoGrant is VarNotify without grant notifications (the ablation of
 // docs/design.md's "grant notification"): its LISTEN connection passes on
-// each wake-up's first field only, so a waiter handed the key reads its
+// a grant's first field only, so a waiter handed the key reads its
 // row with an attempt, as before grants. A Backend's local wake-up of its
 // own waiter still carries the grant (W6's processes have one worker).
 const VarNoGrant = "syncguard without grant notifications (ablation)"
@@ -33,6 +33,8 @@ type plainWakeConn struct{ driver.NotifyConn }
 
 func (c plainWakeConn) Wait(ctx context.Context) (driver.Notification, error) {
 	n, err := c.NotifyConn.Wait(ctx)
-	n.Payload, _, _ = strings.Cut(n.Payload, ":")
+	if f := strings.Split(n.Payload, ":"); len(f) == 5 && len(f[0]) == 16 {
+		n.Payload = f[0] // a grant (not the probe, "syncguard:probe:...")
+	}
 	return n, err
 }

@@ -2,6 +2,7 @@ package syncguard_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -74,11 +75,16 @@ type scriptedWaiter struct {
 	expiry   func(now time.Time) time.Time
 	free     time.Time
 	attempts []time.Time
+	slow     func() time.Duration // each way, if set: a loaded server
 }
 
 func (w *scriptedWaiter) Attempt(context.Context, time.Duration) (syncguard.AcquireResult, error) {
+	w.attempts = append(w.attempts, time.Now())
+	if w.slow != nil {
+		time.Sleep(w.slow())
+		defer time.Sleep(w.slow())
+	}
 	now := time.Now()
-	w.attempts = append(w.attempts, now)
 	if !now.Before(w.free) {
 		return syncguard.AcquireResult{OK: true, LockID: "0123456789abcdefghijkl", ExpiresAt: now.Add(time.Minute)}, nil
 	}
@@ -125,6 +131,24 @@ func TestPollingResetsAtAHandOff(t *testing.T) {
 		}
 		if n < 15 {
 			t.Errorf("behind holders of 100 ms after a 30 s hold: %d attempts in the 500 ms after the first poll that saw a new holder, want at least 15 (polling at 25 ms again after a hand-off)", n)
+		}
+	})
+}
+
+// On a loaded server the answers come 0-80 ms late, each differently: the
+// holder's expiry as each attempt sees it moves by as much, and must not
+// read as a new holder (which would keep the polling at 25 ms).
+func TestPollingBacksOffOnALoadedServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		rng := rand.New(rand.NewPCG(1, 2))
+		w := &scriptedWaiter{free: t0.Add(time.Minute), expiry: func(time.Time) time.Time { return t0.Add(time.Hour) },
+			slow: func() time.Duration { return time.Duration(rng.IntN(40)) * time.Millisecond }}
+		if _, err := syncguard.Lock(t.Context(), scriptedQueue{syncguardtest.New(), w}, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: -1}}); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(w.attempts); n > 150 {
+			t.Errorf("a minute behind one holder, answers 0-80 ms late: %d attempts, want at most 150 (answer latency read as a new holder?)", n)
 		}
 	})
 }

@@ -86,16 +86,17 @@ func (c *lockConfig) delay(n int) time.Duration {
 const retriesQueued = 2 * time.Second
 
 // The polling of a waiter that no notification reaches: pollMin doubling
-// to pollMax; while the holder's lock stays the same (its expiry as the
-// attempts see it, within holderJitter), on to a quarter of how long it
-// has stayed, up to pollStall. A hand-off resets it: short holds are
-// polled at pollMax, and a release after a long one waits at most a
-// quarter of the hold (or pollStall) for the poll that finds the key.
+// to pollMax; while the holder's lock stays the same (its expiry, as the
+// attempts see it: within the span from an attempt's send to its answer
+// plus RetryIn, which a loaded server widens), on to a quarter of how long
+// it has stayed, up to pollStall. A hand-off or an extend resets it: short
+// holds are polled at pollMax, and a release after a long one waits at
+// most a quarter of the hold (or pollStall) for the poll that finds the
+// key.
 const (
-	pollMin      = 5 * time.Millisecond
-	pollMax      = 25 * time.Millisecond
-	pollStall    = time.Second
-	holderJitter = 10 * time.Millisecond
+	pollMin   = 5 * time.Millisecond
+	pollMax   = 25 * time.Millisecond
+	pollStall = time.Second
 )
 
 // waitLoop is the state of one acquire.
@@ -113,11 +114,12 @@ type waitLoop struct {
 	fastest           time.Duration // the quickest answer so far
 	lastErr, realErr  error         // the last attempt's error since an answer; the last not cut by the deadline
 
-	due              [numCues]time.Time // zero: not expected
-	timer            *time.Timer
-	wake, hintWake   <-chan struct{} // the waiter's wake-up: heeded, and as the waiter gave it
-	hintGap, pollGap time.Duration
-	holder, holderAt time.Time // the holder's expiry as polled, and when it was first seen
+	due                          [numCues]time.Time // zero: not expected
+	timer                        *time.Timer
+	wake, hintWake               <-chan struct{} // the waiter's wake-up: heeded, and as the waiter gave it
+	hintGap, pollGap             time.Duration
+	sent                         time.Time // the last attempt's send time
+	holderLo, holderHi, holderAt time.Time // the holder's expiry as polled (a span), and when it was first seen
 }
 
 func (l *waitLoop) run() (AcquireResult, time.Time, error) {
@@ -179,6 +181,7 @@ func (l *waitLoop) run() (AcquireResult, time.Time, error) {
 func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err error) {
 	l.attempts++
 	sent = time.Now()
+	l.sent = sent
 	actx, cancel := l.ctx, context.CancelFunc(func() {})
 	if !l.deadline.IsZero() {
 		actx, cancel = context.WithDeadline(l.ctx, l.deadline)
@@ -238,8 +241,11 @@ func (l *waitLoop) plan(res AcquireResult, answered, fruitless bool) {
 	if poll {
 		limit := pollMax
 		if res.RetryIn > 0 {
-			if until := now.Add(res.RetryIn); until.Sub(l.holder).Abs() > holderJitter {
-				l.holder, l.holderAt = until, now
+			lo, hi := l.sent.Add(res.RetryIn), now.Add(res.RetryIn)
+			if lo.After(l.holderHi) || hi.Before(l.holderLo) {
+				l.holderLo, l.holderHi, l.holderAt = lo, hi, now // another expiry: a hand-off or an extend
+			} else {
+				l.holderLo, l.holderHi = later(lo, l.holderLo), earlier(hi, l.holderHi)
 			}
 			limit = min(max(limit, now.Sub(l.holderAt)/4), pollStall)
 		}
@@ -300,4 +306,18 @@ func (l *waitLoop) giveUp(cause error) (AcquireResult, time.Time, error) {
 		e.Msg += fmt.Sprintf(" (the last attempt got no answer: %s)", CodeOf(l.lastErr))
 	}
 	return AcquireResult{}, time.Time{}, e
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

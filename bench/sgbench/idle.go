@@ -43,6 +43,9 @@ type IdleRow struct {
 	WaiterWritesRatio   float64 `json:"waiter_row_writes_ratio"`
 	ServerCPUMsPerS     float64 `json:"server_cpu_ms_per_s"`
 	Sessions            int     `json:"client_sessions"` // client backends in the server at the window's end
+	// ListeningAfterS: from the waiters' start until every Backend's
+	// notifications were active (the startup, not measured).
+	ListeningAfterS float64 `json:"listening_after_s"`
 	// LISTEN connections at the window's end: the client sessions beyond
 	// those there before the case and the pools' open connections.
 	Listening  int    `json:"listen_connections"`
@@ -53,13 +56,13 @@ type IdleRow struct {
 
 func (IdleRow) layout() (string, []string, string) {
 	return "w7c: idle waiting cost, each waiter on a held key of its own",
-		[]string{"waiters", "layout", "commits/s (net)", "× first", "per waiter/s", "waiter-row writes/s", "× first", "baseline commits/s", "server CPU ms/s", "client sessions (LISTEN)", "acquired", "errors"}, "rl"
+		[]string{"waiters", "layout", "commits/s (net)", "× first", "per waiter/s", "waiter-row writes/s", "× first", "baseline commits/s", "server CPU ms/s", "client sessions (LISTEN)", "all listening after s", "acquired", "errors"}, "rl"
 }
 
 func (x IdleRow) cells() []string {
 	return []string{fmt.Sprint(x.Waiters), x.Layout, fmt.Sprintf("%.0f", x.CommitsPerS), fmt.Sprintf("%.2f", x.CommitRatio),
 		fmt.Sprintf("%.2f", x.CommitsPerWaiterS), fmt.Sprintf("%.0f", x.WaiterWritesPerS), fmt.Sprintf("%.2f", x.WaiterWritesRatio),
-		fmt.Sprintf("%.1f", x.BaselineCommitsPerS), fmt.Sprintf("%.0f", x.ServerCPUMsPerS), fmt.Sprintf("%d (%d)", x.Sessions, x.Listening), fmt.Sprint(x.Acquired), fmt.Sprint(x.Errors)}
+		fmt.Sprintf("%.1f", x.BaselineCommitsPerS), fmt.Sprintf("%.0f", x.ServerCPUMsPerS), fmt.Sprintf("%d (%d)", x.Sessions, x.Listening), fmt.Sprintf("%.0f", x.ListeningAfterS), fmt.Sprint(x.Acquired), fmt.Sprint(x.Errors)}
 }
 
 func (c IdleCase) layout() string {
@@ -90,7 +93,7 @@ func (w *WaitEnv) IdleWaiting(ctx context.Context, admin *sql.DB, p IdleParams) 
 	probe := NewServerProbe(ctx, admin)
 	res := &FleetResult[IdleRow]{Bench: "syncguard", Driver: w.Driver, Workload: "w7c",
 		Method: fmt.Sprintf("one holder Backend takes a key per waiter (TTL 10 min); each waiter calls Lock(its key, no acquisition timeout) on one of the case's Backends (a pool and a Backend each, as separate processes; waiters spread evenly); "+
-			"the pools' connections opened and %v for the statistics to settle; after %v of waiting (warm-up), %v measured: commits = growth of pg_stat_database.xact_commit minus the growth with the keys held and no waiters (%v, just before); "+
+			"the pools' connections opened and %v for the statistics to settle; once every Backend's notifications are active, %v of waiting (warm-up) and the statistics' settling again, %v measured: commits = growth of pg_stat_database.xact_commit minus the growth with the keys held and no waiters (%v, just before); "+
 			"waiter-row writes = growth of n_tup_ins + n_tup_upd of the waiters table (pg_stat_user_tables); ratios to the first case of the same layout",
 			statsSettle, p.Warm, p.Duration, p.Baseline),
 		Params: map[string]any{"warm_s": p.Warm.Seconds(), "seconds": p.Duration.Seconds(), "baseline_s": p.Baseline.Seconds(), "variant": VarNotify,
@@ -200,7 +203,25 @@ func (w *WaitEnv) idleCase(ctx context.Context, admin *sql.DB, probe *ServerProb
 			}
 		})
 	}
-	time.Sleep(p.Warm)
+	// The steady state: every Backend's notifications active (1,000
+	// processes starting at once on 2 cores time out many LISTEN probes,
+	// which retry after 5 s, doubling), then the warm-up, then the
+	// statistics settled, so that the startup's statements are not
+	// counted.
+	started := time.Now()
+	for _, pr := range procs {
+		for time.Since(started) < 3*time.Minute && ctx.Err() == nil {
+			sctx, c := context.WithTimeout(ctx, 100*time.Millisecond)
+			active := pr.sg.NotificationStatus(sctx).Active
+			c()
+			if active {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	row.ListeningAfterS = time.Since(started).Seconds()
+	time.Sleep(p.Warm + statsSettle)
 	m0, err := readIdleCounters(ctx, admin, table, probe)
 	if err != nil {
 		cancel()

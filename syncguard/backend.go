@@ -214,7 +214,11 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 			res.RetryIn = max(time.Duration(d.expires.Int64+rules.ToleranceMs+1-d.now)*time.Millisecond, 0)
 		}
 		if q != nil {
-			q.contended(d.rank, start, d.now)
+			var holder int64 // the live holder's fence, when there is one
+			if d.gotID.Valid && d.fence.Valid {
+				holder, _ = rules.ParseFence(d.fence.String)
+			}
+			q.contended(d.rank, holder, start, d.now)
 		}
 		return res, nil
 	}

@@ -24,7 +24,7 @@ func TestWaiterSpacingByRank(t *testing.T) {
 		w := defaultWaitWindow
 		step := func(rank int64, after time.Duration) {
 			time.Sleep(after)
-			q.contended(rank, time.Now(), 0)
+			q.contended(rank, 0, time.Now(), 0)
 		}
 		check := func(what string, window, next time.Duration) {
 			t.Helper()
@@ -48,6 +48,24 @@ func TestWaiterSpacingByRank(t *testing.T) {
 		check("rule: within listenRank of the head: the base window, renewed after two thirds of it", w, 2*w/3)
 		if wake, renew, poll := q.waiterHints(); wake == nil || renew != 2*w/3 || !poll {
 			t.Errorf("rule: near the head, before its channel is listened on, the waiter polls; hints %v %v %v", wake, renew, poll)
+		}
+	})
+}
+
+// Deeper than rankCap the rank does not move, but the holder's fence
+// does: the pace is the hand-offs seen.
+func TestWaiterSpacingBeyondTheRankCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := newMock(t, &Config{})
+		q := b.Queue("k", "", false).(*queueWaiter).q
+		q.join(1000)
+		defer q.close()
+		q.contended(rankCap, 100, time.Now(), 0)
+		time.Sleep(time.Second)
+		q.contended(rankCap, 110, time.Now(), 0)
+		// 10 hand-offs in 1 s; at least rankCap-listenRank to go: half of it.
+		if got, want := q.next(), time.Second*time.Duration(rankCap-listenRank)/20; got != want {
+			t.Errorf("rule: beyond rankCap the queue's pace is its hand-offs: next attempt after %v, want %v", got, want)
 		}
 	})
 }
@@ -87,7 +105,7 @@ func TestGrantedCountsFromALowerBound(t *testing.T) {
 			if _, ok := q.granted(1000); ok {
 				t.Errorf("rule: no grant before an answered attempt")
 			}
-			q.contended(1, time.Now(), 10_000)
+			q.contended(1, 0, time.Now(), 10_000)
 			time.Sleep(tc.sinceAttempt)
 			grant(q, "000000000000007", tc.release, tc.ttl)
 			res, ok := q.granted(1000)
@@ -105,10 +123,10 @@ func TestGrantedCountsFromALowerBound(t *testing.T) {
 		q := b.Queue("k", "", false).(*queueWaiter).q
 		q.join(1000)
 		defer q.close()
-		q.contended(1, time.Now(), 10_000)
+		q.contended(1, 0, time.Now(), 10_000)
 		grant(q, "000000000000007", 10_050, 1000)
 		time.Sleep(time.Millisecond)
-		q.contended(1, time.Now(), 10_060)
+		q.contended(1, 0, time.Now(), 10_060)
 		if _, ok := q.granted(1000); ok {
 			t.Error("rule: an answered attempt sent after a grant came, which did not find the key handed over, drops that grant")
 		}

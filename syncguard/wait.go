@@ -162,6 +162,7 @@ type queueState struct {
 	mu             sync.Mutex
 	wakeup         *waiting.Wakeup // the wake-up, from the first queued attempt on
 	rank, rank0    int64           // the last attempt's rank, the first's
+	fence, fence0  int64           // the holder's fence the last attempt saw, the first's (0: none)
 	rankAt, joined time.Time       // when they were seen
 	sent           time.Time       // when the last answered attempt was sent
 	sentNow        int64           // and its server time (now_ms)
@@ -180,17 +181,17 @@ func (q *queueState) join(ttlMs int64) bool {
 	return q.s.waker.ChannelListened(q.channel)
 }
 
-// contended records a failed queued attempt's rank, its send time and
-// its server time, and asks for the key's channel when the waiter is
-// within listenRank of the head.
-func (q *queueState) contended(rank int64, sent time.Time, nowMs int64) {
+// contended records a failed queued attempt's rank, the holder's fence
+// (0: no live lock), its send time and its server time, and asks for the
+// key's channel when the waiter is within listenRank of the head.
+func (q *queueState) contended(rank, fence int64, sent time.Time, nowMs int64) {
 	now := time.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.joined.IsZero() {
-		q.rank0, q.joined = rank, now
+		q.rank0, q.fence0, q.joined = rank, fence, now
 	}
-	q.rank, q.rankAt, q.sent, q.sentNow = rank, now, sent, nowMs
+	q.rank, q.fence, q.rankAt, q.sent, q.sentNow = rank, fence, now, sent, nowMs
 	if q.wakeup != nil {
 		q.wakeup.DropGrant(sent)
 	}
@@ -220,7 +221,13 @@ func (q *queueState) next() time.Duration {
 		return renew
 	}
 	waited := q.rankAt.Sub(q.joined)
-	if moved := q.rank0 - q.rank; moved > 0 {
+	// How far the queue moved: places gained, or hand-offs (fences) when
+	// more, since the rank is counted only up to rankCap.
+	moved := q.rank0 - q.rank
+	if q.fence0 > 0 && q.fence > q.fence0 {
+		moved = max(moved, q.fence-q.fence0)
+	}
+	if moved > 0 {
 		waited = waited * time.Duration(q.rank-listenRank) / time.Duration(2*moved)
 	}
 	return min(max(waited, approachMin), renew)

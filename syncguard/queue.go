@@ -64,6 +64,17 @@ func (w *queueWaiter) Hints() (wake <-chan struct{}, renew time.Duration, poll b
 	return w.q.wakeup.C, renew, w.q.rank <= listenRank && !w.q.wakeup.ChannelListened()
 }
 
+// farBack reports whether the waiter's last attempt found it more than
+// listenRank from the head.
+func (w *queueWaiter) farBack() bool {
+	if w.q == nil {
+		return false
+	}
+	w.q.mu.Lock()
+	defer w.q.mu.Unlock()
+	return w.q.rank > listenRank
+}
+
 // Leave releases the waiter's lockId: that deletes its queue row and
 // passes on a key handed to it meanwhile. When it found neither, a
 // hand-off may have been committing: its snapshot missed the lock row,

@@ -82,8 +82,14 @@ func (c *lockConfig) delay(n int) time.Duration {
 
 // retriesQueued: a queued waiter keeps its scheduled retries this long
 // into its wait: a release in flight when it queued did not see its row,
-// and left the key free without a hint.
+// and left the key free without a hint. A waiter far back (farBack) needs
+// none: the key is not free for it while those ahead wait, and its
+// approach (Hints' renew) brings it near the head.
 const retriesQueued = 2 * time.Second
+
+// farBacker is the core's Waiter, which knows its place (a wrapper from
+// another package cannot implement it, and keeps the retries).
+type farBacker interface{ farBack() bool }
 
 // The polling of a waiter that no notification reaches: pollMin doubling
 // to pollMax; while the holder's lock stays the same (its expiry, as the
@@ -227,8 +233,9 @@ func (l *waitLoop) plan(res AcquireResult, answered, fruitless bool) {
 	wake, renew, poll := l.w.Hints()
 	l.hintWake = wake
 	switch {
-	case answered && wake != nil && l.c.maxRetries == math.MaxInt && res.RetryIn > 0 && now.Sub(l.start) > retriesQueued:
-		l.due[cueRetry] = time.Time{} // queued behind a live lock: releases, expiry and renewals cue its attempts
+	case answered && wake != nil && l.c.maxRetries == math.MaxInt && res.RetryIn > 0 && now.Sub(l.start) > retriesQueued,
+		answered && wake != nil && l.c.maxRetries == math.MaxInt && isFarBack(l.w):
+		l.due[cueRetry] = time.Time{} // queued behind a live lock, or far back: releases, expiry and renewals cue its attempts
 	case l.due[cueRetry].IsZero():
 		l.due[cueRetry] = now.Add(l.c.delay(l.retries + 1))
 	}
@@ -320,4 +327,9 @@ func earlier(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+func isFarBack(w Waiter) bool {
+	f, ok := w.(farBacker)
+	return ok && f.farBack()
 }

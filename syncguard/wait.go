@@ -164,6 +164,8 @@ type queueState struct {
 	rank, rank0    int64           // the last attempt's rank, the first's
 	fence, fence0  int64           // the holder's fence the last attempt saw, the first's (0: none)
 	rankAt, joined time.Time       // when they were seen
+	perPlace       time.Duration   // the fastest the queue moved, per place, between two attempts (0: not seen)
+	still          time.Time       // since when the same holder holds the key, as the attempts saw it
 	sent           time.Time       // when the last answered attempt was sent
 	sentNow        int64           // and its server time (now_ms)
 }
@@ -190,6 +192,19 @@ func (q *queueState) contended(rank, fence int64, sent time.Time, nowMs int64) {
 	defer q.mu.Unlock()
 	if q.joined.IsZero() {
 		q.rank0, q.fence0, q.joined = rank, fence, now
+	} else {
+		moved := q.rank - rank
+		if fence > 0 && q.fence > 0 {
+			moved = max(moved, fence-q.fence)
+		}
+		if moved > 0 {
+			if per := now.Sub(q.rankAt) / time.Duration(moved); q.perPlace == 0 || per < q.perPlace {
+				q.perPlace = per
+			}
+		}
+	}
+	if fence == 0 || fence != q.fence || q.still.IsZero() {
+		q.still = now
 	}
 	q.rank, q.fence, q.rankAt, q.sent, q.sentNow = rank, fence, now, sent, nowMs
 	if q.wakeup != nil {
@@ -211,8 +226,14 @@ func (q *queueState) window() time.Duration {
 }
 
 // next is when the waiter attempts again without a cue from a release:
-// to renew its row (after two thirds of its window), or, far back, as it nears listenRank at the pace the
-// queue moved since it joined (doubling while it has not moved).
+// to renew its row (after two thirds of its window), or, far back, when
+// half the time the queue would take to bring it within listenRank at the
+// fastest pace it was seen moving has passed (places gained, or hand-offs
+// counted by the holder's fence, since the rank is counted only up to
+// rankCap). The fastest, not the mean: a queue that stalled (a head that
+// had not come near yet) runs at full pace again, and a waiter that came
+// late would stall it in turn. Before it has seen the queue move, and
+// while one holder keeps the key, the gap doubles with the wait.
 func (q *queueState) next() time.Duration {
 	renew := q.window() * 2 / 3
 	q.mu.Lock()
@@ -220,17 +241,11 @@ func (q *queueState) next() time.Duration {
 	if q.rank <= listenRank {
 		return renew
 	}
-	waited := q.rankAt.Sub(q.joined)
-	// How far the queue moved: places gained, or hand-offs (fences) when
-	// more, since the rank is counted only up to rankCap.
-	moved := q.rank0 - q.rank
-	if q.fence0 > 0 && q.fence > q.fence0 {
-		moved = max(moved, q.fence-q.fence0)
+	gap := q.rankAt.Sub(q.joined) // doubling until it moved
+	if q.perPlace > 0 {
+		gap = max(q.perPlace*time.Duration(q.rank-listenRank)/2, q.rankAt.Sub(q.still))
 	}
-	if moved > 0 {
-		waited = waited * time.Duration(q.rank-listenRank) / time.Duration(2*moved)
-	}
-	return min(max(waited, approachMin), renew)
+	return min(max(gap, approachMin), renew)
 }
 
 // granted returns the key handed to the waiter by a release whose grant

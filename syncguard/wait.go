@@ -232,8 +232,9 @@ func (q *queueState) window() time.Duration {
 // counted by the holder's fence, since the rank is counted only up to
 // rankCap). The fastest, not the mean: a queue that stalled (a head that
 // had not come near yet) runs at full pace again, and a waiter that came
-// late would stall it in turn. Before it has seen the queue move, and
-// while one holder keeps the key, the gap doubles with the wait.
+// late would stall it in turn. Before it has seen the queue move, the gap
+// doubles with the wait; while one holder keeps the key, too, up to the
+// time the queue would take at that pace to make the waiter first.
 func (q *queueState) next() time.Duration {
 	renew := q.window() * 2 / 3
 	q.mu.Lock()
@@ -243,7 +244,10 @@ func (q *queueState) next() time.Duration {
 	}
 	gap := q.rankAt.Sub(q.joined) // doubling until it moved
 	if q.perPlace > 0 {
-		gap = max(q.perPlace*time.Duration(q.rank-listenRank)/2, q.rankAt.Sub(q.still))
+		// While one holder keeps the key the gap doubles, but only up to
+		// the time the queue would take at that pace to make the waiter
+		// first: the holder may let go at any moment.
+		gap = max(q.perPlace*time.Duration(q.rank-listenRank)/2, min(q.rankAt.Sub(q.still), q.perPlace*time.Duration(q.rank-1)))
 	}
 	return min(max(gap, approachMin), renew)
 }

@@ -163,9 +163,9 @@ type Wakeup struct {
 	C       <-chan struct{}
 	c       chan struct{}
 	w       *Waker
-	channel string // its key's channel
-	payload string // a waiter's; "" for a watcher
-	joined  bool   // a member of its channel: asked for it to be listened on
+	channel string    // its key's channel
+	payload string    // a waiter's; "" for a watcher
+	joined  bool      // a member of its channel: asked for it to be listened on
 	grant   string    // the last grant notification's payload for it (unverified)
 	grantAt time.Time // when it came
 }

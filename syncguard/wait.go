@@ -161,9 +161,8 @@ type queueState struct {
 
 	mu             sync.Mutex
 	wakeup         *waiting.Wakeup // the wake-up, from the first queued attempt on
-	rank, rank0    int64           // the last attempt's rank, the first's
-	fence, fence0  int64           // the holder's fence the last attempt saw, the first's (0: none)
-	rankAt, joined time.Time       // when they were seen
+	rank, fence    int64           // the last attempt's rank and the holder's fence it saw (0: none)
+	rankAt, joined time.Time       // when the last attempt was answered, and the first
 	perPlace       time.Duration   // the fastest the queue moved, per place, between two attempts (0: not seen)
 	still          time.Time       // since when the same holder holds the key, as the attempts saw it
 	sent           time.Time       // when the last answered attempt was sent
@@ -191,7 +190,7 @@ func (q *queueState) contended(rank, fence int64, sent time.Time, nowMs int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.joined.IsZero() {
-		q.rank0, q.fence0, q.joined = rank, fence, now
+		q.joined = now
 	} else {
 		moved := q.rank - rank
 		if fence > 0 && q.fence > 0 {

@@ -124,7 +124,6 @@ type waitLoop struct {
 	timer                        *time.Timer
 	wake, hintWake               <-chan struct{} // the waiter's wake-up: heeded, and as the waiter gave it
 	hintGap, pollGap             time.Duration
-	sent                         time.Time // the last attempt's send time
 	holderLo, holderHi, holderAt time.Time // the holder's expiry as polled (a span), and when it was first seen
 }
 
@@ -148,7 +147,7 @@ func (l *waitLoop) run() (AcquireResult, time.Time, error) {
 		case l.c.maxRetries == 0 || l.final:
 			return l.giveUp(nil)
 		}
-		l.plan(res, err == nil, woken && err == nil)
+		l.plan(res, sent, err == nil, woken && err == nil)
 		woken = false
 	wait:
 		for {
@@ -187,7 +186,6 @@ func (l *waitLoop) run() (AcquireResult, time.Time, error) {
 func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err error) {
 	l.attempts++
 	sent = time.Now()
-	l.sent = sent
 	actx, cancel := l.ctx, context.CancelFunc(func() {})
 	if !l.deadline.IsZero() {
 		actx, cancel = context.WithDeadline(l.ctx, l.deadline)
@@ -220,9 +218,9 @@ func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err e
 	return res, sent, cut, err
 }
 
-// plan sets the cues after a failed attempt (answered: not an outage's);
-// fruitless: a woken one's.
-func (l *waitLoop) plan(res AcquireResult, answered, fruitless bool) {
+// plan sets the cues after a failed attempt sent at sent (answered: not
+// an outage's); fruitless: a woken one's.
+func (l *waitLoop) plan(res AcquireResult, sent time.Time, answered, fruitless bool) {
 	now := time.Now()
 	if res.RetryIn > 0 {
 		l.due[cueExpiry] = now.Add(res.RetryIn)
@@ -248,11 +246,15 @@ func (l *waitLoop) plan(res AcquireResult, answered, fruitless bool) {
 	if poll {
 		limit := pollMax
 		if res.RetryIn > 0 {
-			lo, hi := l.sent.Add(res.RetryIn), now.Add(res.RetryIn)
+			lo, hi := sent.Add(res.RetryIn), now.Add(res.RetryIn)
 			if lo.After(l.holderHi) || hi.Before(l.holderLo) {
 				l.holderLo, l.holderHi, l.holderAt = lo, hi, now // another expiry: a hand-off or an extend
-			} else {
-				l.holderLo, l.holderHi = later(lo, l.holderLo), earlier(hi, l.holderHi)
+			}
+			if lo.After(l.holderLo) { // the same holder: keep the spans' overlap
+				l.holderLo = lo
+			}
+			if hi.Before(l.holderHi) {
+				l.holderHi = hi
 			}
 			limit = min(max(limit, now.Sub(l.holderAt)/4), pollStall)
 		}
@@ -313,20 +315,6 @@ func (l *waitLoop) giveUp(cause error) (AcquireResult, time.Time, error) {
 		e.Msg += fmt.Sprintf(" (the last attempt got no answer: %s)", CodeOf(l.lastErr))
 	}
 	return AcquireResult{}, time.Time{}, e
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-func earlier(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
 }
 
 func isFarBack(w Waiter) bool {

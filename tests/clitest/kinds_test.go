@@ -96,16 +96,7 @@ func TestRunPermits(t *testing.T) {
 	if n != 2 {
 		t.Errorf("ls --json: want 2 permits of %s: %v", k, m)
 	}
-	select {
-	case <-third.done:
-		t.Fatalf("a third permit ran while two were held: %s", third.res)
-	default:
-	}
-	os.WriteFile(release, nil, 0o644)
-	for _, p := range holders {
-		wantCode(t, p.wait(t, time.Minute), 0)
-	}
-	r = third.wait(t, time.Minute)
+	r = releaseThen(t, third, "a third permit", release, holders)
 	wantCode(t, r, 0)
 	if s := strings.TrimSpace(r.stdout); s != "1" && s != "2" {
 		t.Errorf("third permit's slot: %s", r)
@@ -146,16 +137,7 @@ func TestRunSharedExclusive(t *testing.T) {
 	if slices.Sort(ids); !slices.Equal(ids, []string{"reader-r1", "reader-r2"}) {
 		t.Errorf("status --json: want both readers: %s", st)
 	}
-	select {
-	case <-writer.done:
-		t.Fatalf("a writer ran while readers held: %s", writer.res)
-	default:
-	}
-	os.WriteFile(release, nil, 0o644)
-	for _, p := range readers {
-		wantCode(t, p.wait(t, time.Minute), 0)
-	}
-	r = writer.wait(t, time.Minute)
+	r = releaseThen(t, writer, "a writer", release, readers)
 	wantCode(t, r, 0)
 	if w2 := strings.TrimSpace(r.stdout); len(w2) != 15 || w2 <= w1[1] {
 		t.Errorf("the second writer's fence %q should be above %s", w2, w1[1])
@@ -259,4 +241,21 @@ func TestRunKindUsageErrors(t *testing.T) {
 	if strings.Contains(h.stdout, "in any case") {
 		t.Errorf("run --help still says waiting polls in any case")
 	}
+}
+
+// releaseThen checks that blocked has not run while holders hold, lets
+// the holders go (their release file), waits for them to exit 0 and
+// returns blocked's result.
+func releaseThen(t *testing.T, blocked *proc, what, release string, holders []*proc) result {
+	t.Helper()
+	select {
+	case <-blocked.done:
+		t.Fatalf("%s ran while the others held: %s", what, blocked.res)
+	default:
+	}
+	os.WriteFile(release, nil, 0o644)
+	for _, p := range holders {
+		wantCode(t, p.wait(t, time.Minute), 0)
+	}
+	return blocked.wait(t, time.Minute)
 }

@@ -80,32 +80,40 @@
 --       to the next release of the key: deleting them here would make an
 --       acquire with an identity cost 20 % more than one without.
 --end
+-- a:    the arguments that the lookups compare, in a row of their own
+--       (MATERIALIZED): the planner sees no values in them, so it estimates
+--       the plan for the first execution as for any later one, and the
+--       prepared statement keeps that generic plan instead of planning
+--       each execution again ("Planning" in docs/design.md).
 -- The final SELECT always returns one row; absent asks the caller for a
 -- placeholder row and another attempt. A row of our own lockId in cur
 -- means this statement already ran (database/sql re-ran it after
 -- driver.ErrBadConn): report that success again. now_ms lets a failed
 -- attempt compute when the holder's lock expires, in server time.
 WITH
+a AS MATERIALIZED (
+  SELECT $1::text AS "key", $2::text AS "lock_id", $3::text AS "fence_key"
+),
 t AS (
   SELECT {{now_ms}} AS now_ms
 ),
 row0 AS (
   SELECT l."lock_id", l."expires_at_ms", l."acquired_at_ms", l."fence"
   FROM {{locks}} AS l
-  WHERE l."key" = $1::text
+  WHERE l."key" = (SELECT a."key" FROM a)
 ),
 cur AS (
   SELECT l.* FROM row0 AS l, t WHERE {{live(l)}}
 ),
 --if queue
 me AS (
-  SELECT w."place", w."deadline_ms", w."notified", w."ttl_ms" FROM {{waiters}} AS w WHERE w."lock_id" = $2::text
+  SELECT w."place", w."deadline_ms", w."notified", w."ttl_ms" FROM {{waiters}} AS w WHERE w."lock_id" = (SELECT a."lock_id" FROM a)
 ),
 ahead AS (
   SELECT count(*) AS n FROM (
     SELECT 1 FROM {{waiters}} AS w, t
-    WHERE w."key" = $1::text AND w."lock_id" <> $2::text AND w."deadline_ms" > t.now_ms
-      AND (w."place", w."lock_id") < (COALESCE((SELECT me."place" FROM me), {{now_us}}), $2::text)
+    WHERE w."key" = (SELECT a."key" FROM a) AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND w."deadline_ms" > t.now_ms
+      AND (w."place", w."lock_id") < (COALESCE((SELECT me."place" FROM me), {{now_us}}), (SELECT a."lock_id" FROM a))
     LIMIT {{rank_cap}}) AS a
 ),
 --end
@@ -115,16 +123,17 @@ gate AS (
              WHEN (SELECT ahead.n FROM ahead) > 0 THEN 'busy'
              WHEN EXISTS (SELECT 1 FROM me WHERE me."ttl_ms" = 0) THEN 'busy'
 --end
-             WHEN pg_try_advisory_xact_lock(hashtext($1::text)) THEN 'gated'
+             WHEN pg_try_advisory_xact_lock(hashtext(a."key")) THEN 'gated'
              WHEN NOT EXISTS (SELECT 1 FROM row0) THEN 'absent'
-             WHEN {{gate_held_privileged($1::text)}} THEN 'busy'
+             WHEN {{gate_held_privileged(a."key")}} THEN 'busy'
              ELSE 'open' END AS state
+  FROM a
 ),
 free AS (
   SELECT t.now_ms, gate.state = 'gated' AS gated FROM t, gate WHERE gate.state IN ('gated', 'open')
 ),
 snapf AS (
-  SELECT c."fence" FROM {{fences}} AS c WHERE c."fence_key" = $3::text
+  SELECT c."fence" FROM {{fences}} AS c WHERE c."fence_key" = (SELECT a."fence_key" FROM a)
 ),
 f AS (
   INSERT INTO {{fences}} AS c ("fence_key", "fence", "key_debug")
@@ -151,7 +160,7 @@ upd AS (
   UPDATE {{locks}} AS l SET "lock_id" = $2::text, "expires_at_ms" = free.now_ms + $5::bigint,
     "acquired_at_ms" = free.now_ms, "fence" = {{fence_text(f."fence")}}, "user_key" = $4::text
   FROM free, f
-  WHERE l."key" = $1::text AND NOT free.gated AND NOT ({{live(l, free.now_ms)}})
+  WHERE l."key" = (SELECT a."key" FROM a) AND NOT free.gated AND NOT ({{live(l, free.now_ms)}})
   RETURNING l."lock_id", l."expires_at_ms", l."acquired_at_ms", l."fence"
 ),
 won AS (
@@ -177,9 +186,9 @@ won AS (
 ),
 dq AS (
   DELETE FROM {{waiters}} AS w USING t
-  WHERE (w."lock_id" = $2::text
+  WHERE (w."lock_id" = (SELECT a."lock_id" FROM a)
          AND (EXISTS (SELECT 1 FROM won) OR EXISTS (SELECT 1 FROM cur WHERE cur."lock_id" = $2::text)))
-     OR (w."key" = $1::text AND w."lock_id" <> $2::text AND w."deadline_ms" < t.now_ms - {{waiter_gc}})
+     OR (w."key" = (SELECT a."key" FROM a) AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND w."deadline_ms" < t.now_ms - {{waiter_gc}})
   RETURNING 1
 )
 --end

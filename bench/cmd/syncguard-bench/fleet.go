@@ -167,8 +167,12 @@ func runFleet(ctx context.Context, o options, want map[string]bool, we *sgbench.
 			return err
 		}
 		progress("[%s] w7b (waiting Backends %v x %v)", we.Driver, counts, f.duration)
+		// Each segment opens its Backends anew (closing their LISTEN
+		// connections), so each prepares its statements again on up to 600
+		// connections, five plans each before the generic one: 6 s of warm-up
+		// keep that out of the window.
 		r, err := we.OwnWaiters(ctx, admin, sgbench.OwnWaitersParams{Counts: counts, HotKeys: 3, HotHold: 10 * time.Millisecond,
-			Probe: 3, ProbeHold: 10 * time.Millisecond, ProbePause: 20 * time.Millisecond, Duration: f.duration, Rounds: f.rounds, Warm: 2 * time.Second})
+			Probe: 3, ProbeHold: 10 * time.Millisecond, ProbePause: 20 * time.Millisecond, Duration: f.duration, Rounds: f.rounds, Warm: 6 * time.Second})
 		if err != nil {
 			return fmt.Errorf("w7b: %w", err)
 		}

@@ -43,28 +43,33 @@
 --        notified); never a tombstone.
 -- dq:    a waiter that holds a permit leaves the queue; rows dead for
 --        {{waiter_gc}} ms go too.
+-- a:     the key and lockId the lookups compare, MATERIALIZED: no values for the planner, the generic plan serves ("Planning" in docs/design.md).
 WITH
+a AS MATERIALIZED (
+  SELECT $1::text AS "key", $2::text AS "lock_id"
+),
 t AS (
   SELECT {{now_ms}} AS now_ms, {{now_us}} AS now_us
 ),
 k AS (
-  SELECT s."permits", s."version" FROM {{sem}} AS s WHERE s."key" = $1::text
+  SELECT s."permits", s."version" FROM {{sem}} AS s WHERE s."key" = (SELECT a."key" FROM a)
 ),
 sl AS (
   SELECT l."slot", l."lock_id", l."expires_at_ms", l."acquired_at_ms", l."fence", {{live(l)}} AS live
-  FROM {{slots}} AS l, t WHERE l."key" = $1::text
+  FROM {{slots}} AS l, t WHERE l."key" = (SELECT a."key" FROM a)
 ),
 mine AS (
   SELECT sl.* FROM sl WHERE sl."lock_id" = $2::text AND sl.live
 ),
 me AS (
-  SELECT w."place", w."deadline_ms", w."notified", w."ttl_ms" FROM {{waiters}} AS w WHERE w."lock_id" = $2::text
+  SELECT w."place", w."deadline_ms", w."notified", w."ttl_ms" FROM {{waiters}} AS w WHERE w."lock_id" = (SELECT a."lock_id" FROM a)
 ),
 ahead AS (
   SELECT count(*) AS n FROM (
     SELECT 1 FROM {{waiters}} AS w, t
-    WHERE w."key" = $1::text AND w."lock_id" <> $2::text AND w."deadline_ms" > t.now_ms AND w."ttl_ms" > 0
-      AND (w."place", w."lock_id") < (COALESCE((SELECT me."place" FROM me), t.now_us), $2::text)
+    WHERE w."key" = (SELECT a."key" FROM a) AND w."lock_id" <> (SELECT a."lock_id" FROM a)
+      AND w."deadline_ms" > t.now_ms AND w."ttl_ms" > 0
+      AND (w."place", w."lock_id") < (COALESCE((SELECT me."place" FROM me), t.now_us), (SELECT a."lock_id" FROM a))
       AND NOT EXISTS (SELECT 1 FROM sl WHERE sl."lock_id" = w."lock_id" AND sl.live)
     LIMIT {{rank_cap}}) AS a
 ),
@@ -85,14 +90,14 @@ pick AS (
 v AS (
   UPDATE {{sem}} AS s SET "version" = s."version" + 1
   FROM pick, k
-  WHERE s."key" = $1::text AND s."version" = k."version" AND pick."fence" < {{fence_max}}
+  WHERE s."key" = (SELECT a."key" FROM a) AND s."version" = k."version" AND pick."fence" < {{fence_max}}
   RETURNING s."version"
 ),
 tk AS (
   UPDATE {{slots}} AS l SET "lock_id" = $2::text, "expires_at_ms" = t.now_ms + $5::bigint,
     "acquired_at_ms" = t.now_ms, "fence" = l."fence" + 1, "identity" = $8::text
   FROM pick, v, t
-  WHERE l."key" = $1::text AND l."slot" = pick."slot" AND l."fence" < {{fence_max}} AND NOT ({{live(l)}})
+  WHERE l."key" = (SELECT a."key" FROM a) AND l."slot" = pick."slot" AND l."fence" < {{fence_max}} AND NOT ({{live(l)}})
   RETURNING l."slot", l."lock_id", l."expires_at_ms", l."acquired_at_ms", l."fence"
 ),
 ki AS (
@@ -129,8 +134,9 @@ q AS (
 ),
 dq AS (
   DELETE FROM {{waiters}} AS w USING t
-  WHERE (w."lock_id" = $2::text AND (EXISTS (SELECT 1 FROM won) OR EXISTS (SELECT 1 FROM mine)))
-     OR (w."key" = $1::text AND w."lock_id" <> $2::text AND w."deadline_ms" < t.now_ms - {{waiter_gc}})
+  WHERE (w."lock_id" = (SELECT a."lock_id" FROM a) AND (EXISTS (SELECT 1 FROM won) OR EXISTS (SELECT 1 FROM mine)))
+     OR (w."key" = (SELECT a."key" FROM a) AND w."lock_id" <> (SELECT a."lock_id" FROM a)
+         AND w."deadline_ms" < t.now_ms - {{waiter_gc}})
   RETURNING 1
 )
 SELECT

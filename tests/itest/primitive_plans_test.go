@@ -3,7 +3,6 @@ package itest_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -71,31 +70,42 @@ func checkPlans(ctx context.Context, t *testing.T, db *sql.DB, table string) int
 	return seen
 }
 
-// queuedBehind runs a queued Lock of key, which another pool holds, on
-// l: its attempts, then the waiter's withdrawal when its 20 ms are up.
-// An attempt that the end of the wait cut short (a loaded machine) is
-// not an error here: the plans are what the test checks.
-func queuedBehind(ctx context.Context, t *testing.T, l syncguard.Locker, key string) {
+// queuedBehind runs, on q, a queued attempt for key, which another pool
+// holds, then the waiter's withdrawal: the statements of a Lock call that
+// waits and gives up, without its wall-clock bound (an attempt that the
+// end of a short wait cut off would cost the connection, and the counts).
+func queuedBehind(ctx context.Context, t *testing.T, q syncguard.Queuer, key string) {
 	t.Helper()
-	_, err := syncguard.Lock(ctx, l, key, &syncguard.LockOptions{TTL: time.Minute,
-		Acquisition: syncguard.AcquisitionOptions{Timeout: 20 * time.Millisecond}})
-	var e *syncguard.Error
-	if !errors.Is(err, syncguard.ErrAcquisitionTimeout) && !(errors.As(err, &e) && e.Code == syncguard.CodeNetworkTimeout) {
-		t.Fatalf("queued Lock behind the holder: %v, want an acquisition timeout", err)
+	w := q.Queue(key, "", false)
+	if res, err := w.Attempt(ctx, time.Minute); err != nil || res.OK {
+		t.Fatalf("queued attempt behind the holder: %+v, %v; want locked", res, err)
+	}
+	if err := w.Leave(ctx); err != nil {
+		t.Fatalf("leave: %v", err)
 	}
 }
 
 // TestSemaphoreStatementsKeepTheirGenericPlans: a Semaphore's acquire
 // (plain and queued), extend, release (and a waiter's withdrawal) and
-// lookup, 12 of each on one connection.
+// lookup, 12 of each on one connection, over the statistics of a few keys
+// with long queues and a few keys of many permits.
 func TestSemaphoreStatementsKeepTheirGenericPlans(t *testing.T) {
 	srv := pgtest.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	admin := open(t, srv.DSN)
 	cfg := semTables(t, admin)
-	_, _, waiters := semaphore.Tables(cfg.TableName)
+	keys, slots, waiters := semaphore.Tables(cfg.TableName)
 	planStats(ctx, t, admin, rules.QuoteIdent(waiters), `"deadline_ms", "ttl_ms"`, `0, 1000`)
+	// And a few keys of 300 permits, all held: the lookup by key planned
+	// every execution with these.
+	for i := range 30 {
+		mustExec(ctx, t, admin, fmt.Sprintf(`INSERT INTO %s ("key", "permits", "version", "user_key") VALUES ('k%d', 300, 1, 'k')`,
+			rules.QuoteIdent(keys), i))
+		mustExec(ctx, t, admin, fmt.Sprintf(`INSERT INTO %s ("key", "slot", "lock_id", "expires_at_ms", "acquired_at_ms", "fence")
+			SELECT 'k%d', g, 's%d-' || g, 99999999999999, 0, 1 FROM generate_series(1, 300) AS g`, rules.QuoteIdent(slots), i, i))
+	}
+	mustExec(ctx, t, admin, `ANALYZE `+rules.QuoteIdent(slots))
 	holder, err := semaphore.New(open(t, srv.DSN), &cfg, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +141,6 @@ func TestSemaphoreStatementsKeepTheirGenericPlans(t *testing.T) {
 		}
 		queuedBehind(ctx, t, s, "plans:held")
 	}
-	keys, _, _ := semaphore.Tables(cfg.TableName)
 	if seen := checkPlans(ctx, t, db, keys); seen < 4 {
 		t.Fatalf("%d of the Semaphore's statements ran %d times or more on its connection; want acquire, release, extend and holders", seen, planRounds)
 	}

@@ -9,6 +9,7 @@
 -- transaction. Extends do not lock the key row: they update their own row
 -- only while it is live, and a reader of the row that deletes it as dead
 -- re-checks that under the row lock.
+-- a: in a lookup of {{holders}} or {{waiters}} by key, the key (and lockId) it compares, MATERIALIZED: no value for the planner, the session's cached generic plan serves ("Planning" in docs/design.md).
 --
 -- {{grant_fn}}(key, now, notify): the hand-off. With no live writer, the
 -- run of readers at the head of the queue (up to the first waiting writer)
@@ -27,12 +28,15 @@ DECLARE
   v_woke text[] := '{}';
   w record;
 BEGIN
-  IF EXISTS (SELECT 1 FROM {{holders}} AS h WHERE h."key" = p_key AND h."exclusive") THEN
+  IF EXISTS (WITH a AS MATERIALIZED (SELECT p_key AS "key")
+             SELECT 1 FROM {{holders}} AS h WHERE h."key" = (SELECT a."key" FROM a) AND h."exclusive") THEN
     RETURN v_woke;
   END IF;
-  v_any := EXISTS (SELECT 1 FROM {{holders}} AS h WHERE h."key" = p_key);
-  FOR w IN SELECT q.* FROM {{waiters}} AS q
-           WHERE q."key" = p_key AND q."deadline_ms" > p_now AND q."ttl_ms" <> 0
+  v_any := EXISTS (WITH a AS MATERIALIZED (SELECT p_key AS "key")
+                   SELECT 1 FROM {{holders}} AS h WHERE h."key" = (SELECT a."key" FROM a));
+  FOR w IN WITH a AS MATERIALIZED (SELECT p_key AS "key")
+           SELECT q.* FROM {{waiters}} AS q
+           WHERE q."key" = (SELECT a."key" FROM a) AND q."deadline_ms" > p_now AND q."ttl_ms" <> 0
            ORDER BY q."place", q."lock_id" LOOP
     IF w."exclusive" THEN
       IF NOT v_any AND w."notified" THEN
@@ -80,8 +84,10 @@ BEGIN
   INSERT INTO {{keys}} ("key", "fence", "key_debug") VALUES (p_key, 0, p_user_key) ON CONFLICT ("key") DO NOTHING;
   PERFORM 1 FROM {{keys}} AS k WHERE k."key" = p_key FOR UPDATE;
   v_now := {{now_ms}};
-  DELETE FROM {{holders}} AS h WHERE h."key" = p_key AND NOT ({{live(h, v_now)}});
-  DELETE FROM {{waiters}} AS q WHERE q."key" = p_key AND q."deadline_ms" < v_now - {{waiter_gc}};
+  WITH a AS MATERIALIZED (SELECT p_key AS "key")
+  DELETE FROM {{holders}} AS h WHERE h."key" = (SELECT a."key" FROM a) AND NOT ({{live(h, v_now)}});
+  WITH a AS MATERIALIZED (SELECT p_key AS "key")
+  DELETE FROM {{waiters}} AS q WHERE q."key" = (SELECT a."key" FROM a) AND q."deadline_ms" < v_now - {{waiter_gc}};
   RETURN v_now;
 END
 $fn$;
@@ -133,17 +139,21 @@ BEGIN
   END IF;
   v_place := COALESCE(v_me."place", floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
   IF p_exclusive THEN
-    SELECT max(h."expires_at_ms") INTO v_retry FROM {{holders}} AS h WHERE h."key" = p_key;
+    WITH a AS MATERIALIZED (SELECT p_key AS "key")
+    SELECT max(h."expires_at_ms") INTO v_retry FROM {{holders}} AS h WHERE h."key" = (SELECT a."key" FROM a);
     v_ok := v_retry IS NULL AND NOT EXISTS (
+      WITH a AS MATERIALIZED (SELECT p_key AS "key", p_lock_id AS "lock_id")
       SELECT 1 FROM {{waiters}} AS q
-      WHERE q."key" = p_key AND q."lock_id" <> p_lock_id AND q."deadline_ms" > v_now AND q."ttl_ms" <> 0
-        AND (q."place", q."lock_id") < (v_place, p_lock_id));
+      WHERE q."key" = (SELECT a."key" FROM a) AND q."lock_id" <> (SELECT a."lock_id" FROM a) AND q."deadline_ms" > v_now
+        AND q."ttl_ms" <> 0 AND (q."place", q."lock_id") < (v_place, (SELECT a."lock_id" FROM a)));
   ELSE
-    SELECT max(h."expires_at_ms") INTO v_retry FROM {{holders}} AS h WHERE h."key" = p_key AND h."exclusive";
+    WITH a AS MATERIALIZED (SELECT p_key AS "key")
+    SELECT max(h."expires_at_ms") INTO v_retry FROM {{holders}} AS h WHERE h."key" = (SELECT a."key" FROM a) AND h."exclusive";
     v_ok := v_retry IS NULL AND NOT EXISTS (
+      WITH a AS MATERIALIZED (SELECT p_key AS "key", p_lock_id AS "lock_id")
       SELECT 1 FROM {{waiters}} AS q
-      WHERE q."key" = p_key AND q."lock_id" <> p_lock_id AND q."deadline_ms" > v_now AND q."ttl_ms" <> 0
-        AND q."exclusive" AND (q."place", q."lock_id") < (v_place, p_lock_id));
+      WHERE q."key" = (SELECT a."key" FROM a) AND q."lock_id" <> (SELECT a."lock_id" FROM a) AND q."deadline_ms" > v_now
+        AND q."ttl_ms" <> 0 AND q."exclusive" AND (q."place", q."lock_id") < (v_place, (SELECT a."lock_id" FROM a)));
   END IF;
   IF v_ok THEN
     IF p_exclusive THEN

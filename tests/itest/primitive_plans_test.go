@@ -4,11 +4,18 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/multilock"
+	"github.com/syncguard/syncguard-go/rwlock"
 	"github.com/syncguard/syncguard-go/semaphore"
 	"github.com/syncguard/syncguard-go/syncguard"
 	"github.com/syncguard/syncguard-go/tests/pgtest"
@@ -144,4 +151,178 @@ func TestSemaphoreStatementsKeepTheirGenericPlans(t *testing.T) {
 	if seen := checkPlans(ctx, t, db, keys); seen < 4 {
 		t.Fatalf("%d of the Semaphore's statements ran %d times or more on its connection; want acquire, release, extend and holders", seen, planRounds)
 	}
+}
+
+// TestRWLockFunctionPlansKeepTheirGenericPlans: the read-write lock's
+// statements go out one-shot (planned at each execution by design), but
+// the statements of its SQL functions are cached plans of the session,
+// chosen as a prepared statement's are. No view counts their plans:
+// auto_explain (LOAD, superuser) sends each one's plan to the client as a
+// NOTICE, verbose, and a plan showing a value that the statement's text
+// does not hold (a key, a lockId, a clock reading) was planned with its
+// values. Shared and exclusive acquires, extends, releases, and queued
+// attempts with their withdrawals, 12 of each on one connection, over
+// the statistics of a few keys with long queues and many readers.
+func TestRWLockFunctionPlansKeepTheirGenericPlans(t *testing.T) {
+	srv := pgtest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	holder, admin, cfg := rwTarget(t, pgxDriver, srv.DSN)
+	holders := rules.QuoteIdent(cfg.TableName + "_rw")
+	planStats(ctx, t, admin, rules.QuoteIdent(cfg.TableName+"_rw_waiters"), `"deadline_ms", "ttl_ms", "exclusive", "user_key"`, `0, 1000, g % 2 = 0, 'k'`)
+	for i := range 30 {
+		mustExec(ctx, t, admin, fmt.Sprintf(`INSERT INTO %s ("key", "lock_id", "exclusive", "expires_at_ms", "acquired_at_ms", "fence", "user_key")
+			SELECT 'k%d', 'h%d-' || g, false, 99999999999999, 0, 0, 'k' FROM generate_series(1, 300) AS g`, holders, i, i))
+	}
+	mustExec(ctx, t, admin, `ANALYZE `+holders)
+	held, err := holder.Exclusive().Acquire(ctx, "plans:held", time.Minute)
+	if err != nil || !held.OK {
+		t.Fatalf("holder: %+v, %v", held, err)
+	}
+	defer holder.Exclusive().Release(ctx, held.LockID)
+
+	cc, err := pgx.ParseConfig(srv.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var notices []string
+	cc.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		mu.Lock()
+		defer mu.Unlock()
+		notices = append(notices, n.Message)
+	}
+	db := stdlib.OpenDB(*cc)
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(1)
+	if _, err := db.ExecContext(ctx, `LOAD 'auto_explain'`); err != nil {
+		if srv.Kind == pgtest.KindEnv {
+			t.Skipf("auto_explain on SYNCGUARD_TEST_DSN's server: %v", err)
+		}
+		t.Fatalf("auto_explain (a superuser loads it): %v", err)
+	}
+	for _, s := range []string{"log_min_duration = 0", "log_nested_statements = on", "log_level = notice", "log_verbose = on", "log_format = text"} {
+		mustExec(ctx, t, db, "SET auto_explain."+s)
+	}
+	rw, err := rwlock.New(db, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rw.Close() })
+	for i := range planRounds {
+		for _, l := range []*rwlock.Locker{rw.Exclusive(), rw.Shared()} {
+			key := fmt.Sprintf("plans:%d", i)
+			res, err := l.Acquire(ctx, key, time.Minute)
+			if err != nil || !res.OK {
+				t.Fatalf("acquire %s: %+v, %v", key, res, err)
+			}
+			if r, err := l.Extend(ctx, res.LockID, time.Minute); err != nil || !r.OK {
+				t.Fatalf("extend: %+v, %v", r, err)
+			}
+			if r, err := l.Release(ctx, res.LockID); err != nil || !r.OK {
+				t.Fatalf("release: %+v, %v", r, err)
+			}
+			queuedBehind(ctx, t, l, "plans:held")
+		}
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	type count struct{ runs, custom int }
+	counts := map[string]*count{}
+	planRE := regexp.MustCompile(`(?s)Query Text: (.*?)\n([A-Z].*)`)
+	literalRE := regexp.MustCompile(`'((?:[^']|'')*)'`)
+	outer := regexp.MustCompile(`\$[0-9]`) // the one-shot statements' parameters
+	for _, n := range notices {
+		m := planRE.FindStringSubmatch(n)
+		if m == nil || outer.MatchString(m[1]) {
+			continue
+		}
+		text := strings.Join(strings.Fields(m[1]), " ")
+		c := counts[text]
+		if c == nil {
+			c = &count{}
+			counts[text] = c
+		}
+		c.runs++
+		for _, lit := range literalRE.FindAllStringSubmatch(m[2], -1) {
+			if !strings.Contains(m[1], "'"+lit[1]+"'") && (lit[1] == "" || !strings.Contains(m[1], lit[1])) {
+				c.custom++
+				break
+			}
+		}
+	}
+	seen := 0
+	for text, c := range counts {
+		if c.runs < planRounds {
+			continue
+		}
+		seen++
+		t.Logf("%3d runs, %3d with values: %.100s", c.runs, c.custom, text)
+		if c.custom > 5 {
+			t.Errorf("a statement of the functions run %d times was planned %d times with its values (at most 5, then its generic plan): %.120s",
+				c.runs, c.custom, text)
+		}
+	}
+	if seen < 10 {
+		t.Fatalf("auto_explain showed %d statements of the functions run %d times or more (of %d notices); want the functions' lookups", seen, planRounds, len(notices))
+	}
+}
+
+// TestMultiLockStatementsKeepTheirGenericPlans: a Locker's statements
+// go out one-shot (unprepared, so that a pooler cannot lose them), so
+// each execution is planned with its values by design and none shows in
+// pg_prepared_statements today; a guard: should any be prepared, it must
+// keep its generic plan over the statistics of a few keys with long
+// queues. Acquires of free sets (plain and queued), extends, releases,
+// lookups and withdrawals, 12 of each on one connection.
+func TestMultiLockStatementsKeepTheirGenericPlans(t *testing.T) {
+	srv := pgtest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin := open(t, srv.DSN)
+	cfg := mlTables(t, ctx, admin, pgxDriver.Dialect)
+	tb, err := multilock.TablesOf(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	planStats(ctx, t, admin, rules.QuoteIdent(tb.Waiters), `"deadline_ms", "ttl_ms", "user_key", "fence_key", "n", "channel_key"`,
+		`0, 1000, 'k', 'f', 1, 'k'`)
+	holder, err := multilock.New(open(t, srv.DSN), &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	held, err := holder.Acquire(ctx, multilock.Keys("plans:held"), time.Minute)
+	if err != nil || !held.OK {
+		t.Fatalf("holder: %+v, %v", held, err)
+	}
+	defer holder.Release(ctx, held.LockID)
+
+	db := open(t, srv.DSN)
+	db.SetMaxOpenConns(1)
+	l, err := multilock.New(db, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for i := range planRounds {
+		set := multilock.Keys(fmt.Sprintf("plans:%d", i), fmt.Sprintf("plans:%d:b", i))
+		res, err := l.Acquire(ctx, set, time.Minute)
+		if err != nil || !res.OK {
+			t.Fatalf("acquire %s: %+v, %v", set, res, err)
+		}
+		if r, err := l.Extend(ctx, res.LockID, time.Minute); err != nil || !r.OK {
+			t.Fatalf("extend: %+v, %v", r, err)
+		}
+		if _, err := l.LookupKey(ctx, set); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := l.Release(ctx, res.LockID); err != nil || !r.OK {
+			t.Fatalf("release: %+v, %v", r, err)
+		}
+		queuedBehind(ctx, t, l, multilock.Keys("plans:held", fmt.Sprintf("plans:%d", i)))
+	}
+	seen := checkPlans(ctx, t, db, tb.Locks)
+	t.Logf("%d of the Locker's statements were prepared", seen)
 }

@@ -35,8 +35,13 @@ CREATE UNLOGGED TABLE IF NOT EXISTS "syncguard_locks_waiters" (
   "user_key" TEXT NOT NULL,
   "fence_key" TEXT NOT NULL,
   "notified" BOOLEAN NOT NULL DEFAULT false,
-  "identity" TEXT
+  "identity" TEXT,
+  "near" BOOLEAN NOT NULL DEFAULT true
 );
+
+-- "near": the waiter was within a few places of the head at its last
+-- attempt (a row without it, of an older version, attends: true).
+ALTER TABLE "syncguard_locks_waiters" ADD COLUMN IF NOT EXISTS "near" BOOLEAN NOT NULL DEFAULT true;
 
 CREATE UNIQUE INDEX IF NOT EXISTS "idx_syncguard_locks_wid" ON "syncguard_locks_waiters" ("lock_id");
 

@@ -84,6 +84,7 @@ func renderText(text, table, fenceTable string) (string, error) {
 	names["now_us"] = "floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint"
 	names["waiter_gc"] = strconv.FormatInt(waiterGCMs, 10)
 	names["rank_cap"] = strconv.Itoa(rankCap)
+	names["listen_rank"] = strconv.Itoa(listenRank)
 	prefix := waiting.Prefix(table)
 	text = wakeChannelRE.ReplaceAllStringFunc(text, func(m string) string {
 		return waiting.ChannelSQL(prefix, wakeChannelRE.FindStringSubmatch(m)[1])
@@ -105,11 +106,13 @@ var (
 	grantPayloadRE = regexp.MustCompile(`\{\{grant_payload\(([^()]*, [^()]*, [^()]*, [^()]*)\)\}\}`)
 )
 
-// waiterGCMs: a waiter's row dead this long goes at its key's next
-// attempt. rankCap: a waiter's rank is counted up to it (wait.go).
+// waiterGCMs: a waiter's row dead this long goes at its first waiter's
+// next attempt. rankCap: a waiter's rank is counted up to it. listenRank:
+// within it of the head a waiter listens and attends (wait.go).
 const (
 	waiterGCMs = 60_000
 	rankCap    = 64
+	listenRank = 3
 )
 
 // schemaNames are the table and index names of one configuration, by

@@ -117,21 +117,24 @@ func (s *shared) notifyPool(ctx context.Context, channel, payload string) error 
 // goes on without it for good, warning once ("Without the waiters table"
 // in docs/design.md).
 func (s *shared) queueLost(err error) bool {
-	return s.tableLost(err, waitersTable(s.cfg.TableName), &s.noQueue, &s.queueWarned, "waiting polls and keeps no order")
+	// A waiters table of an older version, without the "near" column
+	// (SetupSchema adds it), counts as missing.
+	old := s.sqlState(err) == "42703" && strings.Contains(err.Error(), "near")
+	return s.tableLost(err, waitersTable(s.cfg.TableName), old, &s.noQueue, &s.queueWarned, "waiting polls and keeps no order")
 }
 
 func (s *shared) holdersLost(err error) bool {
-	return s.tableLost(err, holdersTable(s.cfg.TableName), &s.noHolders, &s.holdWarned, "no holder identity is stored or shown")
+	return s.tableLost(err, holdersTable(s.cfg.TableName), false, &s.noHolders, &s.holdWarned, "no holder identity is stored or shown")
 }
 
-func (s *shared) tableLost(err error, table string, lost, warned *atomic.Bool, until string) bool {
+func (s *shared) tableLost(err error, table string, old bool, lost, warned *atomic.Bool, until string) bool {
 	st := s.sqlState(err)
-	if (st != "42P01" && st != "42501") || !strings.Contains(err.Error(), table) {
+	if !old && ((st != "42P01" && st != "42501") || !strings.Contains(err.Error(), table)) {
 		return false
 	}
 	lost.Store(true)
 	if !warned.Swap(true) {
-		s.cfg.Logger.Warn("syncguard: the "+strings.TrimPrefix(table, s.cfg.TableName+"_")+" table is missing or not granted: run SetupSchema (or apply SchemaSQL) and grant it like the lock table; until then "+until,
+		s.cfg.Logger.Warn("syncguard: the "+strings.TrimPrefix(table, s.cfg.TableName+"_")+" table is missing, not granted or of an older version: run SetupSchema (or apply SchemaSQL) and grant it like the lock table; until then "+until,
 			slog.String("table", table), slog.String("sqlstate", st))
 	}
 	return true
@@ -144,10 +147,7 @@ func (s *shared) tableLost(err error, table string, lost, warned *atomic.Bool, u
 // need not be a listening session), its row lives twice as long, and it
 // attempts again when the queue's pace says it is about to come within
 // listenRank (at least approachMin apart).
-const (
-	listenRank  = 3
-	approachMin = 10 * time.Millisecond
-)
+const approachMin = 10 * time.Millisecond
 
 // queueState is a queued waiter's place: its lockId, its wake-up, and its
 // rank as its attempts saw it.
@@ -163,7 +163,7 @@ type queueState struct {
 	wakeup         *waiting.Wakeup // the wake-up, from the first queued attempt on
 	rank, fence    int64           // the last attempt's rank and the holder's fence it saw (0: none)
 	rankAt, joined time.Time       // when the last attempt was answered, and the first
-	perPlace       time.Duration   // the fastest the queue moved, per place, between two attempts (0: not seen)
+	perPlace       time.Duration   // how fast the queue moved, per place, between the last two attempts that saw it move (0: not seen)
 	still          time.Time       // since when the same holder holds the key, as the attempts saw it
 	sent           time.Time       // when the last answered attempt was sent
 	sentNow        int64           // and its server time (now_ms)
@@ -197,9 +197,7 @@ func (q *queueState) contended(rank, fence int64, sent time.Time, nowMs int64) {
 			moved = max(moved, fence-q.fence)
 		}
 		if moved > 0 {
-			if per := now.Sub(q.rankAt) / time.Duration(moved); q.perPlace == 0 || per < q.perPlace {
-				q.perPlace = per
-			}
+			q.perPlace = now.Sub(q.rankAt) / time.Duration(moved)
 		}
 	}
 	if fence == 0 || fence != q.fence || q.still.IsZero() {
@@ -227,13 +225,14 @@ func (q *queueState) window() time.Duration {
 // next is when the waiter attempts again without a cue from a release:
 // to renew its row (after two thirds of its window), or, far back, when
 // half the time the queue would take to bring it within listenRank at the
-// fastest pace it was seen moving has passed (places gained, or hand-offs
-// counted by the holder's fence, since the rank is counted only up to
-// rankCap). The fastest, not the mean: a queue that stalled (a head that
-// had not come near yet) runs at full pace again, and a waiter that came
-// late would stall it in turn. Before it has seen the queue move, the gap
-// doubles with the wait; while one holder keeps the key, too, up to the
-// time the queue would take at that pace to make the waiter first.
+// pace it saw between its last two attempts that saw it move (places
+// gained, or hand-offs counted by the holder's fence, since the rank is
+// counted only up to rankCap) has passed. Before it has seen the queue
+// move, the gap doubles with the wait; while one holder keeps the key,
+// too, up to the time the queue would take at that pace to make the
+// waiter first. A waiter that comes late is asleep (not near, not
+// notified): it loses turns until it attends, and holds nobody back
+// (acquire.sql's awake), so the pace need not be the fastest ever seen.
 func (q *queueState) next() time.Duration {
 	renew := q.window() * 2 / 3
 	q.mu.Lock()

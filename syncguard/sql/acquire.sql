@@ -14,19 +14,28 @@
 -- ahead: the live waiters queued before this one (before now, for a
 --        waiter not queued yet), counted up to {{rank_cap}}: the waiter's
 --        rank, returned as ahead_n (it spaces the waiter's attempts and
---        says whether it listens). While there is one, the key is not free
---        for this waiter even when no lock is live: a crashed holder's key
---        goes to the first waiter, not to whoever attempts first.
+--        says whether it listens).
+-- awake: whether a live waiter queued before this one attends: it was
+--        within {{listen_rank}} of the head at its last attempt (near), or a
+--        notification reaches it (notified). While one does, the key is
+--        not free for this waiter even when no lock is live: a crashed
+--        holder's key goes to the first attending waiter, not to whoever
+--        attempts first. A waiter that was further back at its last
+--        attempt, and hears nothing, is asleep until its approach: it
+--        keeps its place but not its turn (a release passes it too).
 -- q:     a waiter that did not get the key queues, at its place (the
 --        server's clock in microseconds at its first attempt, kept), or
---        renews its row: live for $6 ms more, notified or not ($7); a row
---        renewed within the last third of the window with the same
---        notified is left alone (a waiter that polls often writes, and
---        takes a transaction id, at most every third of the window). A
---        release hands the key only to a live waiter that is notified; a
---        first waiter that is not takes the free key itself.
+--        renews its row: live for $6 ms more, notified or not ($7), near
+--        or not (its rank); a row renewed within the last third of the
+--        window with the same notified and near is left alone (a waiter
+--        that polls often writes, and takes a transaction id, at most every
+--        third of the window). A release hands the key only to a live
+--        waiter that is notified; a first attending waiter that is not
+--        takes the free key itself.
 -- dq:    a waiter that holds the key (taken now, or granted by a release)
---        leaves the queue; rows dead for {{waiter_gc}} ms go too.
+--        leaves the queue; the first waiter's attempts also delete the
+--        key's rows dead for {{waiter_gc}} ms (only the first's: a far-back
+--        attempt then reads no more than its rank's rows).
 --end
 --
 -- cur:  the live row for the key in this statement's snapshot, if any.
@@ -107,7 +116,7 @@ cur AS (
 ),
 --if queue
 me AS (
-  SELECT w."place", w."deadline_ms", w."notified", w."ttl_ms" FROM {{waiters}} AS w WHERE w."lock_id" = (SELECT a."lock_id" FROM a)
+  SELECT w."place", w."deadline_ms", w."notified", w."near", w."ttl_ms" FROM {{waiters}} AS w WHERE w."lock_id" = (SELECT a."lock_id" FROM a)
 ),
 ahead AS (
   SELECT count(*) AS n FROM (
@@ -116,11 +125,18 @@ ahead AS (
       AND (w."place", w."lock_id") < (COALESCE((SELECT me."place" FROM me), {{now_us}}), (SELECT a."lock_id" FROM a))
     LIMIT {{rank_cap}}) AS a
 ),
+awake AS (
+  SELECT EXISTS (
+    SELECT 1 FROM {{waiters}} AS w, t
+    WHERE w."key" = (SELECT a."key" FROM a) AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND w."deadline_ms" > t.now_ms
+      AND (w."near" OR w."notified")
+      AND (w."place", w."lock_id") < (COALESCE((SELECT me."place" FROM me), {{now_us}}), (SELECT a."lock_id" FROM a))) AS v
+),
 --end
 gate AS (
   SELECT CASE WHEN EXISTS (SELECT 1 FROM cur) THEN 'busy'
 --if queue
-             WHEN (SELECT ahead.n FROM ahead) > 0 THEN 'busy'
+             WHEN (SELECT awake.v FROM awake) THEN 'busy'
              WHEN EXISTS (SELECT 1 FROM me WHERE me."ttl_ms" = 0) THEN 'busy'
 --end
              WHEN pg_try_advisory_xact_lock(hashtext(a."key")) THEN 'gated'
@@ -168,8 +184,9 @@ won AS (
 )
 --if queue
 , q AS (
-  INSERT INTO {{waiters}} AS w ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "user_key", "fence_key", "notified", "identity")
+  INSERT INTO {{waiters}} AS w ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "user_key", "fence_key", "notified", "near", "identity")
   SELECT $1::text, $2::text, {{now_us}}, t.now_ms + $6::bigint, $5::bigint, $4::text, $3::text, $7::boolean,
+    (SELECT ahead.n FROM ahead) <= {{listen_rank}},
 --if holders
     {{identity_arg}}::text
 --end
@@ -178,9 +195,10 @@ won AS (
 --end
   FROM t
   WHERE NOT EXISTS (SELECT 1 FROM won) AND NOT EXISTS (SELECT 1 FROM cur WHERE cur."lock_id" = $2::text)
-    AND NOT EXISTS (SELECT 1 FROM me WHERE me."notified" = $7::boolean AND me."deadline_ms" > t.now_ms + $6::bigint * 2 / 3)
+    AND NOT EXISTS (SELECT 1 FROM me WHERE me."notified" = $7::boolean AND me."deadline_ms" > t.now_ms + $6::bigint * 2 / 3
+      AND me."near" = ((SELECT ahead.n FROM ahead) <= {{listen_rank}}))
   ON CONFLICT ("lock_id") DO UPDATE SET "deadline_ms" = EXCLUDED."deadline_ms", "ttl_ms" = EXCLUDED."ttl_ms",
-    "notified" = EXCLUDED."notified"
+    "notified" = EXCLUDED."notified", "near" = EXCLUDED."near"
   WHERE w."ttl_ms" <> 0
   RETURNING 1
 ),
@@ -188,7 +206,8 @@ dq AS (
   DELETE FROM {{waiters}} AS w USING t
   WHERE (w."lock_id" = (SELECT a."lock_id" FROM a)
          AND (EXISTS (SELECT 1 FROM won) OR EXISTS (SELECT 1 FROM cur WHERE cur."lock_id" = $2::text)))
-     OR (w."key" = (SELECT a."key" FROM a) AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND w."deadline_ms" < t.now_ms - {{waiter_gc}})
+     OR (w."key" = (SELECT a."key" FROM a) AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND w."deadline_ms" < t.now_ms - {{waiter_gc}}
+         AND (SELECT ahead.n FROM ahead) = 0)
   RETURNING 1
 )
 --end

@@ -13,7 +13,9 @@
 --
 -- The lines between "--if queue" and "--end" hand the key over in the same
 -- commit (left out when the waiters table is missing: stmtReleasePlain):
--- w:   the first live waiter of the released key (by place);
+-- w:   the first live waiter of the released key (by place) that
+--      attends (near or notified: acquire.sql's awake; an asleep waiter
+--      far back keeps its place, not its turn);
 -- wd:  its row leaves the queue, re-checked under the row lock (a waiter
 --      whose deadline passed meanwhile is not granted), if a notification
 --      reaches it: a waiter that polls would leave the key granted and
@@ -28,8 +30,9 @@
 --      with the rows dead for {{waiter_gc}} ms. left_queue says that the
 --      row was there, live;
 -- nx:  when that waiter leaves a key that no lock holds (it was first,
---      polling, or the key's holder expired), the first live waiter after
---      it, woken so that it attempts now instead of at its next retry;
+--      polling, or the key's holder expired), the first live attending
+--      waiter after it, woken so that it attempts now instead of at its
+--      next retry;
 -- gf:  the waiter's fence: the counter incremented, as an acquire does
 --      (the released lock was live until this statement, so no acquire
 --      can have moved the counter since);
@@ -70,7 +73,7 @@ d AS (
 --if queue
 w AS (
   SELECT q."lock_id" FROM {{waiters}} AS q, d, t
-  WHERE q."key" = d."key" AND q."deadline_ms" > t.now_ms AND q."lock_id" <> $1::text
+  WHERE q."key" = d."key" AND q."deadline_ms" > t.now_ms AND q."lock_id" <> $1::text AND (q."near" OR q."notified")
   ORDER BY q."place", q."lock_id"
   LIMIT 1
 ),
@@ -87,7 +90,7 @@ me AS (
 ),
 nx AS (
   SELECT q."key", q."lock_id" FROM {{waiters}} AS q, me, t
-  WHERE q."key" = me."key" AND q."lock_id" <> $1::text AND q."deadline_ms" > t.now_ms
+  WHERE q."key" = me."key" AND q."lock_id" <> $1::text AND q."deadline_ms" > t.now_ms AND (q."near" OR q."notified")
     AND NOT EXISTS (SELECT 1 FROM d)
     AND NOT EXISTS (SELECT 1 FROM {{locks}} AS l WHERE l."key" = me."key" AND {{live(l)}})
   ORDER BY q."place", q."lock_id"

@@ -35,8 +35,13 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (
   "user_key" TEXT NOT NULL,
   "fence_key" TEXT NOT NULL,
   "notified" BOOLEAN NOT NULL DEFAULT false,
-  "identity" TEXT
+  "identity" TEXT,
+  "near" BOOLEAN NOT NULL DEFAULT true
 );
+
+-- "near": the waiter was within a few places of the head at its last
+-- attempt (a row without it, of an older version, attends: true).
+ALTER TABLE {{waiters}} ADD COLUMN IF NOT EXISTS "near" BOOLEAN NOT NULL DEFAULT true;
 
 CREATE UNIQUE INDEX IF NOT EXISTS {{waiters_id_index}} ON {{waiters}} ("lock_id");
 

@@ -1,7 +1,6 @@
 package itest_test
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -58,11 +57,14 @@ func TestStatementsKeepTheirGenericPlans(t *testing.T) {
 		if _, err := b.Release(e.ctx, res.LockID); err != nil {
 			t.Fatal(err)
 		}
-		// A queued attempt behind the holder, then the waiter's withdrawal.
-		_, err = syncguard.Lock(e.ctx, b, "plans:held", &syncguard.LockOptions{TTL: time.Minute,
-			Acquisition: syncguard.AcquisitionOptions{Timeout: 20 * time.Millisecond}})
-		if !errors.Is(err, syncguard.ErrAcquisitionTimeout) {
-			t.Fatalf("queued Lock behind the holder: %v, want an acquisition timeout", err)
+		// A queued attempt behind the holder, then the waiter's withdrawal
+		// (no deadline: a cut attempt would cost pgx its connection).
+		w := b.Queue("plans:held", "", false)
+		if res, err := w.Attempt(e.ctx, time.Minute); err != nil || res.OK {
+			t.Fatalf("queued attempt behind the holder: %+v, %v", res, err)
+		}
+		if err := w.Leave(e.ctx); err != nil {
+			t.Fatal(err)
 		}
 	}
 	rows, err := db.QueryContext(e.ctx, `SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements`)

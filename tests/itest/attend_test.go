@@ -1,0 +1,100 @@
+package itest_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+// TestAsleepWaiterKeepsItsPlaceNotItsTurn: a waiter whose row says it was
+// far back at its last attempt and that no notification reaches it (near
+// and notified false: asleep until its approach) is passed by a release,
+// which hands the key to the first waiter that attends; one within reach
+// of the head (near) is not passed, even unnotified (a waiter that polls).
+// Before, the release left the key free for the asleep waiter and every
+// waiter behind it waited for that waiter's next attempt, or its row's
+// deadline (ten minutes here).
+func TestAsleepWaiterKeepsItsPlaceNotItsTurn(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		near   bool
+		passed bool
+	}{{"asleep far back", false, true}, {"near, polling", true, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newWaitEnv(t, "attend")
+			holder := e.backend()
+			held, err := syncguard.Lock(e.ctx, holder, "at:key", &syncguard.LockOptions{TTL: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The waiter queues (it is near the head and listens), and a row
+			// ahead of it is written by hand: a waiter of another process.
+			waiter := e.backend()
+			timeout := time.Minute
+			if !tc.passed {
+				timeout = time.Second // it must not get the key while the near waiter's row lives
+			}
+			type got struct {
+				lease *syncguard.Lease
+				err   error
+			}
+			out := make(chan got, 1)
+			go func() {
+				l, err := syncguard.Lock(e.ctx, waiter, "at:key", &syncguard.LockOptions{TTL: time.Minute,
+					Acquisition: syncguard.AcquisitionOptions{Timeout: timeout}})
+				out <- got{l, err}
+			}()
+			start := time.Now()
+			waitFor(t, e, `SELECT count(*) = 1 FROM attend_locks_waiters WHERE "notified"`)
+			// Past its first 2 s the waiter makes no scheduled retries: only
+			// a hand-off's notification moves it before its renewal, 10 s
+			// after its last attempt.
+			time.Sleep(time.Until(start.Add(2200 * time.Millisecond)))
+			mustExec(e.ctx, t, e.admin, `INSERT INTO attend_locks_waiters ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "user_key", "fence_key", "notified", "near")
+				SELECT "key", 'other-process-waiter', "place" - 1, "deadline_ms" + 600000, "ttl_ms", "user_key", "fence_key", false, `+map[bool]string{false: "false", true: "true"}[tc.near]+`
+				FROM attend_locks_waiters`)
+			released := time.Now()
+			if _, err := held.Release(e.ctx); err != nil {
+				t.Fatal(err)
+			}
+			r := <-out
+			switch {
+			case tc.passed && r.err != nil:
+				t.Fatalf("rule: a release passes a waiter asleep far back and hands the key to the first that attends; the waiter behind it got %v", r.err)
+			case tc.passed && time.Since(released) > 6*time.Second: // a hand-off takes milliseconds; the waiter's renewal comes 10 s after its last attempt
+				t.Fatalf("rule: a release passes a waiter asleep far back and hands the key to the first that attends; the waiter behind it got the key %v after the release, at its renewal, not from the release", time.Since(released).Round(time.Millisecond))
+			case !tc.passed && !errors.Is(r.err, syncguard.ErrAcquisitionTimeout):
+				t.Fatalf("rule: a waiter near the head keeps its turn even unnotified; the waiter behind it got %v, want an acquisition timeout", r.err)
+			}
+			if r.lease != nil {
+				_, _ = r.lease.Release(e.ctx)
+			}
+			var kept bool
+			if err := e.admin.QueryRowContext(e.ctx, `SELECT count(*) = 1 FROM attend_locks_waiters WHERE "lock_id" = 'other-process-waiter'`).Scan(&kept); err != nil || !kept {
+				t.Fatalf("the other process's waiter lost its place (%v)", err)
+			}
+		})
+	}
+}
+
+// waitFor polls the admin pool until query returns true.
+func waitFor(t *testing.T, e *waitEnv, query string) {
+	t.Helper()
+	for {
+		var ok bool
+		if err := e.admin.QueryRowContext(e.ctx, query).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			return
+		}
+		select {
+		case <-e.ctx.Done():
+			t.Fatalf("%s: never true: %v", query, context.Cause(e.ctx))
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}

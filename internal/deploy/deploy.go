@@ -91,30 +91,35 @@ func (d *deployment) row(query string, args []any, dest ...any) error {
 
 // waitersTableCheck and holdersTableCheck check the optional tables.
 func (d *deployment) waitersTableCheck() {
-	d.optionalTable("waiters table", d.t.Names["waiters"], WaitersTablePrivileges,
+	d.optionalTable("waiters table", d.t.Names["waiters"], "near", WaitersTablePrivileges,
 		"Lock and WithLock wait by polling, without a queue (no arrival order, no hand-off in the release's commit)", "may queue in it")
 }
 
 func (d *deployment) holdersTableCheck() {
-	d.optionalTable("holders table", d.t.Names["holders"], HoldersTablePrivileges,
+	d.optionalTable("holders table", d.t.Names["holders"], "", HoldersTablePrivileges,
 		"no holder identity (Config.Identity, LockOptions.Identity) is stored or shown", "may store identities in it")
 }
 
-// optionalTable checks a table that the Backend can do without, and the
+// optionalTable checks a table that the Backend can do without, the
+// column a table of an older version lacks (column, "" for none), and the
 // role's privileges on it.
-func (d *deployment) optionalTable(check, name string, privs []string, without, ok string) {
+func (d *deployment) optionalTable(check, name, column string, privs []string, without, ok string) {
 	var missing sql.NullString
-	var exists bool
+	var exists, old bool
 	err := d.row(`SELECT to_regclass($1::text) IS NOT NULL,
   (SELECT string_agg(p, ', ') FROM unnest($2::text[]) AS p
-   WHERE to_regclass($1::text) IS NOT NULL AND NOT has_table_privilege(to_regclass($1::text), p))`,
-		[]any{rules.QuoteIdent(name), "{" + strings.Join(privs, ",") + "}"}, &exists, &missing)
+   WHERE to_regclass($1::text) IS NOT NULL AND NOT has_table_privilege(to_regclass($1::text), p)),
+  $3::text <> '' AND to_regclass($1::text) IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute AS a
+   WHERE a."attrelid" = to_regclass($1::text) AND a."attname" = $3::text AND NOT a."attisdropped")`,
+		[]any{rules.QuoteIdent(name), "{" + strings.Join(privs, ",") + "}", column}, &exists, &missing, &old)
+	const setup = "run syncguard setup (or syncguard.SetupSchema, or apply SchemaSQL): it creates only what is missing"
 	switch {
 	case err != nil:
 		d.couldNot(check, err)
 	case !exists:
-		d.add(check, "warn", fmt.Sprintf("table %s is missing: %s", name, without),
-			"run syncguard setup (or syncguard.SetupSchema, or apply SchemaSQL): it creates only what is missing")
+		d.add(check, "warn", fmt.Sprintf("table %s is missing: %s", name, without), setup)
+	case old:
+		d.add(check, "warn", fmt.Sprintf("table %s lacks the column %q (an older version's table): %s", name, column, without), setup)
 	case missing.Valid:
 		d.add(check, "warn", fmt.Sprintf("role %s lacks %s on %s: %s", d.role(), missing.String, name, without),
 			fmt.Sprintf("GRANT %s ON %s TO %s;", strings.Join(privs, ", "), rules.QuoteIdent(name), d.role()))

@@ -74,8 +74,10 @@ func TestChecksRunOnTheBackendsStatementPath(t *testing.T) {
 	d2, mock2 := newTest(t, fakeDialect{}) // no one-shot arguments: inlined
 	mock2.ExpectQuery(`SELECT to_regclass(E'"syncguard_locks_waiters"'::text) IS NOT NULL,
   (SELECT string_agg(p, ', ') FROM unnest(E'{SELECT,INSERT,UPDATE,DELETE}'::text[]) AS p
-   WHERE to_regclass(E'"syncguard_locks_waiters"'::text) IS NOT NULL AND NOT has_table_privilege(to_regclass(E'"syncguard_locks_waiters"'::text), p))`).
-		WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"e", "m"}).AddRow(true, nil))
+   WHERE to_regclass(E'"syncguard_locks_waiters"'::text) IS NOT NULL AND NOT has_table_privilege(to_regclass(E'"syncguard_locks_waiters"'::text), p)),
+  E'near'::text <> '' AND to_regclass(E'"syncguard_locks_waiters"'::text) IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute AS a
+   WHERE a."attrelid" = to_regclass(E'"syncguard_locks_waiters"'::text) AND a."attname" = E'near'::text AND NOT a."attisdropped")`).
+		WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"e", "m", "o"}).AddRow(true, nil, false))
 	d2.waitersTableCheck()
 
 	for _, c := range []struct {

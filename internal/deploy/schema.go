@@ -20,6 +20,13 @@ func ExistsQuery(objects []string) string {
 	return "SELECT 1 WHERE current_schema() IS NOT NULL AND " + strings.Join(conds, " AND ")
 }
 
+// ColumnCond is a condition to append to ExistsQuery: the column of table
+// (in the current schema) exists, as a table of an older version lacks it.
+func ColumnCond(table, column string) string {
+	return fmt.Sprintf("EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass(quote_ident(current_schema()) || '.' || '%s') AND attname = '%s' AND NOT attisdropped)",
+		rules.QuoteIdent(table), column)
+}
+
 // CreateGrantHint names the role and the schema in the GRANT that lets
 // SetupSchema create.
 func CreateGrantHint(ctx context.Context, db *sql.DB) string {

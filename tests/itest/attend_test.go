@@ -3,6 +3,7 @@ package itest_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,5 +97,49 @@ func waitFor(t *testing.T, e *waitEnv, query string) {
 			t.Fatalf("%s: never true: %v", query, context.Cause(e.ctx))
 		case <-time.After(10 * time.Millisecond):
 		}
+	}
+}
+
+// TestWaitersTableOfAnOlderVersion: a waiters table without the "near"
+// column (created by an older version, or its DDL applied by a migration
+// tool) is reported by CheckDeployment with the fix, and a contended Lock
+// still gets the key (the Backend goes on without the queue, warning
+// once); SetupSchema adds the column.
+func TestWaitersTableOfAnOlderVersion(t *testing.T) {
+	e := newWaitEnv(t, "older")
+	mustExec(e.ctx, t, e.admin, `ALTER TABLE older_locks_waiters DROP COLUMN "near"`)
+	finding := func() syncguard.Finding {
+		t.Helper()
+		report, err := syncguard.CheckDeployment(e.ctx, e.admin, e.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range report.Findings {
+			if f.Check == "waiters table" {
+				return f
+			}
+		}
+		t.Fatal("no waiters table finding")
+		return syncguard.Finding{}
+	}
+	if f := finding(); f.Status != "warn" || !strings.Contains(f.Detail, `lacks the column "near"`) || !strings.Contains(f.Fix, "setup") {
+		t.Errorf("rule: CheckDeployment reports a waiters table without the near column, with the fix; got %+v", f)
+	}
+	holder, waiter := e.backend(), e.backend()
+	held, err := syncguard.Lock(e.ctx, holder, "old:key", &syncguard.LockOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(100*time.Millisecond, func() { _, _ = held.Release(context.WithoutCancel(e.ctx)) })
+	l, err := syncguard.Lock(e.ctx, waiter, "old:key", &syncguard.LockOptions{TTL: time.Minute, Acquisition: syncguard.AcquisitionOptions{Timeout: time.Minute}})
+	if err != nil {
+		t.Fatalf("rule: a contended Lock works with a waiters table of an older version (without the queue); got %v", err)
+	}
+	_, _ = l.Release(e.ctx)
+	if err := syncguard.SetupSchema(e.ctx, e.admin, e.cfg); err != nil {
+		t.Fatal(err)
+	}
+	if f := finding(); f.Status != "ok" {
+		t.Errorf("rule: SetupSchema adds the near column; the finding is still %+v", f)
 	}
 }

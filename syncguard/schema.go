@@ -224,7 +224,7 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	for _, k := range []string{"locks", "fences", "lock_id_index", "expires_index", "waiters", "waiters_id_index", "waiters_key_index", "holders", "holders_key_index"} {
 		objects = append(objects, names[k])
 	}
-	res, err := db.ExecContext(ctx, deploy.ExistsQuery(objects))
+	res, err := db.ExecContext(ctx, deploy.ExistsQuery(objects)+" AND "+deploy.ColumnCond(names["waiters"], "near"))
 	if err != nil {
 		return cl.wrap(ctx, op, err)
 	}

@@ -13,8 +13,8 @@ import (
 
 // A waiter's attempts are spaced by its place: near the head it renews at
 // two thirds of its window; further back its row lives twice as long and it
-// attempts again when half the time the queue would take, at the fastest
-// pace it was seen moving, to bring it within listenRank has passed;
+// attempts again when three quarters of the time the queue would take, at
+// the pace it last saw it move, to bring it within listenRank has passed;
 // doubling its gap before it saw the queue move and while one holder keeps
 // the key (up to the time the queue would take at that pace to make it
 // first), not while the key is free (a head that has not come yet).
@@ -43,14 +43,17 @@ func TestWaiterSpacingByRank(t *testing.T) {
 		step(20, 5, 400*time.Millisecond)
 		check("rule: far back, the queue stood still: the gap doubles with the wait", 2*w, 400*time.Millisecond)
 		step(12, 13, 400*time.Millisecond)
-		// 8 places in 400 ms: 9 more to listenRank take 450 ms; half of it.
-		check("rule: far back, moving: attempt halfway to listenRank at the queue's fastest pace", 2*w, 225*time.Millisecond)
+		// 8 places in 400 ms: 9 more to listenRank take 450 ms; three quarters of it.
+		check("rule: far back, moving: attempt three quarters of the way to listenRank at the queue's pace", 2*w, 337500*time.Microsecond)
 		step(12, 13, 10*time.Hour)
 		// 11 places to the head at 50 ms each: the holder may let go at any moment.
-		check("rule: however long one holder keeps the key, far back looks again before the queue could make it first at its fastest pace", 2*w, 550*time.Millisecond)
+		check("rule: however long one holder keeps the key, far back looks again before the queue could make it first at its pace", 2*w, 550*time.Millisecond)
 		step(12, 0, time.Second)
-		check("rule: a free key whose head has not come: the fastest pace, no doubling", 2*w, 225*time.Millisecond)
-		step(listenRank, 14, time.Second)
+		check("rule: a free key whose head has not come: the last pace, no doubling", 2*w, 337500*time.Microsecond)
+		step(10, 15, time.Second)
+		// 2 places in 1 s: the queue slowed, and so does the approach (7 to go at 500 ms, three quarters).
+		check("rule: the pace is the last one seen, not the fastest", 2*w, 2625*time.Millisecond)
+		step(listenRank, 16, time.Second)
 		check("rule: within listenRank of the head: the base window, renewed after two thirds of it", w, 2*w/3)
 		if wake, renew, poll := q.waiterHints(); wake == nil || renew != 2*w/3 || !poll {
 			t.Errorf("rule: near the head, before its channel is listened on, the waiter polls; hints %v %v %v", wake, renew, poll)
@@ -69,8 +72,8 @@ func TestWaiterSpacingBeyondTheRankCap(t *testing.T) {
 		q.contended(rankCap, 100, time.Now(), 0)
 		time.Sleep(time.Second)
 		q.contended(rankCap, 110, time.Now(), 0)
-		// 10 hand-offs in 1 s; at least rankCap-listenRank to go: half of it.
-		if got, want := q.next(), time.Second*time.Duration(rankCap-listenRank)/20; got != want {
+		// 10 hand-offs in 1 s; at least rankCap-listenRank to go: three quarters of it.
+		if got, want := q.next(), time.Second*time.Duration(rankCap-listenRank)*3/40; got != want {
 			t.Errorf("rule: beyond rankCap the queue's pace is its hand-offs: next attempt after %v, want %v", got, want)
 		}
 	})

@@ -106,8 +106,8 @@ var (
 	grantPayloadRE = regexp.MustCompile(`\{\{grant_payload\(([^()]*, [^()]*, [^()]*, [^()]*)\)\}\}`)
 )
 
-// waiterGCMs: a waiter's row dead this long goes at its first waiter's
-// next attempt. rankCap: a waiter's rank is counted up to it. listenRank:
+// waiterGCMs: a waiter's row dead this long goes at a new waiter's or the first
+// waiter's next attempt. rankCap: a waiter's rank is counted up to it. listenRank:
 // within it of the head a waiter listens and attends (wait.go).
 const (
 	waiterGCMs = 60_000

@@ -33,9 +33,11 @@
 --        waiter that is notified; a first attending waiter that is not
 --        takes the free key itself.
 -- dq:    a waiter that holds the key (taken now, or granted by a release)
---        leaves the queue; the first waiter's attempts also delete the
---        key's rows dead for {{waiter_gc}} ms (only the first's: a far-back
---        attempt then reads no more than its rank's rows).
+--        leaves the queue; a waiter's first attempt, and the first
+--        waiter's, also delete the key's rows dead for {{waiter_gc}} ms (not
+--        a far-back waiter's later attempts, which then read no more than
+--        their rank's rows; a key whose waiters all take grants from
+--        notifications still has a first attempt per waiter).
 --end
 --
 -- cur:  the live row for the key in this statement's snapshot, if any.
@@ -207,7 +209,7 @@ dq AS (
   WHERE (w."lock_id" = (SELECT a."lock_id" FROM a)
          AND (EXISTS (SELECT 1 FROM won) OR EXISTS (SELECT 1 FROM cur WHERE cur."lock_id" = $2::text)))
      OR (w."key" = (SELECT a."key" FROM a) AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND w."deadline_ms" < t.now_ms - {{waiter_gc}}
-         AND (SELECT ahead.n FROM ahead) = 0)
+         AND ((SELECT ahead.n FROM ahead) = 0 OR NOT EXISTS (SELECT 1 FROM me)))
   RETURNING 1
 )
 --end

@@ -143,3 +143,39 @@ func TestWaitersTableOfAnOlderVersion(t *testing.T) {
 		t.Errorf("rule: SetupSchema adds the near column; the finding is still %+v", f)
 	}
 }
+
+// TestDeadWaiterRowsGoAtANewWaitersAttempt: rows of waiters dead for a
+// minute (crashed, or tombstones of waiters that gave up) are deleted by
+// a new waiter's first attempt on their key, even when it is not first:
+// on a key whose waiters take their grants from notifications, and so
+// attempt at the head rarely, the rows do not pile up.
+func TestDeadWaiterRowsGoAtANewWaitersAttempt(t *testing.T) {
+	e := newWaitEnv(t, "deadrows")
+	holder := e.backend()
+	held, err := syncguard.Lock(e.ctx, holder, "dr:key", &syncguard.LockOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(e.ctx)
+	b := e.backend()
+	first := b.Queue("dr:key", "", false) // first in the queue, alive
+	if res, err := first.Attempt(e.ctx, time.Minute); err != nil || res.OK {
+		t.Fatalf("first waiter: %+v, %v", res, err)
+	}
+	defer first.Leave(e.ctx)
+	mustExec(e.ctx, t, e.admin, `INSERT INTO deadrows_locks_waiters ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "user_key", "fence_key")
+		SELECT "key", 'dead-' || g, "place" + g, (extract(epoch FROM clock_timestamp()) * 1000)::bigint - 120000, "ttl_ms", "user_key", "fence_key"
+		FROM deadrows_locks_waiters, generate_series(1, 3) AS g`)
+	second := b.Queue("dr:key", "", false)
+	if res, err := second.Attempt(e.ctx, time.Minute); err != nil || res.OK {
+		t.Fatalf("second waiter: %+v, %v", res, err)
+	}
+	defer second.Leave(e.ctx)
+	var dead int
+	if err := e.admin.QueryRowContext(e.ctx, `SELECT count(*) FROM deadrows_locks_waiters WHERE "lock_id" LIKE 'dead-%'`).Scan(&dead); err != nil {
+		t.Fatal(err)
+	}
+	if dead != 0 {
+		t.Fatalf("rule: a new waiter's first attempt deletes its key's rows dead for a minute; %d of 3 are left", dead)
+	}
+}

@@ -30,6 +30,11 @@ import (
 //     behind may take it, until its place lapses;
 //   - Leave takes the waiter out of the queue and passes on a key handed
 //     to it meanwhile.
+//
+// The fake keeps strict arrival order: every waiter attends. On
+// PostgreSQL a waiter far back whose approach comes late is passed until
+// it attempts again (it keeps its place, not its turn); a test that holds
+// on the fake's order holds there for waiters within 3 of the head.
 
 // queueWindow is how long after its last attempt a waiter stays live: the
 // PostgreSQL backend's queue window. Its waiters renew after two thirds of it.

@@ -31,7 +31,7 @@ type RWLock struct {
 	waker    *waiting.Waker
 	window   time.Duration // a waiter's queue row lives this long after an attempt
 
-	sqlAcquire, sqlRelease, sqlExtend, sqlHolders, sqlWriterFence string
+	sqlAcquire, sqlRelease, sqlExtend, sqlHolders, sqlWriterFence, sqlList string
 
 	shared, exclusive *Locker
 }
@@ -77,7 +77,7 @@ func New(db *sql.DB, cfg *syncguard.Config) (*RWLock, error) {
 		notifyDB: c.NotifyDB, relTO: c.ReleaseTimeout, window: 15 * time.Second,
 		sqlAcquire: stripComments(render("call_acquire.sql", table)), sqlRelease: stripComments(render("call_release.sql", table)),
 		sqlExtend: stripComments(render("extend.sql", table)), sqlHolders: stripComments(render("holders.sql", table)),
-		sqlWriterFence: stripComments(render("writer_fence.sql", table))}
+		sqlWriterFence: stripComments(render("writer_fence.sql", table)), sqlList: stripComments(render("list.sql", table))}
 	if os, ok := d.(driver.OneShot); ok {
 		rw.oneShot = os.OneShotArgs()
 	}
@@ -124,6 +124,47 @@ func (rw *RWLock) Holders(ctx context.Context, key string) ([]Holder, error) {
 		err.(*syncguard.Error).Key = key
 	}
 	return rows, err
+}
+
+// Holding is a live lease of any key, as List returns it: diagnostics,
+// the answer describes an instant that has passed when it arrives.
+type Holding struct {
+	Key    string // the key, in NFC form
+	Holder        // the lease: side, fence, times, identity, lockId's hash
+}
+
+// List returns every live lease of every key, shared and exclusive,
+// newest first (then by key and lockId), in one statement, for
+// diagnostics (the CLI's status and ls). It shows the keys, which may
+// hold personal data: do not log it in production. The tables must exist
+// (SetupSchema).
+func (rw *RWLock) List(ctx context.Context) ([]*Holding, error) {
+	const op = "rwlock.list"
+	if err := ctx.Err(); err != nil {
+		return nil, rw.wrap(ctx, op, err)
+	}
+	rows, err := rw.unprepared().QueryContext(ctx, rw.sqlList)
+	if err != nil {
+		return nil, rw.wrap(ctx, op, err)
+	}
+	defer rows.Close()
+	out := []*Holding{}
+	for rows.Next() {
+		var (
+			h           Holding
+			id          string
+			f, acq, exp int64
+		)
+		if err := rows.Scan(&h.Key, &h.Exclusive, &id, &f, &acq, &exp, &h.Identity); err != nil {
+			return nil, rw.wrap(ctx, op, err)
+		}
+		h.LockIDHash, h.Fence, h.AcquiredAt, h.ExpiresAt = rules.HashKey(id), fence(f), time.UnixMilli(acq), time.UnixMilli(exp)
+		out = append(out, &h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, rw.wrap(ctx, op, err)
+	}
+	return out, nil
 }
 
 // WriterFence returns the latest writer fence issued for key (all zeros:

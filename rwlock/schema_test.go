@@ -23,7 +23,7 @@ func TestRender(t *testing.T) {
 	if strings.Contains(ddl, `"My_Locks" `) || strings.Contains(ddl, "syncguard_fence_counters") {
 		t.Error("the DDL touches the mutex's tables")
 	}
-	for _, f := range []string{"call_acquire.sql", "call_release.sql", "extend.sql", "holders.sql", "writer_fence.sql"} {
+	for _, f := range []string{"call_acquire.sql", "call_release.sql", "extend.sql", "holders.sql", "writer_fence.sql", "list.sql"} {
 		if s := render(f, "t"); strings.Contains(s, "{{") {
 			t.Errorf("%s: unexpanded template", f)
 		}

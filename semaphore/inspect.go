@@ -128,3 +128,45 @@ func (s *Semaphore) LookupID(ctx context.Context, lockID string) (*syncguard.Loc
 func (h Holder) info() *syncguard.LockInfo {
 	return &syncguard.LockInfo{KeyHash: h.keyHash, LockIDHash: h.LockIDHash, ExpiresAt: h.ExpiresAt, AcquiredAt: h.AcquiredAt, Fence: h.Fence, Identity: h.Identity}
 }
+
+// Holding is a live permit of any key, as List returns it: a diagnostic,
+// stale when it arrives (fences protect the resource, not lookups).
+type Holding struct {
+	Key     string // the key, in NFC form
+	Permits int    // the key's number of permits
+	Holder         // the permit: slot, fence, times, identity, lockId's hash
+}
+
+// List returns every live permit of every key, newest first (then by key
+// and slot), in one statement, for diagnostics (the CLI's status and ls).
+// It shows the keys, which may hold personal data: do not log it in
+// production. The semaphore's tables must exist (SetupSchema).
+func (s *Semaphore) List(ctx context.Context) ([]*Holding, error) {
+	const op = "list"
+	if err := ctx.Err(); err != nil {
+		return nil, s.wrap(ctx, op, "", err)
+	}
+	rows, err := s.db.QueryContext(ctx, s.listSQL, s.args()...)
+	if err != nil {
+		return nil, s.wrap(ctx, op, "", err)
+	}
+	defer rows.Close()
+	out := []*Holding{}
+	for rows.Next() {
+		var (
+			h               Holding
+			fence, acq, exp int64
+		)
+		if err := rows.Scan(&h.Key, &h.Permits, &h.Slot, &h.lockID, &fence, &acq, &exp, &h.Identity); err != nil {
+			return nil, s.wrap(ctx, op, "", err)
+		}
+		f, _ := rules.FormatFence(fence)
+		h.Fence, h.AcquiredAt, h.ExpiresAt = syncguard.Fence(f), time.UnixMilli(acq), time.UnixMilli(exp)
+		h.LockIDHash, h.keyHash = rules.HashKey(h.lockID), rules.HashKey(h.Key)
+		out = append(out, &h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap(ctx, op, "", err)
+	}
+	return out, nil
+}

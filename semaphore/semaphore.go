@@ -51,8 +51,8 @@ type Semaphore struct {
 	prefix   string
 	window   time.Duration
 
-	acquireSQL, releaseSQL, extendSQL, holdersSQL string
-	oneShot                                       []any // the dialect's driver.OneShot arguments, with Config.DisablePrepare
+	acquireSQL, releaseSQL, extendSQL, holdersSQL, listSQL string
+	oneShot                                                []any // the dialect's driver.OneShot arguments, with Config.DisablePrepare
 
 	waker *waiting.Waker
 	slots sync.Map // lockID -> slot, for Slot
@@ -106,7 +106,8 @@ func New(db *sql.DB, cfg *syncguard.Config, permits int) (*Semaphore, error) {
 		notifyDB: c.NotifyDB, logger: c.Logger, relTO: c.ReleaseTimeout, prefix: channelPrefix(table),
 		window:     15 * time.Second,
 		acquireSQL: stripComments(render("acquire.sql", table)), releaseSQL: stripComments(render("release.sql", table)),
-		extendSQL: stripComments(render("extend.sql", table)), holdersSQL: stripComments(render("holders.sql", table))}
+		extendSQL: stripComments(render("extend.sql", table)), holdersSQL: stripComments(render("holders.sql", table)),
+		listSQL: stripComments(render("list.sql", table))}
 	if o, ok := c.Dialect.(driver.OneShot); ok && c.DisablePrepare {
 		s.oneShot = o.OneShotArgs()
 	}

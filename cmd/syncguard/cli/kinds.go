@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	_ "embed"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -114,13 +113,6 @@ func kindEnv(lk runLocker, o *runOpts, lease *syncguard.Lease) ([]string, error)
 	return nil, nil
 }
 
-var (
-	//go:embed sql/permits.sql
-	permitsSQL string
-	//go:embed sql/rwleases.sql
-	rwLeasesSQL string
-)
-
 // kindRow is a live holding of another kind than the mutex, for status
 // and ls: a permit, a read-write lock's lease, a set of keys.
 type kindRow struct {
@@ -132,56 +124,54 @@ type kindRow struct {
 }
 
 // kindRows reads the holdings of the other kinds on key (status), or all
-// (ls: key ""): which kinds have tables (none: not in use), then a
-// statement per kind that has.
+// (ls: key ""): which kinds have tables (none: not in use), then each
+// kind's List.
 func (a *app) kindRows(ctx context.Context, key string) ([]kindRow, error) {
 	table, _ := a.tableNames()
-	sem, slots, _ := semaphore.Tables(table)
-	names := map[string]string{"sem": rules.QuoteIdent(sem), "slots": rules.QuoteIdent(slots), "holders": rules.QuoteIdent(table + "_rw")}
+	_, slots, _ := semaphore.Tables(table)
 	var in [3]bool
 	if err := a.db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL, to_regclass($3) IS NOT NULL`,
-		names["slots"], names["holders"], rules.QuoteIdent(table+"_ml")).Scan(&in[0], &in[1], &in[2]); err != nil {
+		rules.QuoteIdent(slots), rules.QuoteIdent(table+"_rw"), rules.QuoteIdent(table+"_ml")).Scan(&in[0], &in[1], &in[2]); err != nil {
 		return nil, errwrap.Wrap(ctx, a.cmd, pgxstd.Dialect, err)
 	}
+	row := func(kind, key string, f syncguard.Fence, id string, acq, exp time.Time, ident string) kindRow {
+		return kindRow{kind: kind, keys: []string{key}, fences: []syncguard.Fence{f}, LockInfo: syncguard.LockInfo{KeyHash: syncguard.HashKey(key),
+			LockIDHash: id, Fence: f, AcquiredAt: acq, ExpiresAt: exp, Identity: ident}}
+	}
 	var rows []kindRow
-	for i, text := range []string{permitsSQL, rwLeasesSQL} {
-		if !in[i] {
-			continue
-		}
-		q, _ := rules.Render(text, names) // tested
-		rs, err := a.db.QueryContext(ctx, q)
-		for err == nil && rs.Next() {
-			var r kindRow
-			var key, id string
-			var fence, acq, exp int64
-			err = rs.Scan(&r.kind, &key, &r.slot, &r.permits, &id, &fence, &acq, &exp, &r.Identity)
-			f, _ := rules.FormatFence(fence)
-			r.keys, r.fences, r.Fence = []string{key}, []syncguard.Fence{syncguard.Fence(f)}, syncguard.Fence(f)
-			r.KeyHash, r.LockIDHash, r.AcquiredAt, r.ExpiresAt = syncguard.HashKey(key), syncguard.HashKey(id), time.UnixMilli(acq), time.UnixMilli(exp)
+	sem, err := semaphore.New(a.db, a.config(), 1)
+	if err == nil && in[0] {
+		permits, e := sem.List(ctx)
+		for _, p := range permits {
+			r := row("permit", p.Key, p.Fence, p.LockIDHash, p.AcquiredAt, p.ExpiresAt, p.Identity)
+			r.slot, r.permits = p.Slot, p.Permits
 			rows = append(rows, r)
 		}
-		if rs != nil {
-			err = cmp.Or(err, rs.Close(), rs.Err())
-		}
-		if err != nil {
-			return nil, errwrap.Wrap(ctx, a.cmd, pgxstd.Dialect, err)
-		}
+		err = e
 	}
-	ml, err := multilock.New(a.db, a.config())
-	var sets []*multilock.Holding
-	if err == nil && in[2] {
-		sets, err = ml.List(ctx)
+	rw, e := rwlock.New(a.db, a.config())
+	if err = cmp.Or(err, e); err == nil && in[1] {
+		leases, e := rw.List(ctx)
+		for _, l := range leases {
+			rows = append(rows, row(map[bool]string{true: "exclusive", false: "shared"}[l.Exclusive], l.Key, l.Fence, l.LockIDHash, l.AcquiredAt, l.ExpiresAt, l.Identity))
+		}
+		err = e
+	}
+	ml, e := multilock.New(a.db, a.config())
+	if err = cmp.Or(err, e); err == nil && in[2] {
+		sets, e := ml.List(ctx)
+		for _, h := range sets {
+			r := kindRow{kind: "set", LockInfo: syncguard.LockInfo{KeyHash: syncguard.HashKey(h.Set), LockIDHash: h.LockIDHash,
+				ExpiresAt: h.ExpiresAt, AcquiredAt: h.AcquiredAt, Identity: h.Identity}}
+			for _, f := range h.Fences {
+				r.keys, r.fences, r.Fence = append(r.keys, f.Key), append(r.fences, f.Fence), max(r.Fence, f.Fence)
+			}
+			rows = append(rows, r)
+		}
+		err = e
 	}
 	if err != nil {
 		return nil, err
-	}
-	for _, h := range sets {
-		r := kindRow{kind: "set", LockInfo: syncguard.LockInfo{KeyHash: syncguard.HashKey(h.Set), LockIDHash: h.LockIDHash,
-			ExpiresAt: h.ExpiresAt, AcquiredAt: h.AcquiredAt, Identity: h.Identity}}
-		for _, f := range h.Fences {
-			r.keys, r.fences, r.Fence = append(r.keys, f.Key), append(r.fences, f.Fence), max(r.Fence, f.Fence)
-		}
-		rows = append(rows, r)
 	}
 	nkey, _ := rules.NormalizeKey(key)
 	return slices.DeleteFunc(rows, func(r kindRow) bool { return key != "" && !slices.Contains(r.keys, nkey) }), nil

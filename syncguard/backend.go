@@ -296,8 +296,8 @@ func (b *Backend) release(ctx context.Context, lockID, waiterKey string) (Releas
 		err = b.run(ctx, stmt, args, dest...)
 	}
 	// Without the holders or the waiters table: the statement without them
-	// (inside a transaction, the caller's retry).
-	for err != nil && b.tx == nil && ctx.Err() == nil && (b.shared.holdersLost(err) || b.shared.queueLost(err)) && stmt != b.shared.releaseStmt() {
+	// (inside a transaction, which the error aborted, the caller's retry).
+	for err != nil && ctx.Err() == nil && (b.shared.holdersLost(err) || b.shared.queueLost(err)) && stmt != b.shared.releaseStmt() && b.tx == nil {
 		stmt = b.shared.releaseStmt()
 		err = b.run(ctx, stmt, args, dest...)
 	}

@@ -18,7 +18,8 @@ const (
 // and WithLock; the zero value means the reference implementation's
 // defaults. On a Queuer (a *Backend) waiters also attempt when the key is
 // released or its holder's lock expires, and take the key in arrival order
-// ("Waiting" in docs/design.md); those attempts are not retries, and one
+// (but for a waiter far back that comes near late: it keeps its place, not
+// its turn; "Waiting" in docs/design.md); those attempts are not retries, and one
 // queued behind a live lock makes no scheduled retries after the first 2 s
 // of its wait unless MaxRetries is set.
 type AcquisitionOptions struct {

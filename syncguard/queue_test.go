@@ -141,3 +141,19 @@ func TestGrantedCountsFromALowerBound(t *testing.T) {
 		}
 	})
 }
+
+// A 42703 counts as a waiters table of an older version only when it names
+// the "near" column: another undefined column is a plain error.
+func TestNearColumnError(t *testing.T) {
+	for msg, want := range map[string]bool{
+		`ERROR: column w.near does not exist (SQLSTATE 42703)`:                     true,
+		`pq: column "near" of relation "app_locks_waiters" does not exist`:         true,
+		`ERROR: column w.nearby does not exist (SQLSTATE 42703)`:                   false,
+		`ERROR: column "linear_near_x" does not exist (SQLSTATE 42703)`:            false,
+		`ERROR: column "notified" of relation "near_locks_waiters" does not exist`: false,
+	} {
+		if got := nearColumnRE.MatchString(msg); got != want {
+			t.Errorf("rule: only an error naming the near column is an older waiters table: %q: %v, want %v", msg, got, want)
+		}
+	}
+}

@@ -239,6 +239,12 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", int64(schemaLockID))); err != nil {
 		return cl.wrap(ctx, op, err)
 	}
+	// A table lock (adding a column to a waiters table in use) waits at
+	// most this long: the fleet's statements on that table queue behind
+	// the waiting ALTER. A timeout (55P03) is an error; run it again.
+	if _, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
+		return cl.wrap(ctx, op, err)
+	}
 	for _, stmt := range deploy.SplitStatements(ddl) {
 		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			e := cl.wrap(ctx, op, err)

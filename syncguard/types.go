@@ -71,9 +71,10 @@ type AcquireResult struct {
 }
 
 // Queuer is a Locker that keeps the callers of Lock and WithLock waiting
-// for a key in the key's queue, in arrival order, so that a release hands
-// the key to the first of them in its own commit: *Backend, and the
-// wrappers that forward Queue.
+// for a key in the key's queue, in arrival order (a *Backend's waiter far
+// back that comes near late keeps its place, not its turn), so that a
+// release hands the key to the first of them in its own commit: *Backend,
+// and the wrappers that forward Queue.
 type Queuer interface {
 	Locker
 	// Queue returns the waiter of one Lock or WithLock call for key, whose

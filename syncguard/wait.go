@@ -3,6 +3,7 @@ package syncguard
 import (
 	"context"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -119,9 +120,13 @@ func (s *shared) notifyPool(ctx context.Context, channel, payload string) error 
 func (s *shared) queueLost(err error) bool {
 	// A waiters table of an older version, without the "near" column
 	// (SetupSchema adds it), counts as missing.
-	old := s.sqlState(err) == "42703" && strings.Contains(err.Error(), "near")
+	old := s.sqlState(err) == "42703" && nearColumnRE.MatchString(err.Error())
 	return s.tableLost(err, waitersTable(s.cfg.TableName), old, &s.noQueue, &s.queueWarned, "waiting polls and keeps no order")
 }
+
+// nearColumnRE finds the "near" column in an undefined-column error
+// (`column "near" of relation ...`, `column w.near does not exist`).
+var nearColumnRE = regexp.MustCompile(`"near"|\.near\b`)
 
 func (s *shared) holdersLost(err error) bool {
 	return s.tableLost(err, holdersTable(s.cfg.TableName), false, &s.noHolders, &s.holdWarned, "no holder identity is stored or shown")

@@ -14,15 +14,15 @@
 -- ahead: the live waiters queued before this one (before now, for a
 --        waiter not queued yet), counted up to {{rank_cap}}: the waiter's
 --        rank, returned as ahead_n (it spaces the waiter's attempts and
---        says whether it listens).
--- awake: whether a live waiter queued before this one attends: it was
---        within {{listen_rank}} of the head at its last attempt (near), or a
---        notification reaches it (notified). While one does, the key is
---        not free for this waiter even when no lock is live: a crashed
+--        says whether it listens), and whether one of them attends: it
+--        was within {{listen_rank}} of the head at its last attempt (near),
+--        or a notification reaches it (notified). While one does, the key
+--        is not free for this waiter even when no lock is live: a crashed
 --        holder's key goes to the first attending waiter, not to whoever
 --        attempts first. A waiter that was further back at its last
 --        attempt, and hears nothing, is asleep until its approach: it
---        keeps its place but not its turn (a release passes it too).
+--        keeps its place but not its turn (a release passes it too, and so
+--        does a newcomer when no one ahead attends).
 -- q:     a waiter that did not get the key queues, at its place (the
 --        server's clock in microseconds at its first attempt, kept), or
 --        renews its row: live for $6 ms more, notified or not ($7), near
@@ -62,7 +62,7 @@
 --       writes a placeholder row (placeholder.sql, committed on its own,
 --       when no privileged session holds the advisory lock and the key
 --       still has no row) and attempts again.
---       'busy': a live lock, a waiter ahead, or a privileged holder of the
+--       'busy': a live lock, an attending waiter ahead, or a privileged holder of the
 --       advisory lock (reading pg_locks for it takes every lock-manager
 --       partition's lock: only an attempt that found the key free and lost
 --       the try-lock pays it). A contended attempt stops here:
@@ -121,24 +121,17 @@ me AS (
   SELECT w."place", w."deadline_ms", w."notified", w."near", w."ttl_ms" FROM {{waiters}} AS w WHERE w."lock_id" = (SELECT a."lock_id" FROM a)
 ),
 ahead AS (
-  SELECT count(*) AS n FROM (
-    SELECT 1 FROM {{waiters}} AS w, t
+  SELECT count(*) AS n, COALESCE(bool_or(r.attends), false) AS awake FROM (
+    SELECT w."near" OR w."notified" AS attends FROM {{waiters}} AS w, t
     WHERE w."key" = (SELECT a."key" FROM a) AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND w."deadline_ms" > t.now_ms
       AND (w."place", w."lock_id") < (COALESCE((SELECT me."place" FROM me), {{now_us}}), (SELECT a."lock_id" FROM a))
-    LIMIT {{rank_cap}}) AS a
-),
-awake AS (
-  SELECT EXISTS (
-    SELECT 1 FROM {{waiters}} AS w, t
-    WHERE w."key" = (SELECT a."key" FROM a) AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND w."deadline_ms" > t.now_ms
-      AND (w."near" OR w."notified")
-      AND (w."place", w."lock_id") < (COALESCE((SELECT me."place" FROM me), {{now_us}}), (SELECT a."lock_id" FROM a))) AS v
+    LIMIT {{rank_cap}}) AS r
 ),
 --end
 gate AS (
   SELECT CASE WHEN EXISTS (SELECT 1 FROM cur) THEN 'busy'
 --if queue
-             WHEN (SELECT awake.v FROM awake) THEN 'busy'
+             WHEN (SELECT ahead.awake FROM ahead) THEN 'busy'
              WHEN EXISTS (SELECT 1 FROM me WHERE me."ttl_ms" = 0) THEN 'busy'
 --end
              WHEN pg_try_advisory_xact_lock(hashtext(a."key")) THEN 'gated'

@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS {{fences}} (
 
 -- The queue of waiters of syncguard-go's Lock and WithLock (not in the
 -- spec; the reference implementation neither reads nor needs it). A
--- release hands the key to the first live waiter in the same commit.
+-- release hands the key to the first live waiter that attends (near the
+-- head, or notified) in the same commit.
 -- UNLOGGED: a crash or a failover empties it (no WAL, no fsync for a
 -- waiter's renewals), and waiters queue again at their next attempt.
 CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (

@@ -2,7 +2,7 @@ package itest_test
 
 import (
 	"context"
-	"errors"
+	"database/sql"
 	"strings"
 	"testing"
 	"time"
@@ -13,11 +13,11 @@ import (
 // TestAsleepWaiterKeepsItsPlaceNotItsTurn: a waiter whose row says it was
 // far back at its last attempt and that no notification reaches it (near
 // and notified false: asleep until its approach) is passed by a release,
-// which hands the key to the first waiter that attends; one within reach
-// of the head (near) is not passed, even unnotified (a waiter that polls).
-// Before, the release left the key free for the asleep waiter and every
-// waiter behind it waited for that waiter's next attempt, or its row's
-// deadline (ten minutes here).
+// which hands the key to the first waiter that attends, in its own
+// commit; one within reach of the head (near) is not passed, even
+// unnotified (a waiter that polls): the release leaves it the key, and
+// the waiter behind it may not take it. Before, the release left the key
+// free for the asleep waiter too, and nobody behind could take it.
 func TestAsleepWaiterKeepsItsPlaceNotItsTurn(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -31,72 +31,43 @@ func TestAsleepWaiterKeepsItsPlaceNotItsTurn(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// The waiter queues (it is near the head and listens), and a row
-			// ahead of it is written by hand: a waiter of another process.
-			waiter := e.backend()
-			timeout := time.Minute
-			if !tc.passed {
-				timeout = time.Second // it must not get the key while the near waiter's row lives
+			// The waiter queues, and its row says a notification reaches
+			// it; a row ahead of it is another process's waiter.
+			w := e.backend().Queue("at:key", "", false)
+			if res, err := w.Attempt(e.ctx, time.Minute); err != nil || res.OK {
+				t.Fatalf("queued attempt: %+v, %v", res, err)
 			}
-			type got struct {
-				lease *syncguard.Lease
-				err   error
+			defer w.Leave(e.ctx)
+			var id string
+			if err := e.admin.QueryRowContext(e.ctx, `UPDATE attend_locks_waiters SET "notified" = true RETURNING "lock_id"`).Scan(&id); err != nil {
+				t.Fatal(err)
 			}
-			out := make(chan got, 1)
-			go func() {
-				l, err := syncguard.Lock(e.ctx, waiter, "at:key", &syncguard.LockOptions{TTL: time.Minute,
-					Acquisition: syncguard.AcquisitionOptions{Timeout: timeout}})
-				out <- got{l, err}
-			}()
-			start := time.Now()
-			waitFor(t, e, `SELECT count(*) = 1 FROM attend_locks_waiters WHERE "notified"`)
-			// Past its first 2 s the waiter makes no scheduled retries: only
-			// a hand-off's notification moves it before its renewal, 10 s
-			// after its last attempt.
-			time.Sleep(time.Until(start.Add(2200 * time.Millisecond)))
 			mustExec(e.ctx, t, e.admin, `INSERT INTO attend_locks_waiters ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "user_key", "fence_key", "notified", "near")
-				SELECT "key", 'other-process-waiter', "place" - 1, "deadline_ms" + 600000, "ttl_ms", "user_key", "fence_key", false, `+map[bool]string{false: "false", true: "true"}[tc.near]+`
+				SELECT "key", 'other-process-waiter', "place" - 1, "deadline_ms", "ttl_ms", "user_key", "fence_key", false, `+map[bool]string{false: "false", true: "true"}[tc.near]+`
 				FROM attend_locks_waiters`)
-			released := time.Now()
 			if _, err := held.Release(e.ctx); err != nil {
 				t.Fatal(err)
 			}
-			r := <-out
-			switch {
-			case tc.passed && r.err != nil:
-				t.Fatalf("rule: a release passes a waiter asleep far back and hands the key to the first that attends; the waiter behind it got %v", r.err)
-			case tc.passed && time.Since(released) > 6*time.Second: // a hand-off takes milliseconds; the waiter's renewal comes 10 s after its last attempt
-				t.Fatalf("rule: a release passes a waiter asleep far back and hands the key to the first that attends; the waiter behind it got the key %v after the release, at its renewal, not from the release", time.Since(released).Round(time.Millisecond))
-			case !tc.passed && !errors.Is(r.err, syncguard.ErrAcquisitionTimeout):
-				t.Fatalf("rule: a waiter near the head keeps its turn even unnotified; the waiter behind it got %v, want an acquisition timeout", r.err)
+			var holderNow sql.NullString
+			if err := e.admin.QueryRowContext(e.ctx, `SELECT max("lock_id") FROM attend_locks WHERE "key" = (SELECT "key" FROM attend_locks_waiters LIMIT 1)`).Scan(&holderNow); err != nil {
+				t.Fatal(err)
 			}
-			if r.lease != nil {
-				_, _ = r.lease.Release(e.ctx)
+			switch {
+			case tc.passed && holderNow.String != id:
+				t.Fatalf("rule: a release passes a waiter asleep far back and hands the key to the first that attends, in its commit; the key's row is %q, want the waiter's %q", holderNow.String, id)
+			case !tc.passed && holderNow.Valid:
+				t.Fatalf("rule: a release leaves a near waiter's turn to it, even unnotified; it handed the key to %q", holderNow.String)
+			}
+			if !tc.passed {
+				if res, err := w.Attempt(e.ctx, time.Minute); err != nil || res.OK {
+					t.Fatalf("rule: a waiter behind a near waiter may not take the key it was left; attempt: %+v, %v", res, err)
+				}
 			}
 			var kept bool
 			if err := e.admin.QueryRowContext(e.ctx, `SELECT count(*) = 1 FROM attend_locks_waiters WHERE "lock_id" = 'other-process-waiter'`).Scan(&kept); err != nil || !kept {
 				t.Fatalf("the other process's waiter lost its place (%v)", err)
 			}
 		})
-	}
-}
-
-// waitFor polls the admin pool until query returns true.
-func waitFor(t *testing.T, e *waitEnv, query string) {
-	t.Helper()
-	for {
-		var ok bool
-		if err := e.admin.QueryRowContext(e.ctx, query).Scan(&ok); err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			return
-		}
-		select {
-		case <-e.ctx.Done():
-			t.Fatalf("%s: never true: %v", query, context.Cause(e.ctx))
-		case <-time.After(10 * time.Millisecond):
-		}
 	}
 }
 
@@ -177,5 +148,37 @@ func TestDeadWaiterRowsGoAtANewWaitersAttempt(t *testing.T) {
 	}
 	if dead != 0 {
 		t.Fatalf("rule: a new waiter's first attempt deletes its key's rows dead for a minute; %d of 3 are left", dead)
+	}
+}
+
+// TestReleaseInTxWithAnOlderWaitersTable: a release inside the caller's
+// transaction, on a waiters table without the near column, fails once
+// (the error aborts the transaction) and tells the Backend the table is
+// of an older version: the caller's retry releases without the queue.
+func TestReleaseInTxWithAnOlderWaitersTable(t *testing.T) {
+	e := newWaitEnv(t, "oldtx")
+	mustExec(e.ctx, t, e.admin, `ALTER TABLE oldtx_locks_waiters DROP COLUMN "near"`)
+	b := e.backend()
+	res, err := b.Acquire(e.ctx, "ot:key", time.Minute)
+	if err != nil || !res.OK {
+		t.Fatal(res, err)
+	}
+	db := open(t, e.dsn)
+	for try := 1; ; try++ {
+		tx, err := db.BeginTx(e.ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := b.WithTx(tx).Release(e.ctx, res.LockID)
+		if err == nil && r.OK {
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		_ = tx.Rollback()
+		if try == 2 {
+			t.Fatalf("rule: after a release in a transaction met a waiters table of an older version, the caller's retry releases without it; try %d: %+v, %v", try, r, err)
+		}
 	}
 }

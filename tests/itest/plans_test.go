@@ -2,6 +2,7 @@ package itest_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,8 +42,7 @@ func TestStatementsKeepTheirGenericPlans(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	const rounds = 12
-	for i := range rounds {
+	for i := range planRounds {
 		key := fmt.Sprintf("plans:%d", i)
 		res, err := b.Acquire(e.ctx, key, time.Minute)
 		if err != nil || !res.OK {
@@ -57,42 +57,11 @@ func TestStatementsKeepTheirGenericPlans(t *testing.T) {
 		if _, err := b.Release(e.ctx, res.LockID); err != nil {
 			t.Fatal(err)
 		}
-		// A queued attempt behind the holder, then the waiter's withdrawal
-		// (no deadline: a cut attempt would cost pgx its connection).
-		w := b.Queue("plans:held", "", false)
-		if res, err := w.Attempt(e.ctx, time.Minute); err != nil || res.OK {
-			t.Fatalf("queued attempt behind the holder: %+v, %v", res, err)
-		}
-		if err := w.Leave(e.ctx); err != nil {
-			t.Fatal(err)
-		}
+		queuedBehind(e.ctx, t, b, "plans:held")
 	}
-	rows, err := db.QueryContext(e.ctx, `SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	seen, queued := 0, false
-	for rows.Next() {
-		var stmt string
-		var generic, custom int
-		if err := rows.Scan(&stmt, &generic, &custom); err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(stmt, "plans_locks") || generic+custom < rounds {
-			continue
-		}
-		seen++
-		queued = queued || strings.Contains(stmt, "ahead_n")
-		if custom > 5 {
-			t.Errorf("a statement run %d times was planned %d times with its values (at most 5, then its generic plan): %.120s",
-				generic+custom, custom, strings.Join(strings.Fields(stmt), " "))
-		}
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if seen < 5 || !queued {
-		t.Fatalf("%d of the Backend's statements ran %d times or more on its connection (the queued acquire among them: %v); want acquire, queued acquire, release, extend and lookup", seen, rounds, queued)
+	seen := checkPlans(e.ctx, t, db, "plans_locks")
+	queued := slices.ContainsFunc(seen, func(stmt string) bool { return strings.Contains(stmt, "ahead_n") })
+	if len(seen) < 5 || !queued {
+		t.Fatalf("%d of the Backend's statements ran %d times or more on its connection (the queued acquire among them: %v); want acquire, queued acquire, release, extend and lookup", len(seen), planRounds, queued)
 	}
 }

@@ -45,16 +45,16 @@ func planStats(ctx context.Context, t *testing.T, db *sql.DB, waiters, cols, val
 
 // checkPlans reads pg_prepared_statements on db (one connection) and
 // fails for every statement naming table, run planRounds times or more,
-// that was planned more than five times with its values. It returns how
-// many such statements it saw.
-func checkPlans(ctx context.Context, t *testing.T, db *sql.DB, table string) int {
+// that was planned more than five times with its values. It returns the
+// texts of the statements it saw.
+func checkPlans(ctx context.Context, t *testing.T, db *sql.DB, table string) []string {
 	t.Helper()
 	rows, err := db.QueryContext(ctx, `SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	seen := 0
+	var seen []string
 	for rows.Next() {
 		var stmt string
 		var generic, custom int
@@ -64,7 +64,7 @@ func checkPlans(ctx context.Context, t *testing.T, db *sql.DB, table string) int
 		if !strings.Contains(stmt, table) || generic+custom < planRounds {
 			continue
 		}
-		seen++
+		seen = append(seen, stmt)
 		t.Logf("generic %d, custom %d: %.100s", generic, custom, strings.Join(strings.Fields(stmt), " "))
 		if custom > 5 {
 			t.Errorf("a statement run %d times was planned %d times with its values (at most 5, then its generic plan): %.120s",
@@ -148,7 +148,7 @@ func TestSemaphoreStatementsKeepTheirGenericPlans(t *testing.T) {
 		}
 		queuedBehind(ctx, t, s, "plans:held")
 	}
-	if seen := checkPlans(ctx, t, db, keys); seen < 4 {
+	if seen := len(checkPlans(ctx, t, db, keys)); seen < 4 {
 		t.Fatalf("%d of the Semaphore's statements ran %d times or more on its connection; want acquire, release, extend and holders", seen, planRounds)
 	}
 }
@@ -323,6 +323,6 @@ func TestMultiLockStatementsKeepTheirGenericPlans(t *testing.T) {
 		}
 		queuedBehind(ctx, t, l, multilock.Keys("plans:held", fmt.Sprintf("plans:%d", i)))
 	}
-	seen := checkPlans(ctx, t, db, tb.Locks)
+	seen := len(checkPlans(ctx, t, db, tb.Locks))
 	t.Logf("%d of the Locker's statements were prepared", seen)
 }

@@ -230,7 +230,7 @@ func (l *Locker) newWaker() *waiting.Waker {
 
 // notify sends a notification, through NotifyDB when set.
 func (l *Locker) notify(ctx context.Context, channel, payload string) error {
-	const stmt = "SELECT pg_notify($1::text, $2::text)"
+	const stmt = waiting.NotifySQL
 	db := l.db
 	if l.notifyDB != nil {
 		db = l.notifyDB

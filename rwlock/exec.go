@@ -11,6 +11,7 @@ import (
 
 	"github.com/syncguard/syncguard-go/internal/pooler"
 	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/waiting"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -189,7 +190,7 @@ func (rw *RWLock) wakeOn(ctx context.Context, ch string, woke sql.NullString) {
 	for _, p := range strings.Split(woke.String, ",") {
 		rw.waker.Wake(p)
 		if rw.notifyDB != nil {
-			_, _ = rw.notifyDB.ExecContext(ctx, "SELECT pg_notify($1::text, $2::text)", ch, p)
+			_, _ = rw.notifyDB.ExecContext(ctx, waiting.NotifySQL, ch, p)
 		}
 	}
 }

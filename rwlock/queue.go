@@ -44,7 +44,7 @@ func (rw *RWLock) newWaker() *waiting.Waker {
 		cfg.NoListener = "the dialect has no driver.Listener (lib/pq: open the pool with sql.OpenDB(pq.NewConnector(dsn)) of the syncguard pq adapter, or set Config.Dialect to pq.ListenDialect(dsn))"
 	}
 	cfg.Notify = func(ctx context.Context, channel, payload string) error {
-		_, err := db.ExecContext(ctx, "SELECT pg_notify($1::text, $2::text)", channel, payload)
+		_, err := db.ExecContext(ctx, waiting.NotifySQL, channel, payload)
 		return err
 	}
 	cfg.OnFallback = func(st waiting.Status) {

@@ -188,7 +188,7 @@ func (s *Semaphore) notify(ctx context.Context, channel, payload string) error {
 	if s.notifyDB != nil {
 		db = s.notifyDB
 	}
-	_, err := db.ExecContext(ctx, "SELECT pg_notify($1::text, $2::text)", channel, payload)
+	_, err := db.ExecContext(ctx, waiting.NotifySQL, channel, payload)
 	return err
 }
 

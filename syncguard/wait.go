@@ -100,17 +100,15 @@ func newWaker(s *shared) *waiting.Waker {
 // the pool.
 func (s *shared) notify(ctx context.Context, channel, payload string) error {
 	if s.cfg.NotifyDB != nil {
-		_, err := s.cfg.NotifyDB.ExecContext(ctx, notifySQL, channel, payload)
+		_, err := s.cfg.NotifyDB.ExecContext(ctx, waiting.NotifySQL, channel, payload)
 		return err
 	}
 	return s.notifyPool(ctx, channel, payload)
 }
 
-const notifySQL = "SELECT pg_notify($1::text, $2::text)"
-
 // notifyPool sends a notification through the lock pool.
 func (s *shared) notifyPool(ctx context.Context, channel, payload string) error {
-	return (&Backend{shared: s}).oneShot(ctx, notifySQL, []any{channel, payload}, nil)
+	return (&Backend{shared: s}).oneShot(ctx, waiting.NotifySQL, []any{channel, payload}, nil)
 }
 
 // queueLost and holdersLost report whether err says that the waiters (or

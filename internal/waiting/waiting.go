@@ -49,6 +49,12 @@ func PayloadSQL(expr string) string {
 	return fmt.Sprintf("left(encode(sha256(convert_to(%s, 'UTF8')), 'hex'), 16)", expr)
 }
 
+// NotifySQL sends one notification ($1 channel, $2 payload) in a
+// transaction of its own: the probe, and a wake-up sent after the commit
+// of the release that handed the key over (through NotifyDB). Such a
+// transaction writes no WAL, so its commit waits for no flush.
+const NotifySQL = "SELECT pg_notify($1::text, $2::text)"
+
 func hexSum(s string, n int) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:n])

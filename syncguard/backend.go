@@ -45,6 +45,9 @@ func newShared(db *sql.DB, r resolved) *shared {
 	s := &shared{db: db, cfg: r, sql: renderStatements(r.TableName, r.FenceTableName), cl: classifier{dialect: r.Dialect, table: r.TableName, fenceTable: r.FenceTableName}}
 	for i := range s.unprep {
 		s.unprep[i] = unpreparedMark + s.sql.ops[i]
+		if s.sql.funcs[i] != "" {
+			s.unprepFn[i] = unpreparedMark + s.sql.funcs[i]
+		}
 	}
 	if os, ok := r.Dialect.(driver.OneShot); ok {
 		s.oneShotArgs = os.OneShotArgs()

@@ -34,11 +34,16 @@ func ExampleSchemaSQL() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	funcs := 0
 	for _, line := range strings.Split(ddl, "\n") {
-		if strings.HasPrefix(line, "CREATE") {
+		switch {
+		case strings.HasPrefix(line, "CREATE OR REPLACE FUNCTION"):
+			funcs++ // named by a hash of the statement it runs
+		case strings.HasPrefix(line, "CREATE"):
 			fmt.Println(line)
 		}
 	}
+	fmt.Println(funcs, "statement functions")
 	// Output:
 	// CREATE TABLE IF NOT EXISTS "app_locks" (
 	// CREATE UNIQUE INDEX IF NOT EXISTS "idx_app_locks_lock_id" ON "app_locks" ("lock_id");
@@ -49,6 +54,7 @@ func ExampleSchemaSQL() {
 	// CREATE INDEX IF NOT EXISTS "idx_app_locks_wkey" ON "app_locks_waiters" ("key", "place", "lock_id");
 	// CREATE TABLE IF NOT EXISTS "app_locks_holders" (
 	// CREATE INDEX IF NOT EXISTS "idx_app_locks_hkey" ON "app_locks_holders" ("key");
+	// 8 statement functions
 }
 
 func ExampleNew_invalidConfig() {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/pooler"
+	"github.com/syncguard/syncguard-go/internal/stmtfunc"
 )
 
 // Running the statements, prepared or one-shot ("Statements and round
@@ -93,7 +94,7 @@ func (b *Backend) attempt(ctx context.Context, i int, args, dest []any) (prepare
 			// The probe just switched prepared statements off.
 		}
 	}
-	return false, b.oneShot(ctx, s.unprep[i], args, dest)
+	return false, b.oneShotOp(ctx, i, args, dest)
 }
 
 // oneShot runs query unprepared, as pooler.Statement sends it; dest nil
@@ -247,4 +248,41 @@ func (s *shared) prepareInBackground(i int) {
 		defer cancel()
 		_, _ = s.prepared(ctx, i) // errors surface on the next foreground use
 	}()
+}
+
+// oneShotOp runs statement i unprepared: through its function while the
+// function serves (in a caller's transaction only once one has served on
+// the pool, so that a missing function does not abort that transaction),
+// else the statement itself.
+func (b *Backend) oneShotOp(ctx context.Context, i int, args, dest []any) error {
+	s := b.shared
+	call := s.unprepFn[i]
+	if call == "" || s.noFuncs.Load() || (b.tx != nil && !s.funcsOK.Load()) {
+		return b.oneShot(ctx, s.unprep[i], args, dest)
+	}
+	err := b.oneShot(ctx, call, args, dest)
+	switch {
+	case err == nil:
+		s.funcsOK.Store(true)
+		return nil
+	case ctx.Err() != nil || !s.funcLost(err):
+		return err
+	case b.tx != nil:
+		return err // the caller's transaction is aborted; its retry sends the statement
+	}
+	return b.oneShot(ctx, s.unprep[i], args, dest)
+}
+
+// funcLost reports whether err says that a statement function is missing
+// or not granted: the Backend then sends the statements themselves for
+// good, warning once.
+func (s *shared) funcLost(err error) bool {
+	if !stmtfunc.Missing(s.cfg.TableName, s.sqlState(err), err.Error()) {
+		return false
+	}
+	if !s.noFuncs.Swap(true) {
+		s.cfg.Logger.Warn("syncguard: the statement functions of this version are missing or not granted: run SetupSchema (or apply SchemaSQL); until then statements sent unprepared are planned at each execution",
+			slog.String("table", s.cfg.TableName))
+	}
+	return true
 }

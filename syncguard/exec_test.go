@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -41,8 +42,9 @@ func TestLostPreparedStatementSwitchesToOneShot(t *testing.T) {
 		} else {
 			mock.ExpectPrepare("DELETE FROM").ExpectQuery().WillReturnError(&pgErr{code: st})
 		}
-		mock.ExpectQuery("DELETE FROM").WithArgs(id, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg()).WillReturnRows(row()) // one-shot
-		mock.ExpectQuery("DELETE FROM").WithArgs(id, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg()).WillReturnRows(row()) // and from now on
+		// one-shot, through the statement's function, and from now on
+		mock.ExpectQuery(`FROM "syncguard_locks_op_`).WithArgs(id, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg()).WillReturnRows(row())
+		mock.ExpectQuery(`FROM "syncguard_locks_op_`).WithArgs(id, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg()).WillReturnRows(row())
 		for range 2 {
 			if r, err := b.Release(context.Background(), id); err != nil || !r.OK {
 				t.Fatalf("%s: release after a lost prepared statement: %+v, %v", st, r, err)
@@ -102,5 +104,46 @@ func TestNothingPreparedAfterSwitchOff(t *testing.T) {
 	}
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStatementFunctionCalls: sent unprepared, a release calls its
+// statement function; when the function is missing (42883) the Backend
+// sends the statement itself, now and from then on, warning once.
+func TestStatementFunctionCalls(t *testing.T) {
+	db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherFunc(func(expected, actual string) error {
+		if !strings.Contains(actual, expected) {
+			return errors.New("query does not contain " + expected)
+		}
+		return nil
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var logs bytes.Buffer
+	b, err := New(db, &Config{Dialect: fakeDialect{}, DisablePrepare: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := rules.GenerateLockID()
+	row := func() *sqlmock.Rows {
+		return sqlmock.NewRows([]string{"d", "s", "n", "k", "c", "l"}).AddRow(id, nil, int64(1), nil, nil, false)
+	}
+	fn := `SELECT * FROM "syncguard_locks_op_`
+	mock.ExpectQuery(fn).WithArgs(id, true, true, nil).WillReturnRows(row())
+	mock.ExpectQuery(fn).WillReturnError(&pgErr{code: "42883", msg: `function syncguard_locks_op_0123abcd(text, boolean, boolean, text) does not exist`})
+	mock.ExpectQuery("DELETE FROM").WithArgs(id, true, true, nil).WillReturnRows(row()) // the same release, sent itself
+	mock.ExpectQuery("DELETE FROM").WillReturnRows(row())                               // and from then on
+	for range 3 {
+		if r, err := b.Release(context.Background(), id); err != nil || !r.OK {
+			t.Fatalf("release: %+v, %v", r, err)
+		}
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "statement functions of this version are missing"); n != 1 {
+		t.Errorf("want one warning; got %q", logs.String())
 	}
 }

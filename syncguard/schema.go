@@ -12,6 +12,7 @@ import (
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/deploy"
 	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/stmtfunc"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 )
 
@@ -54,8 +55,36 @@ func b2i(b bool) int {
 type statements struct {
 	ops                        [numStmts]string // by stmtAcquire...
 	cleanup                    string
-	list, listPlain, lastFence string // inspections (inspect.go)
-	releaseOrphans             string // background release (orphans.go)
+	list, listPlain, lastFence string           // inspections (inspect.go)
+	releaseOrphans             string           // background release (orphans.go)
+	funcs                      [numStmts]string // calls of the statement functions (exec.go's oneShotOp)
+	fns                        []stmtfunc.Func
+}
+
+// funcSources are the statements that run through a statement function
+// when sent unprepared (exec.go's oneShotOp), by their file, whose first
+// line is "--returns" and the types of its columns.
+var funcSources = map[int]string{
+	stmtAcquire: "acquire.sql", stmtAcquireWait: "acquire.sql", stmtAcquireHolders: "acquire.sql", stmtAcquireWaitHolders: "acquire.sql",
+	stmtRelease: "release.sql", stmtReleaseQueue: "release.sql", stmtReleasePlain: "release.sql", stmtExtend: "extend.sql",
+}
+
+// renderFuncs makes the statement functions of st for table, in statement
+// order, and their unprepared calls.
+func renderFuncs(table string, st *statements) {
+	for i := 0; i < numStmts; i++ {
+		file, ok := funcSources[i]
+		if !ok {
+			continue
+		}
+		returns, _ := strings.CutPrefix(strings.SplitN(mustRead(file), "\n", 2)[0], "--returns ")
+		f, err := stmtfunc.New(table, returns, st.ops[i])
+		if err != nil {
+			panic("syncguard: sql/" + file + ": " + err.Error()) // embedded at build time; TestSchemaSQLQuotesAndNames renders them
+		}
+		st.funcs[i] = f.Call
+		st.fns = append(st.fns, f)
+	}
 }
 
 // render expands a statement file: the rules' SQL fragments (see
@@ -144,7 +173,7 @@ func renderStatements(table, fenceTable string) statements {
 	v := func(name string, queue, holders bool) string {
 		return stripComments(renderVariant(name, table, fenceTable, queue, holders))
 	}
-	return statements{
+	st := statements{
 		ops: [numStmts]string{
 			stmtAcquire: v("acquire.sql", false, false), stmtAcquireWait: v("acquire.sql", true, false),
 			stmtAcquireHolders: v("acquire.sql", false, true), stmtAcquireWaitHolders: v("acquire.sql", true, true),
@@ -161,6 +190,8 @@ func renderStatements(table, fenceTable string) statements {
 
 		releaseOrphans: v("release_orphans.sql", true, true),
 	}
+	renderFuncs(table, &st)
+	return st
 }
 
 // stripComments drops a statement's "--" lines, which would fill
@@ -187,7 +218,8 @@ func SchemaSQL(cfg *Config) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return render("schema.sql", r.TableName, r.FenceTableName), nil
+	st := renderStatements(r.TableName, r.FenceTableName)
+	return render("schema.sql", r.TableName, r.FenceTableName) + stmtfunc.DDL(st.fns), nil
 }
 
 // schemaLockID serializes concurrent SetupSchema calls (CREATE ... IF NOT
@@ -224,7 +256,8 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	for _, k := range []string{"locks", "fences", "lock_id_index", "expires_index", "waiters", "waiters_id_index", "waiters_key_index", "holders", "holders_key_index"} {
 		objects = append(objects, names[k])
 	}
-	res, err := db.ExecContext(ctx, deploy.ExistsQuery(objects)+" AND "+deploy.ColumnCond(names["waiters"], "near"))
+	fns := renderStatements(r.TableName, r.FenceTableName).fns
+	res, err := db.ExecContext(ctx, deploy.ExistsQuery(objects)+" AND "+deploy.ColumnCond(names["waiters"], "near")+" AND "+stmtfunc.Exist(fns))
 	if err != nil {
 		return cl.wrap(ctx, op, err)
 	}

@@ -45,6 +45,7 @@ type shared struct {
 	cl          classifier
 	stmts       [numStmts]lazyStmt
 	unprep      [numStmts]string // the statements' text as sent unprepared (unpreparedMark)
+	unprepFn    [numStmts]string // the calls of their functions, the same way ("" for none)
 	lastCleanup atomic.Int64     // unix nanos of the last CleanupInIsLocked delete
 
 	orphans     *orphanQueue   // background release (orphans.go)
@@ -56,6 +57,8 @@ type shared struct {
 	queueWarned atomic.Bool
 	noHolders   atomic.Bool // the holders table is missing or not granted (wait.go)
 	holdWarned  atomic.Bool
+	noFuncs     atomic.Bool // the statement functions are missing (funcs.go)
+	funcsOK     atomic.Bool // a statement function served on the pool
 	waitCfg     waitTunables
 }
 

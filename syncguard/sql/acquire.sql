@@ -1,3 +1,4 @@
+--returns text, bigint, bigint, text, boolean, bigint, boolean, bigint
 -- acquire: one statement, one round trip.
 -- $1 storage key, $2 lockId, $3 fence key, $4 normalized user key, $5 ttl in ms.
 -- The lines between "--if queue" and "--end" are the attempt of a waiter

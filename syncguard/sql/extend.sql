@@ -1,3 +1,4 @@
+--returns text, bigint, bigint, bigint
 -- extend: one statement. $1 lockId, $2 ttl in ms.
 -- Sets expiry to server now + ttl, only for a live row of this lockId, under
 -- the row lock; never revives an expired lock. Returns the new expiry.

@@ -1,3 +1,4 @@
+--returns text, bigint, bigint, text, text, boolean
 -- release: one statement. $1 lockId, $2 true on the pool path (the
 -- statement is its own transaction), false inside the caller's, $3 whether
 -- to send wake-up notifications in its commit (false on the re-run after a

@@ -1,0 +1,107 @@
+// Package stmtfunc wraps a statement in a PL/pgSQL function ("Planning" in
+// docs/design.md). A statement sent unprepared (behind a transaction-mode
+// pooler, or in a transaction that cannot run a prepared statement) is
+// parsed and planned at every execution: 1.5 ms of server time for a
+// release, more than its execution. The same statement run by a PL/pgSQL
+// function (RETURN QUERY) is planned as a prepared statement is, once per
+// server session, and a call of the function costs little to plan. A
+// function's name ends with a hash of its text, so a version whose
+// statement differs calls a function of its own. The functions run with
+// the caller's privileges (SECURITY INVOKER): any role may call them and
+// gains nothing by it.
+package stmtfunc
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/syncguard/syncguard-go/internal/rules"
+)
+
+// Func is one statement's function.
+type Func struct {
+	Name string // unquoted: prefix + "_op_" + 8 hex digits
+	Args string // its parameter types, "text,bigint", as to_regprocedure reads them
+	DDL  string // CREATE OR REPLACE FUNCTION ...; (one line ends with ";")
+	Call string // the call, with the statement's parameters ($1::text, ...)
+}
+
+// paramRE finds a statement's parameters: every use is cast ($1::text).
+var paramRE, anyParamRE = regexp.MustCompile(`\$(\d+)::([a-z]+)`), regexp.MustCompile(`\$\d+`)
+
+// New makes the function of body, a statement without comments whose
+// parameters are all cast where used, named after prefix (at most 51
+// bytes: the name stays within PostgreSQL's 63); returns lists the types
+// of its columns ("text, bigint").
+func New(prefix, returns, body string) (Func, error) {
+	var types []string
+	for _, m := range paramRE.FindAllStringSubmatch(body, -1) {
+		n, _ := strconv.Atoi(m[1])
+		for len(types) < n {
+			types = append(types, "")
+		}
+		if t := types[n-1]; t != "" && t != m[2] {
+			return Func{}, fmt.Errorf("$%d is cast to %s and %s", n, t, m[2])
+		}
+		types[n-1] = m[2]
+	}
+	if len(anyParamRE.FindAllString(body, -1)) != len(paramRE.FindAllString(body, -1)) {
+		return Func{}, fmt.Errorf("every use of a parameter must be cast")
+	}
+	if strings.Contains(body, "$syncguard$") || strings.Contains(body, ";") || strings.Contains(body, "--") {
+		return Func{}, fmt.Errorf("the body of a statement function has no ';', '--' or $syncguard$")
+	}
+	var params, cols []string
+	for i, t := range types {
+		if t == "" {
+			return Func{}, fmt.Errorf("$%d is not used", i+1)
+		}
+		params = append(params, fmt.Sprintf("$%d::%s", i+1, t))
+	}
+	for i, t := range strings.Split(returns, ", ") {
+		cols = append(cols, fmt.Sprintf("r%d %s", i+1, t))
+	}
+	args := strings.Join(types, ",")
+	sum := sha256.Sum256([]byte(returns + "\n" + args + "\n" + body))
+	name := prefix + "_op_" + hex.EncodeToString(sum[:4])
+	q := rules.QuoteIdent(name)
+	return Func{
+		Name: name,
+		Args: args,
+		DDL: fmt.Sprintf("CREATE OR REPLACE FUNCTION %s(%s) RETURNS TABLE (%s) LANGUAGE plpgsql AS $syncguard$\n#variable_conflict use_column\nBEGIN\nRETURN QUERY\n%s; END\n$syncguard$;\n",
+			q, strings.Join(types, ", "), strings.Join(cols, ", "), body),
+		Call: "SELECT * FROM " + q + "(" + strings.Join(params, ", ") + ")",
+	}, nil
+}
+
+// DDL is the functions' part of a schema.
+func DDL(fs []Func) string {
+	var b strings.Builder
+	b.WriteString("\n-- Statement functions: the statements below, for sending them\n" +
+		"-- unprepared (behind a transaction-mode pooler) without planning them\n" +
+		"-- at each execution. Named by a hash of their text.\n")
+	for _, f := range fs {
+		b.WriteString("\n" + f.DDL)
+	}
+	return b.String()
+}
+
+// Exist is a condition that the functions exist in the current schema.
+func Exist(fs []Func) string {
+	var conds []string
+	for _, f := range fs {
+		conds = append(conds, fmt.Sprintf("to_regprocedure(quote_ident(current_schema()) || '.' || '%s(%s)') IS NOT NULL", rules.QuoteIdent(f.Name), f.Args))
+	}
+	return strings.Join(conds, " AND ")
+}
+
+// Missing reports whether sqlState and msg say that a function named after
+// prefix is missing (42883: a version's functions not yet created) or not
+// granted (42501: EXECUTE revoked from PUBLIC).
+func Missing(prefix, sqlState, msg string) bool {
+	return (sqlState == "42883" || sqlState == "42501") && strings.Contains(msg, prefix+"_op_")
+}

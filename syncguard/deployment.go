@@ -112,6 +112,7 @@ func CheckDeployment(ctx context.Context, db *sql.DB, cfg *Config) (Report, erro
 		Names:         schemaNames(r.TableName, r.FenceTableName),
 		Schema:        render("schema.sql", r.TableName, r.FenceTableName),
 		NoPrepare:     r.DisablePrepare,
+		Funcs:         funcSigs(b.shared.sql.fns),
 		Notifications: b.notificationFinding,
 	})
 	var report Report

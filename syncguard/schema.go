@@ -296,3 +296,12 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 }
 
 //go:generate go run ../tools/genschema ../schema.sql
+
+// funcSigs are the signatures of fs, for CheckDeployment.
+func funcSigs(fs []stmtfunc.Func) []string {
+	var out []string
+	for _, f := range fs {
+		out = append(out, f.Sig())
+	}
+	return out
+}

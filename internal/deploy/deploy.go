@@ -37,6 +37,7 @@ type Target struct {
 	Names     map[string]string // table and index names, unquoted, by placeholder ("locks", ...)
 	Schema    string            // the DDL (syncguard.SchemaSQL)
 	NoPrepare bool              // Config.DisablePrepare
+	Funcs     []string          // the statement functions' signatures (internal/stmtfunc)
 	// Notifications is the "notifications" check (status "ok" or "warn").
 	Notifications func(ctx context.Context) (status, detail, fix string)
 }
@@ -66,6 +67,7 @@ var checks = []func(d *deployment){
 	func(d *deployment) { d.checkTable(d.layout.fences, FenceTablePrivileges, d.fenceCounters) },
 	(*deployment).waitersTableCheck,
 	(*deployment).holdersTableCheck,
+	(*deployment).statementFunctions,
 	(*deployment).durability,
 	(*deployment).replication,
 	(*deployment).clock,
@@ -98,6 +100,28 @@ func (d *deployment) waitersTableCheck() {
 func (d *deployment) holdersTableCheck() {
 	d.optionalTable("holders table", d.t.Names["holders"], "", HoldersTablePrivileges,
 		"no holder identity (Config.Identity, LockOptions.Identity) is stored or shown", "may store identities in it")
+}
+
+// statementFunctions: whether this version's statement functions exist
+// and the role may run them.
+func (d *deployment) statementFunctions() {
+	const check = "statement functions"
+	var bad, total int
+	err := d.row(`SELECT count(*) FILTER (WHERE f.p IS NULL OR NOT has_function_privilege(f.p, 'EXECUTE')), count(*)
+  FROM (SELECT to_regprocedure(quote_ident(current_schema()) || '.' || s) AS p FROM unnest(string_to_array($1::text, chr(10))) AS s) AS f`,
+		[]any{strings.Join(d.t.Funcs, "\n")}, &bad, &total)
+	switch {
+	case err != nil:
+		d.couldNot(check, err)
+	case bad > 0:
+		d.add(check, Warn, fmt.Sprintf("%d of this version's %d statement functions are missing or not executable by role %s: "+
+			"statements sent unprepared (behind a transaction-mode pooler, or with DisablePrepare) are planned at every execution "+
+			"(a release: about 1.5 ms of server time more)", bad, total, d.role()),
+			"run syncguard setup (or syncguard.SetupSchema, or apply SchemaSQL): it creates only what is missing; "+
+				"if they exist, GRANT EXECUTE ON FUNCTION ... TO "+d.role()+" (they run with the caller's privileges)")
+	default:
+		d.add(check, OK, fmt.Sprintf("the %d statement functions of this version exist and the role %s may run them", total, d.role()), "")
+	}
 }
 
 // optionalTable checks a table that the Backend can do without, the

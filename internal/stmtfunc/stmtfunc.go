@@ -90,11 +90,14 @@ func DDL(fs []Func) string {
 	return b.String()
 }
 
+// Sig is the function's signature, as to_regprocedure reads it.
+func (f Func) Sig() string { return rules.QuoteIdent(f.Name) + "(" + f.Args + ")" }
+
 // Exist is a condition that the functions exist in the current schema.
 func Exist(fs []Func) string {
 	var conds []string
 	for _, f := range fs {
-		conds = append(conds, fmt.Sprintf("to_regprocedure(quote_ident(current_schema()) || '.' || '%s(%s)') IS NOT NULL", rules.QuoteIdent(f.Name), f.Args))
+		conds = append(conds, fmt.Sprintf("to_regprocedure(quote_ident(current_schema()) || '.' || '%s') IS NOT NULL", f.Sig()))
 	}
 	return strings.Join(conds, " AND ")
 }

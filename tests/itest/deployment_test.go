@@ -65,7 +65,7 @@ func TestCheckDeploymentAsLeastPrivilegedRole(t *testing.T) {
 	}
 	for _, c := range []string{"connection", "primary", "replication", "lock table", "primary key", "lock_id index", "expiry index",
 		"lock table privileges", "lock rows", "fence table", "fence primary key", "fence table privileges", "fence counters",
-		"waiters table", "holders table", "synchronous_commit", "fsync", "clock", "pooler", "prepared statements", "notifications"} {
+		"waiters table", "holders table", "statement functions", "synchronous_commit", "fsync", "clock", "pooler", "prepared statements", "notifications"} {
 		if _, ok := byCheck[c]; !ok {
 			t.Errorf("check %q did not run", c)
 		}
@@ -90,6 +90,12 @@ func TestCheckDeploymentAsLeastPrivilegedRole(t *testing.T) {
 	mustExec(ctx, t, admin, `DROP INDEX idx_deploy_locks_expires`)
 	mustExec(ctx, t, admin, `REVOKE DELETE ON deploy_locks_waiters FROM `+role)
 	t.Cleanup(func() { _, _ = admin.Exec(`GRANT DELETE ON deploy_locks TO ` + role) })
+	var fn string
+	if err := admin.QueryRowContext(ctx, `SELECT p.oid::regprocedure::text FROM pg_proc AS p WHERE p.proname LIKE 'deploy\_locks\_op\_%' LIMIT 1`).Scan(&fn); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(ctx, t, admin, `REVOKE EXECUTE ON FUNCTION `+fn+` FROM PUBLIC`)
+	t.Cleanup(func() { _, _ = admin.Exec(`GRANT EXECUTE ON FUNCTION ` + fn + ` TO PUBLIC`) })
 	report, err = syncguard.CheckDeployment(ctx, svc, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -103,6 +109,9 @@ func TestCheckDeploymentAsLeastPrivilegedRole(t *testing.T) {
 		t.Errorf("a missing DELETE grant is reported with the GRANT that fixes it; got %+v", f)
 	}
 	for _, f := range report.Findings {
+		if f.Check == "statement functions" && (f.Status != "warn" || !strings.HasPrefix(f.Detail, "1 of this version's 8") || !strings.Contains(f.Fix, "GRANT EXECUTE")) {
+			t.Errorf("a statement function the role may not run is a warning that says so; got %+v", f)
+		}
 		if f.Check == "waiters table" && (f.Status != "warn" || f.Fix != `GRANT SELECT, INSERT, UPDATE, DELETE ON "deploy_locks_waiters" TO "sg_service";`) {
 			t.Errorf("a missing grant on the waiters table is a warning with the GRANT that fixes it (the role quoted once); got %+v", f)
 		}

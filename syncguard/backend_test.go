@@ -64,8 +64,11 @@ func (fakeDialect) Inspect(err error) driver.ErrorInfo {
 
 func newMock(t *testing.T, cfg *Config) (*Backend, sqlmock.Sqlmock) {
 	t.Helper()
+	// An expected "!text" matches a statement without text.
 	db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherFunc(func(expected, actual string) error {
-		if !strings.Contains(actual, expected) {
+		if not, ok := strings.CutPrefix(expected, "!"); ok && strings.Contains(actual, not) {
+			return errors.New("query contains " + not)
+		} else if !ok && !strings.Contains(actual, expected) {
 			return errors.New("query does not contain " + expected)
 		}
 		return nil

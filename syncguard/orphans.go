@@ -125,7 +125,12 @@ func (q *orphanQueue) releaseBatch(ids []string) (map[string]bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), q.s.cfg.ReleaseTimeout)
 	defer cancel()
 	var out string
-	if err := (&Backend{shared: q.s}).oneShot(ctx, q.s.sql.releaseOrphans, []any{strings.Join(ids, ",")}, []any{&out}); err != nil {
+	b, args := &Backend{shared: q.s}, []any{strings.Join(ids, ",")}
+	err := b.oneShot(ctx, q.s.sql.releaseOrphans[b2i(!q.s.noQueue.Load())], args, []any{&out})
+	if err != nil && ctx.Err() == nil && q.s.queueLost(err) {
+		err = b.oneShot(ctx, q.s.sql.releaseOrphans[0], args, []any{&out})
+	}
+	if err != nil {
 		return nil, err
 	}
 	deleted := map[string]bool{}

@@ -118,3 +118,25 @@ func (q *orphanQueue) pendingCount() int {
 	defer q.mu.Unlock()
 	return len(q.pending)
 }
+
+// Without the waiters table (or with one of an older version) the
+// background release sends its variant without the queue, at once and
+// from then on.
+func TestBackgroundReleaseWithoutTheWaitersTable(t *testing.T) {
+	b, mock := newMock(t, nil)
+	ids := []string{rules.GenerateLockID(), rules.GenerateLockID()}
+	mock.ExpectQuery(`"syncguard_locks_waiters"`).WithArgs(ids[0]).
+		WillReturnError(&pgErr{code: "42703", msg: `column q.near does not exist`})
+	mock.ExpectQuery("!_waiters").WithArgs(ids[0]).WillReturnRows(sqlmock.NewRows([]string{"d"}).AddRow(ids[0]))
+	mock.ExpectQuery("!_waiters").WithArgs(ids[1]).WillReturnRows(sqlmock.NewRows([]string{"d"}).AddRow(ids[1]))
+	b.shared.releaseInBackground(ids[0], time.Minute)
+	waitIdle(t, b.shared)
+	b.shared.releaseInBackground(ids[1], time.Minute)
+	waitIdle(t, b.shared)
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
+	}
+	if !b.shared.noQueue.Load() {
+		t.Error("the Backend must go on without the queue")
+	}
+}

@@ -56,7 +56,7 @@ type statements struct {
 	ops                        [numStmts]string // by stmtAcquire...
 	cleanup                    string
 	list, listPlain, lastFence string           // inspections (inspect.go)
-	releaseOrphans             string           // background release (orphans.go)
+	releaseOrphans             [2]string        // background release (orphans.go): [with the queue]
 	funcs                      [numStmts]string // calls of the statement functions (exec.go's oneShotOp)
 	fns                        []stmtfunc.Func
 }
@@ -188,7 +188,7 @@ func renderStatements(table, fenceTable string) statements {
 		listPlain: v("list.sql", true, false),
 		lastFence: v("last_fence.sql", true, true),
 
-		releaseOrphans: v("release_orphans.sql", true, true),
+		releaseOrphans: [2]string{v("release_orphans.sql", false, true), v("release_orphans.sql", true, true)},
 	}
 	renderFuncs(table, &st)
 	return st

@@ -10,7 +10,10 @@
 -- (pgx cancels asynchronously, so the attempt may commit after Lock's
 -- withdrawal looked): dw deletes the queue row it may have left, which
 -- would otherwise stand before later waiters for a whole window, and nx
--- wakes the first live waiter of each key that no lock now holds.
+-- wakes the first live attending waiter (near or notified, as release.sql's
+-- w) of each key that no lock now holds. Without the waiters table, or
+-- with one of an older version, the Backend sends the variant without
+-- these lines (orphans.go).
 --end
 WITH
 t AS (
@@ -30,7 +33,7 @@ dw AS (
 nx AS (
   SELECT DISTINCT ON (q."key") q."key", q."lock_id" FROM {{waiters}} AS q, t
   WHERE q."key" IN (SELECT d."key" FROM d UNION SELECT dw."key" FROM dw)
-    AND q."lock_id" <> ALL (t.ids) AND q."deadline_ms" > t.now_ms
+    AND q."lock_id" <> ALL (t.ids) AND q."deadline_ms" > t.now_ms AND (q."near" OR q."notified")
     AND NOT EXISTS (SELECT 1 FROM {{locks}} AS l WHERE l."key" = q."key" AND {{live(l)}} AND l."lock_id" <> ALL (t.ids))
   ORDER BY q."key", q."place", q."lock_id"
 ),

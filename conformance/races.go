@@ -396,7 +396,9 @@ func init() {
 			r, err := e.pb.Acquire(e.ctx, k, 30*time.Second)
 			ch <- res{r, err}
 		}()
-		if e.waitLockWaiter("pg_try_advisory_xact_lock", returned) == 0 {
+		// (Sent unprepared, the acquire is a call of its statement
+		// function, named after the table: matched by the table's name.)
+		if e.waitLockWaiter(e.cfg.TableName, returned) == 0 {
 			_ = tx.Rollback()
 			e.t.Fatalf("setup: the acquire did not wait for the table lock (returned: %+v)", <-ch)
 		}

@@ -44,7 +44,7 @@ test: deps vet
 
 # Everything, as CI runs it (.ci/run): make test's tests with the long
 # suites (SYNCGUARD_LONG=1), fuzzing, the release check and the core's
-# tests with the oldest Go it claims. About 10 minutes on 2 cores.
+# tests with the oldest Go it claims. About 19 minutes on 2 cores.
 check: deps vet fuzz release-check test-min-go
 	@$(MAKE) --no-print-directory test-modules SYNCGUARD_LONG=1
 

@@ -211,8 +211,10 @@ func stripComments(s string) string {
 // SchemaSQL returns the DDL that SetupSchema runs, for migration tools
 // (goose, golang-migrate, atlas, ...): idempotent (IF NOT EXISTS), the
 // spec's schema exactly (the lock table with its primary key and indexes
-// on lock_id and expires_at_ms, the fence counter table with key_debug)
-// and the waiters and holders tables. cfg may be nil for the defaults.
+// on lock_id and expires_at_ms, the fence counter table with key_debug),
+// the waiters and holders tables, and the statement functions (CREATE OR
+// REPLACE; named by a hash of their text, so apply it again with each
+// version). cfg may be nil for the defaults.
 func SchemaSQL(cfg *Config) (string, error) {
 	r, err := cfg.resolve()
 	if err != nil {

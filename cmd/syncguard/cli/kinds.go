@@ -113,20 +113,25 @@ func kindEnv(lk runLocker, o *runOpts, lease *syncguard.Lease) ([]string, error)
 	return nil, nil
 }
 
-// kindRow is a live holding of another kind than the mutex, for status
-// and ls: a permit, a read-write lock's lease, a set of keys.
-type kindRow struct {
-	kind          string            // "permit", "shared", "exclusive", "set"
-	keys          []string          // its key; a set's keys
+// lockRow is a lock of any kind as status and ls show it: a mutex's
+// lease, a semaphore's permit, a read-write lock's lease, a set of keys.
+type lockRow struct {
+	kind          string            // "mutex", "permit", "shared", "exclusive", "set"
+	keys, hashes  []string          // its key, a set's keys (a mutex's only with ls --keys or --raw), and their hashes
 	fences        []syncguard.Fence // each key's fence (a reader's: its writer generation)
 	slot, permits int               // a permit's
+	lockID        string            // a mutex's, with ls --raw
+	live          bool              // a mutex's: not expired (ls --expired)
 	syncguard.LockInfo
 }
+
+// kindColumns are the columns of the other kinds' holdings.
+var kindColumns = []string{"KIND", "KEY", "FENCE", "ACQUIRED", "EXPIRES", "HOLDER"}
 
 // kindRows reads the holdings of the other kinds on key (status), or all
 // (ls: key ""): which kinds have tables (none: not in use), then each
 // kind's List.
-func (a *app) kindRows(ctx context.Context, key string) ([]kindRow, error) {
+func (a *app) kindRows(ctx context.Context, key string) ([]lockRow, error) {
 	table, _ := a.tableNames()
 	_, slots, _ := semaphore.Tables(table)
 	var in [3]bool
@@ -134,11 +139,12 @@ func (a *app) kindRows(ctx context.Context, key string) ([]kindRow, error) {
 		rules.QuoteIdent(slots), rules.QuoteIdent(table+"_rw"), rules.QuoteIdent(table+"_ml")).Scan(&in[0], &in[1], &in[2]); err != nil {
 		return nil, errwrap.Wrap(ctx, a.cmd, pgxstd.Dialect, err)
 	}
-	row := func(kind, key string, f syncguard.Fence, id string, acq, exp time.Time, ident string) kindRow {
-		return kindRow{kind: kind, keys: []string{key}, fences: []syncguard.Fence{f}, LockInfo: syncguard.LockInfo{KeyHash: syncguard.HashKey(key),
+	row := func(kind, key string, f syncguard.Fence, id string, acq, exp time.Time, ident string) lockRow {
+		h := syncguard.HashKey(key)
+		return lockRow{kind: kind, keys: []string{key}, hashes: []string{h}, fences: []syncguard.Fence{f}, LockInfo: syncguard.LockInfo{KeyHash: h,
 			LockIDHash: id, Fence: f, AcquiredAt: acq, ExpiresAt: exp, Identity: ident}}
 	}
-	var rows []kindRow
+	var rows []lockRow
 	sem, err := semaphore.New(a.db, a.config(), 1)
 	if err == nil && in[0] {
 		permits, e := sem.List(ctx)
@@ -161,10 +167,11 @@ func (a *app) kindRows(ctx context.Context, key string) ([]kindRow, error) {
 	if err = cmp.Or(err, e); err == nil && in[2] {
 		sets, e := ml.List(ctx)
 		for _, h := range sets {
-			r := kindRow{kind: "set", LockInfo: syncguard.LockInfo{KeyHash: syncguard.HashKey(h.Set), LockIDHash: h.LockIDHash,
+			r := lockRow{kind: "set", LockInfo: syncguard.LockInfo{KeyHash: syncguard.HashKey(h.Set), LockIDHash: h.LockIDHash,
 				ExpiresAt: h.ExpiresAt, AcquiredAt: h.AcquiredAt, Identity: h.Identity}}
 			for _, f := range h.Fences {
-				r.keys, r.fences, r.Fence = append(r.keys, f.Key), append(r.fences, f.Fence), max(r.Fence, f.Fence)
+				r.keys, r.hashes, r.fences = append(r.keys, f.Key), append(r.hashes, syncguard.HashKey(f.Key)), append(r.fences, f.Fence)
+				r.Fence = max(r.Fence, f.Fence)
 			}
 			rows = append(rows, r)
 		}
@@ -174,49 +181,74 @@ func (a *app) kindRows(ctx context.Context, key string) ([]kindRow, error) {
 		return nil, err
 	}
 	nkey, _ := rules.NormalizeKey(key)
-	return slices.DeleteFunc(rows, func(r kindRow) bool { return key != "" && !slices.Contains(r.keys, nkey) }), nil
+	return slices.DeleteFunc(rows, func(r lockRow) bool { return key != "" && !slices.Contains(r.keys, nkey) }), nil
 }
 
-// kindTable prints lead and rows: KIND KEY FENCE ACQUIRED EXPIRES HOLDER
-// (nothing when there are none); show displays a key (or its hash).
-func kindTable(out io.Writer, lead string, rows []kindRow, now time.Time, show func(string) string) error {
+// cells are r's columns by name: its keys as they are (keys) or as hashes.
+func (r lockRow) cells(now time.Time, keys bool) map[string]string {
+	ks, fs := make([]string, len(r.hashes)), make([]string, len(r.hashes))
+	for i, h := range r.hashes {
+		ks[i], fs[i] = "key#"+h, string(r.fences[i])
+		if keys {
+			ks[i] = displayKey(r.keys[i])
+		}
+	}
+	kind, holder := r.kind, "lock#"+r.LockIDHash
+	if r.kind == "permit" {
+		kind = fmt.Sprintf("permit %d/%d", r.slot, r.permits)
+	}
+	if r.Identity != "" {
+		holder = displayKey(r.Identity)
+	}
+	return map[string]string{"KIND": kind, "KEY": strings.Join(ks, " "), "FENCE": strings.Join(fs, ","), "ACQUIRED": rel(r.AcquiredAt, now),
+		"EXPIRES": rel(r.ExpiresAt, now), "HOLDER": holder, "LOCKID": r.lockID, "STATE": map[bool]string{true: "live", false: "expired"}[r.live]}
+}
+
+// printRows prints lead and rows in aligned columns, cols (see cells)
+// under their names; nothing when there are no rows.
+func printRows(out io.Writer, lead string, rows []lockRow, cols []string, now time.Time, keys bool) error {
 	if len(rows) == 0 {
 		return nil
 	}
 	w := table(out)
 	fmt.Fprint(w, lead)
-	fmt.Fprintln(w, "KIND\tKEY\tFENCE\tACQUIRED\tEXPIRES\tHOLDER")
+	fmt.Fprintln(w, strings.Join(cols, "\t"))
 	for _, r := range rows {
-		ks, fs := make([]string, len(r.keys)), make([]string, len(r.keys))
-		for i, k := range r.keys {
-			ks[i], fs[i] = show(k), string(r.fences[i])
+		cells, line := r.cells(now, keys), make([]string, len(cols))
+		for i, c := range cols {
+			line[i] = cells[c]
 		}
-		kind, holder := r.kind, "lock#"+r.LockIDHash
-		if r.kind == "permit" {
-			kind = fmt.Sprintf("permit %d/%d", r.slot, r.permits)
-		}
-		if r.Identity != "" {
-			holder = displayKey(r.Identity)
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", kind, strings.Join(ks, " "), strings.Join(fs, ","), rel(r.AcquiredAt, now), rel(r.ExpiresAt, now), holder)
+		fmt.Fprintln(w, strings.Join(line, "\t"))
 	}
 	return w.Flush()
 }
 
-// kindJSON is rows for --json: as ls's locks, with the kind, the keys'
-// hashes (and keys) and fences, a permit's slot.
-func kindJSON(rows []kindRow, now time.Time, keys bool) []map[string]any {
+// rowsJSON is rows for --json: with lockJSON's fields, a mutex's lease
+// has its key's hash (and key) and, with raw, its lockId; another kind's
+// holding has the kind, its keys' hashes (and keys) and fences, a permit's
+// slot.
+func rowsJSON(rows []lockRow, now time.Time, keys, raw bool) []map[string]any {
 	out := []map[string]any{}
 	for _, r := range rows {
-		m := map[string]any{"kind": r.kind, "expiresInMs": r.ExpiresAt.Sub(now).Milliseconds(), "fences": r.fences, "keyHashes": []string{}}
-		for _, k := range r.keys {
-			m["keyHashes"] = append(m["keyHashes"].([]string), syncguard.HashKey(k))
-		}
-		if lockJSON(m, r.LockInfo); keys {
-			m["keys"] = r.keys
-		}
-		if r.kind == "permit" {
+		m := map[string]any{"expiresInMs": r.ExpiresAt.Sub(now).Milliseconds()}
+		lockJSON(m, r.LockInfo)
+		switch {
+		case r.kind == "mutex":
+			m["keyHash"], m["live"] = r.KeyHash, r.live
+			if keys {
+				m["key"] = r.keys[0]
+			}
+			if raw {
+				m["lockId"] = r.lockID
+			}
+		case r.kind == "permit":
 			m["slot"], m["permits"] = r.slot, r.permits
+			fallthrough
+		default:
+			m["kind"], m["fences"], m["keyHashes"] = r.kind, r.fences, r.hashes
+			if keys {
+				m["keys"] = r.keys
+			}
 		}
 		out = append(out, m)
 	}

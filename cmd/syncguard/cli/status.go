@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"strconv"
-	"strings"
 	"unicode"
 
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -61,7 +60,7 @@ is-active), 64/69/70/77 on errors.`)
 			}
 		}
 		if len(rows) > 0 {
-			out["holdings"] = kindJSON(rows, now, true)
+			out["holdings"] = rowsJSON(rows, now, true, false)
 		}
 		return cmp.Or(writeJSON(a.stdout, out), freeStatus(info == nil && len(rows) == 0))
 	}
@@ -84,11 +83,11 @@ is-active), 64/69/70/77 on errors.`)
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	return cmp.Or(kindTable(a.stdout, "\nalso held as a semaphore permit, read-write lock or set (independent locks):\n", rows, now, displayKey),
+	return cmp.Or(printRows(a.stdout, "\nalso held as a semaphore permit, read-write lock or set (independent locks):\n", rows, kindColumns, now, true),
 		freeStatus(info == nil && len(rows) == 0))
 }
 
-// lockJSON adds a holding's fields to the JSON of status and revoke.
+// lockJSON adds a holding's fields to the JSON of status, ls and revoke.
 func lockJSON(out map[string]any, info syncguard.LockInfo) {
 	out["fence"], out["acquiredAt"], out["expiresAt"] = string(info.Fence), jsonTime(info.AcquiredAt), jsonTime(info.ExpiresAt)
 	out["lockIdHash"], out["identity"] = info.LockIDHash, info.Identity
@@ -150,33 +149,24 @@ uses.`); err != nil {
 	if err != nil {
 		return err
 	}
-	now := list.Now
+	now, locks, show := list.Now, []lockRow{}, *raw || *keys
+	for _, r := range list.Locks {
+		locks = append(locks, lockRow{kind: "mutex", keys: []string{r.Key}, hashes: []string{r.KeyHash}, fences: []syncguard.Fence{r.Fence},
+			lockID: r.LockID, live: list.Live(r.LockInfo), LockInfo: r.LockInfo})
+	}
 
 	if a.json {
-		locks := []map[string]any{}
-		for _, r := range list.Locks {
-			m := map[string]any{"keyHash": r.KeyHash, "expiresInMs": r.ExpiresAt.Sub(now).Milliseconds(), "live": list.Live(r.LockInfo)}
-			lockJSON(m, r.LockInfo)
-			if *raw || *keys {
-				m["key"] = r.Key
-			}
-			if *raw {
-				m["lockId"] = r.LockID
-			}
-			locks = append(locks, m)
-		}
-		out := map[string]any{"serverTime": jsonTime(now), "locks": locks, "truncated": list.More}
+		out := map[string]any{"serverTime": jsonTime(now), "locks": rowsJSON(locks, now, show, *raw), "truncated": list.More}
 		if len(rows) > 0 {
-			out["holdings"] = kindJSON(rows, now, *raw || *keys)
+			out["holdings"] = rowsJSON(rows, now, show, *raw)
 		}
 		return writeJSON(a.stdout, out)
 	}
 
-	if len(list.Locks) == 0 && len(rows) == 0 {
+	if len(locks) == 0 && len(rows) == 0 {
 		fmt.Fprintln(a.stdout, map[bool]string{false: "no active locks", true: "no lock rows"}[*expired])
 		return nil
 	}
-	w := table(a.stdout)
 	cols := []string{"KEY", "FENCE", "ACQUIRED", "EXPIRES", "HOLDER"}
 	if *raw {
 		cols = append(cols, "LOCKID")
@@ -184,32 +174,10 @@ uses.`); err != nil {
 	if *expired {
 		cols = append(cols, "STATE")
 	}
-	if len(list.Locks) > 0 {
-		fmt.Fprintln(w, strings.Join(cols, "\t"))
-	}
-	for _, r := range list.Locks {
-		key, holder := "key#"+r.KeyHash, "lock#"+r.LockIDHash
-		if r.Identity != "" {
-			holder = displayKey(r.Identity)
-		}
-		if *keys || *raw {
-			key = displayKey(r.Key)
-		}
-		cells := []string{key, string(r.Fence), rel(r.AcquiredAt, now), rel(r.ExpiresAt, now), holder}
-		if *raw {
-			cells = append(cells, r.LockID)
-		}
-		if *expired {
-			cells = append(cells, map[bool]string{true: "live", false: "expired"}[list.Live(r.LockInfo)])
-		}
-		fmt.Fprintln(w, strings.Join(cells, "\t"))
-	}
-	if err := w.Flush(); err != nil {
+	if err := printRows(a.stdout, "", locks, cols, now, show); err != nil {
 		return err
 	}
-	err = kindTable(a.stdout, map[bool]string{true: "\n"}[len(list.Locks) > 0], rows, now, func(k string) string {
-		return map[bool]string{true: displayKey(k), false: "key#" + syncguard.HashKey(k)}[*keys || *raw]
-	})
+	err = printRows(a.stdout, map[bool]string{true: "\n"}[len(locks) > 0], rows, kindColumns, now, show)
 	if list.More {
 		a.notef("only the newest %d shown; use --limit 0 for all", *limit)
 	}

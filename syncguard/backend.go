@@ -175,6 +175,14 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 	}
 	// A free key without a row whose advisory lock someone else holds: a
 	// placeholder row if no acquire is in flight, then the attempt again.
+	// A queued waiter answers locked the first time: the holder is almost
+	// always a racing acquire, whose row its next attempt sees, and the
+	// placeholder's look at pg_locks costs the server its lock manager
+	// ("The placeholder" in docs/design.md); seen twice in a row, the
+	// waiter writes it.
+	if q != nil && err == nil && !q.absent.Swap(d.absent) && d.absent {
+		d.absent = false
+	}
 	for i, put := 0, false; err == nil && d.absent && i < 2 && ctx.Err() == nil; i++ {
 		err = (&Backend{shared: b.shared}).run(ctx, stmtPlaceholder, []any{k.Storage, lockID, k.Norm}, &put)
 		if err == nil && put {

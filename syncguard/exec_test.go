@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/DATA-DOG/go-sqlmock"
 
@@ -145,5 +146,30 @@ func TestStatementFunctionCalls(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "statement functions of this version are missing"); n != 1 {
 		t.Errorf("want one warning; got %q", logs.String())
+	}
+}
+
+// TestQueuedWaiterWritesAPlaceholderOnlyAtItsSecondAbsent: a queued
+// attempt that finds the key free without a row and its advisory lock
+// held answers locked without the placeholder statement (its look at
+// pg_locks stalls the server's lock manager, and the holder is almost
+// always a racing acquire); the waiter's next attempt that finds the same
+// writes it.
+func TestQueuedWaiterWritesAPlaceholderOnlyAtItsSecondAbsent(t *testing.T) {
+	b, mock := newMock(t, nil)
+	absent := func() *sqlmock.Rows {
+		return sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "h"}).AddRow(nil, nil, nil, nil, false, int64(1000), true, int64(0))
+	}
+	mock.ExpectQuery("a AS MATERIALIZED").WillReturnRows(absent())
+	mock.ExpectQuery("a AS MATERIALIZED").WillReturnRows(absent())
+	mock.ExpectQuery("WITH p AS").WillReturnRows(sqlmock.NewRows([]string{"p"}).AddRow(false))
+	w := b.Queue("k", "", false)
+	for i := range 2 {
+		if r, err := w.Attempt(context.Background(), time.Second); err != nil || r.OK {
+			t.Fatalf("attempt %d: %+v, %v; want locked", i, r, err)
+		}
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -160,6 +160,7 @@ type queueState struct {
 	lockID  string
 	channel string
 	unknown atomic.Bool // an attempt's outcome was unknown: Leave also releases in the background
+	absent  atomic.Bool // the last attempt found the key free without a row, its advisory lock held (backend.go)
 	ttl     atomic.Int64
 
 	mu             sync.Mutex

@@ -151,6 +151,17 @@ func advisoryLocksChangeNothing(ctx context.Context, t *testing.T, admin, evil *
 		}
 	}
 
+	// A waiting Lock too: a queued waiter answers its first such attempt
+	// locked (the holder is usually a racing acquire) and writes the
+	// placeholder at its second.
+	queued := key("queued")
+	holdAdvisory(ctx, t, evil, queued, false)
+	if l, err := syncguard.Lock(ctx, b, queued, &syncguard.LockOptions{TTL: time.Minute, Acquisition: syncguard.AcquisitionOptions{Timeout: 30 * time.Second}}); err != nil {
+		t.Fatalf("a waiting Lock of a free key whose advisory lock another role holds: %v; want it taken (rule: no role without privileges can stall a key)", err)
+	} else if _, err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
 	// Inside the caller's transaction too.
 	tx, err := db().BeginTx(ctx, nil)
 	if err != nil {

@@ -64,9 +64,10 @@ CREATE INDEX IF NOT EXISTS "idx_syncguard_locks_hkey" ON "syncguard_locks_holder
 
 -- Statement functions: the statements below, for sending them
 -- unprepared (behind a transaction-mode pooler) without planning them
--- at each execution. Named by a hash of their text.
+-- at each execution. Named by a hash of their definition, each is
+-- created when missing (any role with CREATE may apply this again).
 
-CREATE OR REPLACE FUNCTION "syncguard_locks_op_b927b241"(text, text, text, text, bigint) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_42e4645a"(text,text,text,text,bigint)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_42e4645a"(text, text, text, text, bigint) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -151,9 +152,9 @@ SELECT
 FROM t
 LEFT JOIN won ON true
 LEFT JOIN cur ON true; END
-$syncguard$;
+$syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-CREATE OR REPLACE FUNCTION "syncguard_locks_op_a9fbcd77"(text, text, text, text, bigint, bigint, boolean) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_58fed766"(text,text,text,text,bigint,bigint,boolean)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_58fed766"(text, text, text, text, bigint, bigint, boolean) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -271,9 +272,9 @@ SELECT
 FROM t
 LEFT JOIN won ON true
 LEFT JOIN cur ON true; END
-$syncguard$;
+$syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-CREATE OR REPLACE FUNCTION "syncguard_locks_op_a5959190"(text, text, text, text, bigint, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_24a1d30b"(text,text,text,text,bigint,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_24a1d30b"(text, text, text, text, bigint, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -364,9 +365,9 @@ SELECT
 FROM t
 LEFT JOIN won ON true
 LEFT JOIN cur ON true; END
-$syncguard$;
+$syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-CREATE OR REPLACE FUNCTION "syncguard_locks_op_0e3c9063"(text, text, text, text, bigint, bigint, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_f70711f6"(text,text,text,text,bigint,bigint,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_f70711f6"(text, text, text, text, bigint, bigint, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -490,9 +491,9 @@ SELECT
 FROM t
 LEFT JOIN won ON true
 LEFT JOIN cur ON true; END
-$syncguard$;
+$syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-CREATE OR REPLACE FUNCTION "syncguard_locks_op_6f0d5e28"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_5d7746fd"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_5d7746fd"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -577,9 +578,9 @@ FROM t
 LEFT JOIN d ON true
 LEFT JOIN sc ON true
 LEFT JOIN n ON true; END
-$syncguard$;
+$syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-CREATE OR REPLACE FUNCTION "syncguard_locks_op_dbd5d4b9"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_99c662ca"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_99c662ca"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -654,9 +655,9 @@ FROM t
 LEFT JOIN d ON true
 LEFT JOIN sc ON true
 LEFT JOIN n ON true; END
-$syncguard$;
+$syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-CREATE OR REPLACE FUNCTION "syncguard_locks_op_240efd18"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_954e0fff"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_954e0fff"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -683,9 +684,9 @@ SELECT d."lock_id",
 FROM t
 LEFT JOIN d ON true
 LEFT JOIN sc ON true; END
-$syncguard$;
+$syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-CREATE OR REPLACE FUNCTION "syncguard_locks_op_a147b4e6"(text, bigint) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 bigint) LANGUAGE plpgsql AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_943c99ca"(text,bigint)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_943c99ca"(text, bigint) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 bigint) LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -705,4 +706,4 @@ SELECT u."lock_id", u."expires_at_ms",
   t.now_ms
 FROM t
 LEFT JOIN u ON true; END
-$syncguard$;
+$syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;

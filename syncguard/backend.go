@@ -117,6 +117,11 @@ func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (A
 	return b.acquire(ctx, key, ttl, b.shared.cfg.Identity, nil)
 }
 
+// absentRetry: a queued waiter that found the key free without a row, its
+// advisory lock held (a racing acquire, almost always), attempts again
+// after this long, by when the racer's row is there.
+const absentRetry = 5 * time.Millisecond
+
 // acquire is one attempt for holder ident; q, a waiter on the pool, makes
 // it keep the waiter's place in the queue, under the waiter's lockId.
 func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, ident string, q *queueState) (AcquireResult, error) {
@@ -178,9 +183,10 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 	// A queued waiter answers locked the first time: the holder is almost
 	// always a racing acquire, whose row its next attempt sees, and the
 	// placeholder's look at pg_locks costs the server its lock manager
-	// ("The placeholder" in docs/design.md); seen twice in a row, the
-	// waiter writes it.
-	if q != nil && err == nil && !q.absent.Swap(d.absent) && d.absent {
+	// ("The advisory try-lock" in docs/design.md); seen twice in a row,
+	// the waiter writes it. It attempts again soon: the key is free.
+	skipped := q != nil && err == nil && !q.absent.Swap(d.absent) && d.absent
+	if skipped {
 		d.absent = false
 	}
 	for i, put := 0, false; err == nil && d.absent && i < 2 && ctx.Err() == nil; i++ {
@@ -223,6 +229,8 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 		res := AcquireResult{OK: false, Reason: ReasonLocked}
 		if d.expires.Valid {
 			res.RetryIn = max(time.Duration(d.expires.Int64+rules.ToleranceMs+1-d.now)*time.Millisecond, 0)
+		} else if skipped {
+			res.RetryIn = absentRetry
 		}
 		if q != nil {
 			var holder int64 // the live holder's fence, when there is one

@@ -165,9 +165,45 @@ func TestQueuedWaiterWritesAPlaceholderOnlyAtItsSecondAbsent(t *testing.T) {
 	mock.ExpectQuery("WITH p AS").WillReturnRows(sqlmock.NewRows([]string{"p"}).AddRow(false))
 	w := b.Queue("k", "", false)
 	for i := range 2 {
-		if r, err := w.Attempt(context.Background(), time.Second); err != nil || r.OK {
+		r, err := w.Attempt(context.Background(), time.Second)
+		if err != nil || r.OK {
 			t.Fatalf("attempt %d: %+v, %v; want locked", i, r, err)
 		}
+		if i == 0 && r.RetryIn != absentRetry {
+			t.Errorf("the skipped absent asks for an attempt again in %v (the key is free), got %v", absentRetry, r.RetryIn)
+		}
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStatementFunctionsInACallersTransaction: in a caller's transaction a
+// Backend sends the statement itself until a function has served on the
+// pool (a missing one would abort that transaction), then calls it.
+func TestStatementFunctionsInACallersTransaction(t *testing.T) {
+	b, mock := newMock(t, nil)
+	b.shared.noFuncs.Store(false) // newMock turns them off
+	id := rules.GenerateLockID()
+	row := func() *sqlmock.Rows {
+		return sqlmock.NewRows([]string{"d", "s", "n", "k", "c", "l"}).AddRow(id, nil, int64(1), nil, nil, false)
+	}
+	mock.ExpectBegin()
+	mock.ExpectQuery("DELETE FROM").WillReturnRows(row())
+	mock.ExpectQuery(`FROM "syncguard_locks_op_`).WillReturnRows(row()) // on the pool
+	mock.ExpectQuery(`FROM "syncguard_locks_op_`).WillReturnRows(row()) // in the transaction, from then on
+	mock.ExpectCommit()
+	tx, err := b.shared.db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, bb := range []*Backend{b.WithTx(tx), b, b.WithTx(tx)} {
+		if r, err := bb.Release(context.Background(), id); err != nil || !r.OK {
+			t.Fatalf("release %d: %+v, %v", i, r, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
 	}
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strconv"
 	"strings"
@@ -58,7 +59,7 @@ type statements struct {
 	list, listPlain, lastFence string           // inspections (inspect.go)
 	releaseOrphans             [2]string        // background release (orphans.go): [with the queue]
 	funcs                      [numStmts]string // calls of the statement functions (exec.go's oneShotOp)
-	fns                        []stmtfunc.Func
+	fns                        []stmtfunc.Func  // the statement functions, for SchemaSQL and SetupSchema
 }
 
 // funcSources are the statements that run through a statement function
@@ -212,9 +213,12 @@ func stripComments(s string) string {
 // (goose, golang-migrate, atlas, ...): idempotent (IF NOT EXISTS), the
 // spec's schema exactly (the lock table with its primary key and indexes
 // on lock_id and expires_at_ms, the fence counter table with key_debug),
-// the waiters and holders tables, and the statement functions (CREATE OR
-// REPLACE; named by a hash of their text, so apply it again with each
-// version). cfg may be nil for the defaults.
+// the waiters and holders tables, and the statement functions (each
+// created when missing, named by a hash of their definition, so apply it
+// again with each version; each function is one statement, a DO block
+// with dollar-quoted bodies: a tool that splits a file at every ';', such
+// as golang-migrate's x-multi-statement, must not). cfg may be nil for the
+// defaults.
 func SchemaSQL(cfg *Config) (string, error) {
 	r, err := cfg.resolve()
 	if err != nil {
@@ -228,10 +232,13 @@ func SchemaSQL(cfg *Config) (string, error) {
 // EXISTS races on the catalog otherwise).
 const schemaLockID = 0x73796e6367756172 // "syncguar"
 
-// SetupSchema creates the tables and their indexes that do not exist,
-// idempotent and safe to call concurrently; cfg may be nil for the default
-// names. When all exist in the current schema it returns nil after one
-// query, so a role without CREATE on the schema may call it then.
+// SetupSchema creates the tables, their indexes and the statement
+// functions that do not exist, idempotent and safe to call concurrently;
+// cfg may be nil for the default names. When all exist in the current
+// schema it returns nil after one query, so a role without CREATE on the
+// schema may call it then; when only this version's statement functions
+// are missing (after an upgrade) and the role may not create them, it
+// logs a warning (Config.Logger) and returns nil.
 func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	const op = "setupSchema"
 	ddl, err := SchemaSQL(cfg)
@@ -259,42 +266,77 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 		objects = append(objects, names[k])
 	}
 	fns := renderStatements(r.TableName, r.FenceTableName).fns
-	res, err := db.ExecContext(ctx, deploy.ExistsQuery(objects)+" AND "+deploy.ColumnCond(names["waiters"], "near")+" AND "+stmtfunc.Exist(fns))
+	tables := deploy.ExistsQuery(objects) + " AND " + deploy.ColumnCond(names["waiters"], "near")
+	exists := func(q string) (bool, error) {
+		res, err := db.ExecContext(ctx, q)
+		if err != nil {
+			return false, err
+		}
+		n, err := res.RowsAffected()
+		return err == nil && n == 1, nil
+	}
+	all, err := exists(tables + " AND " + stmtfunc.Exist(fns))
+	if err != nil || all {
+		return wrapNil(cl, ctx, op, err)
+	}
+	// Only this version's statement functions missing (an upgrade): create
+	// them alone, and a role that may not (42501) goes on without them,
+	// warned (its statements sent unprepared are planned each time).
+	only, err := exists(tables)
 	if err != nil {
 		return cl.wrap(ctx, op, err)
 	}
-	if n, err := res.RowsAffected(); err == nil && n == 1 {
+	if only {
+		ddl = stmtfunc.DDL(fns)
+	}
+	err = runDDL(ctx, db, ddl)
+	if err == nil {
 		return nil
 	}
+	e := cl.wrap(ctx, op, err)
+	switch {
+	case e.SQLState == "42501" && only:
+		r.Logger.Warn("syncguard: SetupSchema could not create this version's statement functions (the role lacks CREATE on the schema): statements sent unprepared (behind a transaction-mode pooler) are planned at each execution until a role that may runs SetupSchema (or applies SchemaSQL)",
+			slog.String("table", r.TableName))
+		return nil
+	case e.SQLState == "42501":
+		e.Msg = "insufficient privilege to create the lock tables: " + deploy.CreateGrantHint(ctx, db) +
+			", or let the schema's owner run SetupSchema (or apply SchemaSQL in a migration)"
+	}
+	return e
+}
+
+// wrapNil is cl.wrap(err), or nil.
+func wrapNil(cl classifier, ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return cl.wrap(ctx, op, err)
+}
+
+// runDDL runs ddl's statements in one transaction, serialized with other
+// SetupSchema calls.
+func runDDL(ctx context.Context, db *sql.DB, ddl string) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return cl.wrap(ctx, op, err)
+		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", int64(schemaLockID))); err != nil {
-		return cl.wrap(ctx, op, err)
+		return err
 	}
 	// A table lock (adding a column to a waiters table in use) waits at
 	// most this long: the fleet's statements on that table queue behind
 	// the waiting ALTER. A timeout (55P03) is an error; run it again.
 	if _, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
-		return cl.wrap(ctx, op, err)
+		return err
 	}
 	for _, stmt := range deploy.SplitStatements(ddl) {
 		if _, err := tx.ExecContext(ctx, stmt); err != nil {
-			e := cl.wrap(ctx, op, err)
-			if e.SQLState == "42501" {
-				_ = tx.Rollback() // the role lacks CREATE on the schema
-				e.Msg = "insufficient privilege to create the lock tables: " + deploy.CreateGrantHint(ctx, db) +
-					", or let the schema's owner run SetupSchema (or apply SchemaSQL in a migration)"
-			}
-			return e
+			return err
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return cl.wrap(ctx, op, err)
-	}
-	return nil
+	return tx.Commit()
 }
 
 //go:generate go run ../tools/genschema ../schema.sql

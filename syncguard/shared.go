@@ -57,8 +57,8 @@ type shared struct {
 	queueWarned atomic.Bool
 	noHolders   atomic.Bool // the holders table is missing or not granted (wait.go)
 	holdWarned  atomic.Bool
-	noFuncs     atomic.Bool // the statement functions are missing (funcs.go)
-	funcsOK     atomic.Bool // a statement function served on the pool
+	noFuncs     atomic.Bool // the statement functions are missing or not granted (exec.go's funcLost)
+	funcsOK     atomic.Bool // a statement function served (exec.go's oneShotOp)
 	waitCfg     waitTunables
 }
 

@@ -26,12 +26,14 @@ import (
 type Func struct {
 	Name string // unquoted: prefix + "_op_" + 8 hex digits
 	Args string // its parameter types, "text,bigint", as to_regprocedure reads them
-	DDL  string // CREATE OR REPLACE FUNCTION ...; (one line ends with ";")
+	DDL  string // DO ... CREATE FUNCTION ... when missing; (one line ends with ";")
 	Call string // the call, with the statement's parameters ($1::text, ...)
 }
 
-// paramRE finds a statement's parameters: every use is cast ($1::text).
-var paramRE, anyParamRE = regexp.MustCompile(`\$(\d+)::([a-z]+)`), regexp.MustCompile(`\$\d+`)
+// paramRE finds a statement's parameters, every use cast to a one-word
+// type ($1::text); anyParamRE finds every use, and badCastRE a cast to a
+// type paramRE would misread (text[], varchar(10), double precision).
+var paramRE, anyParamRE, badCastRE = regexp.MustCompile(`\$(\d+)::([a-z]+)`), regexp.MustCompile(`\$\d+`), regexp.MustCompile(`\$\d+::[a-z]+(\[|\(| precision| varying| with)`)
 
 // New makes the function of body, a statement without comments whose
 // parameters are all cast where used, named after prefix (at most 51
@@ -49,11 +51,11 @@ func New(prefix, returns, body string) (Func, error) {
 		}
 		types[n-1] = m[2]
 	}
-	if len(anyParamRE.FindAllString(body, -1)) != len(paramRE.FindAllString(body, -1)) {
-		return Func{}, fmt.Errorf("every use of a parameter must be cast")
+	if len(anyParamRE.FindAllString(body, -1)) != len(paramRE.FindAllString(body, -1)) || badCastRE.MatchString(body) {
+		return Func{}, fmt.Errorf("every use of a parameter must be cast to a one-word type")
 	}
-	if strings.Contains(body, "$syncguard$") || strings.Contains(body, ";") || strings.Contains(body, "--") {
-		return Func{}, fmt.Errorf("the body of a statement function has no ';', '--' or $syncguard$")
+	if strings.Contains(body, "$syncguard$") || strings.Contains(body, "$do$") || strings.Contains(body, ";") || strings.Contains(body, "--") || strings.Contains(body, "%") {
+		return Func{}, fmt.Errorf("the body of a statement function has no ';', '--', '%%', $syncguard$ or $do$")
 	}
 	var params, cols []string
 	for i, t := range types {
@@ -66,14 +68,21 @@ func New(prefix, returns, body string) (Func, error) {
 		cols = append(cols, fmt.Sprintf("r%d %s", i+1, t))
 	}
 	args := strings.Join(types, ",")
-	sum := sha256.Sum256([]byte(returns + "\n" + args + "\n" + body))
+	// Created only when missing (CREATE OR REPLACE needs the owner's role,
+	// and a migration role may apply SchemaSQL after the application's ran
+	// SetupSchema): the name, a hash of the whole definition, says what it
+	// is. One line ends with ";": deploy.SplitStatements splits there.
+	def := fmt.Sprintf("CREATE FUNCTION %%s(%s) RETURNS TABLE (%s) LANGUAGE plpgsql AS $syncguard$\n#variable_conflict use_column\nBEGIN\nRETURN QUERY\n%s; END\n$syncguard$",
+		strings.Join(types, ", "), strings.Join(cols, ", "), body)
+	sum := sha256.Sum256([]byte(def))
 	name := prefix + "_op_" + hex.EncodeToString(sum[:4])
 	q := rules.QuoteIdent(name)
+	sig := q + "(" + args + ")"
 	return Func{
 		Name: name,
 		Args: args,
-		DDL: fmt.Sprintf("CREATE OR REPLACE FUNCTION %s(%s) RETURNS TABLE (%s) LANGUAGE plpgsql AS $syncguard$\n#variable_conflict use_column\nBEGIN\nRETURN QUERY\n%s; END\n$syncguard$;\n",
-			q, strings.Join(types, ", "), strings.Join(cols, ", "), body),
+		DDL: fmt.Sprintf("DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '%s') IS NULL THEN %s; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;\n",
+			sig, fmt.Sprintf(def, q)),
 		Call: "SELECT * FROM " + q + "(" + strings.Join(params, ", ") + ")",
 	}, nil
 }
@@ -83,7 +92,8 @@ func DDL(fs []Func) string {
 	var b strings.Builder
 	b.WriteString("\n-- Statement functions: the statements below, for sending them\n" +
 		"-- unprepared (behind a transaction-mode pooler) without planning them\n" +
-		"-- at each execution. Named by a hash of their text.\n")
+		"-- at each execution. Named by a hash of their definition, each is\n" +
+		"-- created when missing (any role with CREATE may apply this again).\n")
 	for _, f := range fs {
 		b.WriteString("\n" + f.DDL)
 	}
@@ -102,9 +112,16 @@ func Exist(fs []Func) string {
 	return strings.Join(conds, " AND ")
 }
 
-// Missing reports whether sqlState and msg say that a function named after
-// prefix is missing (42883: a version's functions not yet created) or not
-// granted (42501: EXECUTE revoked from PUBLIC).
+// Missing reports whether sqlState and msg, the error of a call of a
+// function named after prefix, say that the function cannot serve: it is
+// missing (42883: a version's functions not yet created) or not granted
+// (42501: EXECUTE revoked from PUBLIC), naming it; or the statement's
+// columns do not match its result (42804: a lock table whose columns are
+// of other types than the schema's, which the statement itself reads).
 func Missing(prefix, sqlState, msg string) bool {
-	return (sqlState == "42883" || sqlState == "42501") && strings.Contains(msg, prefix+"_op_")
+	if sqlState == "42804" {
+		return true
+	}
+	return (sqlState == "42883" || sqlState == "42501") &&
+		regexp.MustCompile(`(^|[^A-Za-z0-9_])`+regexp.QuoteMeta(prefix)+`_op_[0-9a-f]{8}([^A-Za-z0-9_]|$)`).MatchString(msg)
 }

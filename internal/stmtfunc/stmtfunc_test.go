@@ -16,14 +16,15 @@ func TestNewDerivesTheSignature(t *testing.T) {
 	if f.Call != `SELECT * FROM "`+f.Name+`"($1::bigint, $2::text, $3::boolean)` {
 		t.Errorf("call %q", f.Call)
 	}
-	if !strings.Contains(f.DDL, "RETURNS TABLE (r1 text, r2 bigint)") || strings.Count(f.DDL, ";\n") != 1 || !strings.HasSuffix(f.DDL, "$syncguard$;\n") {
+	if !strings.Contains(f.DDL, "RETURNS TABLE (r1 text, r2 bigint)") || strings.Count(f.DDL, ";\n") != 1 || !strings.HasSuffix(f.DDL, "END $do$;\n") ||
+		!strings.Contains(f.DDL, `'"`+f.Name+`"(bigint,text,boolean)') IS NULL THEN CREATE FUNCTION "`+f.Name+`"(bigint, text, boolean)`) {
 		t.Errorf("DDL:\n%s", f.DDL)
 	}
 	g, _ := New("t", "text, bigint", `SELECT $2::text, $1::bigint + $1::bigint FROM "x" WHERE "k" = $3::boolean AND true`)
 	if g.Name == f.Name {
 		t.Errorf("another statement must have another name")
 	}
-	for _, bad := range []string{`SELECT $1::text, $1::bigint`, `SELECT $1::text, $2`, `SELECT $2::text`, `SELECT 1; SELECT $1::text`, `SELECT '$syncguard$', $1::text`, "SELECT $1::text -- x"} {
+	for _, bad := range []string{`SELECT $1::text, $1::bigint`, `SELECT $1::text, $2`, `SELECT $2::text`, `SELECT 1; SELECT $1::text`, `SELECT '$syncguard$', $1::text`, "SELECT $1::text -- x", `SELECT $1::text[]`, `SELECT $1::varchar(3)`, `SELECT $1::double precision`} {
 		if _, err := New("t", "text", bad); err == nil {
 			t.Errorf("New accepted %q", bad)
 		}
@@ -40,6 +41,9 @@ func TestMissing(t *testing.T) {
 		{"42883", `function sha256(text) does not exist`, false},
 		{"42501", `permission denied for table app`, false},
 		{"42P01", `relation "app_op_12345678" does not exist`, false},
+		{"42501", `permission denied for table app_op_fences`, false},
+		{"42501", `permission denied for function xapp_op_12345678`, false},
+		{"42804", `structure of query does not match function result type`, true},
 	} {
 		if got := Missing("app", c.state, c.msg); got != c.want {
 			t.Errorf("Missing(%s, %q) = %v", c.state, c.msg, got)

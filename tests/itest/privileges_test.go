@@ -3,6 +3,7 @@ package itest_test
 import (
 	"context"
 	"database/sql"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -130,6 +131,30 @@ func TestSetupSchemaWithoutCreateWhenTablesExist(t *testing.T) {
 				t.Fatalf("acquire after SetupSchema: %+v, %v", r, err)
 			}
 		})
+	}
+
+	// An upgrade whose statement functions are missing: SetupSchema by a
+	// role without CREATE warns and returns nil (the tables are there),
+	// and a Backend sending statements unprepared works without them.
+	exec(`DO $$ DECLARE f regprocedure; BEGIN FOR f IN SELECT p.oid FROM pg_proc AS p WHERE p.pronamespace = 'sg_nocreate'::regnamespace AND p.proname LIKE 'syncguard\_locks\_op\_%' LOOP EXECUTE 'DROP FUNCTION ' || f; END LOOP; END $$`)
+	{
+		db, err := sql.Open("pgx", srv.DSNFor("sg_nocreate_user", "sg-nc-pw", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var logs syncBuffer
+		cfg := &syncguard.Config{DisablePrepare: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+		if err := syncguard.SetupSchema(ctx, db, cfg); err != nil || !strings.Contains(logs.String(), "could not create this version's statement functions") {
+			t.Fatalf("rule: SetupSchema with only the statement functions to create and no CREATE warns and returns nil; got %v, log %q", err, logs.String())
+		}
+		b, err := syncguard.New(db, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := b.Acquire(ctx, "nocreate:nofuncs", time.Minute); err != nil || !r.OK {
+			t.Fatalf("acquire without the statement functions: %+v, %v", r, err)
+		}
 	}
 
 	exec(`DROP INDEX sg_nocreate.idx_syncguard_locks_expires`)

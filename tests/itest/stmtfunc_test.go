@@ -25,6 +25,15 @@ func TestStatementFunctionsServeUnpreparedStatements(t *testing.T) {
 	for _, drv := range []string{"postgres", "pgx"} {
 		t.Run(drv, func(t *testing.T) {
 			e := newWaitEnv(t, "stmtfn")
+			// Functions of other versions' statements left by earlier runs
+			// (dropping the tables leaves them): gone, so that those below
+			// are exactly this version's.
+			dropFuncs := `DO $$ DECLARE f regprocedure; BEGIN FOR f IN SELECT p.oid FROM pg_proc AS p WHERE p.proname LIKE 'stmtfn\_locks\_op\_%' AND p.pronamespace = current_schema()::regnamespace LOOP EXECUTE 'DROP FUNCTION ' || f; END LOOP; END $$`
+			mustExec(e.ctx, t, e.admin, dropFuncs)
+			if err := syncguard.SetupSchema(e.ctx, e.admin, e.cfg); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _, _ = e.admin.Exec(dropFuncs) })
 			var logs syncBuffer
 			cfg := *e.cfg
 			cfg.DisablePrepare = true
@@ -76,8 +85,8 @@ func TestStatementFunctionsServeUnpreparedStatements(t *testing.T) {
 				return out
 			}
 			fs := funcs()
-			if len(fs) < 8 {
-				t.Fatalf("SetupSchema created %d statement functions, want at least 8: %v", len(fs), fs)
+			if len(fs) != 8 {
+				t.Fatalf("SetupSchema created %d statement functions, want 8: %v", len(fs), fs)
 			}
 			// One operation's functions at a time raise: release (6 columns),
 			// extend (4), acquire (8).
@@ -105,12 +114,27 @@ func TestStatementFunctionsServeUnpreparedStatements(t *testing.T) {
 			if n := strings.Count(logs.String(), "statement functions of this version are missing"); n != 1 {
 				t.Errorf("want one warning about the missing functions; got %q", logs.String())
 			}
-			// SetupSchema creates them again, and a new Backend calls them.
+			// SetupSchema creates them again, and a new Backend calls them:
+			// one that raises makes its acquire fail.
 			if err := syncguard.SetupSchema(e.ctx, e.admin, e.cfg); err != nil {
 				t.Fatal(err)
 			}
-			if got := len(funcs()); got != len(fs) {
-				t.Fatalf("SetupSchema created %d statement functions again, want %d", got, len(fs))
+			fs = funcs()
+			if len(fs) != 8 {
+				t.Fatalf("SetupSchema created %d statement functions again, want 8", len(fs))
+			}
+			for _, f := range fs {
+				if len(resultColRE.FindAllString(f, -1)) == 8 {
+					mustExec(e.ctx, t, e.admin, `CREATE OR REPLACE FUNCTION `+f+` LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'served by the function'; END$$`)
+				}
+			}
+			b2, err := syncguard.New(db, &cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b2.Close()
+			if _, err := b2.Acquire(e.ctx, "fn:new", time.Minute); err == nil || !strings.Contains(err.Error(), "served by the function") {
+				t.Fatalf("rule: a new Backend calls the functions SetupSchema created again; got %v", err)
 			}
 		})
 	}

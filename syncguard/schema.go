@@ -224,8 +224,14 @@ func SchemaSQL(cfg *Config) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	st := renderStatements(r.TableName, r.FenceTableName)
-	return render("schema.sql", r.TableName, r.FenceTableName) + stmtfunc.DDL(st.fns), nil
+	ddl, _ := schemaDDL(r)
+	return ddl, nil
+}
+
+// schemaDDL is SchemaSQL of r, and the statement functions in it.
+func schemaDDL(r resolved) (string, []stmtfunc.Func) {
+	fns := renderStatements(r.TableName, r.FenceTableName).fns
+	return render("schema.sql", r.TableName, r.FenceTableName) + stmtfunc.DDL(fns), fns
 }
 
 // schemaLockID serializes concurrent SetupSchema calls (CREATE ... IF NOT
@@ -241,7 +247,7 @@ const schemaLockID = 0x73796e6367756172 // "syncguar"
 // logs a warning (Config.Logger) and returns nil.
 func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	const op = "setupSchema"
-	ddl, err := SchemaSQL(cfg)
+	r, err := cfg.resolve()
 	if err != nil {
 		err.(*Error).Op = op
 		return err
@@ -252,7 +258,6 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	if err := ctxErr(ctx, op); err != nil {
 		return err
 	}
-	r, _ := cfg.resolve()
 	cl := classifier{dialect: r.Dialect, table: r.TableName, fenceTable: r.FenceTableName}
 	if cl.dialect == nil {
 		cl.dialect, _ = driver.Lookup(db.Driver())
@@ -265,7 +270,7 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 	for _, k := range []string{"locks", "fences", "lock_id_index", "expires_index", "waiters", "waiters_id_index", "waiters_key_index", "holders", "holders_key_index"} {
 		objects = append(objects, names[k])
 	}
-	fns := renderStatements(r.TableName, r.FenceTableName).fns
+	ddl, fns := schemaDDL(r)
 	tables := deploy.ExistsQuery(objects) + " AND " + deploy.ColumnCond(names["waiters"], "near")
 	exists := func(q string) (bool, error) {
 		res, err := db.ExecContext(ctx, q)

@@ -20,6 +20,7 @@ import (
 	"unsafe"
 
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
 )
 
 // proxy is a TCP proxy in front of PostgreSQL that can black-hole the
@@ -215,7 +216,7 @@ func takeOver(ctx context.Context, t *testing.T, b *syncguard.Backend, key strin
 // for syncguard, which gets it as its controlling terminal.
 type pty struct {
 	master, slave *os.File
-	out           syncBuffer
+	out           pgtest.Buffer
 }
 
 const (

@@ -5,7 +5,6 @@
 package clitest
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -195,29 +194,10 @@ func (r result) String() string {
 	return fmt.Sprintf("exit %d after %v\nstdout:\n%s\nstderr:\n%s", r.code, r.elapsed.Round(time.Millisecond), r.stdout, r.stderr)
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and readers at once, so
-// that tests can watch a running process's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is a started syncguard process.
 type proc struct {
 	cmd            *exec.Cmd
-	stdout, stderr syncBuffer
+	stdout, stderr pgtest.Buffer
 	start          time.Time
 	done           chan struct{}
 	res            result
@@ -235,7 +215,7 @@ func (p *proc) waitStdout(t *testing.T, want string) {
 	p.waitFor(t, want, &p.stdout)
 }
 
-func (p *proc) waitFor(t *testing.T, want string, b *syncBuffer) {
+func (p *proc) waitFor(t *testing.T, want string, b *pgtest.Buffer) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for !strings.Contains(b.String(), want) {

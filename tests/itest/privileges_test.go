@@ -143,7 +143,7 @@ func TestSetupSchemaWithoutCreateWhenTablesExist(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer db.Close()
-		var logs syncBuffer
+		var logs pgtest.Buffer
 		cfg := &syncguard.Config{DisablePrepare: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 		if err := syncguard.SetupSchema(ctx, db, cfg); err != nil || !strings.Contains(logs.String(), "could not create this version's statement functions") {
 			t.Fatalf("rule: SetupSchema with only the statement functions to create and no CREATE warns and returns nil; got %v, log %q", err, logs.String())

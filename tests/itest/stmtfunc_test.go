@@ -1,17 +1,16 @@
 package itest_test
 
 import (
-	"bytes"
 	"database/sql"
 	"fmt"
 	"log/slog"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
 )
 
 // TestStatementFunctionsServeUnpreparedStatements: sent unprepared (as
@@ -34,7 +33,7 @@ func TestStatementFunctionsServeUnpreparedStatements(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _, _ = e.admin.Exec(dropFuncs) })
-			var logs syncBuffer
+			var logs pgtest.Buffer
 			cfg := *e.cfg
 			cfg.DisablePrepare = true
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -142,21 +141,3 @@ func TestStatementFunctionsServeUnpreparedStatements(t *testing.T) {
 
 // resultColRE finds the columns of a statement function's result.
 var resultColRE = regexp.MustCompile(`\br\d+ `)
-
-// syncBuffer is a bytes.Buffer for a logger that goroutines share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}

@@ -67,7 +67,7 @@ CREATE INDEX IF NOT EXISTS "idx_syncguard_locks_hkey" ON "syncguard_locks_holder
 -- at each execution. Named by a hash of their definition, each is
 -- created when missing (any role with CREATE may apply this again).
 
-DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_42e4645a"(text,text,text,text,bigint)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_42e4645a"(text, text, text, text, bigint) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_fd491189"(text,text,text,text,bigint)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_fd491189"(text, text, text, text, bigint) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -154,7 +154,7 @@ LEFT JOIN won ON true
 LEFT JOIN cur ON true; END
 $syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_58fed766"(text,text,text,text,bigint,bigint,boolean)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_58fed766"(text, text, text, text, bigint, bigint, boolean) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_98437d84"(text,text,text,text,bigint,bigint,boolean)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_98437d84"(text, text, text, text, bigint, bigint, boolean) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -274,7 +274,7 @@ LEFT JOIN won ON true
 LEFT JOIN cur ON true; END
 $syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_24a1d30b"(text,text,text,text,bigint,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_24a1d30b"(text, text, text, text, bigint, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_846cbd6f"(text,text,text,text,bigint,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_846cbd6f"(text, text, text, text, bigint, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -367,7 +367,7 @@ LEFT JOIN won ON true
 LEFT JOIN cur ON true; END
 $syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_f70711f6"(text,text,text,text,bigint,bigint,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_f70711f6"(text, text, text, text, bigint, bigint, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_4448c910"(text,text,text,text,bigint,bigint,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_4448c910"(text, text, text, text, bigint, bigint, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -493,7 +493,7 @@ LEFT JOIN won ON true
 LEFT JOIN cur ON true; END
 $syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_5d7746fd"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_5d7746fd"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_9c2b108a"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_9c2b108a"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -580,7 +580,7 @@ LEFT JOIN sc ON true
 LEFT JOIN n ON true; END
 $syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_99c662ca"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_99c662ca"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_f25d78ea"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_f25d78ea"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -657,7 +657,7 @@ LEFT JOIN sc ON true
 LEFT JOIN n ON true; END
 $syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_954e0fff"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_954e0fff"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_4c8b469a"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_4c8b469a"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -686,7 +686,7 @@ LEFT JOIN d ON true
 LEFT JOIN sc ON true; END
 $syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_943c99ca"(text,bigint)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_943c99ca"(text, bigint) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 bigint) LANGUAGE plpgsql AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_b1016ab6"(text,bigint)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_b1016ab6"(text, bigint) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 bigint) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY

@@ -49,9 +49,20 @@ func (a *sentArg) Value() (sqldriver.Value, error) {
 // for good and, on the pool, runs it again that way.
 func (b *Backend) run(ctx context.Context, i int, args []any, dest ...any) error {
 	s := b.shared
+	viaFunc := s.sql.funcs[i] != "" && !s.noFuncs.Load() // a prepared statement i is its function's call
 	prepared, err := b.attempt(ctx, i, args, dest)
 	if err == nil || ctx.Err() != nil {
 		return err
+	}
+	if prepared && viaFunc && s.funcLost(err) {
+		// a function dropped after its call was prepared
+		s.dropFuncStmts()
+		if b.tx != nil {
+			return err // the caller's transaction is aborted; its retry sends the statement
+		}
+		if _, err = b.attempt(ctx, i, args, dest); err == nil || ctx.Err() != nil {
+			return err
+		}
 	}
 	if prepared && s.preparedLost(err) {
 		s.switchOff(slog.LevelWarn, "a prepared statement was lost between server connections ("+s.sqlState(err)+"): a connection pooler in transaction mode?")
@@ -193,7 +204,7 @@ func (s *shared) prepared(ctx context.Context, i int) (*sql.Stmt, error) {
 	if s.prep.Load() == prepOff {
 		return nil, nil // switched off since the caller looked: nothing may be prepared any more
 	}
-	st, err := s.db.PrepareContext(ctx, s.sql.ops[i])
+	st, err := s.prepare(ctx, i)
 	if err != nil {
 		return nil, err
 	}
@@ -202,6 +213,37 @@ func (s *shared) prepared(ctx context.Context, i int) (*sql.Stmt, error) {
 		return l.stmt.Load(), nil
 	}
 	return st, nil
+}
+
+// prepare prepares statement i on the pool: the call of its statement
+// function while the functions serve (each session then plans the
+// statement once, generically, where a prepared statement is planned with
+// its values at its first five executions: "Planning" in docs/design.md),
+// else the statement itself.
+func (s *shared) prepare(ctx context.Context, i int) (*sql.Stmt, error) {
+	if call := s.sql.funcs[i]; call != "" && !s.noFuncs.Load() {
+		st, err := s.db.PrepareContext(ctx, call)
+		if err == nil {
+			s.funcsOK.Store(true)
+		}
+		if err == nil || ctx.Err() != nil || !s.funcLost(err) {
+			return st, err
+		}
+	}
+	return s.db.PrepareContext(ctx, s.sql.ops[i])
+}
+
+// dropFuncStmts forgets the prepared calls of statement functions, after
+// funcLost: their statements are prepared at their next use.
+func (s *shared) dropFuncStmts() {
+	for i := range s.stmts {
+		if s.sql.funcs[i] == "" {
+			continue
+		}
+		if st := s.stmts[i].stmt.Swap(nil); st != nil {
+			st.Close()
+		}
+	}
 }
 
 // probe decides, once before anything is prepared, whether a pooler sits

@@ -39,9 +39,9 @@ func TestLostPreparedStatementSwitchesToOneShot(t *testing.T) {
 			return sqlmock.NewRows([]string{"d", "s", "n", "k", "c", "l"}).AddRow(id, nil, int64(1), "0123456789abcdef", "ch", false)
 		}
 		if st == "42P05" {
-			mock.ExpectPrepare("DELETE FROM").WillReturnError(&pgErr{code: st})
+			mock.ExpectPrepare(`FROM "syncguard_locks_op_`).WillReturnError(&pgErr{code: st})
 		} else {
-			mock.ExpectPrepare("DELETE FROM").ExpectQuery().WillReturnError(&pgErr{code: st})
+			mock.ExpectPrepare(`FROM "syncguard_locks_op_`).ExpectQuery().WillReturnError(&pgErr{code: st})
 		}
 		// one-shot, through the statement's function, and from now on
 		mock.ExpectQuery(`FROM "syncguard_locks_op_`).WithArgs(id, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg()).WillReturnRows(row())
@@ -70,7 +70,7 @@ func TestLostPreparedStatementInTx(t *testing.T) {
 	b, _ := New(db, &Config{Dialect: fakeDialect{}, Logger: discardLogger()})
 	b.shared.prep.Store(prepOn)
 	id := rules.GenerateLockID()
-	ep := mock.ExpectPrepare("DELETE FROM")
+	ep := mock.ExpectPrepare(`FROM "syncguard_locks_op_`)
 	mock.ExpectBegin()
 	ep.ExpectQuery().WillReturnError(&pgErr{code: "26000"})
 	if _, err := b.shared.prepared(context.Background(), stmtRelease); err != nil {
@@ -146,6 +146,64 @@ func TestStatementFunctionCalls(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "statement functions of this version are missing"); n != 1 {
 		t.Errorf("want one warning; got %q", logs.String())
+	}
+}
+
+// TestPreparedStatementFunctionCalls: with prepared statements a Backend
+// prepares the calls of the statement functions (their statements are
+// then planned once per session, generically); a function missing at the
+// prepare, or dropped after it, makes it prepare the statement itself,
+// for good, with one warning.
+func TestPreparedStatementFunctionCalls(t *testing.T) {
+	missing := &pgErr{code: "42883", msg: `function syncguard_locks_op_0123abcd(text, boolean, boolean, text) does not exist`}
+	for _, when := range []string{"at the prepare", "after the prepare"} {
+		db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherFunc(func(expected, actual string) error {
+			if !strings.Contains(actual, expected) {
+				return errors.New("query does not contain " + expected)
+			}
+			return nil
+		})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs bytes.Buffer
+		b, err := New(db, &Config{Dialect: fakeDialect{}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.shared.prep.Store(prepOn)
+		id := rules.GenerateLockID()
+		row := func() *sqlmock.Rows {
+			return sqlmock.NewRows([]string{"d", "s", "n", "k", "c", "l"}).AddRow(id, nil, int64(1), nil, nil, false)
+		}
+		fn := `SELECT * FROM "syncguard_locks_op_`
+		if when == "at the prepare" {
+			mock.ExpectPrepare(fn).WillReturnError(missing)
+		} else {
+			ep := mock.ExpectPrepare(fn)
+			ep.ExpectQuery().WithArgs(id, true, true, nil).WillReturnRows(row())
+			ep.ExpectQuery().WillReturnError(missing)
+			ep.WillBeClosed()
+		}
+		plain := mock.ExpectPrepare("DELETE FROM")
+		plain.ExpectQuery().WithArgs(id, true, true, nil).WillReturnRows(row()) // the same release, its statement prepared
+		plain.ExpectQuery().WillReturnRows(row())                               // and from then on
+		rounds := 2
+		if when == "after the prepare" {
+			rounds = 3
+		}
+		for range rounds {
+			if r, err := b.Release(context.Background(), id); err != nil || !r.OK {
+				t.Fatalf("%s: release: %+v, %v", when, r, err)
+			}
+		}
+		if err := mock.ExpectationsWereMet(); err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		if n := strings.Count(logs.String(), "statement functions of this version are missing"); n != 1 {
+			t.Errorf("%s: want one warning; got %q", when, logs.String())
+		}
+		db.Close()
 	}
 }
 

@@ -1,6 +1,7 @@
 package syncguard
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -8,6 +9,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/DATA-DOG/go-sqlmock"
+
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 )
 
@@ -155,5 +159,47 @@ func TestNearColumnError(t *testing.T) {
 		if got := nearColumnRE.MatchString(msg); got != want {
 			t.Errorf("rule: only an error naming the near column is an older waiters table: %q: %v, want %v", msg, got, want)
 		}
+	}
+}
+
+// TestFirstWaiterConfirmsItsFirstAttempt: a waiter whose first attempt
+// found a live lock and no waiter ahead attempts again 5 ms on, doubling,
+// five times while the same holder holds the key (a release whose
+// statement started before that attempt committed did not see its row and
+// left the key free without a hint: conformance's
+// Waiting/NoLostWakeupWhenReleaseRacesWaiter); a waiter with one ahead,
+// or whose first attempt found no live lock, does not.
+func TestFirstWaiterConfirmsItsFirstAttempt(t *testing.T) {
+	b, mock := newMock(t, nil)
+	fence, _ := rules.FormatFence(7)
+	held := func(ahead int64) *sqlmock.Rows {
+		now := time.Now().UnixMilli()
+		return sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "h"}).
+			AddRow("holder", now+60000, now, fence, false, now, false, ahead)
+	}
+	renew := b.shared.waitCfg.window * 2 / 3
+	attempt := func(w Waiter, rows *sqlmock.Rows) time.Duration {
+		t.Helper()
+		mock.ExpectQuery("a AS MATERIALIZED").WillReturnRows(rows)
+		if r, err := w.Attempt(context.Background(), time.Second); err != nil || r.OK {
+			t.Fatalf("attempt: %+v, %v; want locked", r, err)
+		}
+		_, next, _ := w.Hints()
+		return next
+	}
+	w := b.Queue("k", "", false)
+	for i, want := range []time.Duration{5, 10, 20, 40, 80} {
+		if got := attempt(w, held(0)); got != want*time.Millisecond {
+			t.Fatalf("rule: the first waiter confirms its first attempt 5 ms on, doubling; attempt %d: next in %v, want %v", i+1, got, want*time.Millisecond)
+		}
+	}
+	if got := attempt(w, held(0)); got != renew {
+		t.Errorf("after five confirmations the waiter renews (%v); got %v", renew, got)
+	}
+	if got := attempt(b.Queue("k", "", false), held(1)); got != renew {
+		t.Errorf("a waiter with one ahead needs no confirmation: next in %v, want %v", got, renew)
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
 	}
 }

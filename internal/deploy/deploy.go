@@ -116,7 +116,7 @@ func (d *deployment) statementFunctions() {
 	case bad > 0:
 		d.add(check, Warn, fmt.Sprintf("%d of this version's %d statement functions are missing or not executable by role %s: "+
 			"statements sent unprepared (behind a transaction-mode pooler, or with DisablePrepare) are planned at every execution "+
-			"(a release: about 1.5 ms of server time more)", bad, total, d.role()),
+			"(a release: about 1.5 ms of server time more), and prepared ones at their first five executions on each connection", bad, total, d.role()),
 			"run syncguard setup (or syncguard.SetupSchema, or apply SchemaSQL): it creates only what is missing; "+
 				"if they exist, GRANT EXECUTE ON FUNCTION ... TO "+d.role()+" (they run with the caller's privileges)")
 	default:

@@ -3,8 +3,11 @@
 // pooler, or in a transaction that cannot run a prepared statement) is
 // parsed and planned at every execution: 1.5 ms of server time for a
 // release, more than its execution. The same statement run by a PL/pgSQL
-// function (RETURN QUERY) is planned as a prepared statement is, once per
-// server session, and a call of the function costs little to plan. A
+// function (RETURN QUERY) is planned once per server session and function,
+// generically from its first call (the function sets plan_cache_mode =
+// force_generic_plan for its own run: a prepared statement is planned with
+// its values at its first five executions, each plan dearer than the
+// execution), and a call of the function costs little to plan. A
 // function's name ends with a hash of its text, so a version whose
 // statement differs calls a function of its own. The functions run with
 // the caller's privileges (SECURITY INVOKER): any role may call them and
@@ -72,7 +75,7 @@ func New(prefix, returns, body string) (Func, error) {
 	// and a migration role may apply SchemaSQL after the application's ran
 	// SetupSchema): the name, a hash of the whole definition, says what it
 	// is. One line ends with ";": deploy.SplitStatements splits there.
-	def := fmt.Sprintf("CREATE FUNCTION %%s(%s) RETURNS TABLE (%s) LANGUAGE plpgsql AS $syncguard$\n#variable_conflict use_column\nBEGIN\nRETURN QUERY\n%s; END\n$syncguard$",
+	def := fmt.Sprintf("CREATE FUNCTION %%s(%s) RETURNS TABLE (%s) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$\n#variable_conflict use_column\nBEGIN\nRETURN QUERY\n%s; END\n$syncguard$",
 		strings.Join(types, ", "), strings.Join(cols, ", "), body)
 	sum := sha256.Sum256([]byte(def))
 	name := prefix + "_op_" + hex.EncodeToString(sum[:4])

@@ -3,6 +3,7 @@ module github.com/syncguard/syncguard-go/tests/itest
 go 1.26.0
 
 require (
+	github.com/jackc/pgx/v5 v5.12.0
 	github.com/syncguard/syncguard-go v0.1.0
 	github.com/syncguard/syncguard-go/tests/pgtest v0.1.0
 	github.com/syncguard/syncguard-go/pgxstd v0.1.0
@@ -25,7 +26,6 @@ require (
 	github.com/google/shlex v0.0.0-20191202100458-e7afc7fbc510 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
-	github.com/jackc/pgx/v5 v5.12.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/kr/text v0.2.0 // indirect
 	github.com/lib/pq v1.12.3 // indirect

@@ -4,8 +4,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/syncguard/syncguard-go/syncguard"
 )
@@ -60,8 +65,93 @@ func TestStatementsKeepTheirGenericPlans(t *testing.T) {
 		queuedBehind(e.ctx, t, b, "plans:held")
 	}
 	seen := checkPlans(e.ctx, t, db, "plans_locks")
-	queued := slices.ContainsFunc(seen, func(stmt string) bool { return strings.Contains(stmt, "ahead_n") })
+	// the queued acquire, itself or its function's call
+	queued := slices.ContainsFunc(seen, func(stmt string) bool {
+		return strings.Contains(stmt, "ahead_n") || strings.Contains(stmt, "$7::boolean")
+	})
 	if len(seen) < 5 || !queued {
 		t.Fatalf("%d of the Backend's statements ran %d times or more on its connection (the queued acquire among them: %v); want acquire, queued acquire, release, extend and lookup", len(seen), planRounds, queued)
+	}
+}
+
+// TestStatementFunctionsPlanGenericallyFromTheFirstCall: a Backend's
+// acquire, queued acquire, extend and release run through their statement
+// functions, which plan each statement once per session without values
+// (plan_cache_mode = force_generic_plan for the function's run): a
+// prepared statement is planned with its values at each of its first five
+// executions, each plan dearer than the execution, which a session that
+// runs a statement a few times a minute (a waiter far back, a cron job's
+// connection) paid at every run. auto_explain's plans of the nested
+// statements, sent to the client as notices, show the arguments' row
+// (acquire.sql's "a") as $1 in a generic plan and as the key's literal in
+// a custom one.
+func TestStatementFunctionsPlanGenericallyFromTheFirstCall(t *testing.T) {
+	e := newWaitEnv(t, "genplan")
+	holder := e.backend()
+	held, err := syncguard.Lock(e.ctx, holder, "genplan:held", &syncguard.LockOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(e.ctx)
+
+	cfg, err := pgx.ParseConfig(e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var plans []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		mu.Lock()
+		defer mu.Unlock()
+		plans = append(plans, n.Message+"\n"+n.Detail)
+	}
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	for _, q := range []string{`LOAD 'auto_explain'`, `SET auto_explain.log_min_duration = 0`, `SET auto_explain.log_nested_statements = on`,
+		`SET auto_explain.log_verbose = on`, `SET auto_explain.log_level = notice`} {
+		if _, err := db.ExecContext(e.ctx, q); err != nil {
+			t.Fatalf("%s (auto_explain needs a superuser): %v", q, err)
+		}
+	}
+	b, err := syncguard.New(db, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	values := []string{"'genplan:"} // the keys, as literals; and the lockIds
+	for i := range 2 {
+		key := fmt.Sprintf("genplan:%d", i)
+		res, err := b.Acquire(e.ctx, key, time.Minute)
+		if err != nil || !res.OK {
+			t.Fatalf("acquire %s: %+v, %v", key, res, err)
+		}
+		values = append(values, res.LockID)
+		if _, err := b.Extend(e.ctx, res.LockID, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Release(e.ctx, res.LockID); err != nil {
+			t.Fatal(err)
+		}
+		queuedBehind(e.ctx, t, b, "genplan:held")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	nested, generic := 0, 0
+	for _, p := range plans {
+		if !strings.Contains(p, "Query Text: WITH") || !strings.Contains(p, "genplan_locks") {
+			continue // the calls, and the test's own statements
+		}
+		nested++
+		if slices.ContainsFunc(values, func(v string) bool { return strings.Contains(p, v) }) {
+			t.Errorf("rule: a statement function's statement is planned without values from its first call; a plan with the key's literal:\n%s", p)
+			continue
+		}
+		generic++
+	}
+	// per round: acquire, extend, release, queued acquire, withdrawal
+	if nested != 10 || generic != 10 {
+		t.Fatalf("want the 10 statements of two rounds run through their functions, each planned generically; got %d nested plans, %d generic (of %d notices)", nested, generic, len(plans))
 	}
 }

@@ -48,39 +48,40 @@ const EnvDSN = "SYNCGUARD_BENCH_DSN"
 var sqlDriver = map[string]string{"pq": "postgres", "pgx": "pgx"}
 
 type options struct {
-	drivers     string
-	pairs       int
-	workers     int
-	keys        int
-	duration    time.Duration
-	auxDuration time.Duration
-	rounds      int
-	storage     int
-	rtOps       int
-	allocOps    int
-	walAttempts int
-	anatomyOps  int
-	hotAlt      int
-	jsonPath    string
-	mdPath      string
-	workloads   string
-	w6Duration  time.Duration
-	w6Rounds    int
-	w6cIters    int
-	w6dKeys     int
-	w6dRounds   int
-	w6Variants  string
-	w6cChild    string
-	w6Bouncer   bool
-	w6eDuration time.Duration
-	w6eDelays   string
-	w6eShapes   string
-	scaleProcs  string
-	scaleDur    time.Duration
-	scaleOwn    int
-	scaleHot    int
-	procChild   bool
-	fleet       fleetOptions
+	drivers       string
+	pairs         int
+	workers       int
+	keys          int
+	duration      time.Duration
+	auxDuration   time.Duration
+	rounds        int
+	storage       int
+	rtOps         int
+	allocOps      int
+	walAttempts   int
+	anatomyOps    int
+	freshSessions int
+	hotAlt        int
+	jsonPath      string
+	mdPath        string
+	workloads     string
+	w6Duration    time.Duration
+	w6Rounds      int
+	w6cIters      int
+	w6dKeys       int
+	w6dRounds     int
+	w6Variants    string
+	w6cChild      string
+	w6Bouncer     bool
+	w6eDuration   time.Duration
+	w6eDelays     string
+	w6eShapes     string
+	scaleProcs    string
+	scaleDur      time.Duration
+	scaleOwn      int
+	scaleHot      int
+	procChild     bool
+	fleet         fleetOptions
 }
 
 // Environment of a W6c child process (see -w6c-child).
@@ -111,10 +112,11 @@ func main() {
 	flag.IntVar(&o.allocOps, "alloc-ops", 300, "operations per kind in the allocation count")
 	flag.IntVar(&o.walAttempts, "wal-attempts", 300, "failed attempts in the WAL probe")
 	flag.IntVar(&o.anatomyOps, "anatomy-ops", 1000, "iterations of the anatomy (cost breakdown) measurement")
+	flag.IntVar(&o.freshSessions, "fresh-sessions", 40, "fresh: new connections per variant")
 	flag.IntVar(&o.hotAlt, "hot-workers-alt", 2, "workload 3 again with this many workers (as many as the cores), for 2/5 of -duration; 0 skips")
 	flag.StringVar(&o.jsonPath, "json", "", "also write the JSON summary lines to this file")
 	flag.StringVar(&o.mdPath, "markdown", "", "also write the results as Markdown tables to this file")
-	flag.StringVar(&o.workloads, "workloads", "w1,w2,w3,w4,w5,wal,anatomy,allocs,rt,storage,w6a,w6b,w6c,w6d,w6e,w6scale", "what to run (also w7a,w7b,w7c,w7d: waiting at fleet scale, make bench-fleet)")
+	flag.StringVar(&o.workloads, "workloads", "w1,w2,w3,w4,w5,wal,anatomy,fresh,allocs,rt,storage,w6a,w6b,w6c,w6d,w6e,w6scale", "what to run (also w7a,w7b,w7c,w7d: waiting at fleet scale, make bench-fleet)")
 	flag.DurationVar(&o.w6Duration, "w6-duration", 10*time.Second, "workloads 6a and 6b: measured time per variant")
 	flag.IntVar(&o.w6Rounds, "w6-rounds", 5, "workloads 6a and 6b: interleaved rounds")
 	flag.IntVar(&o.w6cIters, "w6c-iterations", 100, "workload 6c: hand-offs per variant")
@@ -467,6 +469,11 @@ func runDriver(ctx context.Context, o options, want map[string]bool, d, name, ds
 	}
 	if want["anatomy"] {
 		if err := step("anatomy", "anatomy", func() (any, error) { return sgbench.Anatomy(ctx, d, name, dsn, o.anatomyOps) }); err != nil {
+			return err
+		}
+	}
+	if want["fresh"] {
+		if err := step("fresh sessions", "fresh", func() (any, error) { return sgbench.FreshSessions(ctx, d, name, dsn, o.freshSessions) }); err != nil {
 			return err
 		}
 	}

@@ -62,9 +62,9 @@ CREATE TABLE IF NOT EXISTS "syncguard_locks_holders" (
 
 CREATE INDEX IF NOT EXISTS "idx_syncguard_locks_hkey" ON "syncguard_locks_holders" ("key");
 
--- Statement functions: the statements below, for sending them
--- unprepared (behind a transaction-mode pooler) without planning them
--- at each execution. Named by a hash of their definition, each is
+-- Statement functions: the statements below, each planned once per
+-- server session, without values, whether the call is prepared or sent
+-- unprepared (behind a transaction-mode pooler). Named by a hash of their definition, each is
 -- created when missing (any role with CREATE may apply this again).
 
 DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_fd491189"(text,text,text,text,bigint)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_fd491189"(text, text, text, text, bigint) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$

@@ -93,9 +93,9 @@ func New(prefix, returns, body string) (Func, error) {
 // DDL is the functions' part of a schema.
 func DDL(fs []Func) string {
 	var b strings.Builder
-	b.WriteString("\n-- Statement functions: the statements below, for sending them\n" +
-		"-- unprepared (behind a transaction-mode pooler) without planning them\n" +
-		"-- at each execution. Named by a hash of their definition, each is\n" +
+	b.WriteString("\n-- Statement functions: the statements below, each planned once per\n" +
+		"-- server session, without values, whether the call is prepared or sent\n" +
+		"-- unprepared (behind a transaction-mode pooler). Named by a hash of their definition, each is\n" +
 		"-- created when missing (any role with CREATE may apply this again).\n")
 	for _, f := range fs {
 		b.WriteString("\n" + f.DDL)

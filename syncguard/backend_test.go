@@ -64,19 +64,7 @@ func (fakeDialect) Inspect(err error) driver.ErrorInfo {
 
 func newMock(t *testing.T, cfg *Config) (*Backend, sqlmock.Sqlmock) {
 	t.Helper()
-	// An expected "!text" matches a statement without text.
-	db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherFunc(func(expected, actual string) error {
-		if not, ok := strings.CutPrefix(expected, "!"); ok && strings.Contains(actual, not) {
-			return errors.New("query contains " + not)
-		} else if !ok && !strings.Contains(actual, expected) {
-			return errors.New("query does not contain " + expected)
-		}
-		return nil
-	})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db, mock := newMockDB(t)
 	if cfg == nil {
 		cfg = &Config{}
 	}
@@ -90,6 +78,26 @@ func newMock(t *testing.T, cfg *Config) (*Backend, sqlmock.Sqlmock) {
 	// covers their functions.
 	b.shared.noFuncs.Store(true)
 	return b, mock
+}
+
+// newMockDB is a sqlmock pool, closed when the test ends, whose expected
+// statements match a statement containing their text; "!text" matches a
+// statement without it.
+func newMockDB(t *testing.T) (*sql.DB, sqlmock.Sqlmock) {
+	t.Helper()
+	db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherFunc(func(expected, actual string) error {
+		if not, ok := strings.CutPrefix(expected, "!"); ok && strings.Contains(actual, not) {
+			return errors.New("query contains " + not)
+		} else if !ok && !strings.Contains(actual, expected) {
+			return errors.New("query does not contain " + expected)
+		}
+		return nil
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db, mock
 }
 
 func wantCode(t *testing.T, err error, code Code) {

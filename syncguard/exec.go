@@ -44,9 +44,7 @@ func (a *sentArg) Value() (sqldriver.Value, error) {
 // run runs statement i with args on the transaction or the pool and scans
 // its one row into dest. On the pool a serialization failure (40001, 40P01)
 // aborted the statement: it runs once more in an explicit READ COMMITTED
-// transaction ("Isolation level" in docs/design.md). A prepared statement
-// a pooler lost did not run: the Backend switches to one-shot statements
-// for good and, on the pool, runs it again that way.
+// transaction ("Isolation level" in docs/design.md).
 func (b *Backend) run(ctx context.Context, i int, args []any, dest ...any) error {
 	s := b.shared
 	viaFunc := s.sql.funcs[i] != "" && !s.noFuncs.Load() // a prepared statement i is its function's call
@@ -54,20 +52,20 @@ func (b *Backend) run(ctx context.Context, i int, args []any, dest ...any) error
 	if err == nil || ctx.Err() != nil {
 		return err
 	}
-	if prepared && viaFunc && s.funcLost(err) {
-		// a function dropped after its call was prepared
+	// A prepared statement that cannot serve did not run: its function
+	// was dropped after its call was prepared (the statement is prepared
+	// instead), or a pooler lost it (one-shot from now on). On the pool it
+	// runs again; the caller's transaction is aborted, and its retry runs
+	// the new way.
+	lost := prepared && viaFunc && s.funcLost(err)
+	if lost {
 		s.dropFuncStmts()
-		if b.tx != nil {
-			return err // the caller's transaction is aborted; its retry sends the statement
-		}
-		if _, err = b.attempt(ctx, i, args, dest); err == nil || ctx.Err() != nil {
-			return err
-		}
-	}
-	if prepared && s.preparedLost(err) {
+	} else if lost = prepared && s.preparedLost(err); lost {
 		s.switchOff(slog.LevelWarn, "a prepared statement was lost between server connections ("+s.sqlState(err)+"): a connection pooler in transaction mode?")
+	}
+	if lost {
 		if b.tx != nil {
-			return err // the caller's transaction is aborted; its retry runs one-shot
+			return err
 		}
 		if _, err = b.attempt(ctx, i, args, dest); err == nil || ctx.Err() != nil {
 			return err

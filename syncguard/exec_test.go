@@ -3,8 +3,6 @@ package syncguard
 import (
 	"bytes"
 	"context"
-	"database/sql"
-	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -20,15 +18,7 @@ import (
 // unprepared, with one warning that says why.
 func TestLostPreparedStatementSwitchesToOneShot(t *testing.T) {
 	for _, st := range []string{"26000", "42P05"} {
-		db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherFunc(func(expected, actual string) error {
-			if !strings.Contains(actual, expected) {
-				return sql.ErrNoRows
-			}
-			return nil
-		})))
-		if err != nil {
-			t.Fatal(err)
-		}
+		db, mock := newMockDB(t)
 		var logs bytes.Buffer
 		b, err := New(db, &Config{Dialect: fakeDialect{}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		if err != nil {
@@ -57,7 +47,6 @@ func TestLostPreparedStatementSwitchesToOneShot(t *testing.T) {
 		if n := strings.Count(logs.String(), "prepared statements switched off"); n != 1 || !strings.Contains(logs.String(), "level=WARN") {
 			t.Errorf("%s: want one warning with the reason; got %q", st, logs.String())
 		}
-		db.Close()
 	}
 }
 
@@ -112,16 +101,7 @@ func TestNothingPreparedAfterSwitchOff(t *testing.T) {
 // statement function; when the function is missing (42883) the Backend
 // sends the statement itself, now and from then on, warning once.
 func TestStatementFunctionCalls(t *testing.T) {
-	db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherFunc(func(expected, actual string) error {
-		if !strings.Contains(actual, expected) {
-			return errors.New("query does not contain " + expected)
-		}
-		return nil
-	})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db, mock := newMockDB(t)
 	var logs bytes.Buffer
 	b, err := New(db, &Config{Dialect: fakeDialect{}, DisablePrepare: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
@@ -157,15 +137,7 @@ func TestStatementFunctionCalls(t *testing.T) {
 func TestPreparedStatementFunctionCalls(t *testing.T) {
 	missing := &pgErr{code: "42883", msg: `function syncguard_locks_op_0123abcd(text, boolean, boolean, text) does not exist`}
 	for _, when := range []string{"at the prepare", "after the prepare"} {
-		db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherFunc(func(expected, actual string) error {
-			if !strings.Contains(actual, expected) {
-				return errors.New("query does not contain " + expected)
-			}
-			return nil
-		})))
-		if err != nil {
-			t.Fatal(err)
-		}
+		db, mock := newMockDB(t)
 		var logs bytes.Buffer
 		b, err := New(db, &Config{Dialect: fakeDialect{}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		if err != nil {
@@ -203,7 +175,6 @@ func TestPreparedStatementFunctionCalls(t *testing.T) {
 		if n := strings.Count(logs.String(), "statement functions of this version are missing"); n != 1 {
 			t.Errorf("%s: want one warning; got %q", when, logs.String())
 		}
-		db.Close()
 	}
 }
 

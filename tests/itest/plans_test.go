@@ -4,15 +4,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
-
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/tests/pgtest"
 )
 
 // TestStatementsKeepTheirGenericPlans: every statement a Backend prepares
@@ -49,20 +45,10 @@ func TestStatementsKeepTheirGenericPlans(t *testing.T) {
 	defer b.Close()
 	for i := range planRounds {
 		key := fmt.Sprintf("plans:%d", i)
-		res, err := b.Acquire(e.ctx, key, time.Minute)
-		if err != nil || !res.OK {
-			t.Fatalf("acquire %s: %+v, %v", key, res, err)
-		}
-		if _, err := b.Extend(e.ctx, res.LockID, time.Minute); err != nil {
-			t.Fatal(err)
-		}
+		opRound(e.ctx, t, b, key, "plans:held")
 		if _, err := b.LookupKey(e.ctx, key); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.Release(e.ctx, res.LockID); err != nil {
-			t.Fatal(err)
-		}
-		queuedBehind(e.ctx, t, b, "plans:held")
 	}
 	seen := checkPlans(e.ctx, t, db, "plans_locks")
 	// the queued acquire, itself or its function's call
@@ -94,27 +80,7 @@ func TestStatementFunctionsPlanGenericallyFromTheFirstCall(t *testing.T) {
 	}
 	defer held.Release(e.ctx)
 
-	cfg, err := pgx.ParseConfig(e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var plans []string
-	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		mu.Lock()
-		defer mu.Unlock()
-		plans = append(plans, n.Message+"\n"+n.Detail)
-	}
-	db := stdlib.OpenDB(*cfg)
-	defer db.Close()
-	db.SetMaxOpenConns(1)
-	db.SetMaxIdleConns(1)
-	for _, q := range []string{`LOAD 'auto_explain'`, `SET auto_explain.log_min_duration = 0`, `SET auto_explain.log_nested_statements = on`,
-		`SET auto_explain.log_verbose = on`, `SET auto_explain.log_level = notice`} {
-		if _, err := db.ExecContext(e.ctx, q); err != nil {
-			t.Fatalf("%s (auto_explain needs a superuser): %v", q, err)
-		}
-	}
+	db, notices := autoExplained(e.ctx, t, pgtest.Require(t))
 	b, err := syncguard.New(db, e.cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -122,22 +88,9 @@ func TestStatementFunctionsPlanGenericallyFromTheFirstCall(t *testing.T) {
 	defer b.Close()
 	values := []string{"'genplan:"} // the keys, as literals; and the lockIds
 	for i := range 2 {
-		key := fmt.Sprintf("genplan:%d", i)
-		res, err := b.Acquire(e.ctx, key, time.Minute)
-		if err != nil || !res.OK {
-			t.Fatalf("acquire %s: %+v, %v", key, res, err)
-		}
-		values = append(values, res.LockID)
-		if _, err := b.Extend(e.ctx, res.LockID, time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := b.Release(e.ctx, res.LockID); err != nil {
-			t.Fatal(err)
-		}
-		queuedBehind(e.ctx, t, b, "genplan:held")
+		values = append(values, opRound(e.ctx, t, b, fmt.Sprintf("genplan:%d", i), "genplan:held"))
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	plans := notices()
 	nested, generic := 0, 0
 	for _, p := range plans {
 		if !strings.Contains(p, "Query Text: WITH") || !strings.Contains(p, "genplan_locks") {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -181,29 +182,7 @@ func TestRWLockFunctionPlansKeepTheirGenericPlans(t *testing.T) {
 	}
 	defer holder.Exclusive().Release(ctx, held.LockID)
 
-	cc, err := pgx.ParseConfig(srv.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var notices []string
-	cc.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		mu.Lock()
-		defer mu.Unlock()
-		notices = append(notices, n.Message)
-	}
-	db := stdlib.OpenDB(*cc)
-	t.Cleanup(func() { db.Close() })
-	db.SetMaxOpenConns(1)
-	if _, err := db.ExecContext(ctx, `LOAD 'auto_explain'`); err != nil {
-		if srv.Kind == pgtest.KindEnv {
-			t.Skipf("auto_explain on SYNCGUARD_TEST_DSN's server: %v", err)
-		}
-		t.Fatalf("auto_explain (a superuser loads it): %v", err)
-	}
-	for _, s := range []string{"log_min_duration = 0", "log_nested_statements = on", "log_level = notice", "log_verbose = on", "log_format = text"} {
-		mustExec(ctx, t, db, "SET auto_explain."+s)
-	}
+	db, notices := autoExplained(ctx, t, srv)
 	rw, err := rwlock.New(db, &cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -211,29 +190,17 @@ func TestRWLockFunctionPlansKeepTheirGenericPlans(t *testing.T) {
 	t.Cleanup(func() { rw.Close() })
 	for i := range planRounds {
 		for _, l := range []*rwlock.Locker{rw.Exclusive(), rw.Shared()} {
-			key := fmt.Sprintf("plans:%d", i)
-			res, err := l.Acquire(ctx, key, time.Minute)
-			if err != nil || !res.OK {
-				t.Fatalf("acquire %s: %+v, %v", key, res, err)
-			}
-			if r, err := l.Extend(ctx, res.LockID, time.Minute); err != nil || !r.OK {
-				t.Fatalf("extend: %+v, %v", r, err)
-			}
-			if r, err := l.Release(ctx, res.LockID); err != nil || !r.OK {
-				t.Fatalf("release: %+v, %v", r, err)
-			}
-			queuedBehind(ctx, t, l, "plans:held")
+			opRound(ctx, t, l, fmt.Sprintf("plans:%d", i), "plans:held")
 		}
 	}
 
-	mu.Lock()
-	defer mu.Unlock()
 	type count struct{ runs, custom int }
 	counts := map[string]*count{}
 	planRE := regexp.MustCompile(`(?s)Query Text: (.*?)\n([A-Z].*)`)
 	literalRE := regexp.MustCompile(`'((?:[^']|'')*)'`)
 	outer := regexp.MustCompile(`\$[0-9]`) // the one-shot statements' parameters
-	for _, n := range notices {
+	explained := notices()
+	for _, n := range explained {
 		m := planRE.FindStringSubmatch(n)
 		if m == nil || outer.MatchString(m[1]) {
 			continue
@@ -265,7 +232,7 @@ func TestRWLockFunctionPlansKeepTheirGenericPlans(t *testing.T) {
 		}
 	}
 	if seen < 10 {
-		t.Fatalf("auto_explain showed %d statements of the functions run %d times or more (of %d notices); want the functions' lookups", seen, planRounds, len(notices))
+		t.Fatalf("auto_explain showed %d statements of the functions run %d times or more (of %d notices); want the functions' lookups", seen, planRounds, len(explained))
 	}
 }
 
@@ -325,4 +292,64 @@ func TestMultiLockStatementsKeepTheirGenericPlans(t *testing.T) {
 	}
 	seen := len(checkPlans(ctx, t, db, tb.Locks))
 	t.Logf("%d of the Locker's statements were prepared", seen)
+}
+
+// autoExplained is a connection to srv whose every statement's plan,
+// nested ones included (a SQL or PL/pgSQL function's), verbose, comes back
+// as a notice (auto_explain: LOAD needs a superuser); notices returns
+// those so far.
+func autoExplained(ctx context.Context, t *testing.T, srv *pgtest.Server) (db *sql.DB, notices func() []string) {
+	t.Helper()
+	cc, err := pgx.ParseConfig(srv.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []string
+	cc.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, n.Message)
+	}
+	db = stdlib.OpenDB(*cc)
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	if _, err := db.ExecContext(ctx, `LOAD 'auto_explain'`); err != nil {
+		if srv.Kind == pgtest.KindEnv {
+			t.Skipf("auto_explain on SYNCGUARD_TEST_DSN's server: %v", err)
+		}
+		t.Fatalf("auto_explain (a superuser loads it): %v", err)
+	}
+	for _, s := range []string{"log_min_duration = 0", "log_nested_statements = on", "log_level = notice", "log_verbose = on", "log_format = text"} {
+		mustExec(ctx, t, db, "SET auto_explain."+s)
+	}
+	return db, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
+}
+
+// opRound runs on l an acquire of key, its extend and release, and a
+// queued attempt behind held (another pool's) with its withdrawal: the
+// statements of a Lock call that gets a free key and of one that waits
+// and gives up. It returns the acquired lockId.
+func opRound(ctx context.Context, t *testing.T, l interface {
+	syncguard.Locker
+	syncguard.Queuer
+}, key, held string) string {
+	t.Helper()
+	res, err := l.Acquire(ctx, key, time.Minute)
+	if err != nil || !res.OK {
+		t.Fatalf("acquire %s: %+v, %v", key, res, err)
+	}
+	if r, err := l.Extend(ctx, res.LockID, time.Minute); err != nil || !r.OK {
+		t.Fatalf("extend: %+v, %v", r, err)
+	}
+	if r, err := l.Release(ctx, res.LockID); err != nil || !r.OK {
+		t.Fatalf("release: %+v, %v", r, err)
+	}
+	queuedBehind(ctx, t, l, held)
+	return res.LockID
 }

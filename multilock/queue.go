@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -39,6 +40,7 @@ type waiter struct {
 	set      string
 	identity string
 	q        *qstate // nil: plain attempts
+	pace     kit.Pace
 }
 
 // qstate is a queued waiter's place: its lockId and wake-up.
@@ -89,26 +91,26 @@ func (q *qstate) close() bool {
 
 // Attempt implements syncguard.Waiter: an acquire as the waiter.
 func (w *waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
-	res, err := w.l.acquire(ctx, w.set, ttl, w.identity, w.q)
+	res, err := w.pace.Attempt(func() (syncguard.AcquireResult, error) { return w.l.acquire(ctx, w.set, ttl, w.identity, w.q) })
 	if err == nil && res.OK && w.q != nil {
 		w.q.close()
 	}
 	return res, err
 }
 
-// Hints implements syncguard.Waiter: the wake-up once queued, a renewal
+// Next implements syncguard.Waiter: the wake-up once queued, a renewal
 // at half the queue window, and polling while the waiter's channel is not
 // listened on (no release can hand it the set then).
-func (w *waiter) Hints() (wake <-chan struct{}, renew time.Duration, poll bool) {
-	if w.q == nil {
-		return nil, 0, false
+func (w *waiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
+	var h waiting.Hint
+	if w.q != nil {
+		w.q.mu.Lock()
+		if w.q.wakeup != nil {
+			h = waiting.Hint{Wake: w.q.wakeup.C, Renew: w.l.window / 2, Poll: !w.q.wakeup.ChannelListened()}
+		}
+		w.q.mu.Unlock()
 	}
-	w.q.mu.Lock()
-	defer w.q.mu.Unlock()
-	if w.q.wakeup == nil {
-		return nil, 0, false
-	}
-	return w.q.wakeup.C, w.l.window / 2, !w.q.wakeup.ChannelListened()
+	return w.pace.Next(retry, h)
 }
 
 // Leave implements syncguard.Waiter: the waiter's lockId is released as a

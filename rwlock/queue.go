@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -78,6 +79,7 @@ type waiter struct {
 	queued   bool   // false: plain attempts
 	lockID   string // the same for all its attempts
 	unknown  atomic.Bool
+	pace     kit.Pace
 
 	mu      sync.Mutex
 	storage string
@@ -101,25 +103,27 @@ func (w *waiter) join(storage string) bool {
 
 // Attempt implements syncguard.Waiter.
 func (w *waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
+	q := w
 	if !w.queued {
-		return w.l.acquire(ctx, w.key, ttl, w.identity, nil)
+		q = nil
 	}
-	res, err := w.l.acquire(ctx, w.key, ttl, w.identity, w)
-	if err == nil && res.OK {
+	res, err := w.pace.Attempt(func() (syncguard.AcquireResult, error) { return w.l.acquire(ctx, w.key, ttl, w.identity, q) })
+	if err == nil && res.OK && w.queued {
 		w.close()
 	}
 	return res, err
 }
 
-// Hints implements syncguard.Waiter: the wake-up, a renewal at half the
+// Next implements syncguard.Waiter: the wake-up, a renewal at half the
 // queue window, and polling while no notification reaches the waiter.
-func (w *waiter) Hints() (wake <-chan struct{}, renew time.Duration, poll bool) {
+func (w *waiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
+	var h waiting.Hint
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.wakeup == nil {
-		return nil, 0, false
+	if w.wakeup != nil {
+		h = waiting.Hint{Wake: w.wakeup.C, Renew: w.l.rw.window / 2, Poll: !w.wakeup.ChannelListened()}
 	}
-	return w.wakeup.C, w.l.rw.window / 2, !w.wakeup.ChannelListened()
+	w.mu.Unlock()
+	return w.pace.Next(retry, h)
 }
 
 // Leave implements syncguard.Waiter: a release of the waiter's lockId,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -49,15 +50,17 @@ type waiter struct {
 	wakeup          *waiting.Wakeup
 	rank, rank0     int64     // the last attempt's rank, the first's
 	rankAt, joined  time.Time // when they were seen
+	pace            kit.Pace
 }
 
 // Attempt implements syncguard.Waiter: an acquire as the waiter.
 func (w *waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
+	q := w
 	if w.plain {
-		return w.s.acquire(ctx, w.key, ttl, w.identity, nil)
+		q = nil
 	}
-	res, err := w.s.acquire(ctx, w.key, ttl, w.identity, w)
-	if err == nil && res.OK {
+	res, err := w.pace.Attempt(func() (syncguard.AcquireResult, error) { return w.s.acquire(ctx, w.key, ttl, w.identity, q) })
+	if err == nil && res.OK && !w.plain {
 		w.close()
 	}
 	return res, err
@@ -111,16 +114,17 @@ func (w *waiter) next() time.Duration {
 
 const approachMin = 10 * time.Millisecond
 
-// Hints implements syncguard.Waiter: woken by a hand-off's notification;
+// Next implements syncguard.Waiter: woken by a hand-off's notification;
 // renewing its row every half window; polling while near the head and no
 // notification reaches it (a pooler in transaction mode).
-func (w *waiter) Hints() (wake <-chan struct{}, renew time.Duration, poll bool) {
+func (w *waiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
+	var h waiting.Hint
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.plain || w.wakeup == nil {
-		return nil, 0, false
+	if !w.plain && w.wakeup != nil {
+		h = waiting.Hint{Wake: w.wakeup.C, Renew: w.next(), Poll: w.rank <= w.near() && !w.wakeup.ChannelListened()}
 	}
-	return w.wakeup.C, w.next(), w.rank <= w.near() && !w.wakeup.ChannelListened()
+	w.mu.Unlock()
+	return w.pace.Next(retry, h)
 }
 
 // close ends the wake-up; it reports whether the waiter had joined.

@@ -637,8 +637,8 @@ func TestWaiterAttemptQueues(t *testing.T) {
 		if _, err := w.Attempt(context.Background(), time.Second); err != nil {
 			t.Fatalf("once %v: %v", once, err)
 		}
-		if wake, renew, _ := w.Hints(); (wake != nil) != !once || (renew == defaultWaitWindow*2/3) != !once {
-			t.Errorf("once %v: hints %v, %v: the waiter joined the queue: %v, want %v", once, wake, renew, wake != nil, !once)
+		if h := w.hint(); (h.Wake != nil) != !once || (h.Renew == defaultWaitWindow*2/3) != !once {
+			t.Errorf("once %v: hint %+v: the waiter joined the queue: %v, want %v", once, h, h.Wake != nil, !once)
 		}
 		if w.q != nil {
 			w.q.close() // no withdrawal statement expected

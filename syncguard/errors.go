@@ -2,8 +2,10 @@ package syncguard
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
@@ -142,4 +144,21 @@ func plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return strconv.Itoa(n) + " " + noun + "s"
+}
+
+// giveUp ends the wait (cause: ctx's, if done): busy once any attempt got
+// an answer, else the outage, with its last real cause.
+func (l *waitLoop) giveUp(cause error) (AcquireResult, time.Time, error) {
+	elapsed := time.Since(l.start).Round(time.Millisecond)
+	e := &Error{Op: "lock", Code: CodeAcquisitionTimeout, Key: l.key, Err: cause,
+		Msg: fmt.Sprintf("lock still held by another owner after %s in %v", plural(l.attempts, "attempt"), elapsed)}
+	switch {
+	case !l.answered && l.realErr == nil:
+		return AcquireResult{}, time.Time{}, l.lastErr // the only attempt, cut
+	case !l.answered:
+		e.Code, e.Err, e.Msg = CodeOf(l.realErr), l.realErr, fmt.Sprintf("no answer from the server to %s in %v", plural(l.attempts, "attempt"), elapsed)
+	case l.lastErr != nil:
+		e.Msg += fmt.Sprintf(" (the last attempt got no answer: %s)", CodeOf(l.lastErr))
+	}
+	return AcquireResult{}, time.Time{}, e
 }

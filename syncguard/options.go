@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"time"
 )
 
@@ -163,4 +164,30 @@ type ReleaseErrorInfo struct {
 	Key    string
 	LockID string
 	Source string // "withLock" (the release after fn in WithLock) or "close" (Lease.Close)
+}
+
+const (
+	maxDelay          = time.Duration(1 << 62)
+	unboundedMaxDelay = time.Second // the retry delay's cap without MaxRetries
+)
+
+// delay returns the wait before retry n (1-based).
+func (c *lockConfig) delay(n int) time.Duration {
+	d := c.Acquisition.RetryDelay
+	if c.Acquisition.Backoff == backoffExponential {
+		for i := 1; i < n && d < maxDelay; i++ {
+			d *= 2
+		}
+	}
+	d = min(d, maxDelay) // no overflow below
+	if c.maxRetries == math.MaxInt {
+		d = min(d, max(c.Acquisition.RetryDelay, unboundedMaxDelay))
+	}
+	switch c.Acquisition.Jitter {
+	case jitterEqual:
+		d = d/2 + rand.N(d-d/2+1)
+	case jitterFull:
+		d = rand.N(d + 1)
+	}
+	return d
 }

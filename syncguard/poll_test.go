@@ -7,24 +7,34 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/waiting"
 	"github.com/syncguard/syncguard-go/syncguard"
 	"github.com/syncguard/syncguard-go/syncguardtest"
 )
 
 // pollingQueue is the fake's queue with waiters no notification reaches:
-// their Hints say poll, as a Backend's do while its LISTEN connection is
+// they poll, as a Backend's do while its LISTEN connection is
 // not confirmed (a probe timed out on a loaded server, a pooler).
 type pollingQueue struct{ *syncguardtest.Backend }
 
 func (q pollingQueue) Queue(key, identity string, once bool) syncguard.Waiter {
-	return pollingWaiter{q.Backend.Queue(key, identity, once)}
+	return &pollingWaiter{Waiter: q.Backend.Queue(key, identity, once)}
 }
 
-type pollingWaiter struct{ syncguard.Waiter }
+type pollingWaiter struct {
+	syncguard.Waiter
+	pace waiting.Pace
+}
 
-func (w pollingWaiter) Hints() (<-chan struct{}, time.Duration, bool) {
-	_, renew, _ := w.Waiter.Hints()
-	return nil, renew, true // nothing wakes it: it polls
+func (w *pollingWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
+	sent := time.Now()
+	res, err := w.Waiter.Attempt(ctx, ttl)
+	w.pace.Attempted(sent, err == nil, err == nil && res.OK, res.RetryIn)
+	return res, err
+}
+
+func (w *pollingWaiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
+	return w.pace.Next(retry, waiting.Hint{Renew: 10 * time.Second, Poll: true}) // nothing wakes it: it polls
 }
 
 // A polling waiter behind a holder that stays polls less and less: after
@@ -70,15 +80,23 @@ func TestPollingBacksOffWhileTheHolderStays(t *testing.T) {
 }
 
 // scriptedWaiter's attempts find the key held until free, by a holder
-// whose lock expires at expiry(now); Hints say poll.
+// whose lock expires at expiry(now); it polls.
 type scriptedWaiter struct {
 	expiry   func(now time.Time) time.Time
 	free     time.Time
 	attempts []time.Time
 	slow     func() time.Duration // each way, if set: a loaded server
+	pace     waiting.Pace
 }
 
 func (w *scriptedWaiter) Attempt(context.Context, time.Duration) (syncguard.AcquireResult, error) {
+	sent := time.Now()
+	res, err := w.attempt()
+	w.pace.Attempted(sent, err == nil, err == nil && res.OK, res.RetryIn)
+	return res, err
+}
+
+func (w *scriptedWaiter) attempt() (syncguard.AcquireResult, error) {
 	w.attempts = append(w.attempts, time.Now())
 	if w.slow != nil {
 		time.Sleep(w.slow())
@@ -90,8 +108,10 @@ func (w *scriptedWaiter) Attempt(context.Context, time.Duration) (syncguard.Acqu
 	}
 	return syncguard.AcquireResult{Reason: syncguard.ReasonLocked, RetryIn: w.expiry(now).Sub(now)}, nil
 }
-func (w *scriptedWaiter) Hints() (<-chan struct{}, time.Duration, bool) { return nil, time.Hour, true }
-func (w *scriptedWaiter) Leave(context.Context) error                   { return nil }
+func (w *scriptedWaiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
+	return w.pace.Next(retry, waiting.Hint{Renew: time.Hour, Poll: true})
+}
+func (w *scriptedWaiter) Leave(context.Context) error { return nil }
 
 type scriptedQueue struct {
 	*syncguardtest.Backend

@@ -31,6 +31,7 @@ type queueWaiter struct {
 	key      string
 	identity string
 	q        *queueState // nil: plain attempts
+	pace     waiting.Pace
 }
 
 // Attempt implements Waiter: an acquire as the waiter.
@@ -41,38 +42,33 @@ func (w *queueWaiter) Attempt(ctx context.Context, ttl time.Duration) (AcquireRe
 			return res, nil // a release handed it the key, and said so in its notification
 		}
 	}
-	res, err := w.b.acquire(ctx, w.key, ttl, w.identity, w.q)
+	res, err := paced(&w.pace, func() (AcquireResult, error) { return w.b.acquire(ctx, w.key, ttl, w.identity, w.q) })
 	if err == nil && res.OK && w.q != nil {
 		w.q.close()
 	}
 	return res, err
 }
 
-// Hints implements Waiter: its wake-up once queued, its next attempt by
-// its place (queueState.next), polling while it is within listenRank of
-// the head and its key's channel is not listened on.
-func (w *queueWaiter) Hints() (wake <-chan struct{}, renew time.Duration, poll bool) {
+// Next implements Waiter: woken once queued; its next attempt by its
+// place (queueState.next); polling while it is within listenRank of the
+// head and its key's channel is not listened on; without the caller's
+// retries when further back.
+func (w *queueWaiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
+	return w.pace.Next(retry, w.hint())
+}
+
+func (w *queueWaiter) hint() waiting.Hint {
 	if w.q == nil {
-		return nil, 0, false
+		return waiting.Hint{}
 	}
-	renew = w.q.next()
+	renew := w.q.next()
 	w.q.mu.Lock()
 	defer w.q.mu.Unlock()
 	if w.q.wakeup == nil {
-		return nil, 0, false
+		return waiting.Hint{}
 	}
-	return w.q.wakeup.C, renew, w.q.rank <= listenRank && !w.q.wakeup.ChannelListened()
-}
-
-// farBack reports whether the waiter's last attempt found it more than
-// listenRank from the head.
-func (w *queueWaiter) farBack() bool {
-	if w.q == nil {
-		return false
-	}
-	w.q.mu.Lock()
-	defer w.q.mu.Unlock()
-	return w.q.rank > listenRank
+	return waiting.Hint{Wake: w.q.wakeup.C, Renew: renew, FarBack: w.q.rank > listenRank,
+		Poll: w.q.rank <= listenRank && !w.q.wakeup.ChannelListened()}
 }
 
 // Leave releases the waiter's lockId: that deletes its queue row and
@@ -95,4 +91,34 @@ func (w *queueWaiter) Leave(ctx context.Context) error {
 		q.s.releaseInBackground(q.lockID, time.Duration(q.ttl.Load())*time.Millisecond)
 	}
 	return err
+}
+
+// pollWaiter is the Waiter of a Locker without a queue: it attempts on
+// the retry schedule and when the holder's lock, as its last attempt saw
+// it, is no longer live.
+type pollWaiter struct {
+	b    Locker
+	key  string
+	pace waiting.Pace
+}
+
+// Attempt implements Waiter: an Acquire.
+func (w *pollWaiter) Attempt(ctx context.Context, ttl time.Duration) (AcquireResult, error) {
+	return paced(&w.pace, func() (AcquireResult, error) { return w.b.Acquire(ctx, w.key, ttl) })
+}
+
+// Next implements Waiter: the retry schedule and the holder's expiry.
+func (w *pollWaiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
+	return w.pace.Next(retry, waiting.Hint{})
+}
+
+// Leave implements Waiter: a polling waiter has no place to leave.
+func (w *pollWaiter) Leave(context.Context) error { return nil }
+
+// paced runs an attempt and tells p its outcome.
+func paced(p *waiting.Pace, attempt func() (AcquireResult, error)) (AcquireResult, error) {
+	sent := time.Now()
+	res, err := attempt()
+	p.Attempted(sent, err == nil, err == nil && res.OK, res.RetryIn)
+	return res, err
 }

@@ -59,8 +59,8 @@ func TestWaiterSpacingByRank(t *testing.T) {
 		check("rule: the pace is the last one seen, not the fastest", 2*w, 2625*time.Millisecond)
 		step(listenRank, 16, time.Second)
 		check("rule: within listenRank of the head: the base window, renewed after two thirds of it", w, 2*w/3)
-		if wake, renew, poll := q.waiterHints(); wake == nil || renew != 2*w/3 || !poll {
-			t.Errorf("rule: near the head, before its channel is listened on, the waiter polls; hints %v %v %v", wake, renew, poll)
+		if h := (&queueWaiter{q: q}).hint(); h.Wake == nil || h.Renew != 2*w/3 || !h.Poll || h.FarBack {
+			t.Errorf("rule: near the head, before its channel is listened on, the waiter polls; hint %+v", h)
 		}
 	})
 }
@@ -81,11 +81,6 @@ func TestWaiterSpacingBeyondTheRankCap(t *testing.T) {
 			t.Errorf("rule: beyond rankCap the queue's pace is its hand-offs: next attempt after %v, want %v", got, want)
 		}
 	})
-}
-
-// waiterHints are the Hints of q's waiter.
-func (q *queueState) waiterHints() (<-chan struct{}, time.Duration, bool) {
-	return (&queueWaiter{q: q}).Hints()
 }
 
 // A grant notification hands the waiter the key without a statement,
@@ -184,8 +179,7 @@ func TestFirstWaiterConfirmsItsFirstAttempt(t *testing.T) {
 		if r, err := w.Attempt(context.Background(), time.Second); err != nil || r.OK {
 			t.Fatalf("attempt: %+v, %v; want locked", r, err)
 		}
-		_, next, _ := w.Hints()
-		return next
+		return w.(*queueWaiter).hint().Renew
 	}
 	w := b.Queue("k", "", false)
 	for i, want := range []time.Duration{5, 10, 20, 40, 80} {

@@ -91,13 +91,13 @@ type Queuer interface {
 type Waiter interface {
 	// Attempt is one acquire attempt as the waiter, as Locker.Acquire.
 	Attempt(ctx context.Context, ttl time.Duration) (AcquireResult, error)
-	// Hints says, after an attempt, what ends the wait for the next one:
-	// wake receives a value when a release may have handed the key to the
-	// waiter (nil: nothing wakes it); renew, if not 0, is when the next
-	// attempt must come to keep the waiter's place; poll says that no
-	// release can hand it the key (no notification reaches it), so it
-	// must look for the free key itself, soon.
-	Hints() (wake <-chan struct{}, renew time.Duration, poll bool)
+	// Next says, after a failed attempt, when the waiter attempts again:
+	// at the first value on wake (nil: nothing wakes it) or at at (zero:
+	// no time), whichever comes first; the deadline and ctx end the wait
+	// before. retry is when the caller's retry schedule asks for the next
+	// attempt: a waiter that nothing else cues attempts by then. Lock
+	// counts an attempt at or after retry against MaxRetries.
+	Next(retry time.Time) (wake <-chan struct{}, at time.Time)
 	// Leave takes the waiter out of the queue, passing on a key handed to
 	// it meanwhile.
 	Leave(ctx context.Context) error

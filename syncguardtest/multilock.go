@@ -2,6 +2,7 @@ package syncguardtest
 
 import (
 	"context"
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"slices"
 	"sync"
 	"time"
@@ -329,6 +330,7 @@ type mlWaiter struct {
 	m        *MultiLock
 	set      string
 	identity string
+	pace     kit.Pace
 	plain    bool
 	wake     chan struct{}
 
@@ -352,6 +354,10 @@ func (m *MultiLock) Queue(set, identity string, once bool) syncguard.Waiter {
 
 // Attempt implements syncguard.Waiter.
 func (w *mlWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
+	return w.pace.Attempt(func() (syncguard.AcquireResult, error) { return w.attempt(ctx, ttl) })
+}
+
+func (w *mlWaiter) attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
 	if w.plain {
 		return w.m.Acquire(ctx, w.set, ttl)
 	}
@@ -384,13 +390,10 @@ func (w *mlWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.Ac
 	return syncguard.AcquireResult{Reason: syncguard.ReasonLocked, RetryIn: s.retryIn(keys, now)}, nil
 }
 
-// Hints implements syncguard.Waiter: its wake channel, a renewal at half
+// Next implements syncguard.Waiter: its wake channel, a renewal at half
 // the queue window; never poll.
-func (w *mlWaiter) Hints() (<-chan struct{}, time.Duration, bool) {
-	if w.plain {
-		return nil, 0, false
-	}
-	return w.wake, queueWindow / 2, false
+func (w *mlWaiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
+	return fakeNext(&w.pace, retry, w.plain, w.wake, queueWindow/2)
 }
 
 // Leave implements syncguard.Waiter: out of the queue; a set handed to it

@@ -4,7 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/waiting"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -52,6 +54,7 @@ type waiter struct {
 	identity string
 	plain    bool          // once, or a WithTx view: single attempts, no place
 	wake     chan struct{} // a value when a step hands it the key
+	pace     kit.Pace
 
 	// Under mu.
 	norm  string    // the normalized key, from its first valid attempt
@@ -80,21 +83,28 @@ func (b *Backend) Queue(key, identity string, once bool) syncguard.Waiter {
 // RetryIn: until the holder's lock is no longer live, or until the place
 // of a waiter before it lapses when the key is free but kept for that one.
 func (w *waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
+	q := w
 	if w.plain {
-		return w.b.acquire(ctx, w.key, ttl, w.identity, nil)
+		q = nil
 	}
-	return w.b.acquire(ctx, w.key, ttl, w.identity, w)
+	return w.pace.Attempt(func() (syncguard.AcquireResult, error) { return w.b.acquire(ctx, w.key, ttl, w.identity, q) })
 }
 
-// Hints implements syncguard.Waiter: the wake channel and a renewal at
-// half the queue window; never poll (every waiter is reachable). A
-// plain waiter has none: Lock waits for its retries and the holder's
-// expiry.
-func (w *waiter) Hints() (wake <-chan struct{}, renew time.Duration, poll bool) {
-	if w.plain {
-		return nil, 0, false
+// Next implements syncguard.Waiter: the wake channel and a renewal at
+// half the queue window; never poll (every waiter is reachable). A plain
+// waiter has none: Lock waits for its retries and the holder's expiry.
+func (w *waiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
+	return fakeNext(&w.pace, retry, w.plain, w.wake, queueWindow*2/3)
+}
+
+// fakeNext is the Next of the fakes' waiters: woken by hand-offs and
+// renewing after renew; a plain one (no place) waits for the retries and
+// the holder's expiry.
+func fakeNext(p *kit.Pace, retry time.Time, plain bool, wake <-chan struct{}, renew time.Duration) (<-chan struct{}, time.Time) {
+	if plain {
+		return p.Next(retry, waiting.Hint{})
 	}
-	return w.wake, queueWindow * 2 / 3, false
+	return p.Next(retry, waiting.Hint{Wake: wake, Renew: renew})
 }
 
 // Leave implements syncguard.Waiter: the waiter leaves the queue, a lock

@@ -308,9 +308,9 @@ func TestWaiterHandOff(t *testing.T) {
 		if err != nil || r.OK || r.Reason != syncguard.ReasonLocked || r.RetryIn != time.Minute+time.Second {
 			t.Fatalf("a contended attempt: %+v, %v; want locked, RetryIn the holder's TTL + 1 s", r, err)
 		}
-		wake, renew, poll := w.Hints()
-		if wake == nil || renew != 10*time.Second || poll {
-			t.Errorf("Hints: %v, %v, %v; want a wake channel, renew 10 s (two thirds of the queue window), no polling", wake, renew, poll)
+		wake, at := w.Next(time.Time{})
+		if renew := at.Sub(time.Now()); wake == nil || renew != 10*time.Second {
+			t.Errorf("Next: %v, in %v; want a wake channel, renew in 10 s (two thirds of the queue window)", wake, renew)
 		}
 		time.Sleep(time.Second)
 		released := locks.Now()
@@ -357,7 +357,7 @@ func TestPlainAcquireRespectsTheQueue(t *testing.T) {
 		if info, _ := locks.LookupKey(ctx, "k"); info == nil || info.Identity != "w" || info.Fence <= held.Fence {
 			t.Fatalf("after the plain Acquire: %+v, want the waiter's lock", info)
 		}
-		wake, _, _ := w.Hints()
+		wake, _ := w.Next(time.Time{})
 		select {
 		case <-wake:
 		default:
@@ -390,7 +390,7 @@ func TestLeavePassesTheKeyOn(t *testing.T) {
 		if info == nil || info.Identity != "w2" {
 			t.Fatalf("after w1 left: %+v, want w2's lock", info)
 		}
-		wake, _, _ := w2.Hints()
+		wake, _ := w2.Next(time.Time{})
 		select {
 		case <-wake:
 		default:
@@ -446,7 +446,7 @@ func TestAdvanceHandsTheKeyOn(t *testing.T) {
 	w := locks.Queue("k", "w", false)
 	w.Attempt(ctx, time.Minute)
 	locks.Advance(2 * time.Minute)
-	wake, _, _ := w.Hints()
+	wake, _ := w.Next(time.Time{})
 	select {
 	case <-wake:
 	default:
@@ -475,8 +475,8 @@ func TestPlainWaiters(t *testing.T) {
 		if r, _ := tc.w.Attempt(ctx, time.Minute); r.OK {
 			t.Fatalf("%s: attempt of a held key: %+v", tc.name, r)
 		}
-		if wake, renew, poll := tc.w.Hints(); wake != nil || renew != 0 || poll {
-			t.Errorf("%s: Hints %v, %v, %v; want none", tc.name, wake, renew, poll)
+		if wake, at := tc.w.Next(time.Time{}); wake != nil || time.Until(at) > time.Minute+time.Second {
+			t.Errorf("%s: Next %v, in %v; want no wake-up, the holder's expiry (no renewal)", tc.name, wake, time.Until(at))
 		}
 		locks.Release(ctx, held.LockID)
 		if info, _ := locks.LookupKey(ctx, "k"); info != nil {

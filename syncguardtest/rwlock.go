@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"sort"
 	"sync"
 	"time"
@@ -386,6 +387,7 @@ type rwWaiter struct {
 	side    *RWSide
 	key     string
 	once    bool
+	pace    kit.Pace
 	lockID  string
 	wake    chan struct{}
 	k       *rwKey
@@ -419,19 +421,18 @@ func (w *rwWaiter) remove() {
 
 // Attempt implements syncguard.Waiter.
 func (w *rwWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
-	if w.once {
-		return w.side.Acquire(ctx, w.key, ttl)
-	}
-	return w.side.attempt(ctx, w.key, ttl, w)
+	return w.pace.Attempt(func() (syncguard.AcquireResult, error) {
+		if w.once {
+			return w.side.Acquire(ctx, w.key, ttl)
+		}
+		return w.side.attempt(ctx, w.key, ttl, w)
+	})
 }
 
-// Hints implements syncguard.Waiter: woken by hand-offs, renewing at half
+// Next implements syncguard.Waiter: woken by hand-offs, renewing at half
 // the queue window.
-func (w *rwWaiter) Hints() (<-chan struct{}, time.Duration, bool) {
-	if w.once {
-		return nil, 0, false
-	}
-	return w.wake, queueWindow / 2, false
+func (w *rwWaiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
+	return fakeNext(&w.pace, retry, w.once, w.wake, queueWindow/2)
 }
 
 // Leave implements syncguard.Waiter: out of the queue, releasing a lease

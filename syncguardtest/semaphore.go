@@ -3,6 +3,7 @@ package syncguardtest
 import (
 	"context"
 	"fmt"
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"sync"
 	"time"
 
@@ -285,6 +286,7 @@ type semWaiter struct {
 	s        *Semaphore
 	key      string
 	identity string
+	pace     kit.Pace
 	plain    bool
 	lockID   string
 	wake     chan struct{}
@@ -324,19 +326,17 @@ func (sk *semKey) dequeue(w *semWaiter) {
 
 // Attempt implements syncguard.Waiter.
 func (w *semWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
+	q := w
 	if w.plain {
-		return w.s.attempt(ctx, w.key, ttl, w.identity, nil)
+		q = nil
 	}
-	return w.s.attempt(ctx, w.key, ttl, w.identity, w)
+	return w.pace.Attempt(func() (syncguard.AcquireResult, error) { return w.s.attempt(ctx, w.key, ttl, w.identity, q) })
 }
 
-// Hints implements syncguard.Waiter: woken by a hand-off, renewing at
+// Next implements syncguard.Waiter: woken by a hand-off, renewing at
 // half the queue window; never polling.
-func (w *semWaiter) Hints() (<-chan struct{}, time.Duration, bool) {
-	if w.plain {
-		return nil, 0, false
-	}
-	return w.wake, queueWindow / 2, false
+func (w *semWaiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
+	return fakeNext(&w.pace, retry, w.plain, w.wake, queueWindow/2)
 }
 
 // Leave implements syncguard.Waiter: out of the queue; a slot handed to

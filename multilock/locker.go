@@ -205,27 +205,8 @@ func failReason(seen sql.NullInt64, now int64) string {
 // wires its own: on NotifyDB when set, through the dialect's
 // driver.Listener, polling without one.
 func (l *Locker) newWaker() *waiting.Waker {
-	var cfg waiting.Config
-	db, dialect := l.db, l.dialect
-	if l.notifyDB != nil {
-		db = l.notifyDB
-		if d, ok := driver.Lookup(db.Driver()); ok {
-			dialect = d
-		}
-	}
-	if li, ok := dialect.(driver.Listener); ok {
-		cfg.Open = func(ctx context.Context, channel string) (driver.NotifyConn, error) {
-			return li.Listen(ctx, db, channel)
-		}
-	} else {
-		cfg.NoListener = "the dialect has no driver.Listener (lib/pq: open the pool with sql.OpenDB(pq.NewConnector(dsn)) of the syncguard pq adapter, or set Config.Dialect to pq.ListenDialect(dsn))"
-	}
-	cfg.Notify = l.notify
-	cfg.OnFallback = func(st waiting.Status) {
-		l.logger.Warn("multilock: waiting falls back to polling: a waiter finds the set handed to it at its next attempt instead of at once (the order of waiters is kept)",
-			slog.String("reason", st.Reason))
-	}
-	return waiting.New(cfg)
+	return waiting.NewFor(waiting.Wiring{DB: l.db, NotifyDB: l.notifyDB, Dialect: l.dialect, Notify: l.notify,
+		Logger: l.logger, What: "syncguard multilock"})
 }
 
 // notify sends a notification, through NotifyDB when set.

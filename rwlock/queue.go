@@ -2,12 +2,10 @@ package rwlock
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/internal/waiting"
@@ -29,30 +27,15 @@ import (
 func channel(table, storage string) string { return waiting.Channel(channelPrefix(table), storage) }
 
 func (rw *RWLock) newWaker() *waiting.Waker {
-	var cfg waiting.Config
-	db, dialect := rw.db, rw.dialect
+	db := rw.db
 	if rw.notifyDB != nil {
 		db = rw.notifyDB
-		if d, ok := driver.Lookup(db.Driver()); ok {
-			dialect = d
-		}
 	}
-	if l, ok := dialect.(driver.Listener); ok {
-		cfg.Open = func(ctx context.Context, channel string) (driver.NotifyConn, error) {
-			return l.Listen(ctx, db, channel)
-		}
-	} else {
-		cfg.NoListener = "the dialect has no driver.Listener (lib/pq: open the pool with sql.OpenDB(pq.NewConnector(dsn)) of the syncguard pq adapter, or set Config.Dialect to pq.ListenDialect(dsn))"
-	}
-	cfg.Notify = func(ctx context.Context, channel, payload string) error {
-		_, err := db.ExecContext(ctx, waiting.NotifySQL, channel, payload)
-		return err
-	}
-	cfg.OnFallback = func(st waiting.Status) {
-		rw.logger.Warn("syncguard rwlock: waiting falls back to polling: a waiter finds the key at its next attempt instead of at once (the order of waiters is kept)",
-			slog.String("reason", st.Reason))
-	}
-	return waiting.New(cfg)
+	return waiting.NewFor(waiting.Wiring{DB: rw.db, NotifyDB: rw.notifyDB, Dialect: rw.dialect, Logger: rw.logger, What: "syncguard rwlock",
+		Notify: func(ctx context.Context, channel, payload string) error {
+			_, err := db.ExecContext(ctx, waiting.NotifySQL, channel, payload)
+			return err
+		}})
 }
 
 // Queue implements syncguard.Queuer: the waiter of one Lock or WithLock

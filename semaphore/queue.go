@@ -2,12 +2,10 @@ package semaphore
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/internal/waiting"
@@ -163,26 +161,8 @@ func (w *waiter) Leave(ctx context.Context) error {
 // Backend does: on Config.NotifyDB when set, through the dialect's
 // driver.Listener.
 func (s *Semaphore) newWaker() *waiting.Waker {
-	var cfg waiting.Config
-	db, dialect := s.db, s.dialect
-	if s.notifyDB != nil {
-		db = s.notifyDB
-		if d, ok := driver.Lookup(db.Driver()); ok {
-			dialect = d
-		}
-	}
-	if l, ok := dialect.(driver.Listener); ok {
-		cfg.Open = func(ctx context.Context, channel string) (driver.NotifyConn, error) {
-			return l.Listen(ctx, db, channel)
-		}
-	} else {
-		cfg.NoListener = "the dialect has no driver.Listener (lib/pq: open the pool with sql.OpenDB(pq.NewConnector(dsn)) of the syncguard pq adapter, or set Config.Dialect to pq.ListenDialect(dsn))"
-	}
-	cfg.Notify = s.notify
-	cfg.OnFallback = func(st waiting.Status) {
-		s.logger.Warn("syncguard: semaphore waiting falls back to polling (the order of waiters is kept)", slog.String("reason", st.Reason))
-	}
-	return waiting.New(cfg)
+	return waiting.NewFor(waiting.Wiring{DB: s.db, NotifyDB: s.notifyDB, Dialect: s.dialect, Notify: s.notify,
+		Logger: s.logger, What: "syncguard semaphore"})
 }
 
 // notify sends a notification through NotifyDB when it is set, else the

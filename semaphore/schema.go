@@ -4,14 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"fmt"
-	"regexp"
 	"strconv"
-	"strings"
 
-	"github.com/syncguard/syncguard-go/driver"
-	"github.com/syncguard/syncguard-go/internal/errwrap"
-	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
@@ -27,23 +22,16 @@ func Tables(table string) (keys, slots, waiters string) {
 	return table + "_sem", table + "_sem_slots", table + "_sem_waiters"
 }
 
-// names are the quoted table and index names of lock table table, by
-// their placeholder in the statement files.
+// names are the semaphore's tables and indexes for lock table table,
+// unquoted, by their placeholder in the statement files.
 func names(table string) map[string]string {
 	keys, slots, waiters := Tables(table)
-	m := map[string]string{
+	return map[string]string{
 		"sem": keys, "slots": slots, "waiters": waiters,
 		"slots_id_index":    "idx_" + table + "_ssid",
 		"waiters_id_index":  "idx_" + table + "_swid",
 		"waiters_key_index": "idx_" + table + "_swkey",
 	}
-	for k, v := range m {
-		m[k] = rules.QuoteIdent(v)
-	}
-	m["now_us"] = "floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint"
-	m["waiter_gc"] = strconv.Itoa(waiterGCMs)
-	m["rank_cap"] = strconv.Itoa(rankCap)
-	return m
 }
 
 // waiterGCMs: a waiter's row dead this long goes at its key's next
@@ -53,57 +41,22 @@ const (
 	rankCap    = 64
 )
 
-var (
-	wakeChannelRE = regexp.MustCompile(`\{\{wake_channel\(([^()]*)\)\}\}`)
-	wakePayloadRE = regexp.MustCompile(`\{\{wake_payload\(([^()]*)\)\}\}`)
-)
+// schema is the semaphore's SQL.
+var schema = &kit.Schema{Kind: "semaphore", Files: sqlFiles, Names: names, DDL: []string{"schema.sql"},
+	Values:  map[string]string{"now_us": kit.NowUS, "waiter_gc": strconv.Itoa(waiterGCMs), "rank_cap": strconv.Itoa(rankCap)},
+	Channel: channelPrefix, LockID: 0x73656d6170686f72} // "semaphor"
 
 // channelPrefix is the notification channel prefix of the semaphores of
 // lock table table: not the mutex's (waiting.Prefix(table)).
 func channelPrefix(table string) string { return waiting.Prefix(table + "_sem") }
 
-// render expands an embedded statement file for lock table table.
-func render(name, table string) string {
-	b, err := sqlFiles.ReadFile("sql/" + name)
-	if err != nil {
-		panic(err) // embedded at build time
-	}
-	text := wakeChannelRE.ReplaceAllStringFunc(string(b), func(m string) string {
-		return waiting.ChannelSQL(channelPrefix(table), wakeChannelRE.FindStringSubmatch(m)[1])
-	})
-	text = wakePayloadRE.ReplaceAllString(text, waiting.PayloadSQL("$1"))
-	out, err := rules.Render(text, names(table))
-	if err != nil {
-		panic("semaphore: sql/" + name + ": " + err.Error()) // embedded; TestRender renders every file
-	}
-	return out
-}
+func render(name, table string) string { return schema.Render(name, table) }
 
-// stripComments drops a statement's "--" lines and blank lines.
-func stripComments(s string) string {
-	var keep []string
-	for _, line := range strings.Split(s, "\n") {
-		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "--") {
-			keep = append(keep, line)
-		}
-	}
-	return strings.Join(keep, "\n")
-}
-
-// tableName is cfg's lock table, checked by syncguard's own rules
-// (syncguard.SchemaSQL validates the configuration and does no I/O).
-func tableName(op string, cfg *syncguard.Config) (string, error) {
-	if _, err := syncguard.SchemaSQL(cfg); err != nil {
-		if e, ok := err.(*syncguard.Error); ok {
-			e.Op = op
-		}
-		return "", err
-	}
-	if cfg == nil || cfg.TableName == "" {
-		return rules.DefaultTable, nil
-	}
-	return cfg.TableName, nil
-}
+var (
+	stripComments = kit.StripComments
+	tableName     = kit.TableName
+	invalidArg    = kit.InvalidArg
+)
 
 // SchemaSQL returns the DDL that SetupSchema runs, for migration tools:
 // the semaphore's three tables (see Tables) and their indexes, idempotent
@@ -111,61 +64,13 @@ func tableName(op string, cfg *syncguard.Config) (string, error) {
 // defaults; only TableName is read. It does not create syncguard's own
 // tables (syncguard.SchemaSQL).
 func SchemaSQL(cfg *syncguard.Config) (string, error) {
-	table, err := tableName("semaphore.schemaSQL", cfg)
-	if err != nil {
-		return "", err
-	}
-	return render("schema.sql", table), nil
+	return schema.SQL("semaphore.schemaSQL", cfg)
 }
-
-// setupLockID serializes concurrent SetupSchema calls.
-const setupLockID = 0x73656d6170686f72 // "semaphor"
 
 // SetupSchema creates the semaphore's tables and indexes that do not
 // exist, in one transaction under an advisory lock: idempotent and safe to
-// call concurrently. Roles that use the semaphore need SELECT, INSERT,
-// UPDATE and DELETE on the three tables.
+// call concurrently; when all exist, one query and no lock. Roles that use
+// the semaphore need SELECT, INSERT, UPDATE and DELETE on the three tables.
 func SetupSchema(ctx context.Context, db *sql.DB, cfg *syncguard.Config) error {
-	const op = "semaphore.setupSchema"
-	ddl, err := SchemaSQL(cfg)
-	if err != nil {
-		return err
-	}
-	if db == nil {
-		return invalidArg(op, "db must not be nil")
-	}
-	var d driver.Dialect
-	if cfg != nil {
-		d = cfg.Dialect
-	}
-	if d == nil {
-		d, _ = driver.Lookup(db.Driver())
-	}
-	if err := ctx.Err(); err != nil {
-		return errwrap.Wrap(ctx, op, d, err)
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return errwrap.Wrap(ctx, op, d, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", int64(setupLockID))); err != nil {
-		return errwrap.Wrap(ctx, op, d, err)
-	}
-	for _, stmt := range strings.Split(stripComments(ddl), ";") {
-		if stmt = strings.TrimSpace(stmt); stmt == "" {
-			continue
-		}
-		if _, err := tx.ExecContext(ctx, stmt); err != nil {
-			return errwrap.Wrap(ctx, op, d, err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return errwrap.Wrap(ctx, op, d, err)
-	}
-	return nil
-}
-
-func invalidArg(op, msg string) *syncguard.Error {
-	return &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Msg: msg}
+	return schema.Setup(ctx, db, cfg)
 }

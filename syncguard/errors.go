@@ -146,19 +146,19 @@ func plural(n int, noun string) string {
 	return strconv.Itoa(n) + " " + noun + "s"
 }
 
-// giveUp ends the wait (cause: ctx's, if done): busy once any attempt got
-// an answer, else the outage, with its last real cause.
-func (l *waitLoop) giveUp(cause error) (AcquireResult, time.Time, error) {
-	elapsed := time.Since(l.start).Round(time.Millisecond)
-	e := &Error{Op: "lock", Code: CodeAcquisitionTimeout, Key: l.key, Err: cause,
-		Msg: fmt.Sprintf("lock still held by another owner after %s in %v", plural(l.attempts, "attempt"), elapsed)}
+// waitError is how a wait for key ends without the lock (cause: ctx's,
+// if done): busy once any attempt got an answer, else the outage, with
+// its last real cause; the only attempt's error when the wait's end cut it.
+func waitError(key string, attempts int, elapsed time.Duration, answered bool, lastErr, realErr, cause error) error {
+	e := &Error{Op: "lock", Code: CodeAcquisitionTimeout, Key: key, Err: cause,
+		Msg: fmt.Sprintf("lock still held by another owner after %s in %v", plural(attempts, "attempt"), elapsed)}
 	switch {
-	case !l.answered && l.realErr == nil:
-		return AcquireResult{}, time.Time{}, l.lastErr // the only attempt, cut
-	case !l.answered:
-		e.Code, e.Err, e.Msg = CodeOf(l.realErr), l.realErr, fmt.Sprintf("no answer from the server to %s in %v", plural(l.attempts, "attempt"), elapsed)
-	case l.lastErr != nil:
-		e.Msg += fmt.Sprintf(" (the last attempt got no answer: %s)", CodeOf(l.lastErr))
+	case !answered && realErr == nil:
+		return lastErr
+	case !answered:
+		e.Code, e.Err, e.Msg = CodeOf(realErr), realErr, fmt.Sprintf("no answer from the server to %s in %v", plural(attempts, "attempt"), elapsed)
+	case lastErr != nil:
+		e.Msg += fmt.Sprintf(" (the last attempt got no answer: %s)", CodeOf(lastErr))
 	}
-	return AcquireResult{}, time.Time{}, e
+	return e
 }

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 )
@@ -68,29 +67,12 @@ func (b *Backend) Close() error {
 }
 
 func newWaker(s *shared) *waiting.Waker {
-	cfg := s.waitCfg.waker
-	db, dialect := s.cfg.NotifyDB, s.cfg.Dialect
-	if db == nil {
-		db = s.db
-	} else if d, ok := driver.Lookup(db.Driver()); ok {
-		dialect = d
-	}
-	if l, ok := dialect.(driver.Listener); ok {
-		cfg.Open = func(ctx context.Context, channel string) (driver.NotifyConn, error) {
-			return l.Listen(ctx, db, channel)
-		}
-	} else {
-		cfg.NoListener = "the dialect has no driver.Listener (lib/pq: open the pool with sql.OpenDB(pq.NewConnector(dsn)) of the syncguard pq adapter, or set Config.Dialect to pq.ListenDialect(dsn))"
-	}
-	cfg.Notify = s.notify
+	w := waiting.Wiring{DB: s.db, NotifyDB: s.cfg.NotifyDB, Dialect: s.cfg.Dialect, Notify: s.notify,
+		Logger: s.cfg.Logger, What: "syncguard", Tunables: s.waitCfg.waker}
 	if s.cfg.NotifyDB != nil {
-		cfg.Pool = s.notifyPool
+		w.Pool = s.notifyPool
 	}
-	cfg.OnFallback = func(st waiting.Status) {
-		s.cfg.Logger.Warn("syncguard: waiting falls back to polling: a waiter finds the key handed to it at its next attempt instead of at once (the order of waiters is kept)",
-			slog.String("reason", st.Reason))
-	}
-	return waiting.New(cfg)
+	return waiting.NewFor(w)
 }
 
 // notify sends a notification: through NotifyDB when it is set (the

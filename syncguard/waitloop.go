@@ -141,3 +141,9 @@ func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err e
 	}
 	return res, sent, cut, err
 }
+
+// giveUp ends the wait without the lock (cause: ctx's, if done).
+func (l *waitLoop) giveUp(cause error) (AcquireResult, time.Time, error) {
+	elapsed := time.Since(l.start).Round(time.Millisecond)
+	return AcquireResult{}, time.Time{}, waitError(l.key, l.attempts, elapsed, l.answered, l.lastErr, l.realErr, cause)
+}

@@ -16,8 +16,10 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -487,4 +489,44 @@ func (w *Waker) wantedLocked(now time.Time) bool {
 		}
 	}
 	return false
+}
+
+// Wiring is where a Backend's (or a lock kind's) waiting listens and
+// sends: NewFor builds its Waker.
+type Wiring struct {
+	DB       *sql.DB        // the lock pool
+	NotifyDB *sql.DB        // Config.NotifyDB: listen there when set (its own dialect, found from its driver)
+	Dialect  driver.Dialect // the lock pool's
+	// Notify sends the probe where the connection listens; Pool, when
+	// Notify does not go through the lock pool, sends through it (Config.Pool).
+	Notify, Pool func(ctx context.Context, channel, payload string) error
+	Logger       *slog.Logger
+	What         string // what waits, in the fallback warning ("syncguard", "syncguard semaphore")
+	Tunables     Config // the durations (zero: the defaults)
+}
+
+// NewFor returns the Waker of w: listening through the dialect's
+// driver.Listener, polling (with a warning that says why) without one.
+func NewFor(w Wiring) *Waker {
+	cfg := w.Tunables
+	cfg.Notify, cfg.Pool = w.Notify, w.Pool
+	db, dialect := w.DB, w.Dialect
+	if w.NotifyDB != nil {
+		db = w.NotifyDB
+		if d, ok := driver.Lookup(db.Driver()); ok {
+			dialect = d
+		}
+	}
+	if l, ok := dialect.(driver.Listener); ok {
+		cfg.Open = func(ctx context.Context, channel string) (driver.NotifyConn, error) {
+			return l.Listen(ctx, db, channel)
+		}
+	} else {
+		cfg.NoListener = "the dialect has no driver.Listener (lib/pq: open the pool with sql.OpenDB(pq.NewConnector(dsn)) of the syncguard pq adapter, or set Config.Dialect to pq.ListenDialect(dsn))"
+	}
+	cfg.OnFallback = func(st Status) {
+		w.Logger.Warn(w.What+": waiting falls back to polling: a waiter finds the key handed to it at its next attempt instead of at once (the order of waiters is kept)",
+			slog.String("reason", st.Reason))
+	}
+	return New(cfg)
 }

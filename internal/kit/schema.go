@@ -1,0 +1,233 @@
+package kit
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/deploy"
+	"github.com/syncguard/syncguard-go/internal/errwrap"
+	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/waiting"
+	"github.com/syncguard/syncguard-go/syncguard"
+)
+
+// Schema is one lock kind's SQL: its embedded statement files, the names
+// they use, and how they are set up.
+type Schema struct {
+	Kind  string // "semaphore": the kind's ops ("semaphore.setupSchema") and panics
+	Files fs.FS  // the kind's sql/*.sql
+	// Names returns the kind's tables, indexes and functions for a lock
+	// table, unquoted, by their placeholder in the files.
+	Names func(table string) map[string]string
+	// Values are SQL fragments by placeholder, inserted as they are.
+	Values map[string]string
+	// Channel returns the notification channel prefix of a lock table's
+	// locks of this kind ({{wake_channel(expr)}} in the files).
+	Channel func(table string) string
+	DDL     []string // the files that make SchemaSQL, in order
+	LockID  int64    // the advisory lock that serializes setups
+}
+
+// NowUS is the statement's server time in µs (a waiter's place).
+const NowUS = "floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint"
+
+// Render expands the statement file name for lock table table: quoted
+// names, values, and the {{wake_channel(expr)}} and {{wake_payload(expr)}}
+// calls.
+func (s *Schema) Render(name, table string) string {
+	b, err := fs.ReadFile(s.Files, "sql/"+name)
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	text := string(b)
+	if s.Channel != nil {
+		prefix := s.Channel(table)
+		text = replaceCalls(text, "wake_channel", func(arg string) string { return waiting.ChannelSQL(prefix, arg) })
+	}
+	text = replaceCalls(text, "wake_payload", waiting.PayloadSQL)
+	n := s.Names(table)
+	for k, v := range n {
+		n[k] = rules.QuoteIdent(v)
+	}
+	for k, v := range s.Values {
+		n[k] = v
+	}
+	out, err := rules.Render(text, n)
+	if err != nil {
+		panic(s.Kind + ": sql/" + name + ": " + err.Error()) // embedded; each kind's TestRender renders every file
+	}
+	return out
+}
+
+// replaceCalls expands {{name(arg)}} with f(arg).
+func replaceCalls(text, name string, f func(string) string) string {
+	open := "{{" + name + "("
+	for {
+		i := strings.Index(text, open)
+		if i < 0 {
+			return text
+		}
+		j := strings.Index(text[i:], ")}}")
+		if j < 0 {
+			return text // rules.Render reports it
+		}
+		text = text[:i] + f(text[i+len(open):i+j]) + text[i+j+3:]
+	}
+}
+
+// SQL returns the kind's DDL for cfg's lock table (cfg checked by
+// syncguard's rules; op names the call in an error).
+func (s *Schema) SQL(op string, cfg *syncguard.Config) (string, error) {
+	table, err := TableName(op, cfg)
+	if err != nil {
+		return "", err
+	}
+	var parts []string
+	for _, f := range s.DDL {
+		parts = append(parts, s.Render(f, table))
+	}
+	return strings.Join(parts, "\n"), nil
+}
+
+// Setup creates the kind's tables, indexes and functions, idempotent and
+// safe to call concurrently. When all exist (the functions with the same
+// bodies) it returns after that one query, whoever holds the setup's
+// advisory lock, so a role without CREATE may call it then. Otherwise it
+// runs the DDL in one transaction under the advisory lock, waiting at
+// most lockTimeout for it.
+func (s *Schema) Setup(ctx context.Context, db *sql.DB, cfg *syncguard.Config) error {
+	op := s.Kind + ".setupSchema"
+	ddl, err := s.SQL(op, cfg)
+	if err != nil {
+		return err
+	}
+	if db == nil {
+		return InvalidArg(op, "db must not be nil")
+	}
+	var d driver.Dialect
+	if cfg != nil {
+		d = cfg.Dialect
+	}
+	if d == nil {
+		d, _ = driver.Lookup(db.Driver())
+	}
+	wrap := func(err error) error {
+		if err == nil {
+			return nil
+		}
+		return errwrap.Wrap(ctx, op, d, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return wrap(err)
+	}
+	var objects, conds []string
+	for _, m := range createdRE.FindAllStringSubmatch(ddl, -1) {
+		name := strings.ReplaceAll(strings.Trim(m[2], `"`), `""`, `"`)
+		if m[1] != "OR REPLACE FUNCTION" {
+			objects = append(objects, name)
+			continue
+		}
+		conds = append(conds, fmt.Sprintf(` AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc AS p JOIN pg_catalog.pg_namespace AS s ON s.oid = p.pronamespace
+  WHERE s.nspname = current_schema() AND p.proname = %s AND strpos(%s, p.prosrc) > 0)`, quoteLiteral(name), quoteLiteral(ddl)))
+	}
+	res, err := db.ExecContext(ctx, deploy.ExistsQuery(objects)+strings.Join(conds, ""))
+	if err != nil {
+		return wrap(err)
+	}
+	if k, err := res.RowsAffected(); err == nil && k == 1 {
+		return nil
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return wrap(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after Commit
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", lockTimeout.Milliseconds())); err != nil {
+		return wrap(err)
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", s.LockID)); err != nil {
+		return wrap(err)
+	}
+	for _, stmt := range Statements(ddl) {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return wrap(err)
+		}
+	}
+	return wrap(tx.Commit())
+}
+
+// createdRE finds what the DDL creates: tables, indexes and functions.
+var createdRE = regexp.MustCompile(`(?m)^CREATE (?:UNIQUE |UNLOGGED )?(TABLE|INDEX|OR REPLACE FUNCTION) (?:IF NOT EXISTS )?("(?:[^"]|"")+")`)
+
+// lockTimeout bounds a setup's wait for its advisory lock and the
+// catalog's locks (another setup, or a session holding the id).
+const lockTimeout = 30 * time.Second
+
+// Statements splits DDL into its statements, without comments: a
+// statement ends with a line ending in ";" outside a $fn$ body.
+func Statements(ddl string) []string {
+	var out, cur []string
+	body := false
+	for _, line := range strings.Split(ddl, "\n") {
+		t := strings.TrimSpace(line)
+		if !body && (t == "" || strings.HasPrefix(t, "--")) {
+			continue // (a function's body is kept whole: setup compares it)
+		}
+		cur = append(cur, line)
+		if strings.Count(line, "$fn$")%2 == 1 {
+			body = !body
+		}
+		if i := strings.Index(t, "--"); i >= 0 {
+			t = strings.TrimSpace(t[:i]) // a comment after the code
+		}
+		if !body && strings.HasSuffix(t, ";") {
+			out = append(out, strings.Join(cur, "\n"))
+			cur = nil
+		}
+	}
+	if len(cur) > 0 {
+		out = append(out, strings.Join(cur, "\n"))
+	}
+	return out
+}
+
+// StripComments drops a statement's "--" lines and blank lines (inlined
+// arguments must not meet a quote in a comment).
+func StripComments(s string) string {
+	var keep []string
+	for _, line := range strings.Split(s, "\n") {
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "--") {
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// TableName is cfg's lock table (nil: the default), checked by
+// syncguard's own rules (syncguard.SchemaSQL validates the configuration
+// and does no I/O); op names the call in an error.
+func TableName(op string, cfg *syncguard.Config) (string, error) {
+	if _, err := syncguard.SchemaSQL(cfg); err != nil {
+		if e, ok := err.(*syncguard.Error); ok {
+			e.Op = op
+		}
+		return "", err
+	}
+	if cfg == nil || cfg.TableName == "" {
+		return rules.DefaultTable, nil
+	}
+	return cfg.TableName, nil
+}
+
+// InvalidArg is an InvalidArgument error of op.
+func InvalidArg(op, msg string) *syncguard.Error {
+	return &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Msg: msg}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -60,8 +61,21 @@ func (e *sqlEnv) wakeOnRelease(waiter syncguard.Locker, rule, fallbackRule strin
 	if !st.Active {
 		opts, rule = polling(), fallbackRule
 	}
+	// Release once the waiter's first attempt found the key held (however
+	// long a loaded server takes to answer it).
+	first := make(chan struct{})
+	var once sync.Once
+	opts.OnAttempt = func(r syncguard.AcquireResult, err error) {
+		if err == nil && !r.OK {
+			once.Do(func() { close(first) })
+		}
+	}
 	ch := e.lockAsync(waiter, k, opts)
-	e.pause(200 * time.Millisecond)
+	select {
+	case <-first:
+	case <-e.ctx.Done():
+		e.t.Fatalf("rule: %s; the waiter's first attempt did not find the key held before the case timed out", rule)
+	}
 	if r := e.release(e.pb, held.LockID); !r.OK {
 		e.t.Fatalf("rule: the holder's release succeeds; got %+v", r)
 	}

@@ -32,9 +32,12 @@ type queueWaiter struct {
 	identity string
 	q        *queueState // nil: plain attempts
 	pace     waiting.Pace
+	later    <-chan attemptOutcome // the outcome of an attempt the wait's end left running
 }
 
-// Attempt implements Waiter: an acquire as the waiter.
+// Attempt implements Waiter: an acquire as the waiter. On the pool it is
+// detached from ctx's end (waiting.Detach): an attempt still running when
+// the wait ends finishes in the background, and Leave undoes it.
 func (w *queueWaiter) Attempt(ctx context.Context, ttl time.Duration) (AcquireResult, error) {
 	if w.q != nil {
 		if res, ok := w.q.granted(ttl.Milliseconds()); ok {
@@ -42,11 +45,34 @@ func (w *queueWaiter) Attempt(ctx context.Context, ttl time.Duration) (AcquireRe
 			return res, nil // a release handed it the key, and said so in its notification
 		}
 	}
-	res, err := paced(&w.pace, func() (AcquireResult, error) { return w.b.acquire(ctx, w.key, ttl, w.identity, w.q) })
-	if err == nil && res.OK && w.q != nil {
+	sent := time.Now()
+	var o attemptOutcome
+	if w.b.tx != nil || ctx.Err() != nil {
+		o.res, o.err = w.b.acquire(ctx, w.key, ttl, w.identity, w.q)
+	} else {
+		var later <-chan attemptOutcome
+		var ok bool
+		o, later, ok = waiting.Detach(ctx, w.b.releaseTimeout(), func(actx context.Context) attemptOutcome {
+			res, err := w.b.acquire(actx, w.key, ttl, w.identity, w.q)
+			return attemptOutcome{res, err}
+		})
+		if !ok {
+			w.later = later
+			e := ctxErr(ctx, "acquire")
+			e.Key = w.key
+			return AcquireResult{}, e
+		}
+	}
+	w.pace.Attempted(sent, o.err == nil, o.err == nil && o.res.OK, o.res.RetryIn)
+	if o.err == nil && o.res.OK && w.q != nil {
 		w.q.close()
 	}
-	return res, err
+	return o.res, o.err
+}
+
+type attemptOutcome struct {
+	res AcquireResult
+	err error
 }
 
 // Next implements Waiter: woken once queued; its next attempt by its
@@ -77,7 +103,31 @@ func (w *queueWaiter) hint() waiting.Hint {
 // and the queue row was gone when its delete got to it. A second
 // statement sees that commit. A Leave that fails, or that follows an
 // attempt of unknown outcome, leaves the release to the background.
+// An attempt the wait's end left running is undone when it ends: a lock
+// it took is released, else the waiter leaves.
 func (w *queueWaiter) Leave(ctx context.Context) error {
+	later := w.later
+	if later == nil {
+		return w.leave(ctx)
+	}
+	w.later = nil
+	go func() {
+		o := <-later
+		ctx, cancel := context.WithTimeout(context.Background(), w.b.releaseTimeout())
+		defer cancel()
+		if o.err == nil && o.res.OK {
+			if w.q != nil {
+				w.q.close()
+			}
+			_, _ = (&Backend{shared: w.b.shared}).Release(ctx, o.res.LockID)
+			return
+		}
+		_ = w.leave(ctx)
+	}()
+	return nil
+}
+
+func (w *queueWaiter) leave(ctx context.Context) error {
 	q := w.q
 	if q == nil || !q.close() {
 		return nil

@@ -46,8 +46,10 @@ func ExampleGuard_HoldLease() {
 	}
 }
 
-// The SQL function that Setup creates checks the lease inside the
-// caller's own statement, here one that sets the fence column from it.
+// The SQL functions that Setup creates, one per kind of lock, check the
+// lease inside the caller's own statement, here one that sets the fence
+// column from it (a multilock set's function takes the key whose fence it
+// returns, and checks the whole set).
 func ExampleSchemaSQL() {
 	ddl, err := txguard.SchemaSQL(&syncguard.Config{TableName: "app_locks"})
 	if err != nil {
@@ -59,9 +61,14 @@ func ExampleSchemaSQL() {
 		}
 	}
 	fmt.Println(`UPDATE invoices SET state = 'sent', fence = "app_locks_hold"($1) WHERE id = 42`)
+	fmt.Println(`UPDATE accounts SET balance = balance - 10, fence = "app_locks_ml_hold"($1, 'acct:alice') WHERE id = 'alice'`)
 	// Output:
 	// CREATE OR REPLACE FUNCTION "app_locks_hold"(p_lock_id text) RETURNS bigint
+	// CREATE OR REPLACE FUNCTION "app_locks_sem_hold"(p_lock_id text) RETURNS bigint
+	// CREATE OR REPLACE FUNCTION "app_locks_rw_hold"(p_lock_id text) RETURNS bigint
+	// CREATE OR REPLACE FUNCTION "app_locks_ml_hold"(p_lock_id text, p_key text) RETURNS bigint
 	// UPDATE invoices SET state = 'sent', fence = "app_locks_hold"($1) WHERE id = 42
+	// UPDATE accounts SET balance = balance - 10, fence = "app_locks_ml_hold"($1, 'acct:alice') WHERE id = 'alice'
 }
 
 // Names go into DDL quoted, and only plain identifiers are accepted:

@@ -147,7 +147,7 @@ func TestHoldOutcomes(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			g, tx, mock := newMock(t)
-			q := mock.ExpectQuery(g.hold).WithArgs(lockID)
+			q := mock.ExpectQuery(g.holds[kindMutex]).WithArgs(lockID)
 			if c.err != nil {
 				q.WillReturnError(c.err)
 			} else {

@@ -8,6 +8,7 @@ import (
 	"log"
 	"strings"
 
+	"github.com/syncguard/syncguard-go/multilock"
 	"github.com/syncguard/syncguard-go/syncguard"
 	"github.com/syncguard/syncguard-go/txguard"
 )
@@ -43,6 +44,45 @@ func ExampleGuard_HoldLease() {
 	}, nil)
 	if errors.Is(err, syncguard.ErrLockLost) {
 		fmt.Println("the lease was lost; nothing was written")
+	}
+}
+
+// A money transfer: both accounts locked at once (multilock), one
+// transaction that checks the whole set first and writes each account
+// with its own key's fence. Example_txguardTransfer in tests/itest runs
+// this against PostgreSQL, with its output.
+func ExampleGuard_HoldLease_transfer() {
+	var db *sql.DB // opened with a registered driver; see syncguard's package doc
+	ctx := context.Background()
+	locks, err := multilock.New(db, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	guard, err := txguard.New(db, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = multilock.WithLock(ctx, locks, []string{"acct:alice", "acct:bob"}, func(ctx context.Context, set *multilock.Lease) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		held, err := guard.HoldLease(ctx, tx, set) // every key's lock row, until the transaction ends
+		if err != nil {
+			return err // errors.Is(err, syncguard.ErrLockLost): nothing was written
+		}
+		for _, f := range held.Fences {
+			delta := map[string]int{"acct:alice": -30, "acct:bob": 30}[f.Key]
+			if _, err := tx.ExecContext(ctx, `UPDATE accounts SET balance = balance + $1, fence = $2 WHERE id = $3`,
+				delta, string(f.Fence), f.Key); err != nil {
+				return guard.Classify(ctx, err)
+			}
+		}
+		return tx.Commit()
+	}, nil)
+	if err != nil {
+		log.Print(err)
 	}
 }
 

@@ -87,7 +87,8 @@ type Held struct {
 	Now       time.Time // the server's clock when the row locks were granted
 }
 
-// Hold checks, in tx, that the lease lockID on key is held: its lock row
+// Hold checks, in tx, that the mutex lease lockID on key (a lease of a
+// syncguard.Backend; HoldLease checks a lease of any kind) is held: its lock row
 // exists with that lockId and has not expired by the server's clock
 // (expires_at_ms > now, without the spec's 1000 ms tolerance). It locks
 // that row FOR KEY SHARE until tx ends, so no takeover of the key (an

@@ -123,6 +123,9 @@ func (g *Guard) holdSet(ctx context.Context, tx *sql.Tx, set, lockID string) (He
 	const op = "hold"
 	keys, err := multilock.ParseKeys(set)
 	if err != nil {
+		if e, ok := err.(*syncguard.Error); ok {
+			e.Op = op
+		}
 		return Held{}, err
 	}
 	if err := rules.ValidateLockID(lockID); err != nil {

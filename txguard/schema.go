@@ -97,10 +97,14 @@ func stripComments(s string) string {
 	return strings.Join(keep, "\n")
 }
 
-// SchemaSQL returns the DDL that Setup runs: the SQL function
-// <TableName>_hold(lock_id text) RETURNS bigint, for callers who write
-// SQL. Called in a statement of the caller's transaction, it checks and
-// locks the lease as Guard.Hold does and returns its fence, or raises
+// SchemaSQL returns the DDL that Setup runs: the SQL functions, one per
+// kind of lock, for callers who write SQL: <TableName>_hold(lock_id text)
+// (a mutex lease), <TableName>_sem_hold(lock_id text) (a semaphore
+// permit), <TableName>_rw_hold(lock_id text) (an rwlock reader or writer)
+// and <TableName>_ml_hold(lock_id text, key text) (a multilock set: every
+// key is checked and locked, key's fence is returned), all RETURNS bigint.
+// Called in a statement of the caller's transaction, each checks and
+// locks the lease as Guard.HoldLease does and returns its fence, or raises
 // SQLSTATE SG001 (SQLStateLeaseLost), which fails the statement:
 //
 //	UPDATE accounts SET balance = $1, fence = "syncguard_locks_hold"($2)
@@ -109,7 +113,9 @@ func stripComments(s string) string {
 // The function runs wherever the statement evaluates it (once per row
 // written here); a statement that writes no row checks nothing, and one
 // that does not evaluate the call (an unreferenced CTE) neither. The DDL
-// is idempotent (CREATE OR REPLACE). cfg may be nil for the defaults.
+// is idempotent (CREATE OR REPLACE); a function is created whether or not
+// its kind's tables exist (called without them, it fails with 42P01). cfg
+// may be nil for the defaults.
 func SchemaSQL(cfg *syncguard.Config) (string, error) {
 	table, err := tableName(cfg)
 	if err != nil {
@@ -127,11 +133,12 @@ func SchemaSQL(cfg *syncguard.Config) (string, error) {
 // races on the catalog otherwise).
 const setupLockID = 0x7478677561726431 // "txguard1"
 
-// Setup creates or updates the SQL function of SchemaSQL in the current
-// schema, safe to call concurrently. When the function exists with the
-// same body it returns nil after one query, so a role without CREATE on
-// the schema may call it then. Using the function needs only the lock
-// table's privileges (SELECT and UPDATE, which FOR KEY SHARE requires).
+// Setup creates or updates the SQL functions of SchemaSQL in the current
+// schema, safe to call concurrently. When they all exist with the same
+// bodies it returns nil after one query, so a role without CREATE on the
+// schema may call it then. Using a function needs only the privileges of
+// its kind's holder table (SELECT and UPDATE, which FOR KEY SHARE and FOR
+// SHARE require).
 func Setup(ctx context.Context, db *sql.DB, cfg *syncguard.Config) error {
 	const op = "txguard.setup"
 	ddl, err := SchemaSQL(cfg)

@@ -414,6 +414,17 @@ func TestTxGuardKindsRefusedBeforeIO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A wrapper that unwraps is seen through: its lease is checked.
+	tb := syncguard.WithTelemetry(e.b, syncguard.TelemetryOptions{})
+	wl, err := syncguard.Lock(e.ctx, tb, "tgk:wrapped", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wl.Close()
+	tx, _ := e.begin()
+	if h, err := e.g.HoldLease(e.ctx, tx, wl); err != nil || h.Fence != wl.Fence() {
+		t.Fatalf("HoldLease of a lease of a TelemetryBackend: %+v, %v", h, err)
+	}
 	for _, k := range tkKinds {
 		l := e.lock(k, "tgk:other:"+k.name, time.Minute)
 		_, err := g2.HoldLease(e.ctx, nil, l)

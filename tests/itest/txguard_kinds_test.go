@@ -434,3 +434,31 @@ func TestTxGuardKindsRefusedBeforeIO(t *testing.T) {
 		}
 	}
 }
+
+// TestTxGuardMultiLockFunctionKey: the set's SQL function returns the
+// fence of the key it is given, each key its own, and a key not in the
+// set is an error of its own (22023), not a lost lease.
+func TestTxGuardMultiLockFunctionKey(t *testing.T) {
+	e := newTKEnv(t, pgxDriver)
+	set, err := multilock.Lock(e.ctx, e.ml, []string{"tgk:fn:b", "tgk:fn:a"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	q := `SELECT ` + rules.QuoteIdent(e.cfg.TableName+"_ml_hold") + `($1, $2)`
+	for _, kf := range set.Fences() {
+		var got int64
+		if err := e.db.QueryRowContext(e.ctx, q, set.LockID(), kf.Key).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if want, _ := kf.Fence.Int64(); got != want {
+			t.Errorf("%s(%s) = %d, want %d", q, kf.Key, got, want)
+		}
+	}
+	var got int64
+	err = e.g.Classify(e.ctx, e.db.QueryRowContext(e.ctx, q, set.LockID(), "tgk:fn:c").Scan(&got))
+	var se *syncguard.Error
+	if !errors.As(err, &se) || se.SQLState != "22023" || errors.Is(err, syncguard.ErrLockLost) {
+		t.Fatalf("%s with a key not in the set: %v, want 22023 and not a lost lease", q, err)
+	}
+}

@@ -118,6 +118,12 @@ func (l *Lease) Key() string { return l.key }
 // release the lock. Don't log it (HashKey(lease.LockID()) is safe to log).
 func (l *Lease) LockID() string { return l.lockID }
 
+// Locker returns the Locker the lease was taken from (and extends and
+// releases through), as passed to Lock or WithLock: a wrapper stays
+// wrapped (As finds what it wraps). Package txguard reads it to know
+// which kind of lock, and which tables, hold the lease.
+func (l *Lease) Locker() Locker { return l.backend }
+
 // Fence returns the fencing token of this holding. Pass it to the resource
 // you protect and have it reject writes with a smaller fence.
 func (l *Lease) Fence() Fence { return l.fence }

@@ -21,9 +21,15 @@
 //	// ... writes in tx ...
 //	return tx.Commit()
 //
+// HoldLease checks a lease of every kind of lock, with the same
+// guarantee: a mutex's lock row, a semaphore permit's slot row and an
+// rwlock reader's or writer's holder row FOR KEY SHARE (the holder's
+// extends go through), and the row of every key of a multilock set FOR
+// SHARE (the set's extends wait for the transaction).
+//
 // Callers who write SQL get the same check inside their own statement
-// from the function that Setup creates (SchemaSQL), which returns the
-// lease's fence or raises SQLSTATE SG001. Resources that keep a fence
+// from the functions that Setup creates (SchemaSQL), one per kind, which
+// return the lease's fence or raise SQLSTATE SG001. Resources that keep a fence
 // column get a trigger that rejects a write carrying a fence below the
 // stored one (FenceGuardSQL, SetupFenceGuard; SQLSTATE SG002).
 //

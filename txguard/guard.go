@@ -11,6 +11,7 @@ import (
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/errwrap"
 	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/multilock"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -32,9 +33,10 @@ var ErrStaleFence = errors.New("syncguard: stale fence")
 // Guard checks leases inside callers' transactions. It holds no
 // connection; it is safe for concurrent use.
 type Guard struct {
-	table   string // the lock table, unquoted
+	table   string            // the lock table, unquoted
+	tables  map[string]string // the tables of each kind (kindTables), unquoted
 	dialect driver.Dialect
-	hold    string // hold.sql, rendered
+	holds   [numKinds]string // the hold statement of each kind (holdFiles), rendered
 }
 
 // New returns a Guard for the lock table that cfg names (nil: the
@@ -64,17 +66,29 @@ func New(db *sql.DB, cfg *syncguard.Config) (*Guard, error) {
 				db.Driver(), strings.Join(driver.Registered(), ", ")))
 		}
 	}
-	return &Guard{table: table, dialect: d, hold: stripComments(render("hold.sql", table, nil))}, nil
+	g := &Guard{table: table, tables: kindTables(table), dialect: d}
+	for k, f := range holdFiles {
+		g.holds[k] = stripComments(render(f, table, nil))
+	}
+	return g, nil
 }
 
 // Held is a lease as Hold found and locked it.
 type Held struct {
-	Fence     syncguard.Fence // the lease's fence, from the lock row
-	ExpiresAt time.Time       // the lock row's expiry (server time); extends may move it later
-	Now       time.Time       // the server's clock when the row lock was granted
+	// Fence is the lease's fence, from its row: a mutex's; a semaphore
+	// permit's slot fence; an rwlock writer's fence or a reader's writer
+	// generation; for a multilock set, the largest of its keys' fences.
+	Fence syncguard.Fence
+	// Fences, for a multilock set only, is each key (NFC form) with its
+	// fence, in the set's canonical order (multilock.Lease.Fences): write
+	// each resource row with its own key's fence.
+	Fences    []multilock.KeyFence
+	ExpiresAt time.Time // the lease's expiry (server time); extends may move it later
+	Now       time.Time // the server's clock when the row locks were granted
 }
 
-// Hold checks, in tx, that the lease lockID on key is held: its lock row
+// Hold checks, in tx, that the mutex lease lockID on key (a lease of a
+// syncguard.Backend; HoldLease checks a lease of any kind) is held: its lock row
 // exists with that lockId and has not expired by the server's clock
 // (expires_at_ms > now, without the spec's 1000 ms tolerance). It locks
 // that row FOR KEY SHARE until tx ends, so no takeover of the key (an
@@ -92,6 +106,12 @@ type Held struct {
 // with tx's other row locks is 40P01 (the same). After any error the
 // caller must roll tx back. Bad input is InvalidArgument before any I/O.
 func (g *Guard) Hold(ctx context.Context, tx *sql.Tx, key, lockID string) (Held, error) {
+	return g.holdRow(ctx, tx, kindMutex, key, lockID)
+}
+
+// holdRow is Hold for a lease of one row: a mutex's lock row, a
+// semaphore permit's slot, an rwlock reader's or writer's holder row.
+func (g *Guard) holdRow(ctx context.Context, tx *sql.Tx, kd kind, key, lockID string) (Held, error) {
 	const op = "hold"
 	k, err := rules.DeriveKey(key)
 	if err != nil {
@@ -115,12 +135,13 @@ func (g *Guard) Hold(ctx context.Context, tx *sql.Tx, key, lockID string) (Held,
 		expires       sql.NullInt64
 		now           int64
 	)
-	if err := tx.QueryRowContext(ctx, g.hold, lockID).Scan(&rowKey, &fence, &expires, &now); err != nil {
+	if err := tx.QueryRowContext(ctx, g.holds[kd], lockID).Scan(&rowKey, &fence, &expires, &now); err != nil {
 		return Held{}, g.wrap(ctx, op, key, lockID, err)
 	}
 	switch {
 	case !rowKey.Valid:
-		return Held{}, lost(op, key, lockID, "no lock has this lockId (released, taken over, or never acquired)")
+		what := map[kind]string{kindMutex: "lock", kindSemaphore: "permit", kindRWLock: "reader or writer"}[kd]
+		return Held{}, lost(op, key, lockID, "no "+what+" has this lockId (released, taken over, or never acquired)")
 	case rowKey.String != k.Storage:
 		return Held{}, &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Key: key, LockID: lockID,
 			Msg: "this lockId holds the lock of another key", Err: syncguard.ErrLockLost}
@@ -130,20 +151,42 @@ func (g *Guard) Hold(ctx context.Context, tx *sql.Tx, key, lockID string) (Held,
 	return Held{Fence: syncguard.Fence(fence.String), ExpiresAt: time.UnixMilli(expires.Int64), Now: time.UnixMilli(now)}, nil
 }
 
-// HoldLease is Hold for a lease of syncguard.Lock or WithLock. A lease
-// that has already ended (Lease.Err is set: lost or released) fails
-// before any I/O, with the error of a lease the server found not held,
-// which also wraps Lease.Err.
-func (g *Guard) HoldLease(ctx context.Context, tx *sql.Tx, lease *syncguard.Lease) (Held, error) {
-	if lease == nil {
-		return Held{}, invalidArg("hold", "lease must not be nil")
+// HoldLease is Hold for a lease of any kind of lock, with the same
+// guarantee: no takeover of what the lease holds can commit before tx
+// ends. It reads the kind from the lease's Locker (Lease.Locker, through
+// wrappers that Unwrap) and checks, in the tables of the Guard's
+// syncguard.Config, and locks until tx ends:
+//
+//   - a mutex lease (syncguard.Backend): its lock row, FOR KEY SHARE;
+//   - a semaphore permit (semaphore.Semaphore, *semaphore.Permit): its
+//     slot's row, FOR KEY SHARE;
+//   - an rwlock reader or writer (rwlock Locker): its holder row, FOR
+//     KEY SHARE;
+//   - a multilock set (*multilock.Lease): the row of every key of the
+//     set, FOR SHARE (the holding's own extends then wait for tx too),
+//     and Held.Fences gets each key's fence.
+//
+// The holder's own extends go through, except a multilock set's. A lease
+// of another Locker, or of tables other than the Guard's, is an
+// InvalidArgument *syncguard.Error before any I/O. A lease that has
+// already ended (Err is set: lost or released) fails before any I/O,
+// with the error of a lease the server found not held, which also wraps
+// Err. One round trip.
+func (g *Guard) HoldLease(ctx context.Context, tx *sql.Tx, lease Lease) (Held, error) {
+	const op = "hold"
+	lease, kd, err := g.checkLease(op, lease)
+	if err != nil {
+		return Held{}, err
 	}
 	if err := lease.Err(); err != nil {
-		e := lost("hold", lease.Key(), lease.LockID(), "the lease has ended")
+		e := lost(op, lease.Key(), lease.LockID(), "the lease has ended")
 		e.Err = errors.Join(syncguard.ErrLockLost, err)
 		return Held{}, e
 	}
-	return g.Hold(ctx, tx, lease.Key(), lease.LockID())
+	if kd == kindMultiLock {
+		return g.holdSet(ctx, tx, lease.Key(), lease.LockID())
+	}
+	return g.holdRow(ctx, tx, kd, lease.Key(), lease.LockID())
 }
 
 // Classify turns an error of the caller's own statement into a

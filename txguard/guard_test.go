@@ -11,7 +11,10 @@ import (
 	"github.com/DATA-DOG/go-sqlmock"
 
 	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/multilock"
+	"github.com/syncguard/syncguard-go/semaphore"
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/syncguardtest"
 )
 
 type pgErr struct{ state, msg string }
@@ -65,7 +68,10 @@ func TestRender(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`FUNCTION "App_Locks_hold"(p_lock_id text)`, `FROM "App_Locks" AS k`, `FOR KEY SHARE OF k`, `'SG001'`} {
+	for _, want := range []string{`FUNCTION "App_Locks_hold"(p_lock_id text)`, `FROM "App_Locks" AS k`, `FOR KEY SHARE OF k`, `'SG001'`,
+		`FUNCTION "App_Locks_ml_hold"(p_lock_id text, p_key text)`, `FROM "App_Locks_ml" AS k`, `FOR SHARE OF k`,
+		`FUNCTION "App_Locks_sem_hold"(p_lock_id text)`, `FROM "App_Locks_sem_slots" AS k`,
+		`FUNCTION "App_Locks_rw_hold"(p_lock_id text)`, `FROM "App_Locks_rw" AS k`} {
 		if !strings.Contains(ddl, want) {
 			t.Errorf("SchemaSQL lacks %q:\n%s", want, ddl)
 		}
@@ -99,9 +105,37 @@ func TestBadInputBeforeIO(t *testing.T) {
 			t.Errorf("%s: bad input must not read as a lost lease: %v", c.name, se)
 		}
 	}
+	// A lease of a Locker HoldLease cannot check (an in-memory fake), or
+	// a nil one inside a kind's lease type: refused before any I/O.
+	fake, err := syncguard.Lock(ctx, syncguardtest.New(), "k", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	set, err := multilock.Lock(ctx, syncguardtest.NewMultiLock(), []string{"a", "b"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	for _, c := range []struct {
+		name  string
+		lease Lease
+		want  string
+	}{
+		{"fake mutex", fake, "cannot check a lease of Locker *syncguardtest.Backend"},
+		{"fake multilock", set, "cannot check a lease of Locker *syncguardtest.MultiLock"},
+		{"typed nil", (*syncguard.Lease)(nil), "lease must not be nil"},
+		{"nil set", (*multilock.Lease)(nil), "lease must not be nil"},
+		{"empty permit", &semaphore.Permit{}, "lease must not be nil"},
+	} {
+		_, err := g.HoldLease(ctx, tx, c.lease)
+		if se := wantCode(t, err, syncguard.CodeInvalidArgument); errors.Is(err, syncguard.ErrLockLost) || !strings.Contains(se.Msg, c.want) {
+			t.Errorf("%s: HoldLease: %v, want %q", c.name, err, c.want)
+		}
+	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	_, err := g.Hold(cctx, tx, "k", lockID)
+	_, err = g.Hold(cctx, tx, "k", lockID)
 	wantCode(t, err, syncguard.CodeAborted)
 	for _, c := range []struct {
 		cfg  *syncguard.Config
@@ -147,7 +181,7 @@ func TestHoldOutcomes(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			g, tx, mock := newMock(t)
-			q := mock.ExpectQuery(g.hold).WithArgs(lockID)
+			q := mock.ExpectQuery(g.holds[kindMutex]).WithArgs(lockID)
 			if c.err != nil {
 				q.WillReturnError(c.err)
 			} else {

@@ -10,6 +10,9 @@ import (
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/errwrap"
 	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/multilock"
+	"github.com/syncguard/syncguard-go/rwlock"
+	"github.com/syncguard/syncguard-go/semaphore"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -34,6 +37,31 @@ func tableName(cfg *syncguard.Config) (string, error) {
 // holdFunc is the name of the SQL function of lock table table.
 func holdFunc(table string) string { return table + "_hold" }
 
+// holdFuncs are the names of the SQL functions of lock table table, one
+// per kind of lock, by placeholder, and their signatures.
+func holdFuncs(table string) map[string]string {
+	return map[string]string{
+		"hold_fn":     holdFunc(table) + "(text)",
+		"sem_hold_fn": table + "_sem_hold(text)",
+		"rw_hold_fn":  table + "_rw_hold(text)",
+		"ml_hold_fn":  table + "_ml_hold(text,text)",
+	}
+}
+
+// kindTables are the tables that hold the leases of each kind of lock of
+// lock table table, by placeholder: the mutex's lock table, multilock's
+// lock rows, the semaphore's slots, the read-write lock's holders (each
+// kind names its own; see TablesOf and Tables there).
+func kindTables(table string) map[string]string {
+	ml, err := multilock.TablesOf(&syncguard.Config{TableName: table})
+	if err != nil {
+		panic("txguard: multilock.TablesOf of a checked table name: " + err.Error())
+	}
+	_, slots, _ := semaphore.Tables(table)
+	holders, _, _ := rwlock.Tables(table)
+	return map[string]string{"locks": table, "ml_locks": ml.Locks, "sem_slots": slots, "rw_holders": holders}
+}
+
 // render expands an embedded statement file for lock table table, with
 // extra names (quoted by the caller).
 func render(name, table string, extra map[string]string) string {
@@ -41,7 +69,13 @@ func render(name, table string, extra map[string]string) string {
 	if err != nil {
 		panic(err) // embedded at build time
 	}
-	names := map[string]string{"locks": rules.QuoteIdent(table), "hold_fn": rules.QuoteIdent(holdFunc(table))}
+	names := map[string]string{}
+	for k, v := range kindTables(table) {
+		names[k] = rules.QuoteIdent(v)
+	}
+	for k, v := range holdFuncs(table) {
+		names[k] = rules.QuoteIdent(strings.SplitN(v, "(", 2)[0])
+	}
 	for k, v := range extra {
 		names[k] = v
 	}
@@ -63,10 +97,14 @@ func stripComments(s string) string {
 	return strings.Join(keep, "\n")
 }
 
-// SchemaSQL returns the DDL that Setup runs: the SQL function
-// <TableName>_hold(lock_id text) RETURNS bigint, for callers who write
-// SQL. Called in a statement of the caller's transaction, it checks and
-// locks the lease as Guard.Hold does and returns its fence, or raises
+// SchemaSQL returns the DDL that Setup runs: the SQL functions, one per
+// kind of lock, for callers who write SQL: <TableName>_hold(lock_id text)
+// (a mutex lease), <TableName>_sem_hold(lock_id text) (a semaphore
+// permit), <TableName>_rw_hold(lock_id text) (an rwlock reader or writer)
+// and <TableName>_ml_hold(lock_id text, key text) (a multilock set: every
+// key is checked and locked, key's fence is returned), all RETURNS bigint.
+// Called in a statement of the caller's transaction, each checks and
+// locks the lease as Guard.HoldLease does and returns its fence, or raises
 // SQLSTATE SG001 (SQLStateLeaseLost), which fails the statement:
 //
 //	UPDATE accounts SET balance = $1, fence = "syncguard_locks_hold"($2)
@@ -75,25 +113,32 @@ func stripComments(s string) string {
 // The function runs wherever the statement evaluates it (once per row
 // written here); a statement that writes no row checks nothing, and one
 // that does not evaluate the call (an unreferenced CTE) neither. The DDL
-// is idempotent (CREATE OR REPLACE). cfg may be nil for the defaults.
+// is idempotent (CREATE OR REPLACE); a function is created whether or not
+// its kind's tables exist (called without them, it fails with 42P01). cfg
+// may be nil for the defaults.
 func SchemaSQL(cfg *syncguard.Config) (string, error) {
 	table, err := tableName(cfg)
 	if err != nil {
 		return "", err
 	}
-	hold := stripComments(render("hold.sql", table, nil))
-	return render("functions.sql", table, map[string]string{"hold": hold}), nil
+	return render("functions.sql", table, map[string]string{
+		"hold":     stripComments(render(holdFiles[kindMutex], table, nil)),
+		"hold_sem": stripComments(render(holdFiles[kindSemaphore], table, nil)),
+		"hold_rw":  stripComments(render(holdFiles[kindRWLock], table, nil)),
+		"hold_ml":  stripComments(render(holdFiles[kindMultiLock], table, nil)),
+	}), nil
 }
 
 // setupLockID serializes concurrent setups (CREATE OR REPLACE FUNCTION
 // races on the catalog otherwise).
 const setupLockID = 0x7478677561726431 // "txguard1"
 
-// Setup creates or updates the SQL function of SchemaSQL in the current
-// schema, safe to call concurrently. When the function exists with the
-// same body it returns nil after one query, so a role without CREATE on
-// the schema may call it then. Using the function needs only the lock
-// table's privileges (SELECT and UPDATE, which FOR KEY SHARE requires).
+// Setup creates or updates the SQL functions of SchemaSQL in the current
+// schema, safe to call concurrently. When they all exist with the same
+// bodies it returns nil after one query, so a role without CREATE on the
+// schema may call it then. Using a function needs only the privileges of
+// its kind's holder table (SELECT and UPDATE, which FOR KEY SHARE and FOR
+// SHARE require).
 func Setup(ctx context.Context, db *sql.DB, cfg *syncguard.Config) error {
 	const op = "txguard.setup"
 	ddl, err := SchemaSQL(cfg)
@@ -104,14 +149,20 @@ func Setup(ctx context.Context, db *sql.DB, cfg *syncguard.Config) error {
 		return invalidArg(op, "db must not be nil")
 	}
 	table, _ := tableName(cfg)
-	var same bool
-	err = db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc AS p
-		WHERE p.oid = to_regprocedure(quote_ident(current_schema()) || '.' || $1 || '(text)') AND strpos($2, p.prosrc) > 0)`,
-		rules.QuoteIdent(holdFunc(table)), ddl).Scan(&same)
+	var sigs []string
+	for _, f := range holdFuncs(table) {
+		name, args, _ := strings.Cut(f, "(")
+		sigs = append(sigs, rules.QuoteIdent(name)+"("+args)
+	}
+	var same int
+	err = db.QueryRowContext(ctx, `SELECT count(*) FROM unnest(string_to_array($1, E'\n')) AS f(sig)
+		JOIN pg_catalog.pg_proc AS p ON p.oid = to_regprocedure(quote_ident(current_schema()) || '.' || f.sig)
+		WHERE strpos($2, p.prosrc) > 0`,
+		strings.Join(sigs, "\n"), ddl).Scan(&same)
 	if err != nil {
 		return wrapSetup(ctx, op, db, cfg, err)
 	}
-	if same {
+	if same == len(sigs) {
 		return nil
 	}
 	return runDDL(ctx, op, db, cfg, ddl)

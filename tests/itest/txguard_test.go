@@ -49,7 +49,8 @@ func newTGEnv(t *testing.T) *tgEnv {
 	t.Cleanup(func() {
 		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + e.res + `, ` + e.quotedLk + `, ` + rules.QuoteIdent(e.cfg.FenceTableName) + `, ` +
 			rules.QuoteIdent(e.cfg.TableName+"_waiters") + `, ` + rules.QuoteIdent(e.cfg.TableName+"_holders"))
-		_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + e.hold + `(text), ` + rules.QuoteIdent("tg_"+suffix+"_res_fence_guard") + `()`)
+		_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + rules.QuoteIdent("tg_"+suffix+"_res_fence_guard") + `()`)
+		dropPrefixed(db, e.cfg.TableName) // txguard's functions
 	})
 	if err := syncguard.SetupSchema(ctx, db, &e.cfg); err != nil {
 		t.Fatal(err)

@@ -40,7 +40,7 @@ type waiter struct {
 	set      string
 	identity string
 	q        *qstate // nil: plain attempts
-	pace     kit.Pace
+	pace     kit.Flight
 }
 
 // qstate is a queued waiter's place: its lockId and wake-up.
@@ -91,7 +91,10 @@ func (q *qstate) close() bool {
 
 // Attempt implements syncguard.Waiter: an acquire as the waiter.
 func (w *waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
-	res, err := w.pace.Attempt(func() (syncguard.AcquireResult, error) { return w.l.acquire(ctx, w.set, ttl, w.identity, w.q) })
+	res, err := w.pace.Attempt(ctx, w.l.release, func(err error) error { return w.l.wrap(ctx, "acquire", err) },
+		func(ctx context.Context) (syncguard.AcquireResult, error) {
+			return w.l.acquire(ctx, w.set, ttl, w.identity, w.q)
+		})
 	if err == nil && res.OK && w.q != nil {
 		w.q.close()
 	}
@@ -119,6 +122,10 @@ func (w *waiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
 // the next waiters. A Leave that fails, or follows an attempt of unknown
 // outcome, leaves the release to the background.
 func (w *waiter) Leave(ctx context.Context) error {
+	return w.pace.Leave(ctx, w.l.release, func(ctx context.Context, id string) error { _, err := w.l.Release(ctx, id); return err }, w.leave)
+}
+
+func (w *waiter) leave(ctx context.Context) error {
 	q := w.q
 	if q == nil || !q.close() {
 		return nil

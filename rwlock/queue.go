@@ -62,7 +62,7 @@ type waiter struct {
 	queued   bool   // false: plain attempts
 	lockID   string // the same for all its attempts
 	unknown  atomic.Bool
-	pace     kit.Pace
+	pace     kit.Flight
 
 	mu      sync.Mutex
 	storage string
@@ -90,7 +90,10 @@ func (w *waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.Acqu
 	if !w.queued {
 		q = nil
 	}
-	res, err := w.pace.Attempt(func() (syncguard.AcquireResult, error) { return w.l.acquire(ctx, w.key, ttl, w.identity, q) })
+	res, err := w.pace.Attempt(ctx, w.l.rw.relTO, func(err error) error { return w.l.rw.wrap(ctx, "acquire", err) },
+		func(ctx context.Context) (syncguard.AcquireResult, error) {
+			return w.l.acquire(ctx, w.key, ttl, w.identity, q)
+		})
 	if err == nil && res.OK && w.queued {
 		w.close()
 	}
@@ -115,6 +118,10 @@ func (w *waiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
 // writer that leaves). A Leave that fails leaves the release to the
 // background.
 func (w *waiter) Leave(ctx context.Context) error {
+	return w.pace.Leave(ctx, w.l.rw.relTO, func(ctx context.Context, id string) error { _, err := w.l.Release(ctx, id); return err }, w.leave)
+}
+
+func (w *waiter) leave(ctx context.Context) error {
 	storage, joined := w.close()
 	if !joined {
 		return nil

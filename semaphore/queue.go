@@ -48,7 +48,7 @@ type waiter struct {
 	wakeup          *waiting.Wakeup
 	rank, rank0     int64     // the last attempt's rank, the first's
 	rankAt, joined  time.Time // when they were seen
-	pace            kit.Pace
+	pace            kit.Flight
 }
 
 // Attempt implements syncguard.Waiter: an acquire as the waiter.
@@ -57,7 +57,10 @@ func (w *waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.Acqu
 	if w.plain {
 		q = nil
 	}
-	res, err := w.pace.Attempt(func() (syncguard.AcquireResult, error) { return w.s.acquire(ctx, w.key, ttl, w.identity, q) })
+	res, err := w.pace.Attempt(ctx, w.s.relTO, func(err error) error { return w.s.wrap(ctx, "acquire", w.key, err) },
+		func(ctx context.Context) (syncguard.AcquireResult, error) {
+			return w.s.acquire(ctx, w.key, ttl, w.identity, q)
+		})
 	if err == nil && res.OK && !w.plain {
 		w.close()
 	}
@@ -144,6 +147,10 @@ func (w *waiter) close() bool {
 // statement sees it. A Leave that fails, or follows an attempt of unknown
 // outcome, leaves the release to the background.
 func (w *waiter) Leave(ctx context.Context) error {
+	return w.pace.Leave(ctx, w.s.relTO, func(ctx context.Context, id string) error { _, err := w.s.Release(ctx, id); return err }, w.leave)
+}
+
+func (w *waiter) leave(ctx context.Context) error {
 	if w.plain || !w.close() {
 		return nil
 	}

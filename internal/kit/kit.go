@@ -4,6 +4,7 @@
 package kit
 
 import (
+	"context"
 	"time"
 
 	"github.com/syncguard/syncguard-go/internal/waiting"
@@ -20,4 +21,59 @@ func (p *Pace) Attempt(attempt func() (syncguard.AcquireResult, error)) (syncgua
 	res, err := attempt()
 	p.Attempted(sent, err == nil, err == nil && res.OK, res.RetryIn)
 	return res, err
+}
+
+// Flight is a kind's waiter's schedule, with its attempts detached from
+// the wait's end (waiting.Detach): an attempt still running when the wait
+// ends finishes in the background, and Leave undoes it.
+type Flight struct {
+	Pace
+	later <-chan outcome
+}
+
+type outcome struct {
+	res syncguard.AcquireResult
+	err error
+}
+
+// Attempt runs attempt on a context detached from ctx's end, ending at
+// most grace after it. When ctx ends first it returns wrap(ctx.Err()), the
+// kind's error for a done ctx, and keeps the attempt for Leave.
+func (f *Flight) Attempt(ctx context.Context, grace time.Duration, wrap func(error) error, attempt func(context.Context) (syncguard.AcquireResult, error)) (syncguard.AcquireResult, error) {
+	if ctx.Err() != nil {
+		return syncguard.AcquireResult{}, wrap(ctx.Err())
+	}
+	sent := time.Now()
+	o, later, ok := waiting.Detach(ctx, grace, func(actx context.Context) outcome {
+		res, err := attempt(actx)
+		return outcome{res, err}
+	})
+	if !ok {
+		f.later = later
+		return syncguard.AcquireResult{}, wrap(ctx.Err())
+	}
+	f.Attempted(sent, o.err == nil, o.err == nil && o.res.OK, o.res.RetryIn)
+	return o.res, o.err
+}
+
+// Leave is the waiter's Leave: leave now, or, with an attempt left
+// running, once it ends: release the lock it took, else leave (each with a
+// context of grace).
+func (f *Flight) Leave(ctx context.Context, grace time.Duration, release func(ctx context.Context, lockID string) error, leave func(context.Context) error) error {
+	later := f.later
+	if later == nil {
+		return leave(ctx)
+	}
+	f.later = nil
+	go func() {
+		o := <-later
+		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		if o.err == nil && o.res.OK {
+			_ = release(ctx, o.res.LockID)
+			return
+		}
+		_ = leave(ctx)
+	}()
+	return nil
 }

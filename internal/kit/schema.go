@@ -226,8 +226,3 @@ func TableName(op string, cfg *syncguard.Config) (string, error) {
 	}
 	return cfg.TableName, nil
 }
-
-// InvalidArg is an InvalidArgument error of op.
-func InvalidArg(op, msg string) *syncguard.Error {
-	return &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Msg: msg}
-}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/errwrap"
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/multilock"
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -229,15 +230,7 @@ func lost(op, key, lockID, why string) *syncguard.Error {
 		Msg: "lease not held: " + why + "; roll the transaction back", Err: syncguard.ErrLockLost}
 }
 
-func invalidArg(op, msg string) *syncguard.Error {
-	return &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Msg: msg}
-}
-
-// ruleErr reports a broken rule (internal/rules) as InvalidArgument.
-func ruleErr(op string, err error) *syncguard.Error {
-	var ae *rules.ArgError
-	if errors.As(err, &ae) {
-		return invalidArg(op, ae.Msg)
-	}
-	return invalidArg(op, err.Error())
-}
+var (
+	invalidArg = kit.InvalidArg
+	ruleErr    = kit.RuleErr
+)

@@ -52,9 +52,8 @@ type waitLoop struct {
 	start, deadline time.Time // deadline zero: no Timeout, only ctx
 
 	attempts, retries int
-	answered          bool          // some attempt got an answer
-	fastest           time.Duration // the quickest answer so far
-	lastErr, realErr  error         // the last attempt's error since an answer; the last not cut by the deadline
+	answered          bool  // some attempt got an answer
+	lastErr, realErr  error // the last attempt's error since an answer; the last not cut by the deadline
 }
 
 func (l *waitLoop) run() (AcquireResult, time.Time, error) {
@@ -97,8 +96,8 @@ func (l *waitLoop) run() (AcquireResult, time.Time, error) {
 		}
 		timer.Stop()
 		now := time.Now()
-		if !l.deadline.IsZero() && !now.Add(l.fastest).Before(l.deadline) {
-			return l.giveUp(nil) // no answer would come in time: no attempt is cut (pgx closes a cut statement's connection)
+		if !l.deadline.IsZero() && !now.Before(l.deadline) {
+			return l.giveUp(nil)
 		}
 		if !now.Before(retry) { // this attempt is the scheduled retry
 			l.retries++
@@ -121,9 +120,6 @@ func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err e
 	res, err = l.w.Attempt(actx, l.c.TTL)
 	cancel()
 	if err == nil {
-		if d := time.Since(sent); !l.answered || d < l.fastest {
-			l.fastest = d
-		}
 		l.answered, l.lastErr = true, nil
 		sent = sent.Add(-res.HandedOver) // (sent matters only when res.OK)
 	} else {

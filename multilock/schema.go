@@ -11,6 +11,7 @@ import (
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/errwrap"
 	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/stmtfunc"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
@@ -74,6 +75,7 @@ func (t Tables) names() map[string]string {
 	n["now_us"] = "floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint"
 	n["waiter_gc"] = strconv.Itoa(waiterGCMs)
 	n["rank_cap"] = strconv.Itoa(rankCap)
+	n["nowait"] = ""
 	return n
 }
 
@@ -82,17 +84,28 @@ func (t Tables) names() map[string]string {
 // mutex waiter is woken by a set's release, nor the reverse.
 func (t Tables) channelPrefix() string { return waiting.Prefix(t.Locks) }
 
-// render expands an embedded statement file for the tables t.
-func (t Tables) render(name string) string {
+// raw is an embedded statement file.
+func (t Tables) raw(name string) string {
 	b, err := sqlFiles.ReadFile("sql/" + name)
 	if err != nil {
 		panic(err) // embedded at build time
 	}
-	text := string(b)
+	return string(b)
+}
+
+// render expands an embedded statement file for the tables t.
+func (t Tables) render(name string) string { return t.renderWith(name, "") }
+
+// renderWith is render with the counters' lock taken with nowait ("" or
+// "NOWAIT": a statement function's second step, funcs.go).
+func (t Tables) renderWith(name, nowait string) string {
+	text := t.raw(name)
 	prefix := t.channelPrefix()
 	text = replaceCalls(text, "wake_channel", func(arg string) string { return waiting.ChannelSQL(prefix, arg) })
 	text = replaceCalls(text, "wake_payload", waiting.PayloadSQL)
-	out, err := rules.Render(text, t.names())
+	names := t.names()
+	names["nowait"] = nowait
+	out, err := rules.Render(text, names)
 	if err != nil {
 		panic("multilock: sql/" + name + ": " + err.Error()) // embedded; TestRender renders every file
 	}
@@ -137,7 +150,8 @@ func SchemaSQL(cfg *syncguard.Config) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return t.render("schema.sql"), nil
+	st := t.statements()
+	return t.render("schema.sql") + stmtfunc.DDL(st.fns), nil
 }
 
 // TablesOf returns the names of multilock's tables for cfg (nil: the

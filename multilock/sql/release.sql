@@ -1,3 +1,4 @@
+--returns boolean, bigint, integer, bigint, bigint, text, text, boolean, bigint, bigint
 -- release: one statement. $1 lockId; $2 whether to send the wake-ups in
 -- its commit (false with Config.NotifyDB: the caller sends them after);
 -- $3 whether $1 is a waiter leaving the queue (its rows become a
@@ -57,7 +58,7 @@ g AS MATERIALIZED (
   SELECT c."fence_key", c."ver", c."fence" FROM {{fences}} AS c
   WHERE c."fence_key" IN (SELECT gk.f FROM gk)
   ORDER BY c."fence_key" COLLATE "C"
-  FOR UPDATE
+  FOR UPDATE {{nowait}}
 ),
 chk AS MATERIALIZED (
   SELECT NOT EXISTS (SELECT 1 FROM g LEFT JOIN snap ON snap."fence_key" = g."fence_key"

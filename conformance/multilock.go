@@ -337,7 +337,7 @@ func (e *mlEnv) oneTimeout() {
 		e.t.Fatalf("rule: a set whose keys stay held fails with AcquisitionTimeout; got %v", err)
 	}
 	if elapsed < timeout || elapsed > 2*timeout+timeout/2 {
-		e.t.Fatalf("rule: one timeout for the whole set (%v), not one per key (%v for 3 keys); the wait took %v", timeout, 3*timeout, elapsed)
+		e.t.Fatalf("rule: one timeout for the whole set (%v), not one per key (%v for 3 keys); the wait took %v: %v", timeout, 3*timeout, elapsed, err)
 	}
 	for _, h := range held {
 		e.release(e.tg.Locker, h.LockID)

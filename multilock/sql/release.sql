@@ -13,9 +13,11 @@
 --        (acquire.sql); chk.fresh: no "ver" moved since the snapshot, else
 --        nothing is written and the caller runs the statement again.
 -- d:     our live lock rows go.
--- adm:   the candidates admitted: notified (a polling waiter takes a free
---        set itself), live and whole, every key free once d is done, no
---        live waiter before them (place, lockId) wanting any of their keys.
+-- adm:   the candidates admitted: live and whole, every key free once d
+--        is done, no live waiter before them (place, lockId) wanting any
+--        of their keys; notified or polling (a polling waiter finds its set
+--        at its next poll, as it would find the keys free: it is first for
+--        them either way, and its confirmation then locks nothing).
 --        Two admitted waiters never share a key (the later one would have
 --        the earlier one before it), so each is decided on its own.
 -- wd:    their queue rows go; gf: their keys' counters +1 (every involved
@@ -73,7 +75,7 @@ adm AS MATERIALIZED (
   SELECT c."lock_id" FROM cand AS c, t, chk
   WHERE chk.fresh
     AND (SELECT count(*) FROM wr WHERE wr."lock_id" = c."lock_id" AND wr."deadline_ms" > t.now_ms
-           AND wr."notified" AND wr."ttl_ms" > 0)
+           AND wr."ttl_ms" > 0)
         = (SELECT max(wr."n") FROM wr WHERE wr."lock_id" = c."lock_id")
     AND NOT EXISTS (
       SELECT 1 FROM wr, {{locks}} AS l

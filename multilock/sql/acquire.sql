@@ -46,6 +46,14 @@
 --        renews (deadline now + window; left alone while renewed).
 -- dq:    a waiter that holds the set leaves the queue; rows dead for
 --        {{waiter_gc}} ms go too.
+-- ac:    an attempt that locked and took nothing (it queued, renewed or
+--        left the queue) commits without waiting for its WAL to be flushed
+--        (synchronous_commit off for its transaction, which is this
+--        statement alone): it wrote no holder and no fence, only queue rows
+--        (UNLOGGED) and "ver", and a crash loses both harmlessly; a later
+--        statement that acts on them commits after them in the WAL, and
+--        its flush covers them. Every statement that writes a holder or a
+--        fence waits for its flush as before.
 WITH
 t AS (
   SELECT {{now_ms}} AS now_ms, {{now_us}} AS now_us
@@ -156,6 +164,10 @@ ins AS (
     "identity" = EXCLUDED."identity"
   RETURNING l."key", l."expires_at_ms", l."acquired_at_ms", l."fence"
 ),
+ac AS (
+  SELECT set_config('synchronous_commit', 'off', true) AS v FROM st
+  WHERE st.need AND NOT EXISTS (SELECT 1 FROM take)
+),
 dq AS (
   DELETE FROM {{waiters}} AS w USING t, st
   WHERE st.ok AND st.need AND (
@@ -176,3 +188,4 @@ SELECT
   st.ahead_n,
   t.now_ms
 FROM t, st
+WHERE (SELECT count(*) FROM ac) >= 0

@@ -32,14 +32,15 @@ type statements struct {
 const maxFuncPrefix = 63 - 12
 
 // statements renders the statements of t and their functions. A function
-// runs its statement in two steps: the statement's lock alone (its CTEs up
-// to g, the counter rows of every key it involves, locked in the one
-// order, waiting), then the whole statement with a snapshot taken once
-// those rows are locked, so that its fresh check holds (no rerun after
-// the wait) and, holding the rows already, it waits for none: its own lock
-// takes them NOWAIT (a key that joined between the two steps, locked by
-// another statement, is a 55P03, run again from the start, never a wait
-// out of the one order).
+// runs its statement with the counter rows locked NOWAIT; only when another
+// transaction holds one (55P03, that run undone) does it take the
+// statement's lock alone (its CTEs up to g: the counter rows of every key
+// it involves, in the one order, waiting) and run the statement again,
+// with a snapshot taken once those rows are locked, so that its fresh
+// check holds (no rerun after the wait) and its own lock, on rows it holds
+// already, waits for none (a key that joined between the two steps,
+// locked by another statement, is a 55P03 for the caller to run again
+// from the start: never a wait out of the one order).
 func (t Tables) statements() statements {
 	var s statements
 	prefix := t.Locks

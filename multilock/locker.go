@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
@@ -40,8 +41,12 @@ type Locker struct {
 	release  time.Duration // Config.ReleaseTimeout
 	window   time.Duration // a waiter's queue window
 	tables   Tables
-	sql      struct{ acquire, release, extend, placeholder, lookup string }
-	waker    *waiting.Waker
+	sql      struct {
+		statements
+		placeholder, lookup string
+	}
+	noFuncs atomic.Bool // a statement function was missing: the statements themselves from then on
+	waker   *waiting.Waker
 
 	mu     sync.Mutex
 	recent map[string][]KeyFence // the fences of holdings taken here, by lockId, until released
@@ -92,9 +97,7 @@ func New(db *sql.DB, cfg *syncguard.Config) (*Locker, error) {
 	if o, ok := c.Dialect.(driver.OneShot); ok {
 		l.oneShot = o.OneShotArgs()
 	}
-	l.sql.acquire = stripComments(t.render("acquire.sql"))
-	l.sql.release = stripComments(t.render("release.sql"))
-	l.sql.extend = stripComments(t.render("extend.sql"))
+	l.sql.statements = t.statements()
 	l.sql.placeholder = stripComments(t.render("placeholder.sql"))
 	l.sql.lookup = stripComments(t.render("lookup.sql"))
 	l.waker = l.newWaker()
@@ -136,7 +139,7 @@ const maxReruns = 64
 // rerun reports whether err is a serialization failure run again.
 func (l *Locker) rerun(err error) bool {
 	st := l.dialect.Inspect(err).SQLState
-	return st == "40001" || st == "40P01"
+	return st == "40001" || st == "40P01" || st == "55P03" // 55P03: a statement function's NOWAIT (funcs.go)
 }
 
 func (l *Locker) wrap(ctx context.Context, op string, err error) *syncguard.Error {

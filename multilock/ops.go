@@ -59,7 +59,7 @@ func (l *Locker) acquire(ctx context.Context, set string, ttl time.Duration, ide
 	dest := []any{&d.ok, &d.present, &d.held, &d.expires, &d.acquired, &d.fences, &d.busyUntil, &d.exhausted, &d.ahead, &d.now}
 	var err error
 	for i := 0; ; i++ {
-		err = l.run(ctx, l.sql.acquire, args, dest...)
+		err = l.runOp(ctx, opAcquire, args, dest...)
 		if err == nil && !d.present && i < maxReruns {
 			var one int
 			err = l.run(ctx, l.sql.placeholder+"\nRETURNING 1", []any{ks0}, &one)
@@ -187,7 +187,7 @@ func (l *Locker) releaseAs(ctx context.Context, lockID string, leaving *rules.Ke
 	dest := []any{&d.fresh, &d.deleted, &d.n, &d.seen, &d.now, &d.woke, &d.wokeChannels, &d.left, &d.granted, &d.notified}
 	var err error
 	for i := 0; ; i++ {
-		err = l.run(ctx, l.sql.release, args, dest...)
+		err = l.runOp(ctx, opRelease, args, dest...)
 		if err != nil && inCommit && ctx.Err() == nil && l.dialect.Inspect(err).SQLState == "54000" {
 			args[1], inCommit = false, false // a full notification queue: no wake-ups in the commit
 			continue
@@ -247,7 +247,7 @@ func (l *Locker) Extend(ctx context.Context, lockID string, ttl time.Duration) (
 	dest := []any{&d.fresh, &d.extended, &d.expires, &d.seen, &d.rows, &d.now, &d.bump}
 	var err error
 	for i := 0; ; i++ {
-		err = l.run(ctx, l.sql.extend, []any{lockID, ttl.Milliseconds()}, dest...)
+		err = l.runOp(ctx, opExtend, []any{lockID, ttl.Milliseconds()}, dest...)
 		if (err == nil && !d.fresh || err != nil && l.rerun(err)) && i < maxReruns && ctx.Err() == nil {
 			continue
 		}

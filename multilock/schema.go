@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/stmtfunc"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
@@ -50,9 +51,8 @@ func tablesOf(op string, cfg *syncguard.Config) (Tables, error) {
 	if cfg != nil && cfg.FenceTableName != "" {
 		fences = cfg.FenceTableName
 	}
-	n := names(table)
-	t := Tables{Locks: n["locks"], Fences: n["fences"], Waiters: n["waiters"]}
-	for _, n := range n {
+	t := tablesFor(table)
+	for _, n := range names(table) {
 		if strings.EqualFold(n, fences) {
 			return Tables{}, &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument,
 				Msg: fmt.Sprintf("FenceTableName %q is the name of one of multilock's tables or indexes for TableName %q: choose another name", fences, table)}
@@ -72,8 +72,22 @@ func names(table string) map[string]string {
 
 // schema is multilock's SQL.
 var schema = &kit.Schema{Kind: "multilock", Files: sqlFiles, Names: names, DDL: []string{"schema.sql"},
-	Values:  map[string]string{"now_us": kit.NowUS, "waiter_gc": strconv.Itoa(waiterGCMs), "rank_cap": strconv.Itoa(rankCap)},
+	Values:  map[string]string{"now_us": kit.NowUS, "waiter_gc": strconv.Itoa(waiterGCMs), "rank_cap": strconv.Itoa(rankCap), "nowait": ""},
 	Channel: func(table string) string { return waiting.Prefix(table + "_ml") }, LockID: 0x6d756c74696c6b31} // "multilk1"
+
+// The statement functions (funcs.go) follow the tables.
+func init() {
+	schema.More = func(table string) (string, string) {
+		fns := tablesFor(table).statements().fns
+		return stmtfunc.DDL(fns), stmtfunc.Exist(fns)
+	}
+}
+
+// tablesFor are the tables of lock table table (checked).
+func tablesFor(table string) Tables {
+	n := names(table)
+	return Tables{Locks: n["locks"], Fences: n["fences"], Waiters: n["waiters"]}
+}
 
 // channelPrefix is the notification channel prefix of the tables: that
 // of the core's waiting, over multilock's own lock table, so that no
@@ -83,8 +97,23 @@ func (t Tables) channelPrefix() string { return schema.Channel(t.table()) }
 // table is the lock table the tables are named from.
 func (t Tables) table() string { return strings.TrimSuffix(t.Locks, "_ml") }
 
+// raw is an embedded statement file.
+func (t Tables) raw(name string) string {
+	b, err := sqlFiles.ReadFile("sql/" + name)
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	return string(b)
+}
+
 // render expands an embedded statement file for the tables t.
-func (t Tables) render(name string) string { return schema.Render(name, t.table()) }
+func (t Tables) render(name string) string { return t.renderWith(name, "") }
+
+// renderWith is render with the counters' lock taken with nowait ("" or
+// "NOWAIT": a statement function's second step, funcs.go).
+func (t Tables) renderWith(name, nowait string) string {
+	return schema.RenderWith(name, t.table(), map[string]string{"nowait": nowait})
+}
 
 var stripComments = kit.StripComments
 

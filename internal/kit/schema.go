@@ -32,6 +32,9 @@ type Schema struct {
 	Channel func(table string) string
 	DDL     []string // the files that make SchemaSQL, in order
 	LockID  int64    // the advisory lock that serializes setups
+	// More, if set, returns DDL to append for a lock table (statement
+	// functions: internal/stmtfunc) and the condition that it is in place.
+	More func(table string) (ddl, exists string)
 }
 
 // NowUS is the statement's server time in µs (a waiter's place).
@@ -40,7 +43,10 @@ const NowUS = "floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigin
 // Render expands the statement file name for lock table table: quoted
 // names, values, and the {{wake_channel(expr)}} and {{wake_payload(expr)}}
 // calls.
-func (s *Schema) Render(name, table string) string {
+func (s *Schema) Render(name, table string) string { return s.RenderWith(name, table, nil) }
+
+// RenderWith is Render with more values, by placeholder.
+func (s *Schema) RenderWith(name, table string, values map[string]string) string {
 	b, err := fs.ReadFile(s.Files, "sql/"+name)
 	if err != nil {
 		panic(err) // embedded at build time
@@ -56,6 +62,9 @@ func (s *Schema) Render(name, table string) string {
 		n[k] = rules.QuoteIdent(v)
 	}
 	for k, v := range s.Values {
+		n[k] = v
+	}
+	for k, v := range values {
 		n[k] = v
 	}
 	out, err := rules.Render(text, n)
@@ -91,6 +100,10 @@ func (s *Schema) SQL(op string, cfg *syncguard.Config) (string, error) {
 	var parts []string
 	for _, f := range s.DDL {
 		parts = append(parts, s.Render(f, table))
+	}
+	if s.More != nil {
+		more, _ := s.More(table)
+		parts = append(parts, more)
 	}
 	return strings.Join(parts, "\n"), nil
 }
@@ -135,6 +148,12 @@ func (s *Schema) Setup(ctx context.Context, db *sql.DB, cfg *syncguard.Config) e
 		}
 		conds = append(conds, fmt.Sprintf(` AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc AS p JOIN pg_catalog.pg_namespace AS s ON s.oid = p.pronamespace
   WHERE s.nspname = current_schema() AND p.proname = %s AND strpos(%s, p.prosrc) > 0)`, quoteLiteral(name), quoteLiteral(ddl)))
+	}
+	if s.More != nil {
+		table, _ := TableName(op, cfg)
+		if _, exists := s.More(table); exists != "" {
+			conds = append(conds, " AND "+exists)
+		}
 	}
 	res, err := db.ExecContext(ctx, deploy.ExistsQuery(objects)+strings.Join(conds, ""))
 	if err != nil {

@@ -43,6 +43,27 @@ var paramRE, anyParamRE, badCastRE = regexp.MustCompile(`\$(\d+)::([a-z]+)`), re
 // bytes: the name stays within PostgreSQL's 63); returns lists the types
 // of its columns ("text, bigint").
 func New(prefix, returns, body string) (Func, error) {
+	return NewLocked(prefix, returns, "", body)
+}
+
+// NewLocked is New for a body that takes its row locks NOWAIT, with
+// lock (a SELECT, or "") the same locks taken waiting. The function runs
+// body once; only when body finds a row locked by another transaction
+// (55P03: that run is undone) does it run lock, as a PERFORM, waiting for
+// the rows, and then body again with a snapshot of its own, taken once
+// lock has them (read committed: each statement of a function sees what
+// committed before it began), so that body sees the rows it locked as they
+// are. lock's parameters are body's.
+func NewLocked(prefix, returns, lock, body string) (Func, error) {
+	pre := ""
+	if lock != "" {
+		rest, ok := strings.CutPrefix(lock, "SELECT ")
+		if !ok {
+			return Func{}, fmt.Errorf("the lock statement of a statement function is a SELECT")
+		}
+		pre = "PERFORM " + rest + "; "
+		body = lock + "\n" + body // parameters and characters checked together
+	}
 	var types []string
 	for _, m := range paramRE.FindAllStringSubmatch(body, -1) {
 		n, _ := strconv.Atoi(m[1])
@@ -75,8 +96,13 @@ func New(prefix, returns, body string) (Func, error) {
 	// and a migration role may apply SchemaSQL after the application's ran
 	// SetupSchema): the name, a hash of the whole definition, says what it
 	// is. One line ends with ";": deploy.SplitStatements splits there.
-	def := fmt.Sprintf("CREATE FUNCTION %%s(%s) RETURNS TABLE (%s) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$\n#variable_conflict use_column\nBEGIN\nRETURN QUERY\n%s; END\n$syncguard$",
-		strings.Join(types, ", "), strings.Join(cols, ", "), body)
+	run := "RETURN QUERY\n" + body + "; END"
+	if lock != "" {
+		body = strings.TrimPrefix(body, lock+"\n")
+		run = "BEGIN RETURN QUERY\n" + body + "; RETURN; EXCEPTION WHEN lock_not_available THEN NULL; END; " + pre + "RETURN QUERY\n" + body + "; END"
+	}
+	def := fmt.Sprintf("CREATE FUNCTION %%s(%s) RETURNS TABLE (%s) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$\n#variable_conflict use_column\nBEGIN\n%s\n$syncguard$",
+		strings.Join(types, ", "), strings.Join(cols, ", "), run)
 	sum := sha256.Sum256([]byte(def))
 	name := prefix + "_op_" + hex.EncodeToString(sum[:4])
 	q := rules.QuoteIdent(name)

@@ -50,3 +50,25 @@ func TestMissing(t *testing.T) {
 		}
 	}
 }
+
+func TestNewLockedRunsTheLockFirst(t *testing.T) {
+	lock := `SELECT 1 FROM "c" WHERE "k" = $1::text ORDER BY "k" FOR UPDATE`
+	body := `SELECT $2::bigint FROM "c" WHERE "k" = $1::text FOR UPDATE NOWAIT`
+	f, err := NewLocked("t", "bigint", lock, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "BEGIN\nBEGIN RETURN QUERY\n" + body + "; RETURN; EXCEPTION WHEN lock_not_available THEN NULL; END; " +
+		"PERFORM 1 FROM \"c\" WHERE \"k\" = $1::text ORDER BY \"k\" FOR UPDATE; RETURN QUERY\n" + body + "; END\n"
+	if f.Args != "text,bigint" || !strings.Contains(f.DDL, want) || strings.Count(f.DDL, ";\n") != 1 {
+		t.Errorf("args %q, DDL:\n%s", f.Args, f.DDL)
+	}
+	if g, _ := New("t", "bigint", body); g.Name == f.Name {
+		t.Errorf("a function with a lock step must have another name")
+	}
+	for _, bad := range [][2]string{{`UPDATE "c" SET "k" = $1::text`, body}, {`SELECT 1; SELECT 2`, body}, {`SELECT $1::bigint`, body}} {
+		if _, err := NewLocked("t", "bigint", bad[0], bad[1]); err == nil {
+			t.Errorf("NewLocked accepted the lock %q", bad[0])
+		}
+	}
+}

@@ -1,3 +1,4 @@
+--returns boolean, bigint, bigint, bigint, bigint, bigint, bigint
 -- extend: one statement. $1 lockId, $2 ttl ms. The set's expiry becomes
 -- server now + ttl, for every key at once, only when every key of the
 -- holding is still live; never revives an expired holding.
@@ -20,7 +21,7 @@ g AS MATERIALIZED (
   SELECT c."fence_key", c."ver" FROM {{fences}} AS c
   WHERE c."fence_key" IN (SELECT mine."fence_key" FROM mine)
   ORDER BY c."fence_key" COLLATE "C"
-  FOR UPDATE
+  FOR UPDATE {{nowait}}
 ),
 chk AS MATERIALIZED (
   SELECT NOT EXISTS (SELECT 1 FROM g LEFT JOIN snap ON snap."fence_key" = g."fence_key"

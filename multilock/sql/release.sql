@@ -1,3 +1,4 @@
+--returns boolean, bigint, integer, bigint, bigint, text, text, boolean, bigint, bigint
 -- release: one statement. $1 lockId; $2 whether to send the wake-ups in
 -- its commit (false with Config.NotifyDB: the caller sends them after);
 -- $3 whether $1 is a waiter leaving the queue (its rows become a
@@ -12,9 +13,11 @@
 --        (acquire.sql); chk.fresh: no "ver" moved since the snapshot, else
 --        nothing is written and the caller runs the statement again.
 -- d:     our live lock rows go.
--- adm:   the candidates admitted: notified (a polling waiter takes a free
---        set itself), live and whole, every key free once d is done, no
---        live waiter before them (place, lockId) wanting any of their keys.
+-- adm:   the candidates admitted: live and whole, every key free once d
+--        is done, no live waiter before them (place, lockId) wanting any
+--        of their keys; notified or polling (a polling waiter finds its set
+--        at its next poll, as it would find the keys free: it is first for
+--        them either way, and its confirmation then locks nothing).
 --        Two admitted waiters never share a key (the later one would have
 --        the earlier one before it), so each is decided on its own.
 -- wd:    their queue rows go; gf: their keys' counters +1 (every involved
@@ -57,7 +60,7 @@ g AS MATERIALIZED (
   SELECT c."fence_key", c."ver", c."fence" FROM {{fences}} AS c
   WHERE c."fence_key" IN (SELECT gk.f FROM gk)
   ORDER BY c."fence_key" COLLATE "C"
-  FOR UPDATE
+  FOR UPDATE {{nowait}}
 ),
 chk AS MATERIALIZED (
   SELECT NOT EXISTS (SELECT 1 FROM g LEFT JOIN snap ON snap."fence_key" = g."fence_key"
@@ -72,7 +75,7 @@ adm AS MATERIALIZED (
   SELECT c."lock_id" FROM cand AS c, t, chk
   WHERE chk.fresh
     AND (SELECT count(*) FROM wr WHERE wr."lock_id" = c."lock_id" AND wr."deadline_ms" > t.now_ms
-           AND wr."notified" AND wr."ttl_ms" > 0)
+           AND wr."ttl_ms" > 0)
         = (SELECT max(wr."n") FROM wr WHERE wr."lock_id" = c."lock_id")
     AND NOT EXISTS (
       SELECT 1 FROM wr, {{locks}} AS l

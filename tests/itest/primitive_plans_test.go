@@ -237,8 +237,10 @@ func TestRWLockFunctionPlansKeepTheirGenericPlans(t *testing.T) {
 }
 
 // TestMultiLockStatementsKeepTheirGenericPlans: a Locker's statements
-// go out one-shot (unprepared, so that a pooler cannot lose them), so
-// each execution is planned with its values by design and none shows in
+// go out one-shot (unprepared, so that a pooler cannot lose them): the
+// acquire, release and extend as calls of their statement functions
+// (whose statements are planned generically, once per session), the
+// others planned with their values by design; none shows in
 // pg_prepared_statements today; a guard: should any be prepared, it must
 // keep its generic plan over the statistics of a few keys with long
 // queues. Acquires of free sets (plain and queued), extends, releases,

@@ -524,6 +524,14 @@ func runWaiting(ctx context.Context, o options, want map[string]bool, d, name, d
 		}
 		show(r)
 	}
+	if want["k-set"] {
+		progress("[%s] k-set (4 variants x %v)", d, o.w6Duration)
+		r, err := we.KSet(ctx, sgbench.KSetParams{Workers: o.workers, Duration: o.w6Duration, Rounds: o.w6Rounds, MaxHold: 5 * time.Millisecond})
+		if err != nil {
+			return fmt.Errorf("k-set: %w", err)
+		}
+		show(r)
+	}
 	if o.w6Bouncer && throwaway != nil && (want["w6a"] || want["w6b"]) {
 		if err := runThroughPgBouncer(ctx, o, want, we, show); err != nil {
 			return err

@@ -13,8 +13,8 @@ import (
 	"github.com/lib/pq"
 
 	"github.com/syncguard/syncguard-go/driver"
-	sgpq "github.com/syncguard/syncguard-go/pq"
 	"github.com/syncguard/syncguard-go/pgxstd"
+	sgpq "github.com/syncguard/syncguard-go/pq"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 

@@ -3,9 +3,7 @@ package multilock
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,7 +11,7 @@ import (
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/errwrap"
 	"github.com/syncguard/syncguard-go/internal/pooler"
-	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
@@ -66,37 +64,16 @@ const maxRecent = 4096
 // does no I/O: call SetupSchema once (or apply SchemaSQL) before use.
 func New(db *sql.DB, cfg *syncguard.Config) (*Locker, error) {
 	const op = "multilock.new"
-	if db == nil {
-		return nil, invalidArg(op, "db must not be nil")
+	c, err := kit.Resolve(op, db, cfg)
+	if err != nil {
+		return nil, err
 	}
 	t, err := tablesOf(op, cfg)
 	if err != nil {
 		return nil, err
 	}
-	var c syncguard.Config
-	if cfg != nil {
-		c = *cfg
-	}
-	if c.Dialect == nil {
-		d, ok := driver.Lookup(db.Driver())
-		if !ok {
-			return nil, invalidArg(op, fmt.Sprintf("no syncguard dialect registered for database/sql driver %T: import an adapter "+
-				`(_ "github.com/syncguard/syncguard-go/pq" or _ "github.com/syncguard/syncguard-go/pgxstd") or set Config.Dialect (registered: %s)`,
-				db.Driver(), strings.Join(driver.Registered(), ", ")))
-		}
-		c.Dialect = d
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.ReleaseTimeout <= 0 {
-		c.ReleaseTimeout = 5 * time.Second
-	}
-	l := &Locker{db: db, dialect: c.Dialect, identity: c.Identity, logger: c.Logger, notifyDB: c.NotifyDB,
+	l := &Locker{db: db, dialect: c.Dialect, oneShot: c.OneShot, identity: c.Identity, logger: c.Logger, notifyDB: c.NotifyDB,
 		release: c.ReleaseTimeout, window: defaultWindow, tables: t, recent: map[string][]KeyFence{}}
-	if o, ok := c.Dialect.(driver.OneShot); ok {
-		l.oneShot = o.OneShotArgs()
-	}
 	l.sql.statements = t.statements()
 	l.sql.placeholder = stripComments(t.render("placeholder.sql"))
 	l.sql.lookup = stripComments(t.render("lookup.sql"))
@@ -169,18 +146,11 @@ func (l *Locker) forget(lockID string) {
 	l.mu.Unlock()
 }
 
-func invalidArg(op, msg string) *syncguard.Error {
-	return &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Msg: msg}
-}
-
-func checkLockID(op, id string) *syncguard.Error {
-	if err := rules.ValidateLockID(id); err != nil {
-		e := invalidArg(op, err.Error())
-		e.LockID = id
-		return e
-	}
-	return nil
-}
+var (
+	invalidArg  = kit.InvalidArg
+	checkLockID = kit.CheckLockID
+	failReason  = kit.FailReason
+)
 
 func ctxErr(ctx context.Context, op string, l *Locker) *syncguard.Error {
 	if err := ctx.Err(); err != nil {
@@ -190,18 +160,8 @@ func ctxErr(ctx context.Context, op string, l *Locker) *syncguard.Error {
 }
 
 func ttlMillis(op string, ttl time.Duration) *syncguard.Error {
-	if ttl.Milliseconds() < 1 {
-		return invalidArg(op, fmt.Sprintf("ttl must be at least 1ms, got %v", ttl))
-	}
-	return nil
-}
-
-// failReason tells why a release or extend did nothing.
-func failReason(seen sql.NullInt64, now int64) string {
-	if seen.Valid && !rules.IsLive(seen.Int64, now) {
-		return syncguard.ReasonExpired
-	}
-	return syncguard.ReasonNotFound
+	_, e := kit.TTLMillis(op, ttl)
+	return e
 }
 
 // newWaker is the Locker's LISTEN connection, as syncguard's Backend

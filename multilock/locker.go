@@ -10,8 +10,8 @@ import (
 
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/errwrap"
-	"github.com/syncguard/syncguard-go/internal/pooler"
 	"github.com/syncguard/syncguard-go/internal/kit"
+	"github.com/syncguard/syncguard-go/internal/pooler"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 	"github.com/syncguard/syncguard-go/syncguard"
 )

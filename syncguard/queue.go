@@ -103,28 +103,23 @@ func (w *queueWaiter) hint() waiting.Hint {
 // and the queue row was gone when its delete got to it. A second
 // statement sees that commit. A Leave that fails, or that follows an
 // attempt of unknown outcome, leaves the release to the background.
-// An attempt the wait's end left running is undone when it ends: a lock
-// it took is released, else the waiter leaves.
+// An attempt the wait's end left running cannot queue the waiter again
+// (its row is a tombstone now) nor take the key after this; a lock it took
+// before is released by this Leave or, when it answers, in the
+// background.
 func (w *queueWaiter) Leave(ctx context.Context) error {
-	later := w.later
-	if later == nil {
-		return w.leave(ctx)
-	}
-	w.later = nil
-	go func() {
-		o := <-later
-		ctx, cancel := context.WithTimeout(context.Background(), w.b.releaseTimeout())
-		defer cancel()
-		if o.err == nil && o.res.OK {
-			if w.q != nil {
-				w.q.close()
+	err := w.leave(ctx)
+	if later := w.later; later != nil {
+		w.later = nil
+		go func() {
+			if o := <-later; o.err == nil && o.res.OK {
+				ctx, cancel := context.WithTimeout(context.Background(), w.b.releaseTimeout())
+				defer cancel()
+				_, _ = (&Backend{shared: w.b.shared}).Release(ctx, o.res.LockID)
 			}
-			_, _ = (&Backend{shared: w.b.shared}).Release(ctx, o.res.LockID)
-			return
-		}
-		_ = w.leave(ctx)
-	}()
-	return nil
+		}()
+	}
+	return err
 }
 
 func (w *queueWaiter) leave(ctx context.Context) error {

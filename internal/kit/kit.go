@@ -56,24 +56,22 @@ func (f *Flight) Attempt(ctx context.Context, grace time.Duration, wrap func(err
 	return o.res, o.err
 }
 
-// Leave is the waiter's Leave: leave now, or, with an attempt left
-// running, once it ends: release the lock it took, else leave (each with a
-// context of grace).
+// Leave is the waiter's Leave: leave now (which makes its queue row a
+// tombstone: an attempt still running cannot queue it again nor take the
+// key after that, and one that took it before is released by leave), and,
+// with an attempt left running, release a lock it reports when it answers
+// (with a context of grace).
 func (f *Flight) Leave(ctx context.Context, grace time.Duration, release func(ctx context.Context, lockID string) error, leave func(context.Context) error) error {
-	later := f.later
-	if later == nil {
-		return leave(ctx)
+	err := leave(ctx)
+	if later := f.later; later != nil {
+		f.later = nil
+		go func() {
+			if o := <-later; o.err == nil && o.res.OK {
+				ctx, cancel := context.WithTimeout(context.Background(), grace)
+				defer cancel()
+				_ = release(ctx, o.res.LockID)
+			}
+		}()
 	}
-	f.later = nil
-	go func() {
-		o := <-later
-		ctx, cancel := context.WithTimeout(context.Background(), grace)
-		defer cancel()
-		if o.err == nil && o.res.OK {
-			_ = release(ctx, o.res.LockID)
-			return
-		}
-		_ = leave(ctx)
-	}()
-	return nil
+	return err
 }

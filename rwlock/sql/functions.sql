@@ -209,8 +209,10 @@ $fn$;
 -- writer and hints it; with none, "again": the writer attempts again at
 -- once (its place queued, nothing left to wait for but statements in
 -- flight).
--- A queued reader that a writer blocks (holding, or queued ahead) renews
--- its place without the key row's lock: its own row only.
+-- A queued reader that a writer blocks renews its place (or, behind a
+-- queued writer, queues) without the key row's lock: its own row only;
+-- so while a writer waits, the only statements on the key row FOR SHARE
+-- are the releases of the readers it waits for.
 -- retry_at_ms: the expiry of the latest live lease that blocks the
 -- attempt (NULL: none; a waiter ahead blocks it). again: see above.
 DROP FUNCTION IF EXISTS {{acquire_fn}}(text, text, text, boolean, bigint, bigint, boolean, text, boolean);
@@ -234,22 +236,33 @@ DECLARE
   v_woke text[] := '{}';
 BEGIN
   SELECT q.* INTO v_me FROM {{waiters}} AS q WHERE q."lock_id" = p_lock_id;
-  IF NOT p_exclusive AND p_window_ms IS NOT NULL AND FOUND AND v_me."ttl_ms" <> 0 THEN
-    -- a queued reader's renewal, without the key row's lock while a writer
-    -- blocks it: its own rows only (a hand-off that deletes its queue row
-    -- meanwhile makes the UPDATE find none: the locked path then finds the
-    -- lease)
+  IF NOT p_exclusive AND p_window_ms IS NOT NULL AND (v_me."lock_id" IS NULL OR v_me."ttl_ms" <> 0)
+      AND NOT EXISTS (SELECT 1 FROM {{holders}} AS h WHERE h."lock_id" = p_lock_id) THEN
+    -- a queued reader that a writer blocks, without the key row's lock:
+    -- its own queue row only. Renewing: a writer holds, or waits ahead.
+    -- Queueing: a writer waits ahead (a writer that holds hands the key to
+    -- the readers queued when it releases, under FOR UPDATE: a reader
+    -- queues under the lock then). A hand-off that deletes the row
+    -- meanwhile makes the UPDATE find none: the locked path finds the
+    -- lease.
     v_now := {{now_ms}};
+    v_place := COALESCE(v_me."place", floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
     WITH a AS MATERIALIZED (SELECT p_key AS "key")
     SELECT max(h."expires_at_ms") INTO v_retry FROM {{holders}} AS h
     WHERE h."key" = (SELECT a."key" FROM a) AND h."exclusive" AND {{live(h, v_now)}};
-    IF NOT EXISTS (SELECT 1 FROM {{holders}} AS h WHERE h."lock_id" = p_lock_id) AND (v_retry IS NOT NULL OR EXISTS (
+    IF (v_retry IS NOT NULL AND v_me."lock_id" IS NOT NULL) OR EXISTS (
         WITH a AS MATERIALIZED (SELECT p_key AS "key", p_lock_id AS "lock_id")
         SELECT 1 FROM {{waiters}} AS q
         WHERE q."key" = (SELECT a."key" FROM a) AND q."lock_id" <> (SELECT a."lock_id" FROM a) AND q."deadline_ms" > v_now
-          AND q."ttl_ms" <> 0 AND q."exclusive" AND (q."place", q."lock_id") < (v_me."place", (SELECT a."lock_id" FROM a)))) THEN
-      UPDATE {{waiters}} AS q SET "deadline_ms" = v_now + p_window_ms, "ttl_ms" = p_ttl_ms, "notified" = p_notified
-      WHERE q."lock_id" = p_lock_id AND q."ttl_ms" <> 0;
+          AND q."ttl_ms" <> 0 AND q."exclusive" AND (q."place", q."lock_id") < (v_place, (SELECT a."lock_id" FROM a))) THEN
+      IF v_me."lock_id" IS NULL THEN
+        INSERT INTO {{waiters}} ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "exclusive", "user_key", "notified", "identity")
+        VALUES (p_key, p_lock_id, v_place, v_now + p_window_ms, p_ttl_ms, false, p_user_key, p_notified, p_identity)
+        ON CONFLICT ("lock_id") DO NOTHING;
+      ELSE
+        UPDATE {{waiters}} AS q SET "deadline_ms" = v_now + p_window_ms, "ttl_ms" = p_ttl_ms, "notified" = p_notified
+        WHERE q."lock_id" = p_lock_id AND q."ttl_ms" <> 0;
+      END IF;
       IF FOUND THEN
         RETURN QUERY SELECT false, NULL::bigint, NULL::bigint, NULL::bigint, v_now, v_retry, false, NULL::text, false;
         RETURN;

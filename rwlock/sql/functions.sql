@@ -236,7 +236,8 @@ DECLARE
   v_woke text[] := '{}';
 BEGIN
   SELECT q.* INTO v_me FROM {{waiters}} AS q WHERE q."lock_id" = p_lock_id;
-  IF NOT p_exclusive AND p_window_ms IS NOT NULL AND (v_me."lock_id" IS NULL OR v_me."ttl_ms" <> 0)
+  IF NOT p_exclusive AND p_window_ms IS NOT NULL
+      AND (v_me."lock_id" IS NULL OR v_me."ttl_ms" <> 0 AND (v_me."notified" OR NOT p_notified))
       AND NOT EXISTS (SELECT 1 FROM {{holders}} AS h WHERE h."lock_id" = p_lock_id) THEN
     -- a queued reader that a writer blocks, without the key row's lock:
     -- its own queue row only. Renewing: a writer holds, or waits ahead.
@@ -244,7 +245,9 @@ BEGIN
     -- the readers queued when it releases, under FOR UPDATE: a reader
     -- queues under the lock then). A hand-off that deletes the row
     -- meanwhile makes the UPDATE find none: the locked path finds the
-    -- lease.
+    -- lease. A waiter that notifications now reach and did not before
+    -- renews under the lock (a hand-off beside it would pass it over as
+    -- polling, and it would not poll any more).
     v_now := {{now_ms}};
     v_place := COALESCE(v_me."place", floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
     WITH a AS MATERIALIZED (SELECT p_key AS "key")

@@ -101,26 +101,15 @@ BEGIN
       USING ERRCODE = '40001';
   END IF;
   o_exclusive := p_mode <> 'share';
-  IF p_mode = 'share' THEN
-    PERFORM 1 FROM {{keys}} AS k WHERE k."key" = p_key FOR SHARE;
-  ELSIF p_mode = 'try' THEN
+  INSERT INTO {{keys}} ("key", "fence", "key_debug") VALUES (p_key, 0, p_user_key) ON CONFLICT ("key") DO NOTHING;
+  IF p_mode = 'try' THEN
     PERFORM 1 FROM {{keys}} AS k WHERE k."key" = p_key FOR UPDATE SKIP LOCKED;
-  ELSE
+    o_exclusive := FOUND;
+  ELSIF p_mode = 'update' THEN
     PERFORM 1 FROM {{keys}} AS k WHERE k."key" = p_key FOR UPDATE;
   END IF;
-  IF NOT FOUND THEN
-    INSERT INTO {{keys}} ("key", "fence", "key_debug") VALUES (p_key, 0, p_user_key) ON CONFLICT ("key") DO NOTHING;
-    IF p_mode = 'share' THEN
-      PERFORM 1 FROM {{keys}} AS k WHERE k."key" = p_key FOR SHARE;
-    ELSIF p_mode = 'try' THEN
-      PERFORM 1 FROM {{keys}} AS k WHERE k."key" = p_key FOR UPDATE SKIP LOCKED;
-      IF NOT FOUND THEN
-        o_exclusive := false;
-        PERFORM 1 FROM {{keys}} AS k WHERE k."key" = p_key FOR SHARE;
-      END IF;
-    ELSE
-      PERFORM 1 FROM {{keys}} AS k WHERE k."key" = p_key FOR UPDATE;
-    END IF;
+  IF NOT o_exclusive THEN
+    PERFORM 1 FROM {{keys}} AS k WHERE k."key" = p_key FOR SHARE;
   END IF;
   o_now := {{now_ms}};
   IF o_exclusive THEN
@@ -234,11 +223,14 @@ DECLARE
   v_fence bigint;
   v_retry bigint;
   v_woke text[] := '{}';
+  v_lockfree boolean := false;
 BEGIN
   SELECT q.* INTO v_me FROM {{waiters}} AS q WHERE q."lock_id" = p_lock_id;
   IF NOT p_exclusive AND p_window_ms IS NOT NULL
-      AND (v_me."lock_id" IS NULL OR v_me."ttl_ms" <> 0 AND (v_me."notified" OR NOT p_notified))
-      AND NOT EXISTS (SELECT 1 FROM {{holders}} AS h WHERE h."lock_id" = p_lock_id) THEN
+      AND (v_me."lock_id" IS NULL OR v_me."ttl_ms" <> 0 AND (v_me."notified" OR NOT p_notified)) THEN
+    v_lockfree := NOT EXISTS (SELECT 1 FROM {{holders}} AS h WHERE h."lock_id" = p_lock_id);
+  END IF;
+  IF v_lockfree THEN
     -- a queued reader that a writer blocks, without the key row's lock:
     -- its own queue row only. Renewing: a writer holds, or waits ahead.
     -- Queueing: a writer waits ahead (a writer that holds hands the key to
@@ -250,9 +242,11 @@ BEGIN
     -- polling, and it would not poll any more).
     v_now := {{now_ms}};
     v_place := COALESCE(v_me."place", floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+    -- (the locked path's lookup of the writer's lease, written apart: one
+    -- statement text per cached plan)
     WITH a AS MATERIALIZED (SELECT p_key AS "key")
     SELECT max(h."expires_at_ms") INTO v_retry FROM {{holders}} AS h
-    WHERE h."key" = (SELECT a."key" FROM a) AND h."exclusive" AND {{live(h, v_now)}};
+    WHERE h."key" = (SELECT a."key" FROM a) AND {{live(h, v_now)}} AND h."exclusive";
     IF (v_retry IS NOT NULL AND v_me."lock_id" IS NOT NULL) OR EXISTS (
         WITH a AS MATERIALIZED (SELECT p_key AS "key", p_lock_id AS "lock_id")
         SELECT 1 FROM {{waiters}} AS q
@@ -284,7 +278,9 @@ BEGIN
     -- its own lease, dead (under a shared lock: an exclusive one deleted it)
     DELETE FROM {{holders}} AS h WHERE h."lock_id" = p_lock_id AND NOT ({{live(h, v_now)}});
   END IF;
-  SELECT q.* INTO v_me FROM {{waiters}} AS q WHERE q."lock_id" = p_lock_id;
+  -- read again under the lock (written apart from the first read: one
+  -- statement text per cached plan)
+  SELECT w.* INTO v_me FROM {{waiters}} AS w WHERE w."lock_id" = p_lock_id;
   IF FOUND AND v_me."ttl_ms" = 0 THEN
     -- a tombstone: this waiter gave up; a late attempt of its takes nothing
     RETURN QUERY SELECT false, NULL::bigint, NULL::bigint, NULL::bigint, v_now, NULL::bigint, false, NULL::text, false;

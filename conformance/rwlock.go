@@ -43,6 +43,7 @@ type rwCase struct {
 
 var rwCases = []rwCase{
 	{"ReadersOverlap", rwReadersOverlap},
+	{"ReadersHoldTogether", rwReadersHoldTogether},
 	{"WriterExcludesAll", rwWriterExcludes},
 	{"WriterFences", rwWriterFences},
 	{"QueuedWriterBlocksLaterReaders", rwWriterNotStarved},
@@ -200,6 +201,58 @@ func rwReadersOverlap(e *rwEnv) {
 	}
 	for _, id := range ids {
 		e.release(id)
+	}
+}
+
+// rwReadersHoldTogether: rwReaders readers Lock the key at once, and each,
+// once admitted, holds until all are: a lock that admits one reader at a
+// time (or fewer than all) never lets them all in, and the case fails at
+// a bound only such a bug reaches.
+func rwReadersHoldTogether(e *rwEnv) {
+	const rule = "readers share: readers that ask at once are all admitted while the others hold (no reader waits for another)"
+	const rwReaders = 12
+	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		admitted int
+		all      = make(chan struct{})
+		wg       sync.WaitGroup
+		errs     = make(chan error, rwReaders)
+	)
+	for range rwReaders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := syncguard.Lock(ctx, e.tg.Shared, e.key, &syncguard.LockOptions{TTL: time.Minute,
+				Acquisition: syncguard.AcquisitionOptions{Timeout: 25 * time.Second}})
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer l.Close()
+			mu.Lock()
+			if admitted++; admitted == rwReaders {
+				close(all)
+			}
+			mu.Unlock()
+			select {
+			case <-all:
+			case <-ctx.Done():
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		e.t.Errorf("rule: %s: %v", rule, err)
+	}
+	select {
+	case <-all:
+	default:
+		mu.Lock()
+		e.t.Errorf("rule: %s: %d of %d readers admitted at once", rule, admitted, rwReaders)
+		mu.Unlock()
 	}
 }
 

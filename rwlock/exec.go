@@ -91,7 +91,7 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, ide
 		notified = q.join(k.Storage)
 	}
 	var d struct {
-		ok, exhausted                     sql.NullBool
+		ok, exhausted, again              sql.NullBool
 		fence, expires, acquired, retryAt sql.NullInt64
 		now                               int64
 		woke                              sql.NullString
@@ -99,7 +99,7 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, ide
 	sent := &sentArg{v: lockID}
 	args := []any{k.Storage, sent, k.Norm, l.exclusive, ttlMs, window, notified,
 		sql.NullString{String: ident, Valid: ident != ""}, rw.notifyDB == nil}
-	err = rw.run(ctx, rw.sqlAcquire, args, &d.ok, &d.fence, &d.expires, &d.acquired, &d.now, &d.retryAt, &d.exhausted, &d.woke)
+	err = rw.run(ctx, rw.sqlAcquire, args, &d.ok, &d.fence, &d.expires, &d.acquired, &d.now, &d.retryAt, &d.exhausted, &d.woke, &d.again)
 	if err != nil {
 		e := rw.wrap(ctx, op, err)
 		e.Key = key
@@ -119,7 +119,11 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, ide
 	}
 	if !d.ok.Bool {
 		res := syncguard.AcquireResult{Reason: syncguard.ReasonLocked}
-		if d.retryAt.Valid {
+		if d.again.Bool {
+			// a queued writer found only statements in flight (readers'
+			// releases that may not see its place): it attempts again
+			res.RetryIn = againIn
+		} else if d.retryAt.Valid {
 			res.RetryIn = max(time.Duration(d.retryAt.Int64+rules.ToleranceMs+1-d.now)*time.Millisecond, 0)
 		}
 		return res, nil
@@ -134,6 +138,11 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, ide
 	return syncguard.AcquireResult{OK: true, LockID: lockID, Fence: fence(d.fence.Int64),
 		ExpiresAt: time.UnixMilli(d.expires.Int64), HandedOver: age}, nil
 }
+
+// againIn: how soon a queued writer attempts again when its attempt found
+// the key row locked by readers' statements and no lease left to wait for
+// (sql/functions.sql, acquire).
+const againIn = 5 * time.Millisecond
 
 // outcomeUnknown reports whether a statement that failed with e may have
 // committed (syncguard's rule: its context ended, or the connection failed

@@ -224,8 +224,11 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (sy
 }
 
 // Release implements syncguard.Locker: deletes the lease if lockID holds
-// it and it is live, and in the same commit hands what it frees to the
-// head of the queue (the run of readers there, or the writer).
+// it and it is live. A writer's release hands what it frees to the head of
+// the queue (the run of readers there, or the writer) in the same commit;
+// a reader's, which runs beside other readers' statements, notifies the
+// writer at the head when no other lease is left, and the writer's own
+// attempt takes the key.
 func (l *Locker) Release(ctx context.Context, lockID string) (syncguard.ReleaseResult, error) {
 	return l.rw.release(ctx, lockID, "")
 }

@@ -33,6 +33,7 @@ func names(table string) map[string]string {
 		"waiters_id_index":  "idx_" + table + "_rwwid",
 		"waiters_key_index": "idx_" + table + "_rwwkey",
 		"grant_fn":          table + "_rw_grant",
+		"hint_fn":           table + "_rw_hint",
 		"lock_fn":           table + "_rw_lock",
 		"acquire_fn":        table + "_rw_acquire",
 		"release_fn":        table + "_rw_release",
@@ -58,7 +59,8 @@ var (
 // SchemaSQL returns the DDL that SetupSchema runs, for migration tools:
 // the read-write lock's tables ("<TableName>_rw", "<TableName>_rw_keys",
 // "<TableName>_rw_waiters") with their indexes, and its SQL functions
-// ("<TableName>_rw_acquire", "_rw_release", "_rw_grant", "_rw_lock").
+// ("<TableName>_rw_acquire", "_rw_release", "_rw_grant", "_rw_hint",
+// "_rw_lock").
 // Idempotent (IF NOT EXISTS, CREATE OR REPLACE); statements are separated
 // by a line ending in ";" followed by a blank line. cfg may be nil for the
 // defaults; only TableName is read. The mutex's tables are not touched:

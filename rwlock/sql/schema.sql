@@ -22,7 +22,8 @@ CREATE INDEX IF NOT EXISTS {{holders_key_index}} ON {{holders}} ("key");
 
 -- keys: one row per key ever used, never deleted: its writer fence counter
 -- (strictly increasing, never reused) and the row every state change of
--- the key locks first (acquire and release serialize on it per key).
+-- the key locks first: readers' attempts and releases FOR SHARE (side by
+-- side), writers' operations and the hand-off FOR UPDATE (alone).
 CREATE TABLE IF NOT EXISTS {{keys}} (
   "key" TEXT NOT NULL,
   "fence" BIGINT NOT NULL DEFAULT 0,

@@ -39,7 +39,7 @@ func (r *runner) startRWLock(wg *sync.WaitGroup) {
 		defer cancel()
 		_, _ = r.admin.ExecContext(cctx, fmt.Sprintf(`DROP TABLE IF EXISTS %s, %s, %s, %s`, rules.QuoteIdent(table), audit,
 			rules.QuoteIdent(cfg.TableName+"_rw_keys"), rules.QuoteIdent(cfg.TableName+"_rw_waiters")))
-		for _, f := range []string{"_rw_acquire", "_rw_release", "_rw_grant", "_rw_lock", "_rw_audit_fn"} {
+		for _, f := range []string{"_rw_acquire", "_rw_release", "_rw_grant", "_rw_hint", "_rw_lock", "_rw_audit_fn"} {
 			_, _ = r.admin.ExecContext(cctx, `DROP FUNCTION IF EXISTS `+rules.QuoteIdent(cfg.TableName+f)+` CASCADE`)
 		}
 	}

@@ -43,7 +43,7 @@ func rwTarget(t testing.TB, d suite.Driver, dsn string) (*rwlock.RWLock, *sql.DB
 	t.Cleanup(func() {
 		n := cfg.TableName
 		_, _ = db.Exec(fmt.Sprintf(`DROP TABLE IF EXISTS %s, %s, %s`, rules.QuoteIdent(n+"_rw"), rules.QuoteIdent(n+"_rw_keys"), rules.QuoteIdent(n+"_rw_waiters")))
-		for _, f := range []string{"_rw_acquire", "_rw_release", "_rw_grant", "_rw_lock"} {
+		for _, f := range []string{"_rw_acquire", "_rw_release", "_rw_grant", "_rw_hint", "_rw_lock"} {
 			_, _ = db.Exec(fmt.Sprintf(`DROP FUNCTION IF EXISTS %s CASCADE`, rules.QuoteIdent(n+f)))
 		}
 	})

@@ -512,6 +512,14 @@ func runWaiting(ctx context.Context, o options, want map[string]bool, d, name, d
 	show func(r any)) error {
 	we := &sgbench.WaitEnv{Driver: d, SQLDriver: name, DSN: dsn, Dialect: listenDialect(d, dsn), RunID: runID}
 	variants := strings.Split(o.w6Variants, ",")
+	if want["k-rw"] {
+		progress("[%s] k-rw", d)
+		r, err := we.KindRW(ctx, sgbench.DefaultRWParams)
+		if err != nil {
+			return err
+		}
+		show(r)
+	}
 	for _, p := range contentionParams {
 		if !want[p.Name] {
 			continue

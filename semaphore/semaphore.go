@@ -54,8 +54,9 @@ type Semaphore struct {
 	acquireSQL, releaseSQL, extendSQL, holdersSQL, listSQL string
 	oneShot                                                []any // the dialect's driver.OneShot arguments, with Config.DisablePrepare
 
-	waker *waiting.Waker
-	slots sync.Map // lockID -> slot, for Slot
+	waker  *waiting.Waker
+	slots  sync.Map // lockID -> slot, for Slot
+	grants grants   // hand-offs to this Semaphore's waiters, for their next attempt
 }
 
 // New returns a Semaphore of permits permits per key on db, with the
@@ -184,6 +185,14 @@ func (s *Semaphore) acquire(ctx context.Context, key string, ttl time.Duration, 
 		if dl, ok := ctx.Deadline(); ok {
 			win = max(min(win, time.Until(dl)), time.Millisecond)
 		}
+		if g, ok := s.grants.take(lockID); ok {
+			if res, ok := s.granted(k.Norm, lockID, ttlMs, g); ok {
+				s.grants.done(lockID)
+				dbg[dAcqGrant].Add(1)
+				return res, nil
+			}
+		}
+		s.grants.expect(lockID)
 		window, notified = win.Milliseconds(), w.join(ttlMs)
 	}
 	var idArg any
@@ -195,6 +204,9 @@ func (s *Semaphore) acquire(ctx context.Context, key string, ttl time.Duration, 
 		r = acquireRow{}
 		err = s.db.QueryRowContext(ctx, s.acquireSQL, s.args(k.Storage, lockID, s.permits, k.Norm, ttlMs, window, notified, idArg)...).Scan(
 			&r.state, &r.slot, &r.expires, &r.acquired, &r.fence, &r.stale, &r.exhausted, &r.permits, &r.firstExpiry, &r.free, &r.ahead, &r.now)
+		if err == nil && r.stale {
+			dbg[dAcqStale].Add(1)
+		}
 		if err != nil || !r.stale || i >= staleRetries || ctx.Err() != nil {
 			break
 		}
@@ -219,6 +231,7 @@ func (s *Semaphore) acquire(ctx context.Context, key string, ttl time.Duration, 
 			Msg: fmt.Sprintf("a slot's fence counter reached its maximum (%d); nothing was committed", int64(rules.FenceMax))}
 	}
 	if !r.slot.Valid || !r.expires.Valid || !r.fence.Valid {
+		dbg[dAcqBusy].Add(1)
 		res := syncguard.AcquireResult{OK: false, Reason: syncguard.ReasonLocked}
 		if !r.free && r.firstExpiry.Valid {
 			res.RetryIn = max(time.Duration(r.firstExpiry.Int64+rules.ToleranceMs+1-r.now)*time.Millisecond, 0)
@@ -236,13 +249,45 @@ func (s *Semaphore) acquire(ctx context.Context, key string, ttl time.Duration, 
 		s.logger.Warn("syncguard: semaphore slot fence above warning threshold",
 			slog.String("keyHash", rules.HashKey(k.Norm)), slog.Int64("slot", r.slot.Int64), slog.String("fence", fence))
 	}
+	switch r.state {
+	case "mine":
+		dbg[dAcqMine].Add(1)
+	case "init":
+		dbg[dAcqInit].Add(1)
+	default:
+		dbg[dAcqTook].Add(1)
+	}
 	s.slots.Store(lockID, int(r.slot.Int64))
+	if w != nil {
+		s.grants.done(lockID)
+	}
 	var age time.Duration
 	if r.state == "mine" && r.acquired.Valid {
 		age = time.Duration(max(r.now-r.acquired.Int64, 0)) * time.Millisecond
 	}
 	return syncguard.AcquireResult{OK: true, LockID: lockID, Fence: syncguard.Fence(fence),
 		ExpiresAt: time.UnixMilli(r.expires.Int64), HandedOver: age}, nil
+}
+
+// granted is the successful attempt of a waiter of s that a release
+// through s handed a permit to (grants.go), without a statement: the
+// permit's TTL started after the release was sent, so the lease counts
+// from there (never believing in a longer permit than the server's).
+// Not when the grant is for another TTL, or past half of it: the waiter
+// attempts as usual.
+func (s *Semaphore) granted(norm, lockID string, ttlMs int64, g grant) (syncguard.AcquireResult, bool) {
+	age := time.Since(g.sent)
+	fence, err := rules.FormatFence(g.fence)
+	if err != nil || g.ttlMs != ttlMs || age > time.Duration(ttlMs)*time.Millisecond/2 {
+		return syncguard.AcquireResult{}, false
+	}
+	if g.fence > rules.FenceWarn {
+		s.logger.Warn("syncguard: semaphore slot fence above warning threshold",
+			slog.String("keyHash", rules.HashKey(norm)), slog.Int("slot", g.slot), slog.String("fence", fence))
+	}
+	s.slots.Store(lockID, g.slot)
+	return syncguard.AcquireResult{OK: true, LockID: lockID, Fence: syncguard.Fence(fence),
+		ExpiresAt: time.UnixMilli(g.expiresMs), HandedOver: age}, true
 }
 
 // Release implements syncguard.Locker: it ends the permit lockID if it is
@@ -268,6 +313,7 @@ func (s *Semaphore) release(ctx context.Context, lockID, wkey string) (syncguard
 	var wk any
 	if wkey != "" {
 		wk = wkey
+		s.grants.done(lockID) // a permit handed to it is released below
 	}
 	var (
 		released, stale, left bool
@@ -275,11 +321,18 @@ func (s *Semaphore) release(ctx context.Context, lockID, wkey string) (syncguard
 		now                   int64
 		woke, wokeCh          sql.NullString
 		notified              sql.NullInt64
+		granted               sql.NullString
+		gSlot, gFence, gExp   sql.NullInt64
+		sent                  time.Time
 		err                   error
 	)
 	for i := 0; ; i++ {
+		sent = time.Now()
 		err = s.db.QueryRowContext(ctx, s.releaseSQL, s.args(lockID, s.notifyDB == nil, wk)...).Scan(
-			&released, &stale, &seen, &now, &woke, &wokeCh, &left, &notified)
+			&released, &stale, &seen, &now, &woke, &wokeCh, &left, &notified, &granted, &gSlot, &gFence, &gExp)
+		if err == nil && stale {
+			dbg[dRelStale].Add(1)
+		}
 		if err != nil || !stale || i >= releaseRetries || ctx.Err() != nil {
 			break
 		}
@@ -295,6 +348,17 @@ func (s *Semaphore) release(ctx context.Context, lockID, wkey string) (syncguard
 			Msg: "the key kept changing under the release; the permit stays held until its TTL or the next release"}
 	}
 	s.slots.Delete(lockID)
+	switch {
+	case granted.Valid:
+		dbg[dRelHanded].Add(1)
+	case released:
+		dbg[dRelFreed].Add(1)
+	default:
+		dbg[dRelNotFound].Add(1)
+	}
+	if granted.Valid && gSlot.Valid && gFence.Valid && gExp.Valid {
+		s.grants.put(granted.String, grant{slot: int(gSlot.Int64), fence: gFence.Int64, expiresMs: gExp.Int64, ttlMs: gExp.Int64 - now, sent: sent})
+	}
 	if woke.Valid {
 		s.waker.Wake(woke.String) // a waiter of this process: at once
 		if s.notifyDB != nil && wokeCh.Valid {

@@ -27,6 +27,9 @@
 -- n:   notifications on the key's channel naming the waiter granted (and
 --      nx's): hints only, any role can send one; the attempt they cause
 --      finds the slot.
+-- granted*: the waiter rel handed the slot to, the slot, its fence and
+--      expiry, as committed: a waiter of the releasing Semaphore holds the
+--      permit without an attempt (grants.go).
 WITH
 t AS (
   SELECT {{now_ms}} AS now_ms, $2::boolean AS notify, $3::text AS wkey
@@ -74,7 +77,7 @@ rel AS (
     "identity" = wd."identity"
   FROM v CROSS JOIN t LEFT JOIN wd ON true
   WHERE l."lock_id" = $1::text AND {{live(l)}}
-  RETURNING l."key", l."lock_id" AS granted
+  RETURNING l."key", l."lock_id" AS granted, l."slot", l."fence", l."expires_at_ms"
 ),
 me AS (
   INSERT INTO {{waiters}} AS q ("key", "lock_id", "place", "deadline_ms", "ttl_ms")
@@ -104,5 +107,9 @@ SELECT
   (SELECT {{wake_payload(wk."lock_id")}} FROM wk LIMIT 1) AS woke,
   (SELECT {{wake_channel(wk."key")}} FROM wk LIMIT 1) AS woke_channel,
   EXISTS (SELECT 1 FROM me WHERE me.was) AS left_queue,
-  (SELECT n.c FROM n) AS notified
+  (SELECT n.c FROM n) AS notified,
+  (SELECT rel."granted" FROM rel) AS granted,
+  (SELECT rel."slot" FROM rel WHERE rel."granted" IS NOT NULL) AS granted_slot,
+  (SELECT rel."fence" FROM rel WHERE rel."granted" IS NOT NULL) AS granted_fence,
+  (SELECT rel."expires_at_ms" FROM rel WHERE rel."granted" IS NOT NULL) AS granted_expires
 FROM t

@@ -27,11 +27,8 @@ var ErrPermitsMismatch = errors.New("semaphore: the key was created with another
 
 // staleRetries bounds how often one Acquire (or attempt) runs its
 // statement again after losing the key's compare-and-set to a concurrent
-// change; releases run theirs until they win (releaseRetries).
-const (
-	staleRetries   = 8
-	releaseRetries = 200
-)
+// take. A release needs no retry (release.sql).
+const staleRetries = 8
 
 // Semaphore is a PostgreSQL counting semaphore: Permits permits per key,
 // each a lease with its own slot and fence. It implements
@@ -316,36 +313,23 @@ func (s *Semaphore) release(ctx context.Context, lockID, wkey string) (syncguard
 		s.grants.done(lockID) // a permit handed to it is released below
 	}
 	var (
-		released, stale, left bool
-		seen                  sql.NullInt64
-		now                   int64
-		woke, wokeCh          sql.NullString
-		notified              sql.NullInt64
-		granted               sql.NullString
-		gSlot, gFence, gExp   sql.NullInt64
-		sent                  time.Time
-		err                   error
+		released, left      bool
+		seen                sql.NullInt64
+		now                 int64
+		woke, wokeCh        sql.NullString
+		notified            sql.NullInt64
+		granted             sql.NullString
+		gSlot, gFence, gExp sql.NullInt64
+		sent                time.Time
+		err                 error
 	)
-	for i := 0; ; i++ {
-		sent = time.Now()
-		err = s.db.QueryRowContext(ctx, s.releaseSQL, s.args(lockID, s.notifyDB == nil, wk)...).Scan(
-			&released, &stale, &seen, &now, &woke, &wokeCh, &left, &notified, &granted, &gSlot, &gFence, &gExp)
-		if err == nil && stale {
-			dbg[dRelStale].Add(1)
-		}
-		if err != nil || !stale || i >= releaseRetries || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(time.Duration(min(i, 10)) * time.Millisecond)
-	}
+	sent = time.Now()
+	err = s.db.QueryRowContext(ctx, s.releaseSQL, s.args(lockID, s.notifyDB == nil, wk)...).Scan(
+		&released, &seen, &now, &woke, &wokeCh, &left, &notified, &granted, &gSlot, &gFence, &gExp)
 	if err != nil {
 		e := s.wrap(ctx, op, "", err)
 		e.LockID = lockID
 		return syncguard.ReleaseResult{}, false, e
-	}
-	if stale {
-		return syncguard.ReleaseResult{}, false, &syncguard.Error{Op: op, Code: syncguard.CodeServiceUnavailable, LockID: lockID,
-			Msg: "the key kept changing under the release; the permit stays held until its TTL or the next release"}
 	}
 	s.slots.Delete(lockID)
 	switch {

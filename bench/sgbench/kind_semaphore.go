@@ -1,6 +1,7 @@
 package sgbench
 
 import (
+	"os"
 	"context"
 	"database/sql"
 	"fmt"
@@ -264,6 +265,7 @@ func SemaphoreUtil(ctx context.Context, driverName, sqlName, dsn string, dialect
 	for range max(p.Rounds, 1) {
 		idealSt.segment(ctx, ideal, p, p.Warm, seg)
 		pgSt.segment(ctx, pg, p, p.Warm, seg)
+		fmt.Fprintln(os.Stderr, "DEBUG", semaphore.DebugCounters())
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}

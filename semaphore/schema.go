@@ -2,8 +2,10 @@ package semaphore
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"embed"
+	"encoding/hex"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -12,6 +14,7 @@ import (
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/errwrap"
 	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/stmtfunc"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
@@ -105,9 +108,38 @@ func tableName(op string, cfg *syncguard.Config) (string, error) {
 	return cfg.TableName, nil
 }
 
+// funcs are the statement functions of lock table table (see
+// internal/stmtfunc): acquire.sql and release.sql, each run by a PL/pgSQL
+// function planned once per server session, whatever the driver sends
+// (lib/pq parses and plans an unnamed statement at every execution: 2-5 ms
+// of server time for acquire.sql, more than its execution). Named after
+// funcPrefix(table); the first line of each file lists its column types.
+func funcs(table string) (acquire, release stmtfunc.Func) {
+	mk := func(name string) stmtfunc.Func {
+		returns, _ := strings.CutPrefix(strings.SplitN(render(name, table), "\n", 2)[0], "--returns ")
+		f, err := stmtfunc.New(funcPrefix(table), returns, stripComments(render(name, table)))
+		if err != nil {
+			panic("semaphore: sql/" + name + ": " + err.Error()) // embedded; TestRender renders them
+		}
+		return f
+	}
+	return mk("acquire.sql"), mk("release.sql")
+}
+
+// funcPrefix names the statement functions of lock table table: "sem_"
+// and a hash of the table's name (the longest table name leaves no room
+// for it in PostgreSQL's 63 bytes).
+func funcPrefix(table string) string {
+	sum := sha256.Sum256([]byte(table))
+	return "sem_" + hex.EncodeToString(sum[:8])
+}
+
 // SchemaSQL returns the DDL that SetupSchema runs, for migration tools:
 // the semaphore's three tables (see Tables) and their indexes, idempotent
-// (IF NOT EXISTS), with quoted identifiers. cfg may be nil for the
+// (IF NOT EXISTS), with quoted identifiers, and its statement functions
+// (each created when missing; statements end at a line ending in ";").
+// Roles that use the semaphore need EXECUTE on them (PUBLIC has it by
+// default; without it the statements are sent themselves). cfg may be nil for the
 // defaults; only TableName is read. It does not create syncguard's own
 // tables (syncguard.SchemaSQL).
 func SchemaSQL(cfg *syncguard.Config) (string, error) {
@@ -115,7 +147,8 @@ func SchemaSQL(cfg *syncguard.Config) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return render("schema.sql", table), nil
+	a, r := funcs(table)
+	return render("schema.sql", table) + stmtfunc.DDL([]stmtfunc.Func{a, r}), nil
 }
 
 // setupLockID serializes concurrent SetupSchema calls.
@@ -127,10 +160,12 @@ const setupLockID = 0x73656d6170686f72 // "semaphor"
 // UPDATE and DELETE on the three tables.
 func SetupSchema(ctx context.Context, db *sql.DB, cfg *syncguard.Config) error {
 	const op = "semaphore.setupSchema"
-	ddl, err := SchemaSQL(cfg)
+	table, err := tableName(op, cfg)
 	if err != nil {
 		return err
 	}
+	ddl := render("schema.sql", table)
+	a, r := funcs(table)
 	if db == nil {
 		return invalidArg(op, "db must not be nil")
 	}
@@ -152,7 +187,11 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *syncguard.Config) error {
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", int64(setupLockID))); err != nil {
 		return errwrap.Wrap(ctx, op, d, err)
 	}
-	for _, stmt := range strings.Split(stripComments(ddl), ";") {
+	stmts := strings.Split(stripComments(ddl), ";")
+	for _, f := range []stmtfunc.Func{a, r} {
+		stmts = append(stmts, f.DDL)
+	}
+	for _, stmt := range stmts {
 		if stmt = strings.TrimSpace(stmt); stmt == "" {
 			continue
 		}

@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/errwrap"
 	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/stmtfunc"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
@@ -49,7 +51,9 @@ type Semaphore struct {
 	window   time.Duration
 
 	acquireSQL, releaseSQL, extendSQL, holdersSQL, listSQL string
-	oneShot                                                []any // the dialect's driver.OneShot arguments, with Config.DisablePrepare
+	acquireFn, releaseFn                                   string      // the calls of the statement functions (schema.go's funcs)
+	noFuncs                                                atomic.Bool // they are missing or not granted: the statements are sent themselves
+	oneShot                                                []any       // the dialect's driver.OneShot arguments, with Config.DisablePrepare
 
 	waker  *waiting.Waker
 	slots  sync.Map // lockID -> slot, for Slot
@@ -106,6 +110,8 @@ func New(db *sql.DB, cfg *syncguard.Config, permits int) (*Semaphore, error) {
 		acquireSQL: stripComments(render("acquire.sql", table)), releaseSQL: stripComments(render("release.sql", table)),
 		extendSQL: stripComments(render("extend.sql", table)), holdersSQL: stripComments(render("holders.sql", table)),
 		listSQL: stripComments(render("list.sql", table))}
+	af, rf := funcs(table)
+	s.acquireFn, s.releaseFn = af.Call, rf.Call
 	if o, ok := c.Dialect.(driver.OneShot); ok && c.DisablePrepare {
 		s.oneShot = o.OneShotArgs()
 	}
@@ -199,7 +205,7 @@ func (s *Semaphore) acquire(ctx context.Context, key string, ttl time.Duration, 
 	var r acquireRow
 	for i := 0; ; i++ {
 		r = acquireRow{}
-		err = s.db.QueryRowContext(ctx, s.acquireSQL, s.args(k.Storage, lockID, s.permits, k.Norm, ttlMs, window, notified, idArg)...).Scan(
+		err = s.run(ctx, s.acquireFn, s.acquireSQL, []any{k.Storage, lockID, s.permits, k.Norm, ttlMs, window, notified, idArg},
 			&r.state, &r.slot, &r.expires, &r.acquired, &r.fence, &r.stale, &r.exhausted, &r.permits, &r.firstExpiry, &r.free, &r.ahead, &r.now)
 		if err == nil && r.stale {
 			dbg[dAcqStale].Add(1)
@@ -324,7 +330,7 @@ func (s *Semaphore) release(ctx context.Context, lockID, wkey string) (syncguard
 		err                 error
 	)
 	sent = time.Now()
-	err = s.db.QueryRowContext(ctx, s.releaseSQL, s.args(lockID, s.notifyDB == nil, wk)...).Scan(
+	err = s.run(ctx, s.releaseFn, s.releaseSQL, []any{lockID, s.notifyDB == nil, wk},
 		&released, &seen, &now, &woke, &wokeCh, &left, &notified, &granted, &gSlot, &gFence, &gExp)
 	if err != nil {
 		e := s.wrap(ctx, op, "", err)
@@ -430,6 +436,27 @@ func ruleErr(op, key string, err error) *syncguard.Error {
 	e := invalidArg(op, msg)
 	e.Key = key
 	return e
+}
+
+// run runs a statement through its function (fn, its call) and scans its
+// row into dest; once the function is missing or not granted (a schema of
+// an earlier version, EXECUTE revoked), the statement itself (plain), from
+// then on. Nothing ran when the call failed so.
+func (s *Semaphore) run(ctx context.Context, fn, plain string, args []any, dest ...any) error {
+	q := fn
+	if s.noFuncs.Load() {
+		q = plain
+	}
+	err := s.db.QueryRowContext(ctx, q, s.args(args...)...).Scan(dest...)
+	if err != nil && q == fn {
+		if e := errwrap.Wrap(ctx, "", s.dialect, err); stmtfunc.Missing(funcPrefix(s.table), e.SQLState, err.Error()) {
+			s.noFuncs.Store(true)
+			s.logger.Warn("syncguard: the semaphore's statement functions are missing or not granted: its statements are sent themselves "+
+				"(planned at each execution); run semaphore.SetupSchema or apply semaphore.SchemaSQL", slog.String("error", err.Error()))
+			err = s.db.QueryRowContext(ctx, plain, s.args(args...)...).Scan(dest...)
+		}
+	}
+	return err
 }
 
 // args prepends the dialect's one-shot arguments, if any.

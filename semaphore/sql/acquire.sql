@@ -1,3 +1,4 @@
+--returns text, integer, bigint, bigint, bigint, boolean, boolean, integer, bigint, boolean, bigint, bigint
 -- acquire: one statement, one round trip, for a permit of key $1.
 -- $1 storage key, $2 lockId (a waiter's own, the same for all its
 -- attempts), $3 the caller's number of permits, $4 normalized user key,

@@ -1,3 +1,4 @@
+--returns boolean, bigint, bigint, text, text, boolean, bigint, text, integer, bigint, bigint
 -- release: one statement. $1 lockId, $2 whether to send the wake-up
 -- notification in its commit (false with Config.NotifyDB, which carries
 -- it after the commit), $3 the storage key when $1 is a waiter giving up

@@ -191,7 +191,6 @@ func (s *Semaphore) acquire(ctx context.Context, key string, ttl time.Duration, 
 		if g, ok := s.grants.take(lockID); ok {
 			if res, ok := s.granted(k.Norm, lockID, ttlMs, g); ok {
 				s.grants.done(lockID)
-				dbg[dAcqGrant].Add(1)
 				return res, nil
 			}
 		}
@@ -207,9 +206,6 @@ func (s *Semaphore) acquire(ctx context.Context, key string, ttl time.Duration, 
 		r = acquireRow{}
 		err = s.run(ctx, s.acquireFn, s.acquireSQL, []any{k.Storage, lockID, s.permits, k.Norm, ttlMs, window, notified, idArg},
 			&r.state, &r.slot, &r.expires, &r.acquired, &r.fence, &r.stale, &r.exhausted, &r.permits, &r.firstExpiry, &r.free, &r.ahead, &r.now)
-		if err == nil && r.stale {
-			dbg[dAcqStale].Add(1)
-		}
 		if err != nil || !r.stale || i >= staleRetries || ctx.Err() != nil {
 			break
 		}
@@ -234,7 +230,6 @@ func (s *Semaphore) acquire(ctx context.Context, key string, ttl time.Duration, 
 			Msg: fmt.Sprintf("a slot's fence counter reached its maximum (%d); nothing was committed", int64(rules.FenceMax))}
 	}
 	if !r.slot.Valid || !r.expires.Valid || !r.fence.Valid {
-		dbg[dAcqBusy].Add(1)
 		res := syncguard.AcquireResult{OK: false, Reason: syncguard.ReasonLocked}
 		if !r.free && r.firstExpiry.Valid {
 			res.RetryIn = max(time.Duration(r.firstExpiry.Int64+rules.ToleranceMs+1-r.now)*time.Millisecond, 0)
@@ -251,14 +246,6 @@ func (s *Semaphore) acquire(ctx context.Context, key string, ttl time.Duration, 
 	if r.fence.Int64 > rules.FenceWarn {
 		s.logger.Warn("syncguard: semaphore slot fence above warning threshold",
 			slog.String("keyHash", rules.HashKey(k.Norm)), slog.Int64("slot", r.slot.Int64), slog.String("fence", fence))
-	}
-	switch r.state {
-	case "mine":
-		dbg[dAcqMine].Add(1)
-	case "init":
-		dbg[dAcqInit].Add(1)
-	default:
-		dbg[dAcqTook].Add(1)
 	}
 	s.slots.Store(lockID, int(r.slot.Int64))
 	if w != nil {
@@ -338,14 +325,6 @@ func (s *Semaphore) release(ctx context.Context, lockID, wkey string) (syncguard
 		return syncguard.ReleaseResult{}, false, e
 	}
 	s.slots.Delete(lockID)
-	switch {
-	case granted.Valid:
-		dbg[dRelHanded].Add(1)
-	case released:
-		dbg[dRelFreed].Add(1)
-	default:
-		dbg[dRelNotFound].Add(1)
-	}
 	if granted.Valid && gSlot.Valid && gFence.Valid && gExp.Valid {
 		s.grants.put(granted.String, grant{slot: int(gSlot.Int64), fence: gFence.Int64, expiresMs: gExp.Int64, ttlMs: gExp.Int64 - now, sent: sent})
 	}

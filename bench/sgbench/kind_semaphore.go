@@ -1,7 +1,6 @@
 package sgbench
 
 import (
-	"os"
 	"context"
 	"database/sql"
 	"fmt"
@@ -279,7 +278,6 @@ func SemaphoreUtil(ctx context.Context, driverName, sqlName, dsn string, dialect
 		return nil, err
 	}
 	defer s.Close()
-	ksemProbe(ctx, db, s)
 	floorTable := "sgbench_ksem_floor"
 	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS "`+floorTable+`" ("slot" INTEGER PRIMARY KEY, "fence" BIGINT NOT NULL)`); err != nil {
 		return nil, err
@@ -297,7 +295,6 @@ func SemaphoreUtil(ctx context.Context, driverName, sqlName, dsn string, dialect
 		idealSt.segment(ctx, ideal, p, p.Warm, seg)
 		floorSt.segment(ctx, floor, p, p.Warm, seg)
 		pgSt.segment(ctx, pg, p, p.Warm, seg)
-		fmt.Fprintln(os.Stderr, "DEBUG", semaphore.DebugCounters())
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}

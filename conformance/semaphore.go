@@ -67,6 +67,7 @@ var semCases = []struct {
 	run  func(e *semEnv)
 }{
 	{"AtMostNHolders", (*semEnv).atMostN},
+	{"NHoldersAtOnce", (*semEnv).nAtOnce},
 	{"FIFOOrder", (*semEnv).fifo},
 	{"HandOffInReleaseCommit", (*semEnv).handOff},
 	{"FreePermitKeptForEarliestWaiter", (*semEnv).keptForWaiter},
@@ -179,6 +180,90 @@ func (e *semEnv) atMostN() {
 		e.t.Errorf("rule: slots are 1..N: %d slots used for %d permits", len(bySlot), permits)
 	}
 	e.t.Logf("peak %d holders of %d; slots used %v", peak.Load(), permits, bySlot)
+}
+
+// nAtOnce: a semaphore of N admits N holders at once. N callers in
+// separate processes each Lock, then wait until all N hold a permit
+// before releasing: an implementation that admits fewer than N at once
+// never gets there (its last caller waits for a permit that none of the
+// others gives back), and the case fails at its timeout
+// (SemaphoreHarness.CaseTimeout, 60 s by default: N round trips take
+// milliseconds), which only such a bug reaches. Three rounds: on a fresh
+// key, on permits released before, and on permits handed over (the
+// callers queued behind N holders that then release).
+func (e *semEnv) nAtOnce() {
+	const permits = 4
+	procs := make([]SemaphoreTarget, permits)
+	for i := range procs {
+		procs[i] = e.open(permits)
+	}
+	round := func(name string, pre func()) {
+		ctx := e.ctx
+		var (
+			admitted atomic.Int64
+			all      = make(chan struct{}) // closed by the N-th holder
+			wg       sync.WaitGroup
+			mu       sync.Mutex
+			leases   []*syncguard.Lease
+			errs     []string
+		)
+		for i := range permits {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l, err := syncguard.Lock(ctx, procs[i], "n-at-once", &syncguard.LockOptions{TTL: 30 * time.Second,
+					Acquisition: syncguard.AcquisitionOptions{Timeout: -1}}) // until the case's timeout
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Sprintf("caller %d: %v", i, err))
+					mu.Unlock()
+					return
+				}
+				mu.Lock()
+				leases = append(leases, l)
+				mu.Unlock()
+				if admitted.Add(1) == permits {
+					close(all)
+				}
+				select {
+				case <-all:
+				case <-ctx.Done():
+				}
+			}()
+		}
+		if pre != nil {
+			pre()
+		}
+		wg.Wait()
+		select {
+		case <-all:
+		default:
+			e.t.Fatalf("rule: a semaphore of %d admits %d holders at once (%s): only %d held a permit before the case's timeout; errors: %v",
+				permits, permits, name, len(leases), errs)
+		}
+		for _, l := range leases {
+			if r, err := l.Release(e.ctx); err != nil || !r.OK {
+				e.t.Fatalf("release: %+v %v", r, err)
+			}
+		}
+	}
+	round("a fresh key", nil)
+	round("permits released before", nil)
+	// the N permits held by others first, the callers queued behind them:
+	// each gets its permit by a hand-off
+	holders := make([]*syncguard.Lease, 0, permits)
+	for range permits {
+		l, _ := e.lock(procs[0], "n-at-once", nil)
+		holders = append(holders, l)
+	}
+	round("permits handed over", func() {
+		time.Sleep(50 * time.Millisecond) // the callers queue (not required: a release finds them or they find the permit)
+		for _, l := range holders {
+			if r, err := l.Release(e.ctx); err != nil || !r.OK {
+				e.t.Errorf("release: %+v %v", r, err)
+			}
+		}
+	})
 }
 
 // fifo: 2 permits held; 5 waiters queue one after another; the holders

@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/errwrap"
 	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/stmtfunc"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
@@ -27,11 +29,8 @@ var ErrPermitsMismatch = errors.New("semaphore: the key was created with another
 
 // staleRetries bounds how often one Acquire (or attempt) runs its
 // statement again after losing the key's compare-and-set to a concurrent
-// change; releases run theirs until they win (releaseRetries).
-const (
-	staleRetries   = 8
-	releaseRetries = 200
-)
+// take. A release needs no retry (release.sql).
+const staleRetries = 8
 
 // Semaphore is a PostgreSQL counting semaphore: Permits permits per key,
 // each a lease with its own slot and fence. It implements
@@ -52,10 +51,13 @@ type Semaphore struct {
 	window   time.Duration
 
 	acquireSQL, releaseSQL, extendSQL, holdersSQL, listSQL string
-	oneShot                                                []any // the dialect's driver.OneShot arguments, with Config.DisablePrepare
+	acquireFn, releaseFn                                   string      // the calls of the statement functions (schema.go's funcs)
+	noFuncs                                                atomic.Bool // they are missing or not granted: the statements are sent themselves
+	oneShot                                                []any       // the dialect's driver.OneShot arguments, with Config.DisablePrepare
 
-	waker *waiting.Waker
-	slots sync.Map // lockID -> slot, for Slot
+	waker  *waiting.Waker
+	slots  sync.Map // lockID -> slot, for Slot
+	grants grants   // hand-offs to this Semaphore's waiters, for their next attempt
 }
 
 // New returns a Semaphore of permits permits per key on db, with the
@@ -108,6 +110,8 @@ func New(db *sql.DB, cfg *syncguard.Config, permits int) (*Semaphore, error) {
 		acquireSQL: stripComments(render("acquire.sql", table)), releaseSQL: stripComments(render("release.sql", table)),
 		extendSQL: stripComments(render("extend.sql", table)), holdersSQL: stripComments(render("holders.sql", table)),
 		listSQL: stripComments(render("list.sql", table))}
+	af, rf := funcs(table)
+	s.acquireFn, s.releaseFn = af.Call, rf.Call
 	if o, ok := c.Dialect.(driver.OneShot); ok && c.DisablePrepare {
 		s.oneShot = o.OneShotArgs()
 	}
@@ -184,6 +188,13 @@ func (s *Semaphore) acquire(ctx context.Context, key string, ttl time.Duration, 
 		if dl, ok := ctx.Deadline(); ok {
 			win = max(min(win, time.Until(dl)), time.Millisecond)
 		}
+		if g, ok := s.grants.take(lockID); ok {
+			if res, ok := s.granted(k.Norm, lockID, ttlMs, g); ok {
+				s.grants.done(lockID)
+				return res, nil
+			}
+		}
+		s.grants.expect(lockID)
 		window, notified = win.Milliseconds(), w.join(ttlMs)
 	}
 	var idArg any
@@ -193,7 +204,7 @@ func (s *Semaphore) acquire(ctx context.Context, key string, ttl time.Duration, 
 	var r acquireRow
 	for i := 0; ; i++ {
 		r = acquireRow{}
-		err = s.db.QueryRowContext(ctx, s.acquireSQL, s.args(k.Storage, lockID, s.permits, k.Norm, ttlMs, window, notified, idArg)...).Scan(
+		err = s.run(ctx, s.acquireFn, s.acquireSQL, []any{k.Storage, lockID, s.permits, k.Norm, ttlMs, window, notified, idArg},
 			&r.state, &r.slot, &r.expires, &r.acquired, &r.fence, &r.stale, &r.exhausted, &r.permits, &r.firstExpiry, &r.free, &r.ahead, &r.now)
 		if err != nil || !r.stale || i >= staleRetries || ctx.Err() != nil {
 			break
@@ -237,12 +248,36 @@ func (s *Semaphore) acquire(ctx context.Context, key string, ttl time.Duration, 
 			slog.String("keyHash", rules.HashKey(k.Norm)), slog.Int64("slot", r.slot.Int64), slog.String("fence", fence))
 	}
 	s.slots.Store(lockID, int(r.slot.Int64))
+	if w != nil {
+		s.grants.done(lockID)
+	}
 	var age time.Duration
 	if r.state == "mine" && r.acquired.Valid {
 		age = time.Duration(max(r.now-r.acquired.Int64, 0)) * time.Millisecond
 	}
 	return syncguard.AcquireResult{OK: true, LockID: lockID, Fence: syncguard.Fence(fence),
 		ExpiresAt: time.UnixMilli(r.expires.Int64), HandedOver: age}, nil
+}
+
+// granted is the successful attempt of a waiter of s that a release
+// through s handed a permit to (grants.go), without a statement: the
+// permit's TTL started after the release was sent, so the lease counts
+// from there (never believing in a longer permit than the server's).
+// Not when the grant is for another TTL, or past half of it: the waiter
+// attempts as usual.
+func (s *Semaphore) granted(norm, lockID string, ttlMs int64, g grant) (syncguard.AcquireResult, bool) {
+	age := time.Since(g.sent)
+	fence, err := rules.FormatFence(g.fence)
+	if err != nil || g.ttlMs != ttlMs || age > time.Duration(ttlMs)*time.Millisecond/2 {
+		return syncguard.AcquireResult{}, false
+	}
+	if g.fence > rules.FenceWarn {
+		s.logger.Warn("syncguard: semaphore slot fence above warning threshold",
+			slog.String("keyHash", rules.HashKey(norm)), slog.Int("slot", g.slot), slog.String("fence", fence))
+	}
+	s.slots.Store(lockID, g.slot)
+	return syncguard.AcquireResult{OK: true, LockID: lockID, Fence: syncguard.Fence(fence),
+		ExpiresAt: time.UnixMilli(g.expiresMs), HandedOver: age}, true
 }
 
 // Release implements syncguard.Locker: it ends the permit lockID if it is
@@ -268,33 +303,31 @@ func (s *Semaphore) release(ctx context.Context, lockID, wkey string) (syncguard
 	var wk any
 	if wkey != "" {
 		wk = wkey
+		s.grants.done(lockID) // a permit handed to it is released below
 	}
 	var (
-		released, stale, left bool
-		seen                  sql.NullInt64
-		now                   int64
-		woke, wokeCh          sql.NullString
-		notified              sql.NullInt64
-		err                   error
+		released, left      bool
+		seen                sql.NullInt64
+		now                 int64
+		woke, wokeCh        sql.NullString
+		notified            sql.NullInt64
+		granted             sql.NullString
+		gSlot, gFence, gExp sql.NullInt64
+		sent                time.Time
+		err                 error
 	)
-	for i := 0; ; i++ {
-		err = s.db.QueryRowContext(ctx, s.releaseSQL, s.args(lockID, s.notifyDB == nil, wk)...).Scan(
-			&released, &stale, &seen, &now, &woke, &wokeCh, &left, &notified)
-		if err != nil || !stale || i >= releaseRetries || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(time.Duration(min(i, 10)) * time.Millisecond)
-	}
+	sent = time.Now()
+	err = s.run(ctx, s.releaseFn, s.releaseSQL, []any{lockID, s.notifyDB == nil, wk},
+		&released, &seen, &now, &woke, &wokeCh, &left, &notified, &granted, &gSlot, &gFence, &gExp)
 	if err != nil {
 		e := s.wrap(ctx, op, "", err)
 		e.LockID = lockID
 		return syncguard.ReleaseResult{}, false, e
 	}
-	if stale {
-		return syncguard.ReleaseResult{}, false, &syncguard.Error{Op: op, Code: syncguard.CodeServiceUnavailable, LockID: lockID,
-			Msg: "the key kept changing under the release; the permit stays held until its TTL or the next release"}
-	}
 	s.slots.Delete(lockID)
+	if granted.Valid && gSlot.Valid && gFence.Valid && gExp.Valid {
+		s.grants.put(granted.String, grant{slot: int(gSlot.Int64), fence: gFence.Int64, expiresMs: gExp.Int64, ttlMs: gExp.Int64 - now, sent: sent})
+	}
 	if woke.Valid {
 		s.waker.Wake(woke.String) // a waiter of this process: at once
 		if s.notifyDB != nil && wokeCh.Valid {
@@ -382,6 +415,27 @@ func ruleErr(op, key string, err error) *syncguard.Error {
 	e := invalidArg(op, msg)
 	e.Key = key
 	return e
+}
+
+// run runs a statement through its function (fn, its call) and scans its
+// row into dest; once the function is missing or not granted (a schema of
+// an earlier version, EXECUTE revoked), the statement itself (plain), from
+// then on. Nothing ran when the call failed so.
+func (s *Semaphore) run(ctx context.Context, fn, plain string, args []any, dest ...any) error {
+	q := fn
+	if s.noFuncs.Load() {
+		q = plain
+	}
+	err := s.db.QueryRowContext(ctx, q, s.args(args...)...).Scan(dest...)
+	if err != nil && q == fn {
+		if e := errwrap.Wrap(ctx, "", s.dialect, err); stmtfunc.Missing(funcPrefix(s.table), e.SQLState, err.Error()) {
+			s.noFuncs.Store(true)
+			s.logger.Warn("syncguard: the semaphore's statement functions are missing or not granted: its statements are sent themselves "+
+				"(planned at each execution); run semaphore.SetupSchema or apply semaphore.SchemaSQL", slog.String("error", err.Error()))
+			err = s.db.QueryRowContext(ctx, plain, s.args(args...)...).Scan(dest...)
+		}
+	}
+	return err
 }
 
 // args prepends the dialect's one-shot arguments, if any.

@@ -1,3 +1,4 @@
+--returns text, integer, bigint, bigint, bigint, boolean, boolean, integer, bigint, boolean, bigint, bigint
 -- acquire: one statement, one round trip, for a permit of key $1.
 -- $1 storage key, $2 lockId (a waiter's own, the same for all its
 -- attempts), $3 the caller's number of permits, $4 normalized user key,
@@ -14,23 +15,32 @@
 --        driver.ErrBadConn): success, reported again.
 -- me:    the waiter's queue row (its place); ttl 0 is a tombstone (the
 --        waiter gave up; an attempt of its still in flight takes nothing).
+--        Locked (FOR UPDATE): a release hands a permit to a waiter under
+--        the same row lock (release.sql), so the hand-off and this attempt
+--        serialize there; me0 is the row in this statement's snapshot.
+--        When the row left the queue after the snapshot (a hand-off that
+--        committed meanwhile, which this snapshot does not show), the gate
+--        is 'gone': nothing is written and the caller runs the statement
+--        again (stale), which finds the permit ('mine').
 -- ahead: live waiters queued before this one (before now for a plain
 --        attempt or a waiter not queued yet) that hold no permit: while
 --        there is one, no free slot is for this attempt (strict FIFO: a
 --        later caller never overtakes an earlier waiter, even when a
 --        permit is free). Counted up to {{rank_cap}}: the waiter's rank.
 -- gate:  'mine', 'mismatch' (the key's permits differ from $3: nothing is
---        taken, the caller reports a typed error), 'busy', 'init' or 'try'.
+--        taken, the caller reports a typed error), 'gone' (see me), 'busy',
+--        'init' or 'try'.
 -- pick:  the lowest free slot, when the gate is 'try'; first a slot of
 --        $2 that expired (a hand-off the waiter did not collect in time:
 --        a lockId is on one slot row at most, a unique index).
 -- v:     compare-and-set of the key's version: it locks the key row and
 --        re-reads its latest committed version, and passes only if no
 --        change of holders committed after this statement's snapshot.
---        Concurrent takers (and releases) of one key serialize here; a
---        loser writes nothing and reports stale, and the caller runs the
---        statement again with a fresh snapshot. Every decision below is
---        thus made on an up-to-date view of the key.
+--        Concurrent takers of one key serialize here; a loser writes
+--        nothing and reports stale, and the caller runs the statement again
+--        with a fresh snapshot. Every take is thus decided on an up-to-date
+--        view of the key's takes; releases do not change the version (they
+--        meet takes on the waiter's row, see me, and on slot rows).
 -- tk:    takes the slot: new lockId, TTL from now, the slot's fence + 1
 --        (refused past {{fence_max}}), re-checked under the slot row's lock
 --        (an extend that committed after the snapshot keeps the slot).
@@ -61,8 +71,12 @@ sl AS (
 mine AS (
   SELECT sl.* FROM sl WHERE sl."lock_id" = $2::text AND sl.live
 ),
+me0 AS (
+  SELECT 1 FROM {{waiters}} AS w WHERE w."lock_id" = (SELECT a."lock_id" FROM a)
+),
 me AS (
   SELECT w."place", w."deadline_ms", w."notified", w."ttl_ms" FROM {{waiters}} AS w WHERE w."lock_id" = (SELECT a."lock_id" FROM a)
+  FOR UPDATE OF w
 ),
 ahead AS (
   SELECT count(*) AS n FROM (
@@ -76,6 +90,7 @@ ahead AS (
 gate AS (
   SELECT CASE WHEN EXISTS (SELECT 1 FROM mine) THEN 'mine'
               WHEN EXISTS (SELECT 1 FROM k WHERE k."permits" <> $3::integer) THEN 'mismatch'
+              WHEN EXISTS (SELECT 1 FROM me0) AND NOT EXISTS (SELECT 1 FROM me) THEN 'gone'
               WHEN EXISTS (SELECT 1 FROM me WHERE me."ttl_ms" = 0) THEN 'busy'
               WHEN (SELECT ahead.n FROM ahead) > 0 THEN 'busy'
               WHEN NOT EXISTS (SELECT 1 FROM k) THEN 'init'
@@ -146,6 +161,7 @@ SELECT
   COALESCE(won."acquired_at_ms", mine."acquired_at_ms") AS acquired_at_ms,
   COALESCE(won."fence", mine."fence") AS fence,
   (gate.state = 'init' AND NOT EXISTS (SELECT 1 FROM ki))
+    OR gate.state = 'gone'
     OR (EXISTS (SELECT 1 FROM pick WHERE pick."fence" < {{fence_max}}) AND NOT EXISTS (SELECT 1 FROM tk)) AS stale,
   EXISTS (SELECT 1 FROM pick WHERE pick."fence" >= {{fence_max}}) AS fence_exhausted,
   (SELECT k."permits" FROM k) AS permits,

@@ -1,18 +1,29 @@
+--returns boolean, bigint, bigint, text, text, boolean, bigint, text, integer, bigint, bigint
 -- release: one statement. $1 lockId, $2 whether to send the wake-up
 -- notification in its commit (false with Config.NotifyDB, which carries
 -- it after the commit), $3 the storage key when $1 is a waiter giving up
 -- (its withdrawal), else NULL.
 --
--- s0:  the slot of $1, in this statement's snapshot; d: if live.
+-- s0:  the slot of $1, its row locked (FOR UPDATE: a concurrent release
+--      of $1, or a take of it once expired, that committed meanwhile is
+--      seen: the row no longer matches); d: if live. Under that lock rel
+--      finds it as d does, so a waiter's row that wd removes is always
+--      given the slot.
 -- hold: the key's live holders (a waiter among them is skipped).
 -- w:   the first live waiter of the key (by place) that holds no permit
 --      and whose lockId is on no slot row (an expired hand-off it did not
 --      collect: its own attempt takes that slot again; a lockId is on one
---      slot row at most, a unique index).
--- v:   the compare-and-set of the key's version (see acquire.sql): a
---      release that lost it writes nothing and reports stale; the caller
---      runs it again.
--- wd:  w's queue row leaves the queue, re-checked under its row lock;
+--      slot row at most, a unique index), its queue row locked (FOR
+--      UPDATE). Concurrent releases of one key meet on that row, not on
+--      the key row: the later waits for the earlier's commit, finds the
+--      row gone (or changed: re-checked) and locks the next waiter in
+--      place order instead, in the same statement (READ COMMITTED). So
+--      each release hands its slot to a distinct first waiter, in FIFO
+--      order, without a retry; releases do not take part in the key's
+--      version (acquire.sql): a take re-checks its slot under the slot
+--      row's lock, and a waiter's row leaves the queue in the statement
+--      that gives it a permit.
+-- wd:  w's queue row leaves the queue;
 -- rel: the slot goes to that waiter in this same commit (its lockId, its
 --      TTL from now, the slot's fence + 1), or is freed (lock_id NULL,
 --      expires_at_ms 0; the fence counter stays); acquired_at_ms is the
@@ -27,6 +38,9 @@
 -- n:   notifications on the key's channel naming the waiter granted (and
 --      nx's): hints only, any role can send one; the attempt they cause
 --      finds the slot.
+-- granted*: the waiter rel handed the slot to, the slot, its fence and
+--      expiry, as committed: a waiter of the releasing Semaphore holds the
+--      permit without an attempt (grants.go).
 WITH
 t AS (
   SELECT {{now_ms}} AS now_ms, $2::boolean AS notify, $3::text AS wkey
@@ -34,12 +48,10 @@ t AS (
 s0 AS (
   SELECT l."key", l."slot", l."expires_at_ms", l."fence", {{live(l)}} AS live
   FROM {{slots}} AS l, t WHERE l."lock_id" = $1::text
+  FOR UPDATE OF l
 ),
 d AS (
   SELECT s0.* FROM s0 WHERE s0.live
-),
-k AS (
-  SELECT s."version" FROM {{sem}} AS s, d WHERE s."key" = d."key"
 ),
 hold AS (
   SELECT l."lock_id" FROM {{slots}} AS l, d, t
@@ -53,15 +65,10 @@ w AS (
     AND NOT EXISTS (SELECT 1 FROM {{slots}} AS o WHERE o."lock_id" = q."lock_id")
   ORDER BY q."place", q."lock_id"
   LIMIT 1
-),
-v AS (
-  UPDATE {{sem}} AS s SET "version" = s."version" + 1
-  FROM d, k
-  WHERE s."key" = d."key" AND s."version" = k."version"
-  RETURNING s."version"
+  FOR UPDATE OF q
 ),
 wd AS (
-  DELETE FROM {{waiters}} AS q USING t, v
+  DELETE FROM {{waiters}} AS q USING t
   WHERE q."lock_id" = (SELECT w."lock_id" FROM w) AND q."deadline_ms" > t.now_ms AND q."ttl_ms" > 0
   RETURNING q."lock_id", q."ttl_ms", q."identity"
 ),
@@ -72,9 +79,9 @@ rel AS (
     "acquired_at_ms" = t.now_ms,
     "fence" = CASE WHEN wd."lock_id" IS NULL THEN l."fence" ELSE l."fence" + 1 END,
     "identity" = wd."identity"
-  FROM v CROSS JOIN t LEFT JOIN wd ON true
+  FROM t LEFT JOIN wd ON true
   WHERE l."lock_id" = $1::text AND {{live(l)}}
-  RETURNING l."key", l."lock_id" AS granted
+  RETURNING l."key", l."lock_id" AS granted, l."slot", l."fence", l."expires_at_ms"
 ),
 me AS (
   INSERT INTO {{waiters}} AS q ("key", "lock_id", "place", "deadline_ms", "ttl_ms")
@@ -98,11 +105,14 @@ n AS (
 )
 SELECT
   EXISTS (SELECT 1 FROM rel) AS released,
-  EXISTS (SELECT 1 FROM d) AND NOT EXISTS (SELECT 1 FROM v) AS stale,
   (SELECT s0."expires_at_ms" FROM s0) AS seen_expires,
   t.now_ms,
   (SELECT {{wake_payload(wk."lock_id")}} FROM wk LIMIT 1) AS woke,
   (SELECT {{wake_channel(wk."key")}} FROM wk LIMIT 1) AS woke_channel,
   EXISTS (SELECT 1 FROM me WHERE me.was) AS left_queue,
-  (SELECT n.c FROM n) AS notified
+  (SELECT n.c FROM n) AS notified,
+  (SELECT rel."granted" FROM rel) AS granted,
+  (SELECT rel."slot" FROM rel WHERE rel."granted" IS NOT NULL) AS granted_slot,
+  (SELECT rel."fence" FROM rel WHERE rel."granted" IS NOT NULL) AS granted_fence,
+  (SELECT rel."expires_at_ms" FROM rel WHERE rel."granted" IS NOT NULL) AS granted_expires
 FROM t

@@ -3,8 +3,9 @@
 -- or a fence counter with the mutex of the same name. Idempotent.
 
 -- One row per semaphore key: its number of permits, fixed by the first
--- acquire of the key, and a version that every change of who holds a
--- permit increments (compare-and-set: see acquire.sql).
+-- acquire of the key, and a version that every take of a free slot
+-- increments (compare-and-set: see acquire.sql; releases meet on the
+-- waiter's row instead, see release.sql).
 CREATE TABLE IF NOT EXISTS {{sem}} (
   "key" TEXT PRIMARY KEY,
   "permits" INTEGER NOT NULL CHECK ("permits" > 0),

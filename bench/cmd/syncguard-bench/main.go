@@ -504,6 +504,13 @@ func runDriver(ctx context.Context, o options, want map[string]bool, d, name, ds
 		}
 		show(d, r)
 	}
+	if want["k-sem"] {
+		if err := step("k-sem", "k-sem", func() (any, error) {
+			return sgbench.SemaphoreUtil(ctx, d, name, dsn, listenDialect(d, dsn), sgbench.DefaultSemUtil)
+		}); err != nil {
+			return err
+		}
+	}
 	return runWaiting(ctx, o, want, d, name, dsn, env.Cfg.RunID, func(r any) { show(d, r) })
 }
 

@@ -212,7 +212,7 @@ func ShortWaits(ctx context.Context, drv, dsn string, d time.Duration) (*ShortWa
 		row := ShortWaitRow{Pool: k.name, SoloHoldings: len(solo.holdings), SoloGaveUp: solo.gaveUp, SoloOpened: solo.opened,
 			Holdings: len(six.holdings), GaveUp: six.gaveUp, LongestGapMs: float64(gap) / 1e6, LongestGapWhere: where,
 			LongestBetween: float64(between) / 1e6,
-			Opened: six.opened, Errors: solo.errors + six.errors, FirstError: firstOf(solo.firstError, six.firstError)}
+			Opened:         six.opened, Errors: solo.errors + six.errors, FirstError: firstOf(solo.firstError, six.firstError)}
 		if row.SoloHoldings > 0 {
 			row.Ratio = float64(row.Holdings) / float64(row.SoloHoldings)
 		}

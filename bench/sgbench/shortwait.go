@@ -42,6 +42,10 @@ type ShortWaitRow struct {
 	LongestGapWhere string  `json:"longest_gap_where"`
 	LongestBetween  float64 `json:"longest_between_holdings_ms"`
 	Opened          int64   `json:"conns_opened"`
+	PoolWaits       int64   `json:"pool_waits"`        // six workers: statements that waited for a connection
+	PoolWaitMs      float64 `json:"pool_wait_mean_ms"` // their mean wait
+	WaiterRowsMax   int     `json:"waiter_rows_max"`   // the key's queue rows, sampled every 100 ms
+	DeadRowsMax     int     `json:"dead_waiter_rows_max"`
 	Errors          int     `json:"errors"`
 	FirstError      string  `json:"first_error,omitempty"`
 }
@@ -52,13 +56,14 @@ type ShortWaitResult = TableResult[ShortWaitRow]
 func (ShortWaitRow) layout() (string, []string, string) {
 	return "w44 short waits: Lock with a 1-31 ms Timeout on one key, pool of 3",
 		[]string{"pool", "alone: holdings", "given up", "conns opened", "six: holdings", "given up", "six/alone",
-			"longest gap ms", "where", "longest between holdings ms", "conns opened", "errors"}, "lrrrrrrrlrrr"
+			"longest gap ms", "where", "longest between holdings ms", "conns opened", "pool waits (mean ms)", "queue rows max (past deadline)", "errors"}, "lrrrrrrrlrrrrr"
 }
 
 func (x ShortWaitRow) cells() []string {
 	return []string{x.Pool, fmt.Sprint(x.SoloHoldings), fmt.Sprint(x.SoloGaveUp), fmt.Sprint(x.SoloOpened),
 		fmt.Sprint(x.Holdings), fmt.Sprint(x.GaveUp), fmt.Sprintf("%.2f", x.Ratio), fmt.Sprintf("%.0f", x.LongestGapMs),
-		x.LongestGapWhere, fmt.Sprintf("%.0f", x.LongestBetween), fmt.Sprint(x.Opened), fmt.Sprint(x.Errors)}
+		x.LongestGapWhere, fmt.Sprintf("%.0f", x.LongestBetween), fmt.Sprint(x.Opened),
+		fmt.Sprintf("%d (%.0f)", x.PoolWaits, x.PoolWaitMs), fmt.Sprintf("%d (%d)", x.WaiterRowsMax, x.DeadRowsMax), fmt.Sprint(x.Errors)}
 }
 
 // w44's shape.
@@ -165,6 +170,9 @@ type swHolding struct{ acq, rel time.Time }
 // swPhase is one phase's outcome.
 type swPhase struct {
 	holdings   []swHolding
+	poolWaits  int64
+	poolWaitMs float64
+	rows, dead int // the key's waiter rows at most, and of them past their deadline
 	gaveUp     int
 	errors     int
 	firstError string
@@ -200,11 +208,11 @@ func ShortWaits(ctx context.Context, drv, dsn string, d time.Duration) (*ShortWa
 			"conns opened: the pool's driver Open / connector Connect calls during the phase", swPool, d, swWorkers, d)}
 	run := time.Now().UnixNano()
 	for i, k := range kinds {
-		solo, err := swRun(ctx, k, dsn, fmt.Sprintf("w44:%d:%d:alone", run, i), 1, d)
+		solo, err := swRun(ctx, admin, k, dsn, fmt.Sprintf("w44:%d:%d:alone", run, i), 1, d)
 		if err != nil {
 			return nil, fmt.Errorf("%s alone: %w", k.name, err)
 		}
-		six, err := swRun(ctx, k, dsn, fmt.Sprintf("w44:%d:%d:six", run, i), swWorkers, d)
+		six, err := swRun(ctx, admin, k, dsn, fmt.Sprintf("w44:%d:%d:six", run, i), swWorkers, d)
 		if err != nil {
 			return nil, fmt.Errorf("%s, %d workers: %w", k.name, swWorkers, err)
 		}
@@ -212,7 +220,7 @@ func ShortWaits(ctx context.Context, drv, dsn string, d time.Duration) (*ShortWa
 		row := ShortWaitRow{Pool: k.name, SoloHoldings: len(solo.holdings), SoloGaveUp: solo.gaveUp, SoloOpened: solo.opened,
 			Holdings: len(six.holdings), GaveUp: six.gaveUp, LongestGapMs: float64(gap) / 1e6, LongestGapWhere: where,
 			LongestBetween: float64(between) / 1e6,
-			Opened:         six.opened, Errors: solo.errors + six.errors, FirstError: firstOf(solo.firstError, six.firstError)}
+			Opened:         six.opened, PoolWaits: six.poolWaits, PoolWaitMs: six.poolWaitMs, WaiterRowsMax: six.rows, DeadRowsMax: six.dead, Errors: solo.errors + six.errors, FirstError: firstOf(solo.firstError, six.firstError)}
 		if row.SoloHoldings > 0 {
 			row.Ratio = float64(row.Holdings) / float64(row.SoloHoldings)
 		}
@@ -243,7 +251,7 @@ func firstOf(a, b string) string {
 
 // swRun runs one phase: workers loop on key for d through a fresh pool of
 // kind k.
-func swRun(ctx context.Context, k swKind, dsn, key string, workers int, d time.Duration) (*swPhase, error) {
+func swRun(ctx context.Context, admin *sql.DB, k swKind, dsn, key string, workers int, d time.Duration) (*swPhase, error) {
 	db, opened, dialect, err := k.open(dsn)
 	if err != nil {
 		return nil, err
@@ -262,6 +270,18 @@ func swRun(ctx context.Context, k swKind, dsn, key string, workers int, d time.D
 	p.start = time.Now()
 	deadline := p.start.Add(d)
 	var wg sync.WaitGroup
+	sampled := make(chan struct{})
+	go func() { // the queue, through admin (not the measured pool)
+		defer close(sampled)
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(100 * time.Millisecond)
+			var n, dead int
+			if admin.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE "deadline_ms" < (extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM "`+
+				swTable+`_waiters" WHERE "user_key" = $1`, key).Scan(&n, &dead) == nil {
+				p.rows, p.dead = max(p.rows, n), max(p.dead, dead)
+			}
+		}
+	}()
 	for range workers {
 		wg.Add(1)
 		go func() {
@@ -304,6 +324,12 @@ func swRun(ctx context.Context, k swKind, dsn, key string, workers int, d time.D
 		}()
 	}
 	wg.Wait()
+	<-sampled
+	st := db.Stats()
+	p.poolWaits = st.WaitCount
+	if st.WaitCount > 0 {
+		p.poolWaitMs = float64(st.WaitDuration) / 1e6 / float64(st.WaitCount)
+	}
 	p.end = deadline
 	p.opened = opened.Load() - before
 	return p, ctx.Err()

@@ -104,7 +104,7 @@ func main() {
 	flag.IntVar(&o.pairs, "pairs", 2000, "workload 1: acquire+release pairs per variant")
 	flag.IntVar(&o.workers, "workers", 8, "workers of workloads 2-5, and the pool size of every workload")
 	flag.IntVar(&o.keys, "keys", 100, "workload 2: key space; workload 5: held locks")
-	flag.DurationVar(&o.duration, "duration", 5*time.Second, "workloads 2 and 3: measured time per variant")
+	flag.DurationVar(&o.duration, "duration", 5*time.Second, "workloads 2 and 3: measured time per variant; w44: per phase")
 	flag.DurationVar(&o.auxDuration, "aux-duration", 2*time.Second, "workloads 4 and 5: measured time per variant")
 	flag.IntVar(&o.rounds, "rounds", 5, "split each variant's share into this many rounds, interleaved with the other variants")
 	flag.IntVar(&o.storage, "storage-locks", 100000, "live locks for the storage measurement (0 skips it)")
@@ -116,7 +116,7 @@ func main() {
 	flag.IntVar(&o.hotAlt, "hot-workers-alt", 2, "workload 3 again with this many workers (as many as the cores), for 2/5 of -duration; 0 skips")
 	flag.StringVar(&o.jsonPath, "json", "", "also write the JSON summary lines to this file")
 	flag.StringVar(&o.mdPath, "markdown", "", "also write the results as Markdown tables to this file")
-	flag.StringVar(&o.workloads, "workloads", "w1,w2,w3,w4,w5,wal,anatomy,fresh,allocs,rt,storage,w6a,w6b,w6c,w6d,w6e,w6scale", "what to run (also w7a,w7b,w7c,w7d: waiting at fleet scale, make bench-fleet)")
+	flag.StringVar(&o.workloads, "workloads", "w1,w2,w3,w4,w5,wal,anatomy,fresh,allocs,rt,storage,w6a,w6b,w6c,w6d,w6e,w6scale", "what to run (also w7a,w7b,w7c,w7d: waiting at fleet scale, make bench-fleet; w44: short waits)")
 	flag.DurationVar(&o.w6Duration, "w6-duration", 10*time.Second, "workloads 6a and 6b: measured time per variant")
 	flag.IntVar(&o.w6Rounds, "w6-rounds", 5, "workloads 6a and 6b: interleaved rounds")
 	flag.IntVar(&o.w6cIters, "w6c-iterations", 100, "workload 6c: hand-offs per variant")
@@ -508,6 +508,11 @@ func runDriver(ctx context.Context, o options, want map[string]bool, d, name, ds
 		if err := step("k-sem", "k-sem", func() (any, error) {
 			return sgbench.SemaphoreUtil(ctx, d, name, dsn, listenDialect(d, dsn), sgbench.DefaultSemUtil)
 		}); err != nil {
+			return err
+		}
+	}
+	if want["w44"] {
+		if err := step("w44 short waits", "w44", func() (any, error) { return sgbench.ShortWaits(ctx, d, dsn, o.duration) }); err != nil {
 			return err
 		}
 	}

@@ -135,14 +135,27 @@ type lockResult struct {
 }
 
 func (e *rwEnv) lockAsync(ctx context.Context, excl bool) <-chan lockResult {
-	ch := make(chan lockResult, 1)
+	ch, _ := e.lockQueued(ctx, excl)
+	return ch
+}
+
+// lockQueued is lockAsync that also closes queued when the wait's first
+// attempt was turned away (the waiter is in the queue).
+func (e *rwEnv) lockQueued(ctx context.Context, excl bool) (<-chan lockResult, <-chan struct{}) {
+	ch, queued := make(chan lockResult, 1), make(chan struct{})
+	var once sync.Once
 	go func() {
 		l, err := syncguard.Lock(ctx, e.side(excl), e.key, &syncguard.LockOptions{TTL: time.Minute,
 			Acquisition: syncguard.AcquisitionOptions{Timeout: 45 * time.Second, RetryDelay: time.Hour, MaxRetries: 1,
-				Backoff: "fixed", Jitter: "none"}})
+				Backoff: "fixed", Jitter: "none"},
+			OnAttempt: func(r syncguard.AcquireResult, err error) {
+				if err == nil && !r.OK {
+					once.Do(func() { close(queued) })
+				}
+			}})
 		ch <- lockResult{l, err, time.Now()}
 	}()
-	return ch
+	return ch, queued
 }
 
 // queued waits until a plain shared acquire is turned away (a waiting
@@ -309,9 +322,16 @@ func rwReadersTogether(e *rwEnv) {
 	w := e.mustAcquire(true, rule)
 	var chans []<-chan lockResult
 	for range 3 {
-		chans = append(chans, e.lockAsync(e.ctx, false))
+		ch, queued := e.lockQueued(e.ctx, false)
+		chans = append(chans, ch)
+		select { // however long a loaded server takes to queue it
+		case <-queued:
+		case r := <-ch:
+			e.t.Fatalf("rule: a reader waits while a writer holds the key; got %v, %v", r.lease, r.err)
+		case <-e.ctx.Done():
+			e.t.Fatalf("rule: %s: a reader's first attempt did not come back before the case timed out", rule)
+		}
 	}
-	time.Sleep(300 * time.Millisecond) // let them queue
 	e.release(w.LockID)
 	var leases []*syncguard.Lease
 	for _, ch := range chans {

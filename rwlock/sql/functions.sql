@@ -20,11 +20,15 @@
 -- {{grant_fn}}(key, now, notify): the hand-off. With no live writer, the
 -- run of readers at the head of the queue (up to the first waiting writer)
 -- is admitted; with no live holder at all and a writer at the head, that
--- writer is (the key's writer fence incremented). Only a waiter that a
--- notification reaches (notified) is granted; one that polls takes the
--- key at its own next attempt (nobody behind a waiting writer may take
--- it meanwhile). The granted waiters leave the queue and are notified
--- (payload: a hash of the lockId) in this commit. Returns their payloads.
+-- writer is (the key's writer fence incremented). Every reader of the run
+-- is admitted, polling or notified (its next attempt finds its lease, and
+-- the run is admitted in one commit whoever listens); a writer only when
+-- a notification reaches it (notified): one that polls takes the key at
+-- its own next attempt (nobody behind a waiting writer may take it
+-- meanwhile). The granted waiters leave the queue and are notified
+-- (payload: a hash of the lockId) in this commit: a hint, also to a reader
+-- whose LISTEN took effect since its row was written. Returns their
+-- payloads.
 -- The caller holds the key row's lock FOR UPDATE and has deleted dead
 -- holders.
 CREATE OR REPLACE FUNCTION {{grant_fn}}(p_key text, p_now bigint, p_notify boolean)
@@ -59,15 +63,13 @@ BEGIN
       END IF;
       EXIT; -- a waiting writer ends the run: nobody behind it is admitted
     END IF;
-    IF w."notified" THEN
-      SELECT k."fence" INTO v_fence FROM {{keys}} AS k WHERE k."key" = p_key;
-      INSERT INTO {{holders}} ("key", "lock_id", "exclusive", "expires_at_ms", "acquired_at_ms", "fence", "user_key", "identity")
-      VALUES (p_key, w."lock_id", false, p_now + w."ttl_ms", p_now, v_fence, w."user_key", w."identity")
-      ON CONFLICT ("lock_id") DO NOTHING;
-      DELETE FROM {{waiters}} AS q WHERE q."lock_id" = w."lock_id";
-      v_woke := v_woke || {{wake_payload(w."lock_id")}};
-      v_any := true;
-    END IF;
+    SELECT k."fence" INTO v_fence FROM {{keys}} AS k WHERE k."key" = p_key;
+    INSERT INTO {{holders}} ("key", "lock_id", "exclusive", "expires_at_ms", "acquired_at_ms", "fence", "user_key", "identity")
+    VALUES (p_key, w."lock_id", false, p_now + w."ttl_ms", p_now, v_fence, w."user_key", w."identity")
+    ON CONFLICT ("lock_id") DO NOTHING;
+    DELETE FROM {{waiters}} AS q WHERE q."lock_id" = w."lock_id";
+    v_woke := v_woke || {{wake_payload(w."lock_id")}};
+    v_any := true;
   END LOOP;
   IF p_notify AND cardinality(v_woke) > 0 THEN
     PERFORM pg_notify({{wake_channel(p_key)}}, x) FROM unnest(v_woke) AS x;

@@ -3,14 +3,12 @@ package rwlock
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/errwrap"
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -43,44 +41,16 @@ type RWLock struct {
 // SetupSchema once (or apply SchemaSQL) before use. Bad input is an
 // InvalidArgument *syncguard.Error.
 func New(db *sql.DB, cfg *syncguard.Config) (*RWLock, error) {
-	const op = "rwlock.new"
-	table, err := tableName(op, cfg)
+	c, err := kit.Resolve("rwlock.new", db, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if db == nil {
-		return nil, invalidArg(op, "db must not be nil")
-	}
-	var c syncguard.Config
-	if cfg != nil {
-		c = *cfg
-	}
-	if len(c.Identity) > 256 {
-		return nil, invalidArg(op, fmt.Sprintf("Identity is %d bytes; at most 256 are allowed", len(c.Identity)))
-	}
-	d := c.Dialect
-	if d == nil {
-		var ok bool
-		if d, ok = driver.Lookup(db.Driver()); !ok {
-			return nil, invalidArg(op, fmt.Sprintf("no syncguard dialect registered for database/sql driver %T: import an adapter "+
-				`(_ "github.com/syncguard/syncguard-go/pq" or _ "github.com/syncguard/syncguard-go/pgxstd") or set Config.Dialect (registered: %s)`,
-				db.Driver(), strings.Join(driver.Registered(), ", ")))
-		}
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.ReleaseTimeout <= 0 {
-		c.ReleaseTimeout = 5 * time.Second
-	}
-	rw := &RWLock{db: db, table: table, dialect: d, identity: c.Identity, logger: c.Logger,
+	table := c.Table
+	rw := &RWLock{db: db, table: table, dialect: c.Dialect, oneShot: c.OneShot, identity: c.Identity, logger: c.Logger,
 		notifyDB: c.NotifyDB, relTO: c.ReleaseTimeout, window: 15 * time.Second,
 		sqlAcquire: stripComments(render("call_acquire.sql", table)), sqlRelease: stripComments(render("call_release.sql", table)),
 		sqlExtend: stripComments(render("extend.sql", table)), sqlHolders: stripComments(render("holders.sql", table)),
 		sqlWriterFence: stripComments(render("writer_fence.sql", table)), sqlList: stripComments(render("list.sql", table))}
-	if os, ok := d.(driver.OneShot); ok {
-		rw.oneShot = os.OneShotArgs()
-	}
 	rw.waker = rw.newWaker()
 	rw.shared, rw.exclusive = &Locker{rw: rw}, &Locker{rw: rw, exclusive: true}
 	return rw, nil
@@ -355,52 +325,13 @@ func (rw *RWLock) holders(ctx context.Context, op, storage, lockID string) ([]Ho
 	return out, key, nil
 }
 
-// failReason tells why a release or extend did nothing.
-func failReason(seen sql.NullInt64, now int64) string {
-	if seen.Valid && !rules.IsLive(seen.Int64, now) {
-		return syncguard.ReasonExpired
-	}
-	return syncguard.ReasonNotFound
-}
-
-func invalidArg(op, msg string) *syncguard.Error {
-	return &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Msg: msg}
-}
-
-func ruleErr(op string, err error) *syncguard.Error {
-	var ae *rules.ArgError
-	if errors.As(err, &ae) {
-		return invalidArg(op, ae.Msg)
-	}
-	return invalidArg(op, err.Error())
-}
-
-func checkKey(op, key string) (rules.Key, error) {
-	k, err := rules.DeriveKey(key)
-	if err != nil {
-		e := ruleErr(op, err)
-		e.Key = key
-		return rules.Key{}, e
-	}
-	return k, nil
-}
-
-func checkLockID(op, id string) error {
-	if err := rules.ValidateLockID(id); err != nil {
-		e := ruleErr(op, err)
-		e.LockID = id
-		return e
-	}
-	return nil
-}
-
-func ttlMillis(op string, ttl time.Duration) (int64, *syncguard.Error) {
-	ms := ttl.Milliseconds()
-	if ms < 1 {
-		return 0, invalidArg(op, fmt.Sprintf("ttl must be at least 1ms, got %v", ttl))
-	}
-	return ms, nil
-}
+var (
+	failReason  = kit.FailReason
+	invalidArg  = kit.InvalidArg
+	checkKey    = kit.CheckKey
+	checkLockID = kit.CheckLockID
+	ttlMillis   = kit.TTLMillis
+)
 
 // wrap classifies err as syncguard does its own.
 func (rw *RWLock) wrap(ctx context.Context, op string, err error) *syncguard.Error {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/errwrap"
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/internal/stmtfunc"
 	"github.com/syncguard/syncguard-go/internal/waiting"
@@ -74,36 +75,14 @@ type Semaphore struct {
 // *syncguard.Error.
 func New(db *sql.DB, cfg *syncguard.Config, permits int) (*Semaphore, error) {
 	const op = "semaphore.new"
-	table, err := tableName(op, cfg)
+	c, err := kit.Resolve(op, db, cfg)
 	if err != nil {
 		return nil, err
-	}
-	if db == nil {
-		return nil, invalidArg(op, "db must not be nil")
 	}
 	if permits < 1 || permits > MaxPermits {
 		return nil, invalidArg(op, fmt.Sprintf("permits must be between 1 and %d, got %d", MaxPermits, permits))
 	}
-	var c syncguard.Config
-	if cfg != nil {
-		c = *cfg
-	}
-	if len(c.Identity) > 256 {
-		return nil, invalidArg(op, fmt.Sprintf("Identity is %d bytes; at most 256 are allowed", len(c.Identity)))
-	}
-	if c.Dialect == nil {
-		var ok bool
-		if c.Dialect, ok = driver.Lookup(db.Driver()); !ok {
-			return nil, invalidArg(op, fmt.Sprintf("no syncguard dialect registered for database/sql driver %T: import an adapter "+
-				`(_ "github.com/syncguard/syncguard-go/pq" or _ "github.com/syncguard/syncguard-go/pgxstd") or set Config.Dialect`, db.Driver()))
-		}
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.ReleaseTimeout <= 0 {
-		c.ReleaseTimeout = 5 * time.Second
-	}
+	table := c.Table
 	s := &Semaphore{db: db, table: table, permits: permits, dialect: c.Dialect, identity: c.Identity,
 		notifyDB: c.NotifyDB, logger: c.Logger, relTO: c.ReleaseTimeout, prefix: channelPrefix(table),
 		window:     15 * time.Second,
@@ -112,8 +91,8 @@ func New(db *sql.DB, cfg *syncguard.Config, permits int) (*Semaphore, error) {
 		listSQL: stripComments(render("list.sql", table))}
 	af, rf := funcs(table)
 	s.acquireFn, s.releaseFn = af.Call, rf.Call
-	if o, ok := c.Dialect.(driver.OneShot); ok && c.DisablePrepare {
-		s.oneShot = o.OneShotArgs()
+	if c.DisablePrepare {
+		s.oneShot = c.OneShot
 	}
 	s.waker = s.newWaker()
 	return s, nil
@@ -340,12 +319,7 @@ func (s *Semaphore) release(ctx context.Context, lockID, wkey string) (syncguard
 	return syncguard.ReleaseResult{Reason: failReason(seen, now)}, left, nil
 }
 
-func failReason(seen sql.NullInt64, now int64) string {
-	if seen.Valid && !rules.IsLive(seen.Int64, now) {
-		return syncguard.ReasonExpired
-	}
-	return syncguard.ReasonNotFound
-}
+var failReason = kit.FailReason
 
 // releaseInBackground releases lockID, detached: an acquire whose outcome
 // is unknown may have taken it.

@@ -117,3 +117,15 @@ func InBackground(timeout time.Duration, f func(ctx context.Context)) {
 		f(ctx)
 	}()
 }
+
+// CheckKey derives key's storage keys, or reports the rule it breaks as
+// InvalidArgument (with Key), before any I/O.
+func CheckKey(op, key string) (rules.Key, error) {
+	k, err := rules.DeriveKey(key)
+	if err != nil {
+		e := RuleErr(op, err)
+		e.Key = key
+		return rules.Key{}, e
+	}
+	return k, nil
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/errwrap"
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/multilock"
 	"github.com/syncguard/syncguard-go/rwlock"
@@ -19,20 +20,8 @@ import (
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-// tableName is cfg's lock table, checked by syncguard's own rules
-// (syncguard.SchemaSQL validates the configuration and does no I/O).
-func tableName(cfg *syncguard.Config) (string, error) {
-	if _, err := syncguard.SchemaSQL(cfg); err != nil {
-		if e, ok := err.(*syncguard.Error); ok {
-			e.Op = "txguard.new"
-		}
-		return "", err
-	}
-	if cfg == nil || cfg.TableName == "" {
-		return rules.DefaultTable, nil
-	}
-	return cfg.TableName, nil
-}
+// tableName is cfg's lock table, checked by syncguard's own rules.
+func tableName(cfg *syncguard.Config) (string, error) { return kit.TableName("txguard.new", cfg) }
 
 // holdFunc is the name of the SQL function of lock table table.
 func holdFunc(table string) string { return table + "_hold" }
@@ -86,16 +75,7 @@ func render(name, table string, extra map[string]string) string {
 	return out
 }
 
-// stripComments drops a statement's "--" lines and blank lines.
-func stripComments(s string) string {
-	var keep []string
-	for _, line := range strings.Split(s, "\n") {
-		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "--") {
-			keep = append(keep, line)
-		}
-	}
-	return strings.Join(keep, "\n")
-}
+var stripComments = kit.StripComments
 
 // SchemaSQL returns the DDL that Setup runs: the SQL functions, one per
 // kind of lock, for callers who write SQL: <TableName>_hold(lock_id text)

@@ -138,6 +138,17 @@ func (w *queueWaiter) leave(ctx context.Context) error {
 	return err
 }
 
+// waiterFor is the Waiter of one wait for key on b: its queue's (a
+// Queuer's), else one that polls.
+func waiterFor(b Locker, key string, c *lockConfig) Waiter {
+	if q, ok := b.(Queuer); ok {
+		if w := q.Queue(key, c.Identity, c.maxRetries == 0); w != nil {
+			return w
+		}
+	}
+	return &pollWaiter{b: b, key: key}
+}
+
 // pollWaiter is the Waiter of a Locker without a queue: it attempts on
 // the retry schedule and when the holder's lock, as its last attempt saw
 // it, is no longer live.

@@ -14,30 +14,32 @@ import (
 // attempts go through one Waiter (a Queuer's, else one that polls on the
 // retry schedule), which says when it attempts next; the loop waits for
 // that, the deadline or ctx. A waiter that gives up leaves the queue
-// before Lock returns (in the background after an outage, so that Lock
-// returns at its Timeout).
+// before Lock returns (in the background after an outage or an attempt
+// the wait's end left unanswered, so that Lock returns at its Timeout).
 func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (AcquireResult, time.Time, int, error) {
 	l := &waitLoop{ctx: ctx, key: key, c: c, start: time.Now()}
 	if c.Acquisition.Timeout > 0 {
 		l.deadline = l.start.Add(c.Acquisition.Timeout)
 	}
-	if q, ok := b.(Queuer); ok {
-		l.w = q.Queue(key, c.Identity, c.maxRetries == 0)
-	}
-	if l.w == nil {
-		l.w = &pollWaiter{b: b, key: key}
-	}
+	l.w = waiterFor(b, key, c)
 	res, sent, err := l.run()
 	if err != nil || !res.OK {
-		leave := func() {
+		left := make(chan struct{})
+		go func() {
+			defer close(left)
 			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.ReleaseTimeout)
 			defer cancel()
 			_ = l.w.Leave(lctx) // a Waiter that cannot leave now cleans up after itself
-		}
-		if l.realErr != nil {
-			go leave() // an outage: the server may not answer before the release timeout
-		} else {
-			leave()
+		}()
+		switch { // Lock returns once the waiter left, but not after an outage, nor long after an unanswered attempt
+		case l.realErr != nil:
+		case l.lastErr != nil:
+			select {
+			case <-left:
+			case <-time.After(c.ReleaseTimeout / 10):
+			}
+		default:
+			<-left
 		}
 	}
 	return res, sent, l.attempts, err

@@ -333,6 +333,11 @@ BEGIN
         RETURN;
       END IF;
     ELSE
+      -- a writer's lease no longer live goes first, under its row lock: a
+      -- transaction that checked it (txguard, FOR KEY SHARE) ends before a
+      -- reader takes over (readers delete no other dead row)
+      WITH a AS MATERIALIZED (SELECT p_key AS "key")
+      DELETE FROM {{holders}} AS h WHERE h."key" = (SELECT a."key" FROM a) AND h."exclusive" AND NOT ({{live(h, v_now)}});
       SELECT k."fence" INTO v_fence FROM {{keys}} AS k WHERE k."key" = p_key;
     END IF;
     INSERT INTO {{holders}} ("key", "lock_id", "exclusive", "expires_at_ms", "acquired_at_ms", "fence", "user_key", "identity")

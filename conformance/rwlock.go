@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -348,11 +349,15 @@ func rwReadersTogether(e *rwEnv) {
 		}
 		acquired = append(acquired, info.AcquiredAt)
 	}
+	// In the writer's release's commit when that release takes the key
+	// row alone; when it meets a reader's statement on the row it hints
+	// the readers instead, and each takes its lease at its own attempt
+	// right after: not at its renewal (half the queue window, 7.5 s on
+	// PostgreSQL), a spread only a reader the release missed reaches.
 	if !e.tg.Polling {
-		for _, a := range acquired[1:] {
-			if !a.Equal(acquired[0]) {
-				e.t.Errorf("rule: %s, in one commit: admitted at %v", rule, acquired)
-			}
+		first, last := slices.MinFunc(acquired, time.Time.Compare), slices.MaxFunc(acquired, time.Time.Compare)
+		if last.Sub(first) > 5*time.Second {
+			e.t.Errorf("rule: %s, at once (one commit, or each at its attempt right after the release's hint): admitted at %v", rule, acquired)
 		}
 	}
 	for _, l := range leases {

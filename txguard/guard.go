@@ -120,9 +120,7 @@ func (g *Guard) holdRow(ctx context.Context, tx *sql.Tx, kd kind, key, lockID st
 		e.Key = key
 		return Held{}, e
 	}
-	if err := rules.ValidateLockID(lockID); err != nil {
-		e := ruleErr(op, err)
-		e.LockID = lockID
+	if e := kit.CheckLockID(op, lockID); e != nil {
 		return Held{}, e
 	}
 	if tx == nil {

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/multilock"
 	"github.com/syncguard/syncguard-go/rwlock"
 	"github.com/syncguard/syncguard-go/semaphore"
@@ -128,9 +128,7 @@ func (g *Guard) holdSet(ctx context.Context, tx *sql.Tx, set, lockID string) (He
 		}
 		return Held{}, err
 	}
-	if err := rules.ValidateLockID(lockID); err != nil {
-		e := ruleErr(op, err)
-		e.LockID = lockID
+	if e := kit.CheckLockID(op, lockID); e != nil {
 		return Held{}, e
 	}
 	if tx == nil {

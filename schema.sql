@@ -154,7 +154,7 @@ LEFT JOIN won ON true
 LEFT JOIN cur ON true; END
 $syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_98437d84"(text,text,text,text,bigint,bigint,boolean)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_98437d84"(text, text, text, text, bigint, bigint, boolean) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_d872db57"(text,text,text,text,bigint,bigint,boolean)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_d872db57"(text, text, text, text, bigint, bigint, boolean) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -179,7 +179,7 @@ me AS (
 ahead AS (
   SELECT count(*) AS n, COALESCE(bool_or(r.attends), false) AS awake FROM (
     SELECT w."near" OR w."notified" AS attends FROM "syncguard_locks_waiters" AS w, t
-    WHERE w."key" = (SELECT a."key" FROM a) AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND w."deadline_ms" > t.now_ms
+    WHERE w."key" = (SELECT a."key" FROM a) AND w."place" > 0 AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND w."deadline_ms" > t.now_ms
       AND (w."place", w."lock_id") < (COALESCE((SELECT me."place" FROM me), floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint), (SELECT a."lock_id" FROM a))
     LIMIT 64) AS r
 ),
@@ -255,8 +255,11 @@ dq AS (
   DELETE FROM "syncguard_locks_waiters" AS w USING t
   WHERE (w."lock_id" = (SELECT a."lock_id" FROM a)
          AND (EXISTS (SELECT 1 FROM won) OR EXISTS (SELECT 1 FROM cur WHERE cur."lock_id" = $2::text)))
-     OR (w."key" = (SELECT a."key" FROM a) AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND w."deadline_ms" < t.now_ms - 60000
-         AND ((SELECT ahead.n FROM ahead) = 0 OR NOT EXISTS (SELECT 1 FROM me)))
+     OR (w."key" = (SELECT a."key" FROM a) AND w."place" < (floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint - 4611686018427387904) - 60000::bigint * 1000
+         AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND ((SELECT ahead.n FROM ahead) = 0 OR NOT EXISTS (SELECT 1 FROM me)))
+     OR (w."key" = (SELECT a."key" FROM a) AND w."place" >= 0 AND w."place" < floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint - 60000::bigint * 1000
+         AND w."deadline_ms" < t.now_ms - 60000
+         AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND ((SELECT ahead.n FROM ahead) = 0 OR NOT EXISTS (SELECT 1 FROM me)))
   RETURNING 1
 )
 SELECT
@@ -367,7 +370,7 @@ LEFT JOIN won ON true
 LEFT JOIN cur ON true; END
 $syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_4448c910"(text,text,text,text,bigint,bigint,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_4448c910"(text, text, text, text, bigint, bigint, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_69eb8830"(text,text,text,text,bigint,bigint,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_69eb8830"(text, text, text, text, bigint, bigint, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -392,7 +395,7 @@ me AS (
 ahead AS (
   SELECT count(*) AS n, COALESCE(bool_or(r.attends), false) AS awake FROM (
     SELECT w."near" OR w."notified" AS attends FROM "syncguard_locks_waiters" AS w, t
-    WHERE w."key" = (SELECT a."key" FROM a) AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND w."deadline_ms" > t.now_ms
+    WHERE w."key" = (SELECT a."key" FROM a) AND w."place" > 0 AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND w."deadline_ms" > t.now_ms
       AND (w."place", w."lock_id") < (COALESCE((SELECT me."place" FROM me), floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint), (SELECT a."lock_id" FROM a))
     LIMIT 64) AS r
 ),
@@ -468,8 +471,11 @@ dq AS (
   DELETE FROM "syncguard_locks_waiters" AS w USING t
   WHERE (w."lock_id" = (SELECT a."lock_id" FROM a)
          AND (EXISTS (SELECT 1 FROM won) OR EXISTS (SELECT 1 FROM cur WHERE cur."lock_id" = $2::text)))
-     OR (w."key" = (SELECT a."key" FROM a) AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND w."deadline_ms" < t.now_ms - 60000
-         AND ((SELECT ahead.n FROM ahead) = 0 OR NOT EXISTS (SELECT 1 FROM me)))
+     OR (w."key" = (SELECT a."key" FROM a) AND w."place" < (floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint - 4611686018427387904) - 60000::bigint * 1000
+         AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND ((SELECT ahead.n FROM ahead) = 0 OR NOT EXISTS (SELECT 1 FROM me)))
+     OR (w."key" = (SELECT a."key" FROM a) AND w."place" >= 0 AND w."place" < floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint - 60000::bigint * 1000
+         AND w."deadline_ms" < t.now_ms - 60000
+         AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND ((SELECT ahead.n FROM ahead) = 0 OR NOT EXISTS (SELECT 1 FROM me)))
   RETURNING 1
 )
 , h AS (
@@ -493,7 +499,7 @@ LEFT JOIN won ON true
 LEFT JOIN cur ON true; END
 $syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_9c2b108a"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_9c2b108a"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_f199ae8a"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_f199ae8a"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -508,7 +514,7 @@ d AS (
 ),
 w AS (
   SELECT q."lock_id" FROM "syncguard_locks_waiters" AS q, d, t
-  WHERE q."key" = d."key" AND q."deadline_ms" > t.now_ms AND q."lock_id" <> $1::text AND (q."near" OR q."notified")
+  WHERE q."key" = d."key" AND q."place" > 0 AND q."deadline_ms" > t.now_ms AND q."lock_id" <> $1::text AND (q."near" OR q."notified")
   ORDER BY q."place", q."lock_id"
   LIMIT 1
 ),
@@ -519,13 +525,13 @@ wd AS (
 ),
 me AS (
   INSERT INTO "syncguard_locks_waiters" AS q ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "user_key", "fence_key")
-  SELECT t.wkey, $1::text, 0, t.now_ms - 1, 0, '', '' FROM t WHERE t.wkey IS NOT NULL
-  ON CONFLICT ("lock_id") DO UPDATE SET "deadline_ms" = EXCLUDED."deadline_ms", "ttl_ms" = 0
+  SELECT t.wkey, $1::text, (floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint - 4611686018427387904), t.now_ms - 1, 0, '', '' FROM t WHERE t.wkey IS NOT NULL
+  ON CONFLICT ("lock_id") DO UPDATE SET "place" = EXCLUDED."place", "deadline_ms" = EXCLUDED."deadline_ms", "ttl_ms" = 0
   RETURNING q."key", q."xmax"::text <> '0' AS was
 ),
 nx AS (
   SELECT q."key", q."lock_id" FROM "syncguard_locks_waiters" AS q, me, t
-  WHERE q."key" = me."key" AND q."lock_id" <> $1::text AND q."deadline_ms" > t.now_ms AND (q."near" OR q."notified")
+  WHERE q."key" = me."key" AND q."place" > 0 AND q."lock_id" <> $1::text AND q."deadline_ms" > t.now_ms AND (q."near" OR q."notified")
     AND NOT EXISTS (SELECT 1 FROM d)
     AND NOT EXISTS (SELECT 1 FROM "syncguard_locks" AS l WHERE l."key" = me."key" AND l."expires_at_ms" > t.now_ms - 1000)
   ORDER BY q."place", q."lock_id"
@@ -580,7 +586,7 @@ LEFT JOIN sc ON true
 LEFT JOIN n ON true; END
 $syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_f25d78ea"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_f25d78ea"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_e506958c"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_e506958c"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -595,7 +601,7 @@ d AS (
 ),
 w AS (
   SELECT q."lock_id" FROM "syncguard_locks_waiters" AS q, d, t
-  WHERE q."key" = d."key" AND q."deadline_ms" > t.now_ms AND q."lock_id" <> $1::text AND (q."near" OR q."notified")
+  WHERE q."key" = d."key" AND q."place" > 0 AND q."deadline_ms" > t.now_ms AND q."lock_id" <> $1::text AND (q."near" OR q."notified")
   ORDER BY q."place", q."lock_id"
   LIMIT 1
 ),
@@ -606,13 +612,13 @@ wd AS (
 ),
 me AS (
   INSERT INTO "syncguard_locks_waiters" AS q ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "user_key", "fence_key")
-  SELECT t.wkey, $1::text, 0, t.now_ms - 1, 0, '', '' FROM t WHERE t.wkey IS NOT NULL
-  ON CONFLICT ("lock_id") DO UPDATE SET "deadline_ms" = EXCLUDED."deadline_ms", "ttl_ms" = 0
+  SELECT t.wkey, $1::text, (floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint - 4611686018427387904), t.now_ms - 1, 0, '', '' FROM t WHERE t.wkey IS NOT NULL
+  ON CONFLICT ("lock_id") DO UPDATE SET "place" = EXCLUDED."place", "deadline_ms" = EXCLUDED."deadline_ms", "ttl_ms" = 0
   RETURNING q."key", q."xmax"::text <> '0' AS was
 ),
 nx AS (
   SELECT q."key", q."lock_id" FROM "syncguard_locks_waiters" AS q, me, t
-  WHERE q."key" = me."key" AND q."lock_id" <> $1::text AND q."deadline_ms" > t.now_ms AND (q."near" OR q."notified")
+  WHERE q."key" = me."key" AND q."place" > 0 AND q."lock_id" <> $1::text AND q."deadline_ms" > t.now_ms AND (q."near" OR q."notified")
     AND NOT EXISTS (SELECT 1 FROM d)
     AND NOT EXISTS (SELECT 1 FROM "syncguard_locks" AS l WHERE l."key" = me."key" AND l."expires_at_ms" > t.now_ms - 1000)
   ORDER BY q."place", q."lock_id"

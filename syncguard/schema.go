@@ -113,6 +113,7 @@ func renderText(text, table, fenceTable string) (string, error) {
 	}
 	names["now_us"] = "floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint"
 	names["waiter_gc"] = strconv.FormatInt(waiterGCMs, 10)
+	names["tomb_place"] = "(" + names["now_us"] + " - 4611686018427387904)"
 	names["rank_cap"] = strconv.Itoa(rankCap)
 	names["listen_rank"] = strconv.Itoa(listenRank)
 	prefix := waiting.Prefix(table)

@@ -39,7 +39,11 @@
 --        takes the free key itself.
 -- dq:    a waiter that holds the key (taken now, or granted by a release)
 --        leaves the queue; a waiter's first attempt, and the first
---        waiter's, also delete the key's rows dead for {{waiter_gc}} ms (not
+--        waiter's, also delete the key's rows dead for {{waiter_gc}} ms,
+--        each found by an index range (a tombstone's place is the time it
+--        died, less 2^62: release.sql's me; a dead waiter's place is
+--        older than its deadline, and 0 in an older version's tombstone)
+--        (not
 --        a far-back waiter's later attempts, which then read no more than
 --        their rank's rows; a key whose waiters all take grants from
 --        notifications still has a first attempt per waiter).
@@ -128,7 +132,7 @@ me AS (
 ahead AS (
   SELECT count(*) AS n, COALESCE(bool_or(r.attends), false) AS awake FROM (
     SELECT w."near" OR w."notified" AS attends FROM {{waiters}} AS w, t
-    WHERE w."key" = (SELECT a."key" FROM a) AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND w."deadline_ms" > t.now_ms
+    WHERE w."key" = (SELECT a."key" FROM a) AND w."place" > 0 AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND w."deadline_ms" > t.now_ms
       AND (w."place", w."lock_id") < (COALESCE((SELECT me."place" FROM me), {{now_us}}), (SELECT a."lock_id" FROM a))
     LIMIT {{rank_cap}}) AS r
 ),
@@ -205,8 +209,11 @@ dq AS (
   DELETE FROM {{waiters}} AS w USING t
   WHERE (w."lock_id" = (SELECT a."lock_id" FROM a)
          AND (EXISTS (SELECT 1 FROM won) OR EXISTS (SELECT 1 FROM cur WHERE cur."lock_id" = $2::text)))
-     OR (w."key" = (SELECT a."key" FROM a) AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND w."deadline_ms" < t.now_ms - {{waiter_gc}}
-         AND ((SELECT ahead.n FROM ahead) = 0 OR NOT EXISTS (SELECT 1 FROM me)))
+     OR (w."key" = (SELECT a."key" FROM a) AND w."place" < {{tomb_place}} - {{waiter_gc}}::bigint * 1000
+         AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND ((SELECT ahead.n FROM ahead) = 0 OR NOT EXISTS (SELECT 1 FROM me)))
+     OR (w."key" = (SELECT a."key" FROM a) AND w."place" >= 0 AND w."place" < {{now_us}} - {{waiter_gc}}::bigint * 1000
+         AND w."deadline_ms" < t.now_ms - {{waiter_gc}}
+         AND w."lock_id" <> (SELECT a."lock_id" FROM a) AND ((SELECT ahead.n FROM ahead) = 0 OR NOT EXISTS (SELECT 1 FROM me)))
   RETURNING 1
 )
 --end

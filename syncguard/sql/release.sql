@@ -27,9 +27,12 @@
 --      granted to it meanwhile), made a tombstone (ttl 0, dead): an attempt
 --      of the waiter still in flight on the server (pgx cancels
 --      asynchronously) that commits later can then neither queue it again
---      nor take the key (acquire.sql's gate); the tombstone is deleted
---      with the rows dead for {{waiter_gc}} ms. left_queue says that the
---      row was there, live;
+--      nor take the key (acquire.sql's gate). Its place becomes the
+--      time it died less 2^62 ({{tomb_place}}): tombstones sort before
+--      every waiter, by age, so the scans of live waiters (place > 0)
+--      skip them in the index and the oldest are found by a range; it is
+--      deleted when it has been dead for {{waiter_gc}} ms. left_queue says
+--      that the row was there, live;
 -- nx:  when that waiter leaves a key that no lock holds (it was first,
 --      polling, or the key's holder expired), the first live attending
 --      waiter after it, woken so that it attempts now instead of at its
@@ -74,7 +77,7 @@ d AS (
 --if queue
 w AS (
   SELECT q."lock_id" FROM {{waiters}} AS q, d, t
-  WHERE q."key" = d."key" AND q."deadline_ms" > t.now_ms AND q."lock_id" <> $1::text AND (q."near" OR q."notified")
+  WHERE q."key" = d."key" AND q."place" > 0 AND q."deadline_ms" > t.now_ms AND q."lock_id" <> $1::text AND (q."near" OR q."notified")
   ORDER BY q."place", q."lock_id"
   LIMIT 1
 ),
@@ -85,13 +88,13 @@ wd AS (
 ),
 me AS (
   INSERT INTO {{waiters}} AS q ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "user_key", "fence_key")
-  SELECT t.wkey, $1::text, 0, t.now_ms - 1, 0, '', '' FROM t WHERE t.wkey IS NOT NULL
-  ON CONFLICT ("lock_id") DO UPDATE SET "deadline_ms" = EXCLUDED."deadline_ms", "ttl_ms" = 0
+  SELECT t.wkey, $1::text, {{tomb_place}}, t.now_ms - 1, 0, '', '' FROM t WHERE t.wkey IS NOT NULL
+  ON CONFLICT ("lock_id") DO UPDATE SET "place" = EXCLUDED."place", "deadline_ms" = EXCLUDED."deadline_ms", "ttl_ms" = 0
   RETURNING q."key", q."xmax"::text <> '0' AS was
 ),
 nx AS (
   SELECT q."key", q."lock_id" FROM {{waiters}} AS q, me, t
-  WHERE q."key" = me."key" AND q."lock_id" <> $1::text AND q."deadline_ms" > t.now_ms AND (q."near" OR q."notified")
+  WHERE q."key" = me."key" AND q."place" > 0 AND q."lock_id" <> $1::text AND q."deadline_ms" > t.now_ms AND (q."near" OR q."notified")
     AND NOT EXISTS (SELECT 1 FROM d)
     AND NOT EXISTS (SELECT 1 FROM {{locks}} AS l WHERE l."key" = me."key" AND {{live(l)}})
   ORDER BY q."place", q."lock_id"

@@ -33,7 +33,7 @@ dw AS (
 nx AS (
   SELECT DISTINCT ON (q."key") q."key", q."lock_id" FROM {{waiters}} AS q, t
   WHERE q."key" IN (SELECT d."key" FROM d UNION SELECT dw."key" FROM dw)
-    AND q."lock_id" <> ALL (t.ids) AND q."deadline_ms" > t.now_ms AND (q."near" OR q."notified")
+    AND q."place" > 0 AND q."lock_id" <> ALL (t.ids) AND q."deadline_ms" > t.now_ms AND (q."near" OR q."notified")
     AND NOT EXISTS (SELECT 1 FROM {{locks}} AS l WHERE l."key" = q."key" AND {{live(l)}} AND l."lock_id" <> ALL (t.ids))
   ORDER BY q."key", q."place", q."lock_id"
 ),

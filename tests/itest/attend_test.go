@@ -135,8 +135,18 @@ func TestDeadWaiterRowsGoAtANewWaitersAttempt(t *testing.T) {
 	}
 	defer first.Leave(e.ctx)
 	mustExec(e.ctx, t, e.admin, `INSERT INTO deadrows_locks_waiters ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "user_key", "fence_key")
-		SELECT "key", 'dead-' || g, "place" + g, (extract(epoch FROM clock_timestamp()) * 1000)::bigint - 120000, "ttl_ms", "user_key", "fence_key"
+		SELECT "key", 'dead-' || g, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint - 180000000 + g,
+			(extract(epoch FROM clock_timestamp()) * 1000)::bigint - 120000, "ttl_ms", "user_key", "fence_key"
 		FROM deadrows_locks_waiters, generate_series(1, 3) AS g`)
+	// Tombstones (ttl 0) of waiters that gave up two minutes ago, as this
+	// version writes them (place: the time it died less 2^62) and as an
+	// older one did (place 0); and one that died a second ago, which stays.
+	mustExec(e.ctx, t, e.admin, `INSERT INTO deadrows_locks_waiters ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "user_key", "fence_key")
+		SELECT 'dr:key', v.id, v.place, (extract(epoch FROM clock_timestamp()) * 1000)::bigint - v.ago_ms, 0, '', ''
+		FROM (VALUES ('dead-t1', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint - 120000000 - 4611686018427387904, 120000),
+		             ('dead-t2', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint - 119000000 - 4611686018427387904, 119000),
+		             ('dead-t0', 0, 120000),
+		             ('keep-t', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint - 1000000 - 4611686018427387904, 1000)) AS v (id, place, ago_ms)`)
 	second := b.Queue("dr:key", "", false)
 	if res, err := second.Attempt(e.ctx, time.Minute); err != nil || res.OK {
 		t.Fatalf("second waiter: %+v, %v", res, err)
@@ -147,7 +157,10 @@ func TestDeadWaiterRowsGoAtANewWaitersAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	if dead != 0 {
-		t.Fatalf("rule: a new waiter's first attempt deletes its key's rows dead for a minute; %d of 3 are left", dead)
+		t.Fatalf("rule: a new waiter's first attempt deletes its key's rows dead for a minute; %d of 6 are left", dead)
+	}
+	if err := e.admin.QueryRowContext(e.ctx, `SELECT count(*) FROM deadrows_locks_waiters WHERE "lock_id" = 'keep-t'`).Scan(&dead); err != nil || dead != 1 {
+		t.Fatalf("rule: a tombstone stays for a minute (an attempt of its waiter may still run); the one that died a second ago: %d rows, %v", dead, err)
 	}
 }
 

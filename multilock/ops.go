@@ -39,12 +39,12 @@ func (l *Locker) acquire(ctx context.Context, set string, ttl time.Duration, ide
 	ttlMs := ttl.Milliseconds()
 	lockID, window, notified := rules.GenerateLockID(), int64(0), false
 	if q != nil {
-		lockID = q.lockID
+		lockID = q.LockID
 		w := l.window
 		if dl, ok := ctx.Deadline(); ok {
 			w = max(min(w, time.Until(dl)), time.Millisecond)
 		}
-		window, notified = w.Milliseconds(), q.join(l, ttlMs)
+		window, notified = w.Milliseconds(), q.Join(l.waker, q.channel)
 	}
 	ks0 := setJSON(ks)
 	args := []any{ks0, lockID, ttlMs, window, notified, sql.NullString{String: ident, Valid: ident != ""}}
@@ -85,7 +85,7 @@ func (l *Locker) acquire(ctx context.Context, set string, ttl time.Duration, ide
 			if q == nil {
 				go l.releaseInBackground(lockID)
 			} else {
-				q.unknown.Store(true)
+				q.Unknown.Store(true)
 			}
 		}
 		return syncguard.AcquireResult{}, e
@@ -100,7 +100,7 @@ func (l *Locker) acquire(ctx context.Context, set string, ttl time.Duration, ide
 			res.RetryIn = max(time.Duration(d.busyUntil.Int64+rules.ToleranceMs+1-d.now)*time.Millisecond, 0)
 		}
 		if q != nil && d.ok {
-			q.contended()
+			q.Listen()
 		}
 		return res, nil
 	}

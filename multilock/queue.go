@@ -2,8 +2,6 @@ package multilock
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/syncguard/syncguard-go/internal/kit"
@@ -29,8 +27,8 @@ func (l *Locker) Queue(set, identity string, once bool) syncguard.Waiter {
 	if once || err != nil {
 		return w
 	}
-	w.q = &qstate{lockID: rules.GenerateLockID(), first: ks[0],
-		channel: waiting.Channel(l.tables.channelPrefix(), ks[0].Storage)}
+	w.q = &qstate{first: ks[0], channel: waiting.Channel(l.tables.channelPrefix(), ks[0].Storage)}
+	w.q.LockID = rules.GenerateLockID()
 	return w
 }
 
@@ -43,50 +41,11 @@ type waiter struct {
 	pace     kit.Flight
 }
 
-// qstate is a queued waiter's place: its lockId and wake-up.
+// qstate is a queued waiter's place.
 type qstate struct {
-	lockID  string
+	waiting.Place
 	first   rules.Key // its first key: the channel it listens on, its tombstone
 	channel string
-	unknown atomic.Bool // an attempt's outcome was unknown: Leave also releases in the background
-
-	mu     sync.Mutex
-	waker  *waiting.Waker
-	wakeup *waiting.Wakeup // from the first queued attempt on
-}
-
-// join registers the waiter's wake-up before a queued attempt, and
-// reports whether a notification reaches it now: a release hands a set
-// only to such a waiter (a polling one takes it itself).
-func (q *qstate) join(l *Locker, _ int64) bool {
-	q.mu.Lock()
-	if q.wakeup == nil {
-		q.waker = l.waker
-		q.wakeup = l.waker.Expect(q.channel, waiting.Payload(q.lockID))
-	}
-	q.mu.Unlock()
-	return l.waker.ChannelListened(q.channel)
-}
-
-// contended asks for the waiter's channel to be listened on.
-func (q *qstate) contended() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.wakeup != nil {
-		q.wakeup.Listen()
-	}
-}
-
-// close ends the wake-up; it reports whether the waiter had joined.
-func (q *qstate) close() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.wakeup == nil {
-		return false
-	}
-	q.wakeup.Close()
-	q.wakeup = nil
-	return true
 }
 
 // Attempt implements syncguard.Waiter: an acquire as the waiter.
@@ -96,7 +55,7 @@ func (w *waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.Acqu
 			return w.l.acquire(ctx, w.set, ttl, w.identity, w.q)
 		})
 	if err == nil && res.OK && w.q != nil {
-		w.q.close()
+		w.q.Close()
 	}
 	return res, err
 }
@@ -107,11 +66,7 @@ func (w *waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.Acqu
 func (w *waiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
 	var h waiting.Hint
 	if w.q != nil {
-		w.q.mu.Lock()
-		if w.q.wakeup != nil {
-			h = waiting.Hint{Wake: w.q.wakeup.C, Renew: w.l.window / 2, Poll: !w.q.wakeup.ChannelListened()}
-		}
-		w.q.mu.Unlock()
+		h = w.q.Hint(w.l.window / 2)
 	}
 	return w.pace.Next(retry, h)
 }
@@ -127,13 +82,12 @@ func (w *waiter) Leave(ctx context.Context) error {
 
 func (w *waiter) leave(ctx context.Context) error {
 	q := w.q
-	if q == nil || !q.close() {
+	if q == nil {
 		return nil
 	}
-	first := q.first
-	r, _, err := w.l.releaseAs(ctx, q.lockID, &first)
-	if err != nil || !r.OK && q.unknown.Load() {
-		go w.l.releaseInBackground(q.lockID)
-	}
-	return err
+	return q.Leave(ctx, func(ctx context.Context) (bool, bool, error) {
+		first := q.first
+		r, left, err := w.l.releaseAs(ctx, q.LockID, &first)
+		return r.OK, left, err
+	}, func() { go w.l.releaseInBackground(q.LockID) })
 }

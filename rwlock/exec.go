@@ -82,7 +82,7 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, ide
 	lockID := rules.GenerateLockID()
 	window, notified := sql.NullInt64{}, false
 	if q != nil {
-		lockID = q.lockID
+		lockID = q.LockID
 		w := rw.window
 		if dl, ok := ctx.Deadline(); ok {
 			w = max(min(w, time.Until(dl)), time.Millisecond)
@@ -107,7 +107,7 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, ide
 			if q == nil {
 				rw.releaseInBackground(lockID, "")
 			} else {
-				q.unknown.Store(true)
+				q.Unknown.Store(true)
 			}
 		}
 		return syncguard.AcquireResult{}, e

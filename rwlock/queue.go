@@ -3,7 +3,6 @@ package rwlock
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/syncguard/syncguard-go/internal/kit"
@@ -47,7 +46,7 @@ func (l *Locker) Queue(key, identity string, once bool) syncguard.Waiter {
 	w := &waiter{l: l, key: key, identity: identity}
 	if !once {
 		if _, err := rules.DeriveKey(key); err == nil {
-			w.lockID = rules.GenerateLockID()
+			w.LockID = rules.GenerateLockID()
 			w.queued = true
 		}
 	}
@@ -56,32 +55,28 @@ func (l *Locker) Queue(key, identity string, once bool) syncguard.Waiter {
 
 // waiter is one wait's syncguard.Waiter.
 type waiter struct {
+	waiting.Place
 	l        *Locker
 	key      string
 	identity string
-	queued   bool   // false: plain attempts
-	lockID   string // the same for all its attempts
-	unknown  atomic.Bool
+	queued   bool // false: plain attempts
 	pace     kit.Flight
 
 	mu      sync.Mutex
-	storage string
-	wakeup  *waiting.Wakeup
-	done    bool
+	storage string // its key's, from its first queued attempt on
 }
 
-// join registers the waiter's wake-up before a queued attempt and reports
-// whether a notification reaches it now.
+// join registers the waiter's wake-up before a queued attempt (it
+// listens at once) and reports whether a notification reaches it now.
 func (w *waiter) join(storage string) bool {
 	w.mu.Lock()
-	if w.wakeup == nil && !w.done {
+	if w.storage == "" {
 		w.storage = storage
-		w.wakeup = w.l.rw.waker.Expect(channel(w.l.rw.table, storage), waiting.Payload(w.lockID))
-		w.wakeup.Listen()
 	}
-	u := w.wakeup
 	w.mu.Unlock()
-	return u != nil && u.ChannelListened()
+	notified := w.Join(w.l.rw.waker, channel(w.l.rw.table, storage))
+	w.Listen()
+	return notified
 }
 
 // Attempt implements syncguard.Waiter.
@@ -95,7 +90,7 @@ func (w *waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.Acqu
 			return w.l.acquire(ctx, w.key, ttl, w.identity, q)
 		})
 	if err == nil && res.OK && w.queued {
-		w.close()
+		w.Close()
 	}
 	return res, err
 }
@@ -103,13 +98,7 @@ func (w *waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.Acqu
 // Next implements syncguard.Waiter: the wake-up, a renewal at half the
 // queue window, and polling while no notification reaches the waiter.
 func (w *waiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
-	var h waiting.Hint
-	w.mu.Lock()
-	if w.wakeup != nil {
-		h = waiting.Hint{Wake: w.wakeup.C, Renew: w.l.rw.window / 2, Poll: !w.wakeup.ChannelListened()}
-	}
-	w.mu.Unlock()
-	return w.pace.Next(retry, h)
+	return w.pace.Next(retry, w.Hint(w.l.rw.window/2))
 }
 
 // Leave implements syncguard.Waiter: a release of the waiter's lockId,
@@ -122,27 +111,11 @@ func (w *waiter) Leave(ctx context.Context) error {
 }
 
 func (w *waiter) leave(ctx context.Context) error {
-	storage, joined := w.close()
-	if !joined {
-		return nil
-	}
-	_, err := w.l.rw.release(ctx, w.lockID, storage)
-	if err != nil || w.unknown.Load() {
-		w.l.rw.releaseInBackground(w.lockID, storage)
-	}
-	return err
-}
-
-// close ends the wake-up; it reports the storage key and whether the
-// waiter had joined the queue.
-func (w *waiter) close() (string, bool) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.done = true
-	if w.wakeup == nil {
-		return w.storage, false
-	}
-	w.wakeup.Close()
-	w.wakeup = nil
-	return w.storage, true
+	storage := w.storage
+	w.mu.Unlock()
+	return w.Place.Leave(ctx, func(ctx context.Context) (bool, bool, error) {
+		r, err := w.l.rw.release(ctx, w.LockID, storage)
+		return r.OK, true, err
+	}, func() { w.l.rw.releaseInBackground(w.LockID, storage) })
 }

@@ -3,7 +3,6 @@ package semaphore
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/syncguard/syncguard-go/internal/kit"
@@ -31,24 +30,24 @@ func (s *Semaphore) Queue(key, identity string, once bool) syncguard.Waiter {
 		w.plain = true
 		return w
 	}
-	w.storage, w.lockID = k.Storage, rules.GenerateLockID()
+	w.storage, w.LockID = k.Storage, rules.GenerateLockID()
 	w.channel = waiting.Channel(s.prefix, k.Storage)
 	return w
 }
 
 // waiter is a Semaphore's syncguard.Waiter.
 type waiter struct {
-	s               *Semaphore
-	key, identity   string
-	plain           bool
-	storage, lockID string
-	channel         string
-	unknown         atomic.Bool // an attempt's outcome was unknown
-	mu              sync.Mutex
-	wakeup          *waiting.Wakeup
-	rank, rank0     int64     // the last attempt's rank, the first's
-	rankAt, joined  time.Time // when they were seen
-	pace            kit.Flight
+	waiting.Place
+	s             *Semaphore
+	key, identity string
+	plain         bool
+	storage       string
+	channel       string
+
+	mu             sync.Mutex
+	rank, rank0    int64     // the last attempt's rank, the first's
+	rankAt, joined time.Time // when they were seen
+	pace           kit.Flight
 }
 
 // Attempt implements syncguard.Waiter: an acquire as the waiter.
@@ -62,7 +61,7 @@ func (w *waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.Acqu
 			return w.s.acquire(ctx, w.key, ttl, w.identity, q)
 		})
 	if err == nil && res.OK && !w.plain {
-		w.close()
+		w.Close()
 	}
 	return res, err
 }
@@ -70,12 +69,7 @@ func (w *waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.Acqu
 // join registers the waiter's wake-up before a queued attempt and reports
 // whether a notification reaches it now.
 func (w *waiter) join(int64) bool {
-	w.mu.Lock()
-	if w.wakeup == nil {
-		w.wakeup = w.s.waker.Expect(w.channel, waiting.Payload(w.lockID))
-	}
-	w.mu.Unlock()
-	return w.s.waker.ChannelListened(w.channel)
+	return w.Join(w.s.waker, w.channel)
 }
 
 // contended records a failed queued attempt's rank and, near the head,
@@ -88,8 +82,8 @@ func (w *waiter) contended(rank int64) {
 		w.rank0, w.joined = rank, now
 	}
 	w.rank, w.rankAt = rank, now
-	if w.wakeup != nil && rank <= w.near() {
-		w.wakeup.Listen()
+	if rank <= w.near() {
+		w.Listen()
 	}
 }
 
@@ -120,24 +114,14 @@ const approachMin = 10 * time.Millisecond
 // notification reaches it (a pooler in transaction mode).
 func (w *waiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
 	var h waiting.Hint
-	w.mu.Lock()
-	if !w.plain && w.wakeup != nil {
-		h = waiting.Hint{Wake: w.wakeup.C, Renew: w.next(), Poll: w.rank <= w.near() && !w.wakeup.ChannelListened()}
+	if !w.plain {
+		w.mu.Lock()
+		renew, near := w.next(), w.rank <= w.near()
+		w.mu.Unlock()
+		h = w.Hint(renew)
+		h.Poll = h.Poll && near
 	}
-	w.mu.Unlock()
 	return w.pace.Next(retry, h)
-}
-
-// close ends the wake-up; it reports whether the waiter had joined.
-func (w *waiter) close() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.wakeup == nil {
-		return false
-	}
-	w.wakeup.Close()
-	w.wakeup = nil
-	return true
 }
 
 // Leave implements syncguard.Waiter: it takes the waiter out of the
@@ -151,17 +135,13 @@ func (w *waiter) Leave(ctx context.Context) error {
 }
 
 func (w *waiter) leave(ctx context.Context) error {
-	if w.plain || !w.close() {
+	if w.plain {
 		return nil
 	}
-	r, left, err := w.s.release(ctx, w.lockID, w.storage)
-	if err == nil && !r.OK && !left {
-		r, _, err = w.s.release(ctx, w.lockID, w.storage)
-	}
-	if err != nil || !r.OK && w.unknown.Load() {
-		w.s.releaseInBackground(w.lockID)
-	}
-	return err
+	return w.Place.Leave(ctx, func(ctx context.Context) (bool, bool, error) {
+		r, left, err := w.s.release(ctx, w.LockID, w.storage)
+		return r.OK, left, err
+	}, func() { w.s.releaseInBackground(w.LockID) })
 }
 
 // newWaker wires the semaphore's LISTEN connection as syncguard's

@@ -162,7 +162,7 @@ func (s *Semaphore) acquire(ctx context.Context, key string, ttl time.Duration, 
 	}
 	lockID, window, notified := rules.GenerateLockID(), int64(0), false
 	if w != nil {
-		lockID = w.lockID
+		lockID = w.LockID
 		win := s.window
 		if dl, ok := ctx.Deadline(); ok {
 			win = max(min(win, time.Until(dl)), time.Millisecond)
@@ -196,7 +196,7 @@ func (s *Semaphore) acquire(ctx context.Context, key string, ttl time.Duration, 
 		if w == nil {
 			s.releaseInBackground(lockID) // it may have committed unanswered
 		} else {
-			w.unknown.Store(true)
+			w.Unknown.Store(true)
 		}
 		return syncguard.AcquireResult{}, s.wrap(ctx, op, key, err)
 	}

@@ -149,7 +149,7 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 	if q == nil {
 		lockID = rules.GenerateLockID()
 	} else {
-		lockID = q.lockID
+		lockID = q.LockID
 		// A queue row lives no longer than its wait.
 		window := q.window()
 		if dl, ok := ctx.Deadline(); ok {
@@ -206,7 +206,7 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 			if q == nil {
 				b.shared.releaseInBackground(lockID, time.Duration(ttlMs)*time.Millisecond)
 			} else {
-				q.unknown.Store(true)
+				q.Unknown.Store(true)
 			}
 		}
 		return AcquireResult{}, e

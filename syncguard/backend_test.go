@@ -630,7 +630,7 @@ func TestWaiterAttemptQueues(t *testing.T) {
 		w := b.Queue("k", "", once).(*queueWaiter)
 		args := []sqldriver.Value{sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg()}
 		if !once {
-			args = []sqldriver.Value{sqlmock.AnyArg(), w.q.lockID, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), defaultWaitWindow.Milliseconds(), false}
+			args = []sqldriver.Value{sqlmock.AnyArg(), w.q.LockID, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), defaultWaitWindow.Milliseconds(), false}
 		}
 		mock.ExpectQuery("INSERT INTO").WithArgs(args...).
 			WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "h"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false, int64(0)))
@@ -641,7 +641,7 @@ func TestWaiterAttemptQueues(t *testing.T) {
 			t.Errorf("once %v: hint %+v: the waiter joined the queue: %v, want %v", once, h, h.Wake != nil, !once)
 		}
 		if w.q != nil {
-			w.q.close() // no withdrawal statement expected
+			w.q.Close() // no withdrawal statement expected
 		}
 	}
 	if err := mock.ExpectationsWereMet(); err != nil {
@@ -656,7 +656,7 @@ func TestWaiterAttemptQueues(t *testing.T) {
 func TestWithdrawReleasesAgainWhenAHandOffRaced(t *testing.T) {
 	b, mock := newMock(t, &Config{})
 	w := b.Queue("k", "", false)
-	lockID := w.(*queueWaiter).q.lockID
+	lockID := w.(*queueWaiter).q.LockID
 	mock.ExpectQuery("INSERT INTO").
 		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "h"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false, int64(0)))
 	if _, err := w.Attempt(context.Background(), time.Second); err != nil {
@@ -671,7 +671,7 @@ func TestWithdrawReleasesAgainWhenAHandOffRaced(t *testing.T) {
 	}
 	// It left the queue: once is enough.
 	w = b.Queue("k", "", false)
-	lockID = w.(*queueWaiter).q.lockID
+	lockID = w.(*queueWaiter).q.LockID
 	mock.ExpectQuery("INSERT INTO").
 		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "h"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false, int64(0)))
 	if _, err := w.Attempt(context.Background(), time.Second); err != nil {

@@ -20,8 +20,8 @@ func (b *Backend) Queue(key, identity string, once bool) Waiter {
 	if b.tx != nil || once || err != nil {
 		return w
 	}
-	w.q = &queueState{s: b.shared, storage: k.Storage, lockID: rules.GenerateLockID(),
-		channel: waiting.Channel(waiting.Prefix(b.shared.cfg.TableName), k.Storage)}
+	w.q = &queueState{s: b.shared, storage: k.Storage, channel: waiting.Channel(waiting.Prefix(b.shared.cfg.TableName), k.Storage)}
+	w.q.LockID = rules.GenerateLockID()
 	return w
 }
 
@@ -41,7 +41,7 @@ type queueWaiter struct {
 func (w *queueWaiter) Attempt(ctx context.Context, ttl time.Duration) (AcquireResult, error) {
 	if w.q != nil {
 		if res, ok := w.q.granted(ttl.Milliseconds()); ok {
-			w.q.close()
+			w.q.Close()
 			return res, nil // a release handed it the key, and said so in its notification
 		}
 	}
@@ -65,7 +65,7 @@ func (w *queueWaiter) Attempt(ctx context.Context, ttl time.Duration) (AcquireRe
 	}
 	w.pace.Attempted(sent, o.err == nil, o.err == nil && o.res.OK, o.res.RetryIn)
 	if o.err == nil && o.res.OK && w.q != nil {
-		w.q.close()
+		w.q.Close()
 	}
 	return o.res, o.err
 }
@@ -87,14 +87,12 @@ func (w *queueWaiter) hint() waiting.Hint {
 	if w.q == nil {
 		return waiting.Hint{}
 	}
-	renew := w.q.next()
+	h := w.q.Hint(w.q.next())
 	w.q.mu.Lock()
 	defer w.q.mu.Unlock()
-	if w.q.wakeup == nil {
-		return waiting.Hint{}
-	}
-	return waiting.Hint{Wake: w.q.wakeup.C, Renew: renew, FarBack: w.q.rank > listenRank,
-		Poll: w.q.rank <= listenRank && !w.q.wakeup.ChannelListened()}
+	h.FarBack = h.Wake != nil && w.q.rank > listenRank
+	h.Poll = h.Poll && !h.FarBack
+	return h
 }
 
 // Leave releases the waiter's lockId: that deletes its queue row and
@@ -124,18 +122,13 @@ func (w *queueWaiter) Leave(ctx context.Context) error {
 
 func (w *queueWaiter) leave(ctx context.Context) error {
 	q := w.q
-	if q == nil || !q.close() {
+	if q == nil {
 		return nil
 	}
-	pool := &Backend{shared: q.s}
-	r, left, err := pool.release(ctx, q.lockID, q.storage)
-	if err == nil && !r.OK && !left {
-		r, _, err = pool.release(ctx, q.lockID, q.storage)
-	}
-	if err != nil || !r.OK && q.unknown.Load() {
-		q.s.releaseInBackground(q.lockID, time.Duration(q.ttl.Load())*time.Millisecond)
-	}
-	return err
+	return q.Leave(ctx, func(ctx context.Context) (bool, bool, error) {
+		r, left, err := (&Backend{shared: q.s}).release(ctx, q.LockID, q.storage)
+		return r.OK, left, err
+	}, func() { q.s.releaseInBackground(q.LockID, time.Duration(q.ttl.Load())*time.Millisecond) })
 }
 
 // waiterFor is the Waiter of one wait for key on b: its queue's (a

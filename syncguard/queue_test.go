@@ -27,7 +27,7 @@ func TestWaiterSpacingByRank(t *testing.T) {
 		b, _ := newMock(t, &Config{})
 		q := b.Queue("k", "", false).(*queueWaiter).q
 		q.join(1000)
-		defer q.close()
+		defer q.Close()
 		w := defaultWaitWindow
 		step := func(rank, fence int64, after time.Duration) {
 			time.Sleep(after)
@@ -72,7 +72,7 @@ func TestWaiterSpacingBeyondTheRankCap(t *testing.T) {
 		b, _ := newMock(t, &Config{})
 		q := b.Queue("k", "", false).(*queueWaiter).q
 		q.join(1000)
-		defer q.close()
+		defer q.Close()
 		q.contended(rankCap, 100, time.Now(), 0)
 		time.Sleep(time.Second)
 		q.contended(rankCap, 110, time.Now(), 0)
@@ -92,8 +92,8 @@ func TestGrantedCountsFromALowerBound(t *testing.T) {
 		b, _ := newMock(t, &Config{})
 		grant := func(q *queueState, fence string, nowMs, ttlMs int64) {
 			fields := fmt.Sprintf("%s:%d:%d", fence, nowMs, ttlMs)
-			sum := sha256.Sum256([]byte(q.lockID + ":" + fields))
-			b.shared.waker.Wake(waiting.Payload(q.lockID) + ":" + fields + ":" + hex.EncodeToString(sum[:16]))
+			sum := sha256.Sum256([]byte(q.LockID + ":" + fields))
+			b.shared.waker.Wake(waiting.Payload(q.LockID) + ":" + fields + ":" + hex.EncodeToString(sum[:16]))
 		}
 		for _, tc := range []struct {
 			name         string
@@ -120,17 +120,17 @@ func TestGrantedCountsFromALowerBound(t *testing.T) {
 			switch {
 			case ok != tc.ok:
 				t.Errorf("%s: taken %v", tc.name, ok)
-			case ok && (res.HandedOver != tc.age || res.Fence != "000000000000007" || !res.ExpiresAt.Equal(msToTime(tc.release+tc.ttl)) || res.LockID != q.lockID):
+			case ok && (res.HandedOver != tc.age || res.Fence != "000000000000007" || !res.ExpiresAt.Equal(msToTime(tc.release+tc.ttl)) || res.LockID != q.LockID):
 				t.Errorf("%s: %+v, want age %v", tc.name, res, tc.age)
 			}
-			q.close()
+			q.Close()
 		}
 
 		// A grant that came before an attempt that did not find the key
 		// handed over is of a lock gone meanwhile (revoked): dropped.
 		q := b.Queue("k", "", false).(*queueWaiter).q
 		q.join(1000)
-		defer q.close()
+		defer q.Close()
 		q.contended(1, 0, time.Now(), 10_000)
 		grant(q, "000000000000007", 10_050, 1000)
 		time.Sleep(time.Millisecond)

@@ -137,23 +137,21 @@ const approachMin = 10 * time.Millisecond
 // queueState is a queued waiter's place: its lockId, its wake-up, and its
 // rank as its attempts saw it.
 type queueState struct {
+	waiting.Place
 	s       *shared
 	storage string
-	lockID  string
 	channel string
-	unknown atomic.Bool // an attempt's outcome was unknown: Leave also releases in the background
 	absent  atomic.Bool // the last attempt found the key free without a row, its advisory lock held (backend.go)
 	ttl     atomic.Int64
 
 	mu             sync.Mutex
-	wakeup         *waiting.Wakeup // the wake-up, from the first queued attempt on
-	rank, fence    int64           // the last attempt's rank and the holder's fence it saw (0: none)
-	rankAt, joined time.Time       // when the last attempt was answered, and the first
-	perPlace       time.Duration   // how fast the queue moved, per place, between the last two attempts that saw it move (0: not seen)
-	still          time.Time       // since when the same holder holds the key, as the attempts saw it
-	sent           time.Time       // when the last answered attempt was sent
-	sentNow        int64           // and its server time (now_ms)
-	confirms       int             // attempts confirming the first one (confirmMin)
+	rank, fence    int64         // the last attempt's rank and the holder's fence it saw (0: none)
+	rankAt, joined time.Time     // when the last attempt was answered, and the first
+	perPlace       time.Duration // how fast the queue moved, per place, between the last two attempts that saw it move (0: not seen)
+	still          time.Time     // since when the same holder holds the key, as the attempts saw it
+	sent           time.Time     // when the last answered attempt was sent
+	sentNow        int64         // and its server time (now_ms)
+	confirms       int           // attempts confirming the first one (confirmMin)
 }
 
 // join registers the waiter's wake-up before its queued attempt of ttl
@@ -161,12 +159,7 @@ type queueState struct {
 // channel is listened on): a release hands the key only to such a waiter.
 func (q *queueState) join(ttlMs int64) bool {
 	q.ttl.Store(ttlMs)
-	q.mu.Lock()
-	if q.wakeup == nil {
-		q.wakeup = q.s.waker.Expect(q.channel, waiting.Payload(q.lockID))
-	}
-	q.mu.Unlock()
-	return q.s.waker.ChannelListened(q.channel)
+	return q.Join(q.s.waker, q.channel)
 }
 
 // confirmMin, confirmMax: after its first attempt, behind a live lock and
@@ -214,11 +207,9 @@ func (q *queueState) contended(rank, fence int64, sent time.Time, nowMs int64) {
 		q.still = now
 	}
 	q.rank, q.fence, q.rankAt, q.sent, q.sentNow = rank, fence, now, sent, nowMs
-	if q.wakeup != nil {
-		q.wakeup.DropGrant(sent)
-	}
-	if q.wakeup != nil && rank <= listenRank {
-		q.wakeup.Listen()
+	q.DropGrant(sent)
+	if rank <= listenRank {
+		q.Listen()
 	}
 }
 
@@ -279,10 +270,10 @@ func (q *queueState) next() time.Duration {
 func (q *queueState) granted(ttlMs int64) (res AcquireResult, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.wakeup == nil || q.sent.IsZero() {
+	if q.sent.IsZero() {
 		return res, false
 	}
-	g, ok := waiting.ParseGrant(q.lockID, q.wakeup.Grant())
+	g, ok := waiting.ParseGrant(q.LockID, q.Grant())
 	if _, err := rules.ParseFence(g.Fence); !ok || err != nil || g.TTLMs != ttlMs {
 		return res, false
 	}
@@ -291,17 +282,5 @@ func (q *queueState) granted(ttlMs int64) (res AcquireResult, ok bool) {
 	if age > time.Duration(ttlMs)*time.Millisecond/2 {
 		return res, false
 	}
-	return AcquireResult{OK: true, LockID: q.lockID, Fence: Fence(g.Fence), ExpiresAt: msToTime(g.NowMs + g.TTLMs), HandedOver: age}, true
-}
-
-// close ends the wake-up; it reports whether the waiter had joined.
-func (q *queueState) close() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.wakeup == nil {
-		return false
-	}
-	q.wakeup.Close()
-	q.wakeup = nil
-	return true
+	return AcquireResult{OK: true, LockID: q.LockID, Fence: Fence(g.Fence), ExpiresAt: msToTime(g.NowMs + g.TTLMs), HandedOver: age}, true
 }

@@ -138,31 +138,33 @@ func TestNoFileCycles(t *testing.T) {
 // at a time. Each test logs its figures, and names the file or the packages
 // and their lines when it fails.
 const (
-	maxProductFileLines = 600   // any non-test .go file of the repository (every module, bench/ included)
+	maxProductFileLines = 600   // any non-test .go file of a published module
 	maxCoreLines        = 5_470 // package syncguard and the internal packages only it imports (5,400 until issue 29 added the notification pool and spacing by place)
 	maxCLILines         = 3_920 // cmd/syncguard, every package of the module (3,600 until issue 30: run's --permits, -s/-x and several --key on one generalized lock path, their env, status/ls of each kind, setup/schema --all; 3,930 until status/ls read permits and leases through semaphore.List and rwlock.List)
 )
 
-// TestProductFileSize: no non-test .go file of the repository is over
-// maxProductFileLines lines: the published modules and the others alike
-// (bench/, tests/, tools/, examples/; issue 40). A file that grows past it
-// splits along its functions, into files whose names say what they hold.
+// TestProductFileSize: no non-test .go file of a published module is over
+// maxProductFileLines lines. A file that grows past it splits along its
+// functions, into files whose names say what they hold.
 func TestProductFileSize(t *testing.T) {
 	tr := loadTree(t)
 	longest, longestLines := "", 0
 	for _, p := range tr.sortedPackages() {
+		if !tr.isPublished(p) {
+			continue
+		}
 		for _, f := range sortedKeys(p.lines) {
 			n := p.lines[f]
 			if n > longestLines {
 				longest, longestLines = path.Join(p.dir, f), n
 			}
 			if n > maxProductFileLines {
-				t.Errorf("%s has %d lines; a Go file has at most %d (move whole functions to files of their own)",
+				t.Errorf("%s has %d lines; a product file has at most %d (move whole functions to files of their own)",
 					path.Join(p.dir, f), n, maxProductFileLines)
 			}
 		}
 	}
-	t.Logf("longest non-test Go file: %s, %d lines (at most %d)", longest, longestLines, maxProductFileLines)
+	t.Logf("longest product file: %s, %d lines (at most %d)", longest, longestLines, maxProductFileLines)
 }
 
 // TestCoreSize: package syncguard and the internal packages only it
@@ -209,6 +211,83 @@ func TestCLISize(t *testing.T) {
 	} else {
 		t.Log(summary)
 	}
+}
+
+// maxFileLines bounds every source, script and documentation file of the
+// repository (issue 40): one file at a time, each about one thing.
+const maxFileLines = 600
+
+// generatedFiles are written by a program and exempt from maxFileLines,
+// each with the reason it stays one file.
+var generatedFiles = map[string]string{
+	"schema.sql": "the DDL for migration tools in one file: SchemaSQL(nil), written by go generate ./syncguard and checked by TestSchemaSQLQuotesAndNames",
+}
+
+// TestFileSize: no file of the repository (Go, tests included; SQL;
+// Markdown; shell scripts; Makefiles), bench/, tests/, tools/, examples/
+// and docs/ included, is over maxFileLines lines, generated files aside.
+// A file that grows past it splits along its functions or sections, into
+// files whose names say what they hold.
+func TestFileSize(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "tools", "release", "modules.go")); errors.Is(err, fs.ErrNotExist) {
+		t.Skip("not a checkout of the repository: no tools/release/modules.go")
+	}
+	checked := func(name string) bool {
+		switch path.Ext(name) {
+		case ".go", ".sql", ".md", ".sh", ".inc":
+			return true
+		}
+		return name == "Makefile" || name == "run" // .ci/run
+	}
+	longest, longestLines, files := "", 0, 0
+	err = filepath.WalkDir(root, func(file string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, file)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		name := e.Name()
+		if e.IsDir() {
+			if rel != "." && rel != ".ci" && (name == "testdata" || name == "vendor" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !e.Type().IsRegular() || !checked(name) {
+			return nil
+		}
+		if why, ok := generatedFiles[rel]; ok {
+			t.Logf("%s: generated, not checked (%s)", rel, why)
+			return nil
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		files++
+		n := bytes.Count(b, []byte("\n"))
+		if n > longestLines {
+			longest, longestLines = rel, n
+		}
+		if n > maxFileLines {
+			t.Errorf("%s has %d lines; a file has at most %d (split it along its functions or sections)", rel, n, maxFileLines)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files == 0 {
+		t.Fatal("found no file to check")
+	}
+	t.Logf("%d files; the longest: %s, %d lines (at most %d)", files, longest, longestLines, maxFileLines)
 }
 
 // sourceTree is the repository's Go code as the layout tests see it,

@@ -3,6 +3,7 @@
 #   make test    the everyday run (at most 5 minutes on 2 cores): vet and
 #                every module's tests under -race; the long suites skip,
 #                saying so, and make test prints what it leaves to make check
+#   make test-fresh  make demo and make test in a fresh clone of HEAD
 #   make check   everything CI runs (.ci/run): make test plus the long
 #                suites (SYNCGUARD_LONG=1), fuzzing, release-check and the
 #                core's tests with the oldest supported Go
@@ -67,6 +68,15 @@ test-loaded:
 	load=$$!; trap 'kill -TERM -'$$load' 2>/dev/null || true' EXIT INT TERM; \
 	for i in 1 2 3; do echo "== make test, run $$i of 3, under load (-race build loop, pid $$load)"; $(MAKE) --no-print-directory test; done; \
 	echo "== make test passed 3 times under load"
+
+# What a newcomer sees: the README's two commands (make demo, make test)
+# in a fresh clone of the committed HEAD, each one's result and duration,
+# then the clone removed (scripts/test-fresh.sh; TEST_FRESH_DRY=1 clones
+# and stops, TEST_FRESH_STEPS=demo runs the demo only). Run it before
+# calling work done: uncommitted or untracked files are not in the clone.
+.PHONY: test-fresh
+test-fresh:
+	@scripts/test-fresh.sh
 
 vet:
 	@set -e; for m in $(MODULES); do \

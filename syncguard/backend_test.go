@@ -6,7 +6,6 @@ import (
 	sqldriver "database/sql/driver"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -16,105 +15,8 @@ import (
 
 	"github.com/DATA-DOG/go-sqlmock"
 
-	"github.com/syncguard/syncguard-go/driver"
-	"github.com/syncguard/syncguard-go/internal/deploy"
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
-
-// pgErr stands in for a driver's server error: it carries a SQLSTATE that
-// fakeDialect reads, as the pq and pgxstd dialects read theirs.
-type pgErr struct{ code, severity, msg string }
-
-func (e *pgErr) Error() string { return "server error " + e.code + " " + e.msg }
-
-// pgBouncerErr is PgBouncer's rejection of a wrong password: 08P01.
-type pgBouncerErr struct{ pgErr }
-
-func (e *pgBouncerErr) Error() string { return `FATAL: password authentication failed for user "app"` }
-func (e *pgBouncerErr) Unwrap() error { return &e.pgErr }
-
-func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
-type fakeDialect struct{}
-
-func (fakeDialect) Name() string { return "fake" }
-
-// OneShotArgs: a one-shot statement is sent with its arguments as they are,
-// which is what go-sqlmock expects.
-func (fakeDialect) OneShotArgs() []any { return []any{} }
-
-// Inspect reports the shapes a real dialect reports for a server error:
-// SQLSTATE, severity and the server's message.
-func (fakeDialect) Inspect(err error) driver.ErrorInfo {
-	var pe *pgErr
-	if errors.As(err, &pe) {
-		msg := pe.Error()
-		var pb *pgBouncerErr
-		if errors.As(err, &pb) {
-			msg = pb.Error()
-		}
-		var me *msgErr
-		if errors.As(err, &me) {
-			msg = me.msg
-		}
-		return driver.ErrorInfo{SQLState: pe.code, Severity: pe.severity, Message: msg}
-	}
-	return driver.ErrorInfo{}
-}
-
-func newMock(t *testing.T, cfg *Config) (*Backend, sqlmock.Sqlmock) {
-	t.Helper()
-	db, mock := newMockDB(t)
-	if cfg == nil {
-		cfg = &Config{}
-	}
-	cfg.Dialect = fakeDialect{}
-	cfg.DisablePrepare = true
-	b, err := New(db, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// These tests read the statements' own text; TestStatementFunctionCalls
-	// covers their functions.
-	b.shared.noFuncs.Store(true)
-	return b, mock
-}
-
-// newMockDB is a sqlmock pool, closed when the test ends, whose expected
-// statements match a statement containing their text; "!text" matches a
-// statement without it.
-func newMockDB(t *testing.T) (*sql.DB, sqlmock.Sqlmock) {
-	t.Helper()
-	db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherFunc(func(expected, actual string) error {
-		if not, ok := strings.CutPrefix(expected, "!"); ok && strings.Contains(actual, not) {
-			return errors.New("query contains " + not)
-		} else if !ok && !strings.Contains(actual, expected) {
-			return errors.New("query does not contain " + expected)
-		}
-		return nil
-	})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db, mock
-}
-
-func wantCode(t *testing.T, err error, code Code) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("want %s error, got nil", code)
-	}
-	var e *Error
-	if !errors.As(err, &e) {
-		t.Fatalf("want *Error %s, got %T %v", code, err, err)
-	}
-	if e.Code != code || !errors.Is(err, code.sentinel()) {
-		t.Fatalf("want code %s, got %s (%v)", code, e.Code, err)
-	}
-}
-
-const goodID = "AAAAAAAAAAAAAAAAAAAAAA"
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	db, _, _ := sqlmock.New()
@@ -420,40 +322,6 @@ func TestErrorStringHidesRawValues(t *testing.T) {
 	}
 }
 
-func TestSchemaSQLQuotesAndNames(t *testing.T) {
-	ddl, err := SchemaSQL(&Config{TableName: "AppLocks", FenceTableName: "AppFences"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{`CREATE TABLE IF NOT EXISTS "AppLocks"`, `"idx_AppLocks_lock_id" ON "AppLocks" ("lock_id")`,
-		`"idx_AppLocks_expires" ON "AppLocks" ("expires_at_ms")`, `CREATE TABLE IF NOT EXISTS "AppFences"`, `"key_debug" TEXT`,
-		`CREATE UNLOGGED TABLE IF NOT EXISTS "AppLocks_waiters"`, `"idx_AppLocks_wkey" ON "AppLocks_waiters" ("key", "place", "lock_id")`} {
-		if !strings.Contains(ddl, want) {
-			t.Errorf("DDL lacks %s", want)
-		}
-	}
-	// The output is read by DBAs and migration tools: no template syntax
-	// and no talk of it.
-	if strings.Contains(ddl, "{{") || strings.Contains(strings.ToLower(ddl), "placeholder") {
-		t.Errorf("the rendered DDL mentions the template it came from:\n%s", ddl)
-	}
-	stmts := deploy.SplitStatements(ddl)
-	if n := len(stmts); n != 18 {
-		t.Errorf("want 18 statements (the spec's 4, the waiters table's 4, the holders table's 2, 8 statement functions), got %d", n)
-	}
-	for _, st := range stmts[10:] {
-		if !strings.HasPrefix(st, `DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"AppLocks_op_`) || !strings.HasSuffix(st, "END $do$") {
-			t.Errorf("a statement function was split or is misnamed:\n%.200s ... %s", st, st[max(0, len(st)-40):])
-		}
-	}
-	// The repository's schema.sql is the default rendering.
-	def, _ := SchemaSQL(nil)
-	file, err := os.ReadFile("../schema.sql")
-	if err != nil || string(file) != def {
-		t.Errorf("schema.sql at the repository root must equal SchemaSQL(nil); regenerate it with `go run ./tools/genschema` (%v)", err)
-	}
-}
-
 // Under a REPEATABLE READ or SERIALIZABLE default isolation a statement
 // can be aborted with a serialization failure where READ COMMITTED would
 // re-check the latest row: on the pool path it runs once more in a READ
@@ -509,46 +377,6 @@ func TestOutcomeUnknown(t *testing.T) {
 	for _, c := range cases {
 		if got := outcomeUnknown(c.ctx, c.e); got != c.want {
 			t.Errorf("outcomeUnknown(%+v) = %v, want %v", c.e, got, c.want)
-		}
-	}
-}
-
-// A table name equal to an object SetupSchema creates (an index of the
-// other table, a primary-key index) would make CREATE ... IF NOT EXISTS
-// skip one of them and every later operation fail (42809): New, SchemaSQL
-// and SetupSchema reject it before any I/O.
-func TestSchemaObjectNameCollisionsRejectedBeforeIO(t *testing.T) {
-	db, mock, _ := sqlmock.New()
-	defer db.Close()
-	for _, c := range []Config{
-		{FenceTableName: "idx_syncguard_locks_lock_id"},
-		{FenceTableName: "idx_syncguard_locks_expires"},
-		{FenceTableName: "syncguard_locks_pkey"},
-		{TableName: "locks", FenceTableName: "idx_locks_lock_id"},
-		{TableName: "syncguard_fence_counters_pkey"},
-		{TableName: "f_pkey", FenceTableName: "f"},
-	} {
-		c.Dialect = fakeDialect{}
-		_, err := New(db, &c)
-		wantCode(t, err, CodeInvalidArgument)
-		if err != nil && !strings.Contains(err.Error(), "SetupSchema would skip") {
-			t.Errorf("%+v: the message must say what collides: %v", c, err)
-		}
-		_, err = SchemaSQL(&c)
-		wantCode(t, err, CodeInvalidArgument)
-		wantCode(t, SetupSchema(context.Background(), db, &c), CodeInvalidArgument)
-	}
-	if err := mock.ExpectationsWereMet(); err != nil {
-		t.Fatalf("no I/O for a rejected configuration: %v", err)
-	}
-	// Near misses are fine: names are quoted, so case matters.
-	for _, c := range []Config{
-		{FenceTableName: "IDX_syncguard_locks_lock_id"},
-		{TableName: "locks", FenceTableName: "idx_locks_lock"},
-	} {
-		c.Dialect = fakeDialect{}
-		if _, err := New(db, &c); err != nil {
-			t.Errorf("%+v rejected: %v", c, err)
 		}
 	}
 }

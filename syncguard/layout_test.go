@@ -213,6 +213,83 @@ func TestCLISize(t *testing.T) {
 	}
 }
 
+// maxFileLines bounds every source, script and documentation file of the
+// repository (issue 40): one file at a time, each about one thing.
+const maxFileLines = 600
+
+// generatedFiles are written by a program and exempt from maxFileLines,
+// each with the reason it stays one file.
+var generatedFiles = map[string]string{
+	"schema.sql": "the DDL for migration tools in one file: SchemaSQL(nil), written by go generate ./syncguard and checked by TestSchemaSQLQuotesAndNames",
+}
+
+// TestFileSize: no file of the repository (Go, tests included; SQL;
+// Markdown; shell scripts; Makefiles), bench/, tests/, tools/, examples/
+// and docs/ included, is over maxFileLines lines, generated files aside.
+// A file that grows past it splits along its functions or sections, into
+// files whose names say what they hold.
+func TestFileSize(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "tools", "release", "modules.go")); errors.Is(err, fs.ErrNotExist) {
+		t.Skip("not a checkout of the repository: no tools/release/modules.go")
+	}
+	checked := func(name string) bool {
+		switch path.Ext(name) {
+		case ".go", ".sql", ".md", ".sh", ".inc":
+			return true
+		}
+		return name == "Makefile" || name == "run" // .ci/run
+	}
+	longest, longestLines, files := "", 0, 0
+	err = filepath.WalkDir(root, func(file string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, file)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		name := e.Name()
+		if e.IsDir() {
+			if rel != "." && rel != ".ci" && (name == "testdata" || name == "vendor" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !e.Type().IsRegular() || !checked(name) {
+			return nil
+		}
+		if why, ok := generatedFiles[rel]; ok {
+			t.Logf("%s: generated, not checked (%s)", rel, why)
+			return nil
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		files++
+		n := bytes.Count(b, []byte("\n"))
+		if n > longestLines {
+			longest, longestLines = rel, n
+		}
+		if n > maxFileLines {
+			t.Errorf("%s has %d lines; a file has at most %d (split it along its functions or sections)", rel, n, maxFileLines)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files == 0 {
+		t.Fatal("found no file to check")
+	}
+	t.Logf("%d files; the longest: %s, %d lines (at most %d)", files, longest, longestLines, maxFileLines)
+}
+
 // sourceTree is the repository's Go code as the layout tests see it,
 // parsed with go/parser (no go command, so it works with GOWORK=off and the
 // oldest supported Go as well).

@@ -32,7 +32,7 @@ func TestSoak(t *testing.T) {
 	}
 	if os.Getenv("SYNCGUARD_SOAK_COMPACT") == "0" {
 		// The checker keeps every holding, as before History.Compact: for
-		// comparing the split of the heap (docs/failure-model.md).
+		// comparing the split of the heap (docs/fault-suite.md).
 		opts.CompactHistory = false
 	}
 	rep := runReported(t, srv, opts, "soak")

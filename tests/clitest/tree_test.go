@@ -220,7 +220,7 @@ func TestRunCommandStoppedOnTerminal(t *testing.T) {
 	})
 }
 
-// Item 2, a limit documented in docs/cli.md: should the supervisor itself
+// Item 2, a limit documented in docs/cli-run.md: should the supervisor itself
 // be SIGKILLed, syncguard (a subreaper too) kills and reaps what is left
 // of the tree, releases the lock and exits 70.
 func TestRunSupervisorKilled(t *testing.T) {

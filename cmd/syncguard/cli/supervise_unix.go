@@ -5,7 +5,7 @@ package cli
 // `syncguard run` and `elect` start COMMAND through a supervisor, a second
 // copy of the binary (re-executed, see supervisorEnv) that is a child
 // subreaper on Linux, so that it waits for and signals COMMAND's whole tree
-// (docs/cli.md, "The lock covers the whole process tree"). It takes orders
+// (docs/cli-run.md, "The lock covers the whole process tree"). It takes orders
 // over one pipe (sig N, term, kill, deadline T) and reports events over
 // another (pid, execerr, exit, stop, deadman, done). When syncguard dies
 // the order pipe reaches end of file and it SIGKILLs the tree; it does so

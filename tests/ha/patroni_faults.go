@@ -260,9 +260,77 @@ func (p *Patroni) fault(ctx context.Context, r *runner, i int, kind FaultKind, f
 			return err
 		}
 	}
-	if _, err := p.WaitStable(ctx, r.o.StableTimeout); err != nil {
+	if err := p.waitHealed(ctx, r, i, fr); err != nil {
 		return fmt.Errorf("after fault %d (%s): %w", i+1, kind, err)
 	}
 	fr.Stable = time.Since(fr.At)
+	return nil
+}
+
+// stuckAfter is how long a running replica may lag before waitHealed
+// reinitializes it.
+const stuckAfter = 45 * time.Second
+
+// waitHealed waits for WaitStable. A replica that runs but stays behind
+// for stuckAfter is reinitialized from the leader (POST /reinitialize,
+// what `patronictl reinit` does), as an operator would: seen after a
+// SIGSTOP of the primary on a loaded machine, when the promoted member
+// lost the leader key again (it demoted itself) and the resumed old
+// primary took it back; the member left on the newer timeline streams
+// nothing ("highest timeline N of the primary is behind recovery timeline
+// N+1") and Patroni 3.0 does not rewind a running replica. Acknowledged
+// locks are not at stake (that member had no synchronous standby on its
+// timeline); the fault's Note says it happened.
+func (p *Patroni) waitHealed(ctx context.Context, r *runner, i int, fr *FaultResult) error {
+	since := map[string]time.Time{}
+	reinit := map[string]bool{}
+	deadline := time.Now().Add(r.o.StableTimeout)
+	for {
+		if _, err := p.WaitStable(ctx, 5*time.Second); err == nil {
+			return nil
+		} else if time.Now().After(deadline) {
+			return err
+		}
+		st, err := p.State(ctx)
+		if err != nil || st.Leader == "" {
+			continue
+		}
+		for _, m := range st.Members {
+			lag, ok := m.Lag.(float64)
+			if m.Name == st.Leader || m.State != "running" && m.State != "streaming" || ok && lag == 0 {
+				delete(since, m.Name)
+				continue
+			}
+			if since[m.Name].IsZero() {
+				since[m.Name] = time.Now()
+			}
+			if time.Since(since[m.Name]) < stuckAfter || reinit[m.Name] {
+				continue
+			}
+			reinit[m.Name] = true
+			note := fmt.Sprintf("%s stuck behind the leader %s for %v (%s): reinitialized", m.Name, st.Leader, stuckAfter, st)
+			r.o.Logf("fault %d: %s", i+1, note)
+			fr.Note = note
+			if err := p.reinit(ctx, p.member(m.Name)); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// reinit asks m's Patroni to take a fresh copy of the leader.
+func (p *Patroni) reinit(ctx context.Context, m *Member) error {
+	req, _ := http.NewRequestWithContext(ctx, "POST", fmt.Sprintf("http://127.0.0.1:%d/reinitialize", m.APIPort),
+		strings.NewReader(`{"force": true}`))
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var msg bytes.Buffer
+	_, _ = msg.ReadFrom(resp.Body)
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("ha: POST /reinitialize on %s: %s: %s", m.name, resp.Status, msg.String())
+	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/conformance"
+	"github.com/syncguard/syncguard-go/internal/replication"
 	"github.com/syncguard/syncguard-go/tests/pgtest"
 )
 
@@ -78,20 +79,20 @@ var patroniShortPlan = []FaultKind{KillPostmaster, Switchover}
 func TestPatroni(t *testing.T) {
 	pgtest.Long(t, "failovers on a Patroni cluster")
 	full := patroniMode() == "full"
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	limit, plan := 6*time.Minute, patroniShortPlan
+	if full {
+		limit, plan = 30*time.Minute, patroniFullPlan
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	o := PatroniOptions{}
-	plan := patroniShortPlan
-	if full {
-		plan = patroniFullPlan
-	}
 	p := startPatroni(t, ctx, o)
 	if !full {
 		// One client per adapter, each through one route.
 		p.routes, p.adps = nil, nil
 		p.fixed = []client{p.client("pgx", "haproxy"), p.client("pq", "multihost")}
 	}
-	rep, err := Run(ctx, p, RunOptions{Faults: plan, Logf: t.Logf})
+	rep, err := Run(ctx, p, RunOptions{Faults: plan, Logf: t.Logf, StableTimeout: 4 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,6 +102,7 @@ func TestPatroni(t *testing.T) {
 		t.Errorf("%s", v)
 	}
 	checkRunHealthy(t, rep)
+	t.Run("Doctor", func(t *testing.T) { testPatroniDoctor(t, ctx, p) })
 	if full {
 		if err := p.Stop(); err != nil {
 			t.Error(err)
@@ -143,10 +145,10 @@ func checkRunHealthy(t *testing.T, rep *Report) {
 // what asynchronous replication loses under Patroni. It reports the
 // breakage and fails only if the run itself could not be made.
 func testPatroniAsync(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	p := startPatroni(t, ctx, PatroniOptions{Async: true})
-	rep, err := Run(ctx, p, RunOptions{Faults: patroniFullPlan[:8], Logf: t.Logf})
+	rep, err := Run(ctx, p, RunOptions{Faults: patroniFullPlan[:8], Logf: t.Logf, StableTimeout: 4 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,6 +157,41 @@ func testPatroniAsync(t *testing.T) {
 	for _, v := range rep.Violations {
 		t.Logf("expected with async replication:\n%s", v)
 	}
+	t.Run("Doctor", func(t *testing.T) { testPatroniDoctor(t, ctx, p) })
+}
+
+// testPatroniDoctor: `syncguard doctor` through the multi-host DSN finds
+// the leader (check primary ok) and its streaming replicas, names the
+// synchronous standby Patroni chose (ok), or warns about asynchronous
+// replication naming synchronous_standby_names; through a replica's own
+// port it fails the primary check.
+func testPatroniDoctor(t *testing.T, ctx context.Context, p *Patroni) {
+	leader, err := p.WaitStable(ctx, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var syncName string
+	var replica *Member
+	for _, m := range st.Members {
+		if m.Role == "sync_standby" {
+			syncName = m.Name
+		}
+		if m.Name != leader.Name() {
+			replica = p.member(m.Name)
+		}
+	}
+	doc := runDoctor(t, p.MultiHostDSN("ha-doctor"))
+	expectDoctor(t, "doctor on the leader", doc, "primary", "ok", "")
+	if p.Async {
+		expectDoctor(t, "doctor, asynchronous replication", doc, replication.CheckStandbys, "warn", "synchronous_standby_names")
+	} else {
+		expectDoctor(t, "doctor, synchronous_mode", doc, replication.CheckStandbys, "ok", syncName)
+	}
+	expectDoctor(t, "doctor on a replica", runDoctor(t, p.MemberDSN(replica, "ha-doctor")), "primary", "fail", "target_session_attrs=read-write")
 }
 
 // RecoveryTable gives, per fault kind and client, the time to recover (from

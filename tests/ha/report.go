@@ -50,6 +50,9 @@ type FaultResult struct {
 	// secondary again (the old primary rewound and following).
 	Stable           time.Duration
 	SentinelsChecked int
+	// Note is what the harness had to do besides waiting (e.g. reinit a
+	// member left on a diverged timeline).
+	Note string
 }
 
 type fenceCheck struct {
@@ -181,6 +184,9 @@ func (r *Report) Summary() string {
 		}
 		fmt.Fprintf(&b, "  %d. %-20s on %s: %s; first acquire %s%s; longest gap %s; stable %v; sentinels verified %d\n",
 			i+1, kind, f.Node, promoted, strings.Join(firsts, ", "), rec, strings.Join(gaps, ", "), f.Stable.Round(time.Millisecond), f.SentinelsChecked)
+		if f.Note != "" {
+			fmt.Fprintf(&b, "     note: %s\n", f.Note)
+		}
 	}
 	fmt.Fprintf(&b, "time from the primary's death to the first successful acquire: p50 %v, max %v (%d samples)\n",
 		r.RecoveryP50.Round(time.Millisecond), r.RecoveryMax.Round(time.Millisecond), len(r.Adapters)*len(r.Faults))

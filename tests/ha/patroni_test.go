@@ -57,11 +57,17 @@ func startPatroni(t *testing.T, ctx context.Context, o PatroniOptions) *Patroni 
 // asynchronous run; otherwise the short form (make check) runs.
 func patroniMode() string { return os.Getenv("SYNCGUARD_PATRONI") }
 
-// patroniFullPlan: each fault kind three times.
+// patroniFullPlan: each fault kind three times. PausePrimary is left out:
+// with Patroni 3.0.2 (Debian 12) on etcd3 the resumed old primary takes
+// the leader key back (its etcd3 update_leader overwrites the key the
+// promoted member created; fixed upstream in Patroni 3.0.3,
+// patroni/patroni#2689), demoting the new primary, and the cluster does
+// not name a synchronous standby again (docs/ha.md).
+// SYNCGUARD_PATRONI=pause runs that fault alone.
 var patroniFullPlan = []FaultKind{
-	KillPostmaster, Switchover, StopPatroni, PausePrimary,
-	KillPostmaster, Switchover, StopPatroni, PausePrimary,
-	KillPostmaster, Switchover, StopPatroni, PausePrimary,
+	KillPostmaster, Switchover, StopPatroni,
+	KillPostmaster, Switchover, StopPatroni,
+	KillPostmaster, Switchover, StopPatroni,
 }
 
 // patroniShortPlan is what make check runs: one crash, one switchover.
@@ -80,8 +86,11 @@ func TestPatroni(t *testing.T) {
 	pgtest.Long(t, "failovers on a Patroni cluster")
 	full := patroniMode() == "full"
 	limit, plan := 6*time.Minute, patroniShortPlan
-	if full {
+	switch patroniMode() {
+	case "full":
 		limit, plan = 30*time.Minute, patroniFullPlan
+	case "pause":
+		limit, plan, full = 10*time.Minute, []FaultKind{PausePrimary}, true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
@@ -103,7 +112,7 @@ func TestPatroni(t *testing.T) {
 	}
 	checkRunHealthy(t, rep)
 	t.Run("Doctor", func(t *testing.T) { testPatroniDoctor(t, ctx, p) })
-	if full {
+	if patroniMode() == "full" {
 		if err := p.Stop(); err != nil {
 			t.Error(err)
 		}
@@ -148,7 +157,7 @@ func testPatroniAsync(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	p := startPatroni(t, ctx, PatroniOptions{Async: true})
-	rep, err := Run(ctx, p, RunOptions{Faults: patroniFullPlan[:8], Logf: t.Logf, StableTimeout: 4 * time.Minute})
+	rep, err := Run(ctx, p, RunOptions{Faults: patroniFullPlan[:6], Logf: t.Logf, StableTimeout: 4 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

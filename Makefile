@@ -32,7 +32,7 @@ FUZZTIME ?= 3s
 # What make test leaves to make check (printed by make test, so that
 # nothing is skipped silently; each long test also skips with a message
 # naming SYNCGUARD_LONG).
-LONG_SUITES := the conformance suite through PgBouncer (tests/itest), failovers on pg_auto_failover \
+LONG_SUITES := the conformance suite through PgBouncer (tests/itest), failovers on pg_auto_failover and Patroni \
 	(tests/ha), the fault suite (tests/chaos TestChaos), fuzzing, release-check, the core with go$(MIN_GO)
 
 .PHONY: test check test-modules vet demo bench schema tidy fuzz deps release release-check test-min-go test-loaded

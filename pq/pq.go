@@ -75,6 +75,11 @@ func (dialect) BackendPID(driverConn any) (pid int, ok bool) {
 //   - after a FATAL error or a broken socket, lib/pq marks the connection bad
 //     and later calls return driver.ErrBadConn.
 //   - dial failures are *net.OpError (refused, unreachable) or timeouts.
+//   - with target_session_attrs, a host that is no primary is refused with a
+//     plain error ("server is in hot standby mode", "session is
+//     read-only"), joined under "could not connect to any of the hosts"
+//     when no host qualifies, as during a failover: no connection to a
+//     primary, like a refused dial.
 func (dialect) Inspect(err error) driver.ErrorInfo {
 	var pe *pq.Error
 	if errors.As(err, &pe) {
@@ -86,6 +91,8 @@ func (dialect) Inspect(err error) driver.ErrorInfo {
 	case errors.As(err, &ne) && ne.Timeout():
 		info.Timeout = true
 	case errors.Is(err, sqldriver.ErrBadConn), errors.As(err, &ne):
+		info.ConnBroken = true
+	case strings.Contains(err.Error(), "server is in hot standby mode"), strings.Contains(err.Error(), "session is read-only"):
 		info.ConnBroken = true
 	}
 	return info

@@ -28,6 +28,9 @@ func TestInspectReportsShapes(t *testing.T) {
 		{"bad connection", sqldriver.ErrBadConn, driver.ErrorInfo{ConnBroken: true}},
 		{"dial refused", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, driver.ErrorInfo{ConnBroken: true}},
 		{"read timeout", &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}, driver.ErrorInfo{Timeout: true}},
+		{"no primary among the hosts (target_session_attrs=read-write)", fmt.Errorf("pq: could not connect to any of the hosts:\n%w",
+			errors.Join(errors.New("connecting to 127.0.0.1:5432: server is in hot standby mode"), errors.New("connecting to 127.0.0.1:5433: session is read-only"))),
+			driver.ErrorInfo{ConnBroken: true}},
 		{"context (the core's to read)", context.Canceled, driver.ErrorInfo{}},
 		{"unknown", errors.New("something"), driver.ErrorInfo{}},
 	}

@@ -129,6 +129,15 @@ func classify(err error, info driver.ErrorInfo) (string, string) {
 		if s == "42501" {
 			return AuthFailed, privilegeMsg(info.Message, err)
 		}
+		// A standby reading an UNLOGGED table (the waiters' queues): "cannot
+		// access temporary or unlogged relations during recovery". It is
+		// 25006's case, a node that is or just became a standby (a client
+		// that reached a demoted primary through HAProxy before its health
+		// check moved), and comes before 25006 when a statement reads the
+		// queue before it writes.
+		if s == "0A000" && strings.Contains(info.Message, "during recovery") {
+			return bySQLState["25006"].code, bySQLState["25006"].msg
+		}
 		if code, msg, ok := classifySQLState(s); ok {
 			return code, msg
 		}

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,10 +57,33 @@ type RunOptions struct {
 	Logf func(format string, args ...any)
 }
 
-// Run puts load on f through both adapters (lib/pq and pgx, each through
-// the multi-host DSN with target_session_attrs=read-write), applies the
-// faults, and checks the invariants (see Report).
-func Run(ctx context.Context, f *Formation, o RunOptions) (*Report, error) {
+// Cluster is what Run needs of a topology: a *Formation
+// (pg_auto_failover) or a *Patroni cluster.
+type Cluster interface {
+	// clients are the pools the load goes through, one per adapter and
+	// route, named "pq", "pgx" or e.g. "pq-haproxy".
+	clients() []client
+	// async reports asynchronous replication.
+	async() bool
+	// settings describes the failover manager's timing settings.
+	settings() string
+	// fault waits for the cluster to be stable, calls before, applies kind
+	// to the primary and waits until it is stable again; it fills fr's
+	// Node, At, InPlace, Promoted and Stable.
+	fault(ctx context.Context, r *runner, i int, kind FaultKind, fr *FaultResult, before func()) error
+}
+
+// client is one pool of the load: an adapter through one route.
+type client struct {
+	name string
+	open func(app string) (*sql.DB, error)
+}
+
+// Run puts load on c through its clients (for a Formation both adapters,
+// lib/pq and pgx, each through the multi-host DSN with
+// target_session_attrs=read-write), applies the faults, and checks the
+// invariants (see Report).
+func Run(ctx context.Context, c Cluster, o RunOptions) (*Report, error) {
 	if o.Settle == 0 {
 		o.Settle = 3 * time.Second
 	}
@@ -75,7 +99,7 @@ func Run(ctx context.Context, f *Formation, o RunOptions) (*Report, error) {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
-	r := &runner{f: f, o: o, hist: history.New(), rep: &Report{Async: f.Async, Timeouts: f.Timeouts, Seed: o.Seed,
+	r := &runner{c: c, o: o, hist: history.New(), rep: &Report{Async: c.async(), Settings: c.settings(), Seed: o.Seed,
 		Ops: map[string]int64{}, Errors: map[string]int64{}, LeaseLosses: map[string]int64{}}}
 	for i := range o.Keys {
 		r.keys = append(r.keys, fmt.Sprintf("ha-hot-%d", i))
@@ -102,7 +126,7 @@ type adapter struct {
 }
 
 type runner struct {
-	f    *Formation
+	c    Cluster
 	o    RunOptions
 	keys []string
 	hist *history.History
@@ -144,12 +168,25 @@ func (f *Formation) OpenPool(adapterName, app string) (*sql.DB, error) {
 	return nil, fmt.Errorf("ha: unknown adapter %q", adapterName)
 }
 
-func (r *runner) open(ctx context.Context) error {
+func (f *Formation) clients() []client {
+	var cs []client
 	for _, name := range []string{"pq", "pgx"} {
-		db, err := r.f.OpenPool(name, "ha-"+name)
+		cs = append(cs, client{name, func(app string) (*sql.DB, error) { return f.OpenPool(name, app) }})
+	}
+	return cs
+}
+
+func (f *Formation) async() bool      { return f.Async }
+func (f *Formation) settings() string { return "failover manager timeouts: " + f.Timeouts.String() }
+
+func (r *runner) open(ctx context.Context) error {
+	for _, c := range r.c.clients() {
+		name := c.name
+		db, err := c.open("ha-" + name)
 		if err != nil {
 			return err
 		}
+		r.rep.Adapters = append(r.rep.Adapters, name)
 		db.SetMaxOpenConns(8)
 		b, err := syncguard.New(db, &syncguard.Config{Logger: discard()})
 		if err != nil {
@@ -212,83 +249,19 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 
 // schedule applies the faults.
 func (r *runner) schedule(ctx context.Context) error {
-	f := r.f
 	sleepCtx(ctx, r.o.Settle)
 	for i, kind := range r.o.Faults {
-		primary, err := f.WaitStable(ctx, r.o.StableTimeout)
-		if err != nil {
-			return fmt.Errorf("before fault %d (%s): %w", i+1, kind, err)
-		}
-		standby := f.Other(primary)
-		fr := FaultResult{Kind: kind, Node: primary.Name, FirstAcquire: map[string]time.Duration{}, MaxGap: map[string]time.Duration{}}
-		maxFences := r.hist.MaxAckedFences(time.Now())
-		switch kind {
-		case KillPostmaster:
-			fr.At, err = f.KillPostmaster(primary)
-		case KillNode:
-			fr.At, err = f.KillNode(primary)
-		case Switchover:
-			fr.At, err = f.Switchover(ctx)
-		default:
-			err = fmt.Errorf("unknown fault %q", kind)
-		}
-		if err != nil {
+		fr := FaultResult{Kind: kind, FirstAcquire: map[string]time.Duration{}, MaxGap: map[string]time.Duration{}, Recovery: map[string]time.Duration{}}
+		var maxFences map[string]int64
+		if err := r.c.fault(ctx, r, i, kind, &fr, func() { maxFences = r.hist.MaxAckedFences(time.Now()) }); err != nil {
 			return err
 		}
-		r.o.Logf("fault %d: %s on %s (primary)", i+1, kind, primary.Name)
-		// Promotion: the monitor reports the standby as the new primary.
-		// A killed postmaster may instead be restarted in place by its
-		// keeper before the monitor decides to fail over: the fault then
-		// ends once the old primary is back and the monitor's decision
-		// window (see decisionWindow) has passed without a failover.
-		failover := false
-		err = f.waitFor(ctx, standby.Name+" promoted", r.o.StableTimeout, func(ctx context.Context) (bool, error) {
-			ss, err := f.State(ctx)
-			if err != nil {
-				return false, nil
-			}
-			back := 0
-			for _, s := range ss {
-				if s.Name == standby.Name && (s.Reported == "wait_primary" || s.Reported == "primary") {
-					failover = true
-					return true, nil
-				}
-				if (s.Name == primary.Name && s.Reported == "primary" && s.Goal == "primary" && s.Running) ||
-					(s.Name == standby.Name && s.Reported == "secondary" && s.Goal == "secondary") {
-					back++
-				}
-			}
-			return kind == KillPostmaster && back == 2 && time.Since(fr.At) > f.decisionWindow(), nil
-		})
-		if err != nil {
-			return fmt.Errorf("fault %d (%s): %w", i+1, kind, err)
-		}
-		if failover {
-			fr.Promoted = time.Since(fr.At)
-			r.o.Logf("fault %d: %s promoted after %v", i+1, standby.Name, fr.Promoted.Round(time.Millisecond))
-		} else {
-			fr.InPlace = true
-			r.o.Logf("fault %d: %s restarted in place by its keeper; no failover", i+1, primary.Name)
-		}
-		// The killed node's pg_autoctl is started again if it is not
-		// running (KillNode), as its service manager would.
-		if !primary.Running() {
-			if kind != KillNode {
-				r.o.Logf("fault %d: pg_autoctl of %s exited; starting it again", i+1, primary.Name)
-			}
-			if err := f.StartNode(primary); err != nil {
-				return err
-			}
-		}
-		if _, err := f.WaitStable(ctx, r.o.StableTimeout); err != nil {
-			return fmt.Errorf("after fault %d (%s): %w", i+1, kind, err)
-		}
-		fr.Stable = time.Since(fr.At)
 		// Some load on the new primary, then the checks.
 		sleepCtx(ctx, r.o.Settle)
 		for _, a := range r.ad {
 			fr.FirstAcquire[a.name] = a.firstSuccessAfter(fr.At)
 			fr.MaxGap[a.name] = a.maxGap(fr.At, fr.At.Add(fr.Stable))
+			fr.Recovery[a.name] = a.recovery(fr.At, fr.At.Add(fr.Stable+r.o.Settle))
 		}
 		// Every sentinel acknowledged so far, including those the old
 		// primary acknowledged after the fault, must be on the new one.
@@ -301,11 +274,90 @@ func (r *runner) schedule(ctx context.Context) error {
 		fr.SentinelsChecked = n
 		r.rep.SentinelChecks += n
 		r.rep.fenceChecks = append(r.rep.fenceChecks, fenceCheck{at: fr.At, max: maxFences})
-		r.o.Logf("fault %d: formation stable after %v, first acquire pq %s pgx %s, longest gap pq %s pgx %s; %d sentinel locks verified",
-			i+1, fr.Stable.Round(time.Millisecond), ms(fr.FirstAcquire["pq"]), ms(fr.FirstAcquire["pgx"]),
-			ms(fr.MaxGap["pq"]), ms(fr.MaxGap["pgx"]), n)
+		var firsts, gaps, recs []string
+		for _, a := range r.ad {
+			firsts = append(firsts, a.name+" "+ms(fr.FirstAcquire[a.name]))
+			gaps = append(gaps, a.name+" "+ms(fr.MaxGap[a.name]))
+			recs = append(recs, a.name+" "+ms(fr.Recovery[a.name]))
+		}
+		r.o.Logf("fault %d: %s stable after %v, first acquire %s, recovered %s, longest gap %s; %d sentinel locks verified",
+			i+1, kind, fr.Stable.Round(time.Millisecond), strings.Join(firsts, ", "), strings.Join(recs, ", "), strings.Join(gaps, ", "), n)
 		r.rep.Faults = append(r.rep.Faults, fr)
 	}
+	return nil
+}
+
+// fault is the pg_auto_failover part of a fault (see Cluster).
+func (f *Formation) fault(ctx context.Context, r *runner, i int, kind FaultKind, fr *FaultResult, before func()) error {
+	primary, err := f.WaitStable(ctx, r.o.StableTimeout)
+	if err != nil {
+		return fmt.Errorf("before fault %d (%s): %w", i+1, kind, err)
+	}
+	standby := f.Other(primary)
+	fr.Node = primary.Name
+	before()
+	switch kind {
+	case KillPostmaster:
+		fr.At, err = f.KillPostmaster(primary)
+	case KillNode:
+		fr.At, err = f.KillNode(primary)
+	case Switchover:
+		fr.At, err = f.Switchover(ctx)
+	default:
+		err = fmt.Errorf("unknown fault %q", kind)
+	}
+	if err != nil {
+		return err
+	}
+	r.o.Logf("fault %d: %s on %s (primary)", i+1, kind, primary.Name)
+	// Promotion: the monitor reports the standby as the new primary.
+	// A killed postmaster may instead be restarted in place by its
+	// keeper before the monitor decides to fail over: the fault then
+	// ends once the old primary is back and the monitor's decision
+	// window (see decisionWindow) has passed without a failover.
+	failover := false
+	err = f.waitFor(ctx, standby.Name+" promoted", r.o.StableTimeout, func(ctx context.Context) (bool, error) {
+		ss, err := f.State(ctx)
+		if err != nil {
+			return false, nil
+		}
+		back := 0
+		for _, s := range ss {
+			if s.Name == standby.Name && (s.Reported == "wait_primary" || s.Reported == "primary") {
+				failover = true
+				return true, nil
+			}
+			if (s.Name == primary.Name && s.Reported == "primary" && s.Goal == "primary" && s.Running) ||
+				(s.Name == standby.Name && s.Reported == "secondary" && s.Goal == "secondary") {
+				back++
+			}
+		}
+		return kind == KillPostmaster && back == 2 && time.Since(fr.At) > f.decisionWindow(), nil
+	})
+	if err != nil {
+		return fmt.Errorf("fault %d (%s): %w", i+1, kind, err)
+	}
+	if failover {
+		fr.Promoted = time.Since(fr.At)
+		r.o.Logf("fault %d: %s promoted after %v", i+1, standby.Name, fr.Promoted.Round(time.Millisecond))
+	} else {
+		fr.InPlace = true
+		r.o.Logf("fault %d: %s restarted in place by its keeper; no failover", i+1, primary.Name)
+	}
+	// The killed node's pg_autoctl is started again if it is not
+	// running (KillNode), as its service manager would.
+	if !primary.Running() {
+		if kind != KillNode {
+			r.o.Logf("fault %d: pg_autoctl of %s exited; starting it again", i+1, primary.Name)
+		}
+		if err := f.StartNode(primary); err != nil {
+			return err
+		}
+	}
+	if _, err := f.WaitStable(ctx, r.o.StableTimeout); err != nil {
+		return fmt.Errorf("after fault %d (%s): %w", i+1, kind, err)
+	}
+	fr.Stable = time.Since(fr.At)
 	return nil
 }
 
@@ -328,9 +380,16 @@ func (a *adapter) succeeded(sent time.Time) {
 // acquire: the unavailability a fault caused, including a second outage
 // when a restarted old primary served for a while before the failover.
 func (a *adapter) maxGap(at, end time.Time) time.Duration {
+	gap, _ := a.longestGap(at, end)
+	return gap
+}
+
+// longestGap is maxGap and the acknowledgement that ended it (zero: none
+// before end).
+func (a *adapter) longestGap(at, end time.Time) (time.Duration, time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	prev, gap := at, time.Duration(0)
+	prev, gap, ended := at, time.Duration(0), time.Time{}
 	for _, t := range a.acks {
 		if !t.After(at) {
 			continue
@@ -338,10 +397,27 @@ func (a *adapter) maxGap(at, end time.Time) time.Duration {
 		if t.After(end) {
 			break
 		}
-		gap = max(gap, t.Sub(prev))
+		if t.Sub(prev) > gap {
+			gap, ended = t.Sub(prev), t
+		}
 		prev = t
 	}
-	return max(gap, end.Sub(prev))
+	if end.Sub(prev) > gap {
+		gap, ended = end.Sub(prev), time.Time{}
+	}
+	return gap, ended
+}
+
+// recovery is the time from at to the acknowledgement that ended the
+// longest outage after it (before end): the first acquire acknowledged by
+// the new primary, when the old one served on for a moment (a backend that
+// outlived its postmaster, a primary not yet demoted). -1: none.
+func (a *adapter) recovery(at, end time.Time) time.Duration {
+	_, ended := a.longestGap(at, end)
+	if ended.IsZero() {
+		return -1
+	}
+	return ended.Sub(at)
 }
 
 // firstSuccessAfter returns how long after t the first acquire that was
@@ -427,7 +503,7 @@ func (r *runner) finish() {
 	r.checkLinear()
 	var firsts, gaps []time.Duration
 	for _, fr := range r.rep.Faults {
-		for _, a := range []string{"pq", "pgx"} {
+		for _, a := range r.rep.Adapters {
 			if d := fr.FirstAcquire[a]; d >= 0 {
 				firsts = append(firsts, d)
 			}

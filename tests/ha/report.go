@@ -39,6 +39,10 @@ type FaultResult struct {
 	// FirstAcquire is, per adapter, the time from the fault to the first
 	// successful acquire sent after it (-1: none).
 	FirstAcquire map[string]time.Duration
+	// Recovery is, per adapter, the time from the fault to the acquire
+	// acknowledged at the end of the longest outage after it: the first
+	// acquire on the new primary (-1: none).
+	Recovery map[string]time.Duration
 	// MaxGap is, per adapter, the longest time from the fault to the
 	// formation being stable again without an acknowledged acquire.
 	MaxGap map[string]time.Duration
@@ -46,6 +50,9 @@ type FaultResult struct {
 	// secondary again (the old primary rewound and following).
 	Stable           time.Duration
 	SentinelsChecked int
+	// Note is what the harness had to do besides waiting (e.g. reinit a
+	// member left on a diverged timeline).
+	Note string
 }
 
 type fenceCheck struct {
@@ -55,8 +62,11 @@ type fenceCheck struct {
 
 // Report is the outcome of Run.
 type Report struct {
-	Async    bool
-	Timeouts Timeouts
+	Async bool
+	// Settings are the failover manager's timing settings.
+	Settings string
+	// Adapters names the clients of the load (adapter and route).
+	Adapters []string
 	Seed     uint64
 	Duration time.Duration
 	Faults   []FaultResult
@@ -152,7 +162,7 @@ func (r *Report) Summary() string {
 		mode = "ASYNCHRONOUS"
 	}
 	fmt.Fprintf(&b, "replication: %s; %v of load, seed %d\n", mode, r.Duration.Round(time.Second), r.Seed)
-	fmt.Fprintf(&b, "failover manager timeouts: %s\n", r.Timeouts)
+	fmt.Fprintf(&b, "%s\n", r.Settings)
 	fmt.Fprintf(&b, "faults:\n")
 	for i, f := range r.Faults {
 		kind := string(f.Kind)
@@ -160,16 +170,34 @@ func (r *Report) Summary() string {
 		if f.InPlace {
 			promoted = "restarted in place, no failover"
 		}
-		fmt.Fprintf(&b, "  %d. %-20s on %s: %s; first acquire pq %s pgx %s; longest gap pq %s pgx %s; stable %v; sentinels verified %d\n",
-			i+1, kind, f.Node, promoted, ms(f.FirstAcquire["pq"]), ms(f.FirstAcquire["pgx"]),
-			ms(f.MaxGap["pq"]), ms(f.MaxGap["pgx"]), f.Stable.Round(time.Millisecond), f.SentinelsChecked)
+		var firsts, gaps, recs []string
+		for _, a := range r.Adapters {
+			firsts = append(firsts, a+" "+ms(f.FirstAcquire[a]))
+			gaps = append(gaps, a+" "+ms(f.MaxGap[a]))
+			if d, ok := f.Recovery[a]; ok {
+				recs = append(recs, a+" "+ms(d))
+			}
+		}
+		rec := ""
+		if len(recs) > 0 {
+			rec = "; recovered " + strings.Join(recs, ", ")
+		}
+		fmt.Fprintf(&b, "  %d. %-20s on %s: %s; first acquire %s%s; longest gap %s; stable %v; sentinels verified %d\n",
+			i+1, kind, f.Node, promoted, strings.Join(firsts, ", "), rec, strings.Join(gaps, ", "), f.Stable.Round(time.Millisecond), f.SentinelsChecked)
+		if f.Note != "" {
+			fmt.Fprintf(&b, "     note: %s\n", f.Note)
+		}
 	}
 	fmt.Fprintf(&b, "time from the primary's death to the first successful acquire: p50 %v, max %v (%d samples)\n",
-		r.RecoveryP50.Round(time.Millisecond), r.RecoveryMax.Round(time.Millisecond), 2*len(r.Faults))
+		r.RecoveryP50.Round(time.Millisecond), r.RecoveryMax.Round(time.Millisecond), len(r.Adapters)*len(r.Faults))
 	fmt.Fprintf(&b, "longest time without a successful acquire per fault and adapter: p50 %v, max %v\n",
 		r.GapP50.Round(time.Millisecond), r.GapMax.Round(time.Millisecond))
-	fmt.Fprintf(&b, "acquires: pq %d, pgx %d; hot-key holdings %d, hand-offs checked %d; sentinel lookups %d\n",
-		r.Acquires("pq"), r.Acquires("pgx"), r.Holdings, r.Pairs, r.SentinelChecks)
+	var acq []string
+	for _, a := range r.Adapters {
+		acq = append(acq, fmt.Sprintf("%s %d", a, r.Acquires(a)))
+	}
+	fmt.Fprintf(&b, "acquires: %s; hot-key holdings %d, hand-offs checked %d; sentinel lookups %d\n",
+		strings.Join(acq, ", "), r.Holdings, r.Pairs, r.SentinelChecks)
 	b.WriteString("operations:\n")
 	writeCounts(&b, r.Ops)
 	b.WriteString("errors (adapter op code SQLSTATE: message):\n")
@@ -181,11 +209,15 @@ func (r *Report) Summary() string {
 	if r.Linear != nil {
 		b.WriteString(r.Linear.Line() + "\n")
 	}
+	byRule := r.ViolationsByRule()
+	b.WriteString("rule checks (violations):\n")
+	for _, rule := range []string{RuleAcked, RuleFenceTwice, RuleFenceOrder, RuleFenceAfter, RuleOverlap, RuleErrors, linear.Rule} {
+		fmt.Fprintf(&b, "  %4d  %s\n", byRule[rule], rule)
+	}
 	if len(r.Violations) == 0 {
 		b.WriteString("invariants: all held\n")
 	} else {
 		b.WriteString("invariants BROKEN:\n")
-		byRule := r.ViolationsByRule()
 		for _, k := range slices.Sorted(maps.Keys(byRule)) {
 			fmt.Fprintf(&b, "  %4d x %s\n", byRule[k], k)
 		}

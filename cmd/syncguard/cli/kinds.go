@@ -132,17 +132,9 @@ var kindColumns = []string{"KIND", "KEY", "FENCE", "ACQUIRED", "EXPIRES", "HOLDE
 // (ls: key ""): which kinds have tables (none: not in use), then each
 // kind's List.
 func (a *app) kindRows(ctx context.Context, key string) ([]lockRow, error) {
-	table, _ := a.tableNames()
-	_, slots, _ := semaphore.Tables(table)
-	var in [3]bool
-	if err := a.db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL, to_regclass($3) IS NOT NULL`,
-		rules.QuoteIdent(slots), rules.QuoteIdent(table+"_rw"), rules.QuoteIdent(table+"_ml")).Scan(&in[0], &in[1], &in[2]); err != nil {
-		return nil, errwrap.Wrap(ctx, a.cmd, pgxstd.Dialect, err)
-	}
-	row := func(kind, key string, f syncguard.Fence, id string, acq, exp time.Time, ident string) lockRow {
-		h := syncguard.HashKey(key)
-		return lockRow{kind: kind, keys: []string{key}, hashes: []string{h}, fences: []syncguard.Fence{f}, LockInfo: syncguard.LockInfo{KeyHash: h,
-			LockIDHash: id, Fence: f, AcquiredAt: acq, ExpiresAt: exp, Identity: ident}}
+	in, err := a.kindsInUse(ctx)
+	if err != nil {
+		return nil, err
 	}
 	var rows []lockRow
 	sem, err := semaphore.New(a.db, a.config(), 1)
@@ -167,13 +159,7 @@ func (a *app) kindRows(ctx context.Context, key string) ([]lockRow, error) {
 	if err = cmp.Or(err, e); err == nil && in[2] {
 		sets, e := ml.List(ctx)
 		for _, h := range sets {
-			r := lockRow{kind: "set", LockInfo: syncguard.LockInfo{KeyHash: syncguard.HashKey(h.Set), LockIDHash: h.LockIDHash,
-				ExpiresAt: h.ExpiresAt, AcquiredAt: h.AcquiredAt, Identity: h.Identity}}
-			for _, f := range h.Fences {
-				r.keys, r.hashes, r.fences = append(r.keys, f.Key), append(r.hashes, syncguard.HashKey(f.Key)), append(r.fences, f.Fence)
-				r.Fence = max(r.Fence, f.Fence)
-			}
-			rows = append(rows, r)
+			rows = append(rows, setRow(h))
 		}
 		err = e
 	}
@@ -182,6 +168,36 @@ func (a *app) kindRows(ctx context.Context, key string) ([]lockRow, error) {
 	}
 	nkey, _ := rules.NormalizeKey(key)
 	return slices.DeleteFunc(rows, func(r lockRow) bool { return key != "" && !slices.Contains(r.keys, nkey) }), nil
+}
+
+// kindsInUse reports which of the semaphore's, the read-write lock's and
+// the multi-key lock's tables exist (none: that kind is not in use).
+func (a *app) kindsInUse(ctx context.Context) (in [3]bool, err error) {
+	table, _ := a.tableNames()
+	_, slots, _ := semaphore.Tables(table)
+	if err := a.db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL, to_regclass($3) IS NOT NULL`,
+		rules.QuoteIdent(slots), rules.QuoteIdent(table+"_rw"), rules.QuoteIdent(table+"_ml")).Scan(&in[0], &in[1], &in[2]); err != nil {
+		return in, errwrap.Wrap(ctx, a.cmd, pgxstd.Dialect, err)
+	}
+	return in, nil
+}
+
+// row is a holding of one key as status, ls and revoke show it.
+func row(kind, key string, f syncguard.Fence, id string, acq, exp time.Time, ident string) lockRow {
+	h := syncguard.HashKey(key)
+	return lockRow{kind: kind, keys: []string{key}, hashes: []string{h}, fences: []syncguard.Fence{f}, LockInfo: syncguard.LockInfo{KeyHash: h,
+		LockIDHash: id, Fence: f, AcquiredAt: acq, ExpiresAt: exp, Identity: ident}}
+}
+
+// setRow is a multi-key lock's holding as status, ls and revoke show it.
+func setRow(h *multilock.Holding) lockRow {
+	r := lockRow{kind: "set", LockInfo: syncguard.LockInfo{KeyHash: syncguard.HashKey(h.Set), LockIDHash: h.LockIDHash,
+		ExpiresAt: h.ExpiresAt, AcquiredAt: h.AcquiredAt, Identity: h.Identity}}
+	for _, f := range h.Fences {
+		r.keys, r.hashes, r.fences = append(r.keys, f.Key), append(r.hashes, syncguard.HashKey(f.Key)), append(r.fences, f.Fence)
+		r.Fence = max(r.Fence, f.Fence)
+	}
+	return r
 }
 
 // cells are r's columns by name: its keys as they are (keys) or as hashes.

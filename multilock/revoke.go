@@ -7,7 +7,8 @@ import (
 )
 
 // Revoke forces out every live holding whose set has key (stuck jobs, as
-// an operator's last resort) and returns the holdings it ended, by set;
+// an operator's last resort) and returns the holdings it ended, by set,
+// as List shows them;
 // none when no live set holds key. It reads them and releases each by its
 // lockId, as its holder's own release would: each of the set's keys goes
 // to its first waiter in the same commit. It ends the holdings found only:

@@ -55,6 +55,7 @@ type waitLoop struct {
 
 	attempts, retries int
 	answered          bool  // some attempt got an answer
+	refused           int   // attempts the server answered with an error (a SQLSTATE)
 	lastErr, realErr  error // the last attempt's error since an answer; the last not cut by the deadline
 }
 
@@ -131,6 +132,9 @@ func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err e
 				Msg: fmt.Sprintf("attempt %d got no answer before the end of the wait (%v)", l.attempts, time.Since(l.start).Round(time.Millisecond))}
 		} else {
 			l.realErr = err
+			if sqlState(err) != "" {
+				l.refused++
+			}
 		}
 		l.lastErr = err
 	}
@@ -143,5 +147,5 @@ func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err e
 // giveUp ends the wait without the lock (cause: ctx's, if done).
 func (l *waitLoop) giveUp(cause error) (AcquireResult, time.Time, error) {
 	elapsed := time.Since(l.start).Round(time.Millisecond)
-	return AcquireResult{}, time.Time{}, waitError(l.key, l.attempts, elapsed, l.answered, l.lastErr, l.realErr, cause)
+	return AcquireResult{}, time.Time{}, waitError(l.key, l.attempts, l.refused, elapsed, l.answered, l.lastErr, l.realErr, cause)
 }

@@ -130,16 +130,32 @@ var kindColumns = []string{"KIND", "KEY", "FENCE", "ACQUIRED", "EXPIRES", "HOLDE
 
 // kindRows reads the holdings of the other kinds on key (status), or all
 // (ls: key ""): which kinds have tables (none: not in use), then each
-// kind's List.
-func (a *app) kindRows(ctx context.Context, key string) ([]lockRow, error) {
-	in, err := a.kindsInUse(ctx)
-	if err != nil {
-		return nil, err
+// kind's List; with revoke, each kind's Revoke of key, which ends them.
+func (a *app) kindRows(ctx context.Context, key string, revoke bool) ([]lockRow, error) {
+	table, _ := a.tableNames()
+	_, slots, _ := semaphore.Tables(table)
+	var in [3]bool
+	if err := a.db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL, to_regclass($3) IS NOT NULL`,
+		rules.QuoteIdent(slots), rules.QuoteIdent(table+"_rw"), rules.QuoteIdent(table+"_ml")).Scan(&in[0], &in[1], &in[2]); err != nil {
+		return nil, errwrap.Wrap(ctx, a.cmd, pgxstd.Dialect, err)
+	}
+	row := func(kind, key string, f syncguard.Fence, id string, acq, exp time.Time, ident string) lockRow {
+		h := syncguard.HashKey(key)
+		return lockRow{kind: kind, keys: []string{key}, hashes: []string{h}, fences: []syncguard.Fence{f}, LockInfo: syncguard.LockInfo{KeyHash: h,
+			LockIDHash: id, Fence: f, AcquiredAt: acq, ExpiresAt: exp, Identity: ident}}
 	}
 	var rows []lockRow
 	sem, err := semaphore.New(a.db, a.config(), 1)
+	rw, e := rwlock.New(a.db, a.config())
+	ml, e2 := multilock.New(a.db, a.config())
+	semList, rwList, mlList := sem.List, rw.List, ml.List
+	if err = cmp.Or(err, e, e2); err == nil && revoke {
+		semList = func(ctx context.Context) ([]*semaphore.Holding, error) { return sem.Revoke(ctx, key) }
+		rwList = func(ctx context.Context) ([]*rwlock.Holding, error) { return rw.Revoke(ctx, key) }
+		mlList = func(ctx context.Context) ([]*multilock.Holding, error) { return ml.Revoke(ctx, key) }
+	}
 	if err == nil && in[0] {
-		permits, e := sem.List(ctx)
+		permits, e := semList(ctx)
 		for _, p := range permits {
 			r := row("permit", p.Key, p.Fence, p.LockIDHash, p.AcquiredAt, p.ExpiresAt, p.Identity)
 			r.slot, r.permits = p.Slot, p.Permits
@@ -147,19 +163,23 @@ func (a *app) kindRows(ctx context.Context, key string) ([]lockRow, error) {
 		}
 		err = e
 	}
-	rw, e := rwlock.New(a.db, a.config())
-	if err = cmp.Or(err, e); err == nil && in[1] {
-		leases, e := rw.List(ctx)
+	if err == nil && in[1] {
+		leases, e := rwList(ctx)
 		for _, l := range leases {
 			rows = append(rows, row(map[bool]string{true: "exclusive", false: "shared"}[l.Exclusive], l.Key, l.Fence, l.LockIDHash, l.AcquiredAt, l.ExpiresAt, l.Identity))
 		}
 		err = e
 	}
-	ml, e := multilock.New(a.db, a.config())
-	if err = cmp.Or(err, e); err == nil && in[2] {
-		sets, e := ml.List(ctx)
+	if err == nil && in[2] {
+		sets, e := mlList(ctx)
 		for _, h := range sets {
-			rows = append(rows, setRow(h))
+			r := lockRow{kind: "set", LockInfo: syncguard.LockInfo{KeyHash: syncguard.HashKey(h.Set), LockIDHash: h.LockIDHash,
+				ExpiresAt: h.ExpiresAt, AcquiredAt: h.AcquiredAt, Identity: h.Identity}}
+			for _, f := range h.Fences {
+				r.keys, r.hashes, r.fences = append(r.keys, f.Key), append(r.hashes, syncguard.HashKey(f.Key)), append(r.fences, f.Fence)
+				r.Fence = max(r.Fence, f.Fence)
+			}
+			rows = append(rows, r)
 		}
 		err = e
 	}
@@ -168,36 +188,6 @@ func (a *app) kindRows(ctx context.Context, key string) ([]lockRow, error) {
 	}
 	nkey, _ := rules.NormalizeKey(key)
 	return slices.DeleteFunc(rows, func(r lockRow) bool { return key != "" && !slices.Contains(r.keys, nkey) }), nil
-}
-
-// kindsInUse reports which of the semaphore's, the read-write lock's and
-// the multi-key lock's tables exist (none: that kind is not in use).
-func (a *app) kindsInUse(ctx context.Context) (in [3]bool, err error) {
-	table, _ := a.tableNames()
-	_, slots, _ := semaphore.Tables(table)
-	if err := a.db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL, to_regclass($3) IS NOT NULL`,
-		rules.QuoteIdent(slots), rules.QuoteIdent(table+"_rw"), rules.QuoteIdent(table+"_ml")).Scan(&in[0], &in[1], &in[2]); err != nil {
-		return in, errwrap.Wrap(ctx, a.cmd, pgxstd.Dialect, err)
-	}
-	return in, nil
-}
-
-// row is a holding of one key as status, ls and revoke show it.
-func row(kind, key string, f syncguard.Fence, id string, acq, exp time.Time, ident string) lockRow {
-	h := syncguard.HashKey(key)
-	return lockRow{kind: kind, keys: []string{key}, hashes: []string{h}, fences: []syncguard.Fence{f}, LockInfo: syncguard.LockInfo{KeyHash: h,
-		LockIDHash: id, Fence: f, AcquiredAt: acq, ExpiresAt: exp, Identity: ident}}
-}
-
-// setRow is a multi-key lock's holding as status, ls and revoke show it.
-func setRow(h *multilock.Holding) lockRow {
-	r := lockRow{kind: "set", LockInfo: syncguard.LockInfo{KeyHash: syncguard.HashKey(h.Set), LockIDHash: h.LockIDHash,
-		ExpiresAt: h.ExpiresAt, AcquiredAt: h.AcquiredAt, Identity: h.Identity}}
-	for _, f := range h.Fences {
-		r.keys, r.hashes, r.fences = append(r.keys, f.Key), append(r.hashes, syncguard.HashKey(f.Key)), append(r.fences, f.Fence)
-		r.Fence = max(r.Fence, f.Fence)
-	}
-	return r
 }
 
 // cells are r's columns by name: its keys as they are (keys) or as hashes.

@@ -167,7 +167,10 @@ func plural(n int, noun string) string {
 // its last real cause; the only attempt's error when the wait's end cut it.
 // refused attempts got an error back from the server (a SQLSTATE): the
 // outage is then the server's refusal, not silence.
-func waitError(key string, attempts, refused int, elapsed time.Duration, answered bool, lastErr, realErr, cause error) error {
+//
+// holderGone, when not 0, is how long ago the holder's lock stopped being
+// live while the attempts since got no answer: they waited for its row.
+func waitError(key string, attempts, refused int, elapsed time.Duration, answered bool, lastErr, realErr, cause error, holderGone time.Duration) error {
 	e := &Error{Op: "lock", Code: CodeAcquisitionTimeout, Key: key, Err: cause,
 		Msg: fmt.Sprintf("lock still held by another owner after %s in %v", plural(attempts, "attempt"), elapsed)}
 	switch {
@@ -183,6 +186,10 @@ func waitError(key string, attempts, refused int, elapsed time.Duration, answere
 			plural(attempts, "attempt"), elapsed, refused)
 	case !answered:
 		e.Code, e.Err, e.Msg = CodeOf(realErr), realErr, fmt.Sprintf("no answer from the server to %s in %v", plural(attempts, "attempt"), elapsed)
+	case lastErr != nil && holderGone > 0:
+		e.Msg = fmt.Sprintf("the holder's lease expired %v ago, but after %s in %v the last attempt was still waiting for its lock row: "+
+			"an open transaction keeps it (a txguard Hold in a transaction left open: bound it with idle_in_transaction_session_timeout), or the server is slow",
+			holderGone.Round(time.Millisecond), plural(attempts, "attempt"), elapsed)
 	case lastErr != nil:
 		e.Msg += fmt.Sprintf(" (the last attempt got no answer: %s)", CodeOf(lastErr))
 	}

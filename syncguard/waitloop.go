@@ -54,10 +54,10 @@ type waitLoop struct {
 	start, deadline time.Time // deadline zero: no Timeout, only ctx
 
 	attempts, retries int
-	answered          bool  // some attempt got an answer
+	answered          bool      // some attempt got an answer
 	refused           int       // attempts the server answered with an error (a SQLSTATE)
 	holderEnds        time.Time // when the holder's lock stops being live, as the last answer said (zero: unknown)
-	lastErr, realErr  error // the last attempt's error since an answer; the last not cut by the deadline
+	lastErr, realErr  error     // the last attempt's error since an answer; the last not cut by the deadline
 }
 
 func (l *waitLoop) run() (AcquireResult, time.Time, error) {

@@ -6,6 +6,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/txguard"
 )
 
 // GORMCloseInvoice closes an invoice under its lock, writing with the
@@ -33,4 +34,18 @@ func GORMCreateLocked(ctx context.Context, gdb *gorm.DB, locks *syncguard.Backen
 		return err
 	})
 	return lockID, err
+}
+
+// GORMCloseGuarded closes an invoice in a GORM transaction that commits
+// only while lease holds: guard.HoldLease takes tx.Statement.ConnPool as
+// it is (a *sql.Tx, or GORM's prepared-statement wrapper), as WithTx does.
+func GORMCloseGuarded(ctx context.Context, gdb *gorm.DB, guard *txguard.Guard, lease txguard.Lease, id int64) error {
+	return gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		held, err := guard.HoldLease(ctx, tx.Statement.ConnPool, lease)
+		if err != nil {
+			return err // errors.Is(err, syncguard.ErrLockLost): nothing is written
+		}
+		return tx.Model(&Invoice{}).Where("id = ?", id).
+			Updates(map[string]any{"status": "closed", "fence": string(held.Fence)}).Error
+	})
 }

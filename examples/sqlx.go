@@ -6,6 +6,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/txguard"
 )
 
 // SqlxCloseInvoice closes an invoice under its lock, writing with the
@@ -33,4 +34,22 @@ func SqlxCreateLocked(ctx context.Context, dbx *sqlx.DB, locks *syncguard.Backen
 		return lockID, err // the deferred Rollback undoes the insert and the lock
 	}
 	return lockID, tx.Commit()
+}
+
+// SqlxCloseGuarded closes an invoice in an sqlx transaction that commits
+// only while lease holds: guard.HoldLease takes the *sqlx.Tx as it is.
+func SqlxCloseGuarded(ctx context.Context, dbx *sqlx.DB, guard *txguard.Guard, lease txguard.Lease, id int64) error {
+	tx, err := dbx.BeginTxx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() // after Commit, a no-op
+	held, err := guard.HoldLease(ctx, tx, lease)
+	if err != nil {
+		return err // errors.Is(err, syncguard.ErrLockLost): nothing is written
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE invoices SET status = 'closed', fence = $1 WHERE id = $2`, string(held.Fence), id); err != nil {
+		return guard.Classify(ctx, err)
+	}
+	return tx.Commit()
 }

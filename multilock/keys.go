@@ -85,12 +85,17 @@ func parse(op, set string) ([]rules.Key, *syncguard.Error) {
 		}
 		ks = append(ks, k)
 	}
-	slices.SortFunc(ks, func(a, b rules.Key) int { return strings.Compare(a.Storage, b.Storage) })
-	for i := 1; i < len(ks); i++ {
-		if ks[i].Storage == ks[i-1].Storage {
-			return bad(fmt.Sprintf("key %s appears twice in the set (after normalization)", syncguard.HashKey(ks[i].Norm)))
+	first := make(map[string]int, len(ks)) // storage key -> its position as given, 1-based
+	for i, k := range ks {
+		if j, dup := first[k.Storage]; dup {
+			// By position in the set's array (Error.Key is the set): an
+			// error's text never shows a raw key.
+			return bad(fmt.Sprintf("keys %d and %d of the set's array (Error.Key) are the same key, key#%s, after normalization: name each key once",
+				j, i+1, syncguard.HashKey(k.Norm)))
 		}
+		first[k.Storage] = i + 1
 	}
+	slices.SortFunc(ks, func(a, b rules.Key) int { return strings.Compare(a.Storage, b.Storage) })
 	return ks, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	sqldriver "database/sql/driver"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -105,3 +106,17 @@ type fakeDialect struct{}
 
 func (fakeDialect) Name() string                   { return "fake" }
 func (fakeDialect) Inspect(error) driver.ErrorInfo { return driver.ErrorInfo{} }
+
+// A duplicate key is named by where it is in the set (its array, in
+// Error.Key), not only by its hash; the text still shows no raw key.
+func TestParseNamesTheDuplicate(t *testing.T) {
+	set := Keys("a", "secret-x", "secret-x")
+	_, err := ParseKeys(set)
+	var e *syncguard.Error
+	if !errors.As(err, &e) || e.Key != set || !strings.Contains(e.Msg, "keys 2 and 3 of the set's array") {
+		t.Fatalf("duplicate: %v", err)
+	}
+	if strings.Contains(err.Error(), "secret") {
+		t.Errorf("the error's text shows a raw key: %v", err)
+	}
+}

@@ -80,6 +80,7 @@ type Holder struct {
 	ExpiresAt  time.Time       // server time
 	AcquiredAt time.Time       // server time
 	Identity   string          // the holder's identity, "" when none was set
+	lockID     string
 }
 
 // Holders returns the live leases of key, oldest first.
@@ -315,7 +316,7 @@ func (rw *RWLock) holders(ctx context.Context, op, storage, lockID string) ([]Ho
 		if err := rows.Scan(&id, &h.Exclusive, &exp, &acq, &f, &key, &h.Identity, &now); err != nil {
 			return nil, "", rw.wrap(ctx, op, err)
 		}
-		h.LockIDHash, h.Fence = rules.HashKey(id), fence(f)
+		h.LockIDHash, h.Fence, h.lockID = rules.HashKey(id), fence(f), id
 		h.ExpiresAt, h.AcquiredAt = time.UnixMilli(exp), time.UnixMilli(acq)
 		out = append(out, h)
 	}

@@ -134,6 +134,22 @@ func CodeOf(err error) Code {
 	return ""
 }
 
+// sqlState is the SQLSTATE of the first *Error in err's chain that has
+// one: the server answered with that error.
+func sqlState(err error) string {
+	for err != nil {
+		var e *Error
+		if !errors.As(err, &e) {
+			return ""
+		}
+		if e.SQLState != "" {
+			return e.SQLState
+		}
+		err = e.Err
+	}
+	return ""
+}
+
 func invalidArg(op, msg string) *Error {
 	return &Error{Op: op, Code: CodeInvalidArgument, Msg: msg}
 }
@@ -149,14 +165,31 @@ func plural(n int, noun string) string {
 // waitError is how a wait for key ends without the lock (cause: ctx's,
 // if done): busy once any attempt got an answer, else the outage, with
 // its last real cause; the only attempt's error when the wait's end cut it.
-func waitError(key string, attempts int, elapsed time.Duration, answered bool, lastErr, realErr, cause error) error {
+// refused attempts got an error back from the server (a SQLSTATE): the
+// outage is then the server's refusal, not silence.
+//
+// holderGone, when not 0, is how long ago the holder's lock stopped being
+// live while the attempts since got no answer: they waited for its row.
+func waitError(key string, attempts, refused int, elapsed time.Duration, answered bool, lastErr, realErr, cause error, holderGone time.Duration) error {
 	e := &Error{Op: "lock", Code: CodeAcquisitionTimeout, Key: key, Err: cause,
 		Msg: fmt.Sprintf("lock still held by another owner after %s in %v", plural(attempts, "attempt"), elapsed)}
 	switch {
 	case !answered && realErr == nil:
 		return lastErr
+	case !answered && refused == attempts:
+		e.Code, e.Err, e.Msg = CodeOf(realErr), realErr, fmt.Sprintf("the server answered all %s in %v with an error (the last below)", plural(attempts, "attempt"), elapsed)
+		if attempts == 1 {
+			e.Msg = fmt.Sprintf("the server answered the only attempt in %v with an error", elapsed)
+		}
+	case !answered && refused > 0:
+		e.Code, e.Err, e.Msg = CodeOf(realErr), realErr, fmt.Sprintf("no lock after %s in %v: the server answered %d with an error, the others got no answer (the last error below)",
+			plural(attempts, "attempt"), elapsed, refused)
 	case !answered:
 		e.Code, e.Err, e.Msg = CodeOf(realErr), realErr, fmt.Sprintf("no answer from the server to %s in %v", plural(attempts, "attempt"), elapsed)
+	case lastErr != nil && holderGone > 0:
+		e.Msg = fmt.Sprintf("the holder's lease expired %v ago, but after %s in %v the last attempt was still waiting for its lock row: "+
+			"an open transaction keeps it (a txguard Hold in a transaction left open: bound it with idle_in_transaction_session_timeout), or the server is slow",
+			holderGone.Round(time.Millisecond), plural(attempts, "attempt"), elapsed)
 	case lastErr != nil:
 		e.Msg += fmt.Sprintf(" (the last attempt got no answer: %s)", CodeOf(lastErr))
 	}

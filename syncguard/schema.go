@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"fmt"
 	"log/slog"
 	"regexp"
 	"strconv"
@@ -300,6 +299,9 @@ func SetupSchema(ctx context.Context, db *sql.DB, cfg *Config) error {
 		return nil
 	}
 	e := cl.wrap(ctx, op, err)
+	if who := deploy.SetupLockHolders(ctx, db, err); who != "" {
+		e.Msg += ": " + who
+	}
 	switch {
 	case e.SQLState == "42501" && only:
 		r.Logger.Warn("syncguard: SetupSchema could not create this version's statement functions (the role lacks CREATE on the schema): statements sent unprepared (behind a transaction-mode pooler) are planned at each execution until a role that may runs SetupSchema (or applies SchemaSQL)",
@@ -328,7 +330,9 @@ func runDDL(ctx context.Context, db *sql.DB, ddl string) error {
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", int64(schemaLockID))); err != nil {
+	// The advisory lock waits at most deploy.SetupLockTimeout (another
+	// setup, or any session holding the id: the error names it).
+	if err := deploy.SetupLock(ctx, tx, int64(schemaLockID), deploy.SetupLockTimeout); err != nil {
 		return err
 	}
 	// A table lock (adding a column to a waiters table in use) waits at

@@ -160,3 +160,35 @@ func TestWaitRidesOutRateLimited(t *testing.T) {
 		})
 	}
 }
+
+// A wait whose every attempt the server answered with an error (a full
+// lock table, 53200) says so: "no answer from the server" sent operators
+// looking for a network fault. With some attempts unanswered it counts
+// both.
+func TestWaitEndEveryAttemptRefusedSaysSo(t *testing.T) {
+	full := &syncguard.Error{Op: "acquire", Code: syncguard.CodeServiceUnavailable, SQLState: "53200", Msg: "server out of shared memory"}
+	for _, mixed := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			b := syncguardtest.New()
+			n := 0
+			b.SetHook(func(_ context.Context, c syncguardtest.Call) error {
+				if c.Op != syncguardtest.OpAcquire {
+					return nil
+				}
+				if n++; mixed && n%2 == 0 {
+					return refused
+				}
+				return full
+			})
+			_, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: 5 * time.Second}})
+			requireCode(t, err, syncguard.CodeServiceUnavailable)
+			msg := err.Error()
+			if strings.Contains(msg, "no answer from the server") || !strings.Contains(msg, "answered") {
+				t.Errorf("mixed %v, %d attempts: %v", mixed, n, msg)
+			}
+			if !mixed && !strings.Contains(msg, "answered all") {
+				t.Errorf("every attempt refused: %v", msg)
+			}
+		})
+	}
+}

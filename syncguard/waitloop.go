@@ -54,8 +54,10 @@ type waitLoop struct {
 	start, deadline time.Time // deadline zero: no Timeout, only ctx
 
 	attempts, retries int
-	answered          bool  // some attempt got an answer
-	lastErr, realErr  error // the last attempt's error since an answer; the last not cut by the deadline
+	answered          bool      // some attempt got an answer
+	refused           int       // attempts the server answered with an error (a SQLSTATE)
+	holderEnds        time.Time // when the holder's lock stops being live, as the last answer said (zero: unknown)
+	lastErr, realErr  error     // the last attempt's error since an answer; the last not cut by the deadline
 }
 
 func (l *waitLoop) run() (AcquireResult, time.Time, error) {
@@ -122,7 +124,10 @@ func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err e
 	res, err = l.w.Attempt(actx, l.c.TTL)
 	cancel()
 	if err == nil {
-		l.answered, l.lastErr = true, nil
+		l.answered, l.lastErr, l.holderEnds = true, nil, time.Time{}
+		if !res.OK && res.RetryIn > 0 {
+			l.holderEnds = sent.Add(res.RetryIn)
+		}
 		sent = sent.Add(-res.HandedOver) // (sent matters only when res.OK)
 	} else {
 		cut = l.ctx.Err() == nil && !l.deadline.IsZero() && !time.Now().Before(l.deadline) || errors.Is(l.ctx.Err(), context.DeadlineExceeded)
@@ -131,6 +136,9 @@ func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err e
 				Msg: fmt.Sprintf("attempt %d got no answer before the end of the wait (%v)", l.attempts, time.Since(l.start).Round(time.Millisecond))}
 		} else {
 			l.realErr = err
+			if sqlState(err) != "" {
+				l.refused++
+			}
 		}
 		l.lastErr = err
 	}
@@ -143,5 +151,17 @@ func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err e
 // giveUp ends the wait without the lock (cause: ctx's, if done).
 func (l *waitLoop) giveUp(cause error) (AcquireResult, time.Time, error) {
 	elapsed := time.Since(l.start).Round(time.Millisecond)
-	return AcquireResult{}, time.Time{}, waitError(l.key, l.attempts, elapsed, l.answered, l.lastErr, l.realErr, cause)
+	return AcquireResult{}, time.Time{}, waitError(l.key, l.attempts, l.refused, elapsed, l.answered, l.lastErr, l.realErr, cause, l.holderGone())
+}
+
+// holderGone is how long ago the holder's lock stopped being live, as the
+// last answer said, when the attempts since have got no answer (0: not
+// so). A takeover that waits that long past the holder's expiry waits for
+// a row lock: an open transaction that checked the lease (txguard's Hold),
+// or a slow server.
+func (l *waitLoop) holderGone() time.Duration {
+	if l.holderEnds.IsZero() || CodeOf(l.lastErr) != CodeNetworkTimeout { // a wait, not a refused connection
+		return 0
+	}
+	return max(time.Since(l.holderEnds), 0)
 }

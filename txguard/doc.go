@@ -3,7 +3,8 @@
 // as the locks.
 //
 // A fencing token leaves the check to the resource. Here the database
-// does it: Guard.Hold, called in the caller's *sql.Tx, checks that the
+// does it: Guard.Hold, called in the caller's transaction (a *sql.Tx, or
+// an ORM's, as Backend.WithTx takes it), checks that the
 // lease (key and lockId) is live by the server's clock and locks its lock
 // row FOR KEY SHARE until the transaction ends. No takeover of the key
 // (syncguard's acquire and release, Revoke, cleanup, the reference

@@ -12,6 +12,7 @@ import (
 	"github.com/syncguard/syncguard-go/internal/errwrap"
 	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/sqltx"
 	"github.com/syncguard/syncguard-go/multilock"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
@@ -106,13 +107,19 @@ type Held struct {
 // retryable: a retry of the whole transaction checks again); a deadlock
 // with tx's other row locks is 40P01 (the same). After any error the
 // caller must roll tx back. Bad input is InvalidArgument before any I/O.
-func (g *Guard) Hold(ctx context.Context, tx *sql.Tx, key, lockID string) (Held, error) {
+//
+// tx is what Backend.WithTx accepts (syncguard.Tx): a *sql.Tx, a *sqlx.Tx,
+// GORM's tx.Statement.ConnPool (a *sql.Tx or a *gorm.PreparedStmtTX), bun's
+// bunTx.Tx. When tx embeds a *sql.Tx, Hold runs on that (docs/orm.md).
+// It must be the transaction of the writes: a pool (*sql.DB) fits the
+// interface too, but its row lock would end with its own statement.
+func (g *Guard) Hold(ctx context.Context, tx syncguard.Tx, key, lockID string) (Held, error) {
 	return g.holdRow(ctx, tx, kindMutex, key, lockID)
 }
 
 // holdRow is Hold for a lease of one row: a mutex's lock row, a
 // semaphore permit's slot, an rwlock reader's or writer's holder row.
-func (g *Guard) holdRow(ctx context.Context, tx *sql.Tx, kd kind, key, lockID string) (Held, error) {
+func (g *Guard) holdRow(ctx context.Context, tx syncguard.Tx, kd kind, key, lockID string) (Held, error) {
 	const op = "hold"
 	k, err := rules.DeriveKey(key)
 	if err != nil {
@@ -123,8 +130,9 @@ func (g *Guard) holdRow(ctx context.Context, tx *sql.Tx, kd kind, key, lockID st
 	if e := kit.CheckLockID(op, lockID); e != nil {
 		return Held{}, e
 	}
-	if tx == nil {
-		return Held{}, invalidArg(op, "tx must not be nil: Hold locks the lease in the caller's transaction")
+	tx, e := callerTx(op, tx)
+	if e != nil {
+		return Held{}, e
 	}
 	if err := ctx.Err(); err != nil {
 		return Held{}, g.wrap(ctx, op, key, lockID, err)
@@ -170,8 +178,8 @@ func (g *Guard) holdRow(ctx context.Context, tx *sql.Tx, kd kind, key, lockID st
 // InvalidArgument *syncguard.Error before any I/O. A lease that has
 // already ended (Err is set: lost or released) fails before any I/O,
 // with the error of a lease the server found not held, which also wraps
-// Err. One round trip.
-func (g *Guard) HoldLease(ctx context.Context, tx *sql.Tx, lease Lease) (Held, error) {
+// Err. One round trip. tx is what Hold accepts.
+func (g *Guard) HoldLease(ctx context.Context, tx syncguard.Tx, lease Lease) (Held, error) {
 	const op = "hold"
 	lease, kd, err := g.checkLease(op, lease)
 	if err != nil {
@@ -221,6 +229,18 @@ func (g *Guard) wrap(ctx context.Context, op, key, lockID string, err error) *sy
 		e.Msg = "deadlock between the lock row and this transaction's other row locks: roll back and retry; call Hold first in the transaction to avoid it"
 	}
 	return e
+}
+
+// callerTx checks tx and returns the *sql.Tx it embeds (an ORM's wrapper,
+// as Backend.WithTx unwraps it), else tx itself.
+func callerTx(op string, tx syncguard.Tx) (syncguard.Tx, *syncguard.Error) {
+	if sqltx.IsNil(tx) {
+		return nil, invalidArg(op, "tx must not be nil: Hold locks the lease in the caller's transaction")
+	}
+	if t := sqltx.Unwrap(tx); t != nil {
+		return t, nil
+	}
+	return tx, nil
 }
 
 func lost(op, key, lockID, why string) *syncguard.Error {

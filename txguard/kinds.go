@@ -119,7 +119,7 @@ func (g *Guard) checkLease(op string, lease Lease) (Lease, kind, error) {
 // holdSet is Hold for a multilock set: every key's row of the holding
 // lockID, locked FOR SHARE (hold_multilock.sql); it holds when the rows
 // are the set's keys, all of them, and live by the server's clock.
-func (g *Guard) holdSet(ctx context.Context, tx *sql.Tx, set, lockID string) (Held, error) {
+func (g *Guard) holdSet(ctx context.Context, tx syncguard.Tx, set, lockID string) (Held, error) {
 	const op = "hold"
 	keys, err := multilock.ParseKeys(set)
 	if err != nil {
@@ -131,8 +131,9 @@ func (g *Guard) holdSet(ctx context.Context, tx *sql.Tx, set, lockID string) (He
 	if e := kit.CheckLockID(op, lockID); e != nil {
 		return Held{}, e
 	}
-	if tx == nil {
-		return Held{}, invalidArg(op, "tx must not be nil: Hold locks the lease in the caller's transaction")
+	tx, e := callerTx(op, tx)
+	if e != nil {
+		return Held{}, e
 	}
 	if err := ctx.Err(); err != nil {
 		return Held{}, g.wrap(ctx, op, set, lockID, err)

@@ -4,10 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"fmt"
 	"strings"
 
 	"github.com/syncguard/syncguard-go/driver"
+	"github.com/syncguard/syncguard-go/internal/deploy"
 	"github.com/syncguard/syncguard-go/internal/errwrap"
 	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/rules"
@@ -157,8 +157,12 @@ func runDDL(ctx context.Context, op string, db *sql.DB, cfg *syncguard.Config, d
 		return wrapSetup(ctx, op, db, cfg, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", int64(setupLockID))); err != nil {
-		return wrapSetup(ctx, op, db, cfg, err)
+	if err := deploy.SetupLock(ctx, tx, int64(setupLockID), deploy.SetupLockTimeout); err != nil {
+		e := wrapSetup(ctx, op, db, cfg, err).(*syncguard.Error)
+		if who := deploy.SetupLockHolders(ctx, db, err); who != "" {
+			e.Msg += ": " + who
+		}
+		return e
 	}
 	for _, stmt := range strings.Split(ddl, ";\n\n") {
 		if stmt = strings.TrimSpace(stripComments(stmt)); stmt == "" {

@@ -187,6 +187,9 @@ var bySQLState = map[string]mapping{
 	"28P01": {AuthFailed, "PostgreSQL rejected the credentials"},
 	"42501": {AuthFailed, "insufficient privilege"}, // classify names the object (privilegeMsg)
 	"53300": {RateLimited, "too many connections"},
+	// out_of_memory: "out of shared memory", almost always the shared
+	// lock table (every session's locks and advisory locks) being full.
+	"53200": {ServiceUnavailable, "server out of shared memory: its lock table is full; raise max_locks_per_transaction (it sizes the table for every session) or find the sessions holding many locks (pg_locks)"},
 	"57014": {NetworkTimeout, "statement cancelled by the server (statement_timeout)"},
 	"55P03": {NetworkTimeout, "lock wait timed out (lock_timeout)"},
 	"57P01": {ServiceUnavailable, "server shutting down, restarting or terminated the connection"},

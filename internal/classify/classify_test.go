@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -163,4 +164,13 @@ func FuzzClassify(f *testing.F) {
 			t.Fatalf("unclassified: %+v", r)
 		}
 	})
+}
+
+// A full shared lock table (53200, "out of shared memory") names the
+// setting that sizes it: "server out of resources" told no one what to do.
+func TestOutOfSharedMemoryNamesMaxLocks(t *testing.T) {
+	r := Error(context.Background(), shape(driver.ErrorInfo{SQLState: "53200", Severity: "ERROR", Message: "out of shared memory"}), errors.New("out of shared memory"))
+	if r.Code != ServiceUnavailable || !strings.Contains(r.Msg, "max_locks_per_transaction") {
+		t.Errorf("53200: %+v, want ServiceUnavailable naming max_locks_per_transaction", r)
+	}
 }

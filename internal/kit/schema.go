@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"regexp"
 	"strings"
-	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/deploy"
@@ -167,11 +166,12 @@ func (s *Schema) Setup(ctx context.Context, db *sql.DB, cfg *syncguard.Config) e
 		return wrap(err)
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", lockTimeout.Milliseconds())); err != nil {
-		return wrap(err)
-	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", s.LockID)); err != nil {
-		return wrap(err)
+	if err := deploy.SetupLock(ctx, tx, s.LockID, lockTimeout); err != nil {
+		e := errwrap.Wrap(ctx, op, d, err)
+		if who := deploy.SetupLockHolders(ctx, db, err); who != "" {
+			e.Msg += ": " + who
+		}
+		return e
 	}
 	for _, stmt := range Statements(ddl) {
 		if _, err := tx.ExecContext(ctx, stmt); err != nil {
@@ -186,7 +186,7 @@ var createdRE = regexp.MustCompile(`(?m)^CREATE (?:UNIQUE |UNLOGGED )?(TABLE|IND
 
 // lockTimeout bounds a setup's wait for its advisory lock and the
 // catalog's locks (another setup, or a session holding the id).
-const lockTimeout = 30 * time.Second
+const lockTimeout = deploy.SetupLockTimeout
 
 // Statements splits DDL into its statements, without comments: a
 // statement ends with a line ending in ";" outside a $fn$ body.

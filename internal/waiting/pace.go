@@ -85,9 +85,18 @@ func (p *Pace) Attempted(sent time.Time, answered, ok bool, retryIn time.Duratio
 // retry schedule asks for an attempt; it is dropped for a waiter that a
 // release will wake, once it has waited RetriesQueued behind a live lock,
 // or is far back.
+//
+// After an attempt that got no answer (an outage's error) the caller's
+// retry schedule alone says when (its backoff up to its cap): the waiter's
+// renewal and polling are for a server that answers, and a waiter whose
+// attempt failed never started listening, so it would poll the outage
+// every PollMin-PollMax.
 func (p *Pace) Next(retry time.Time, h Hint) (wake <-chan struct{}, at time.Time) {
 	now := time.Now()
 	at = p.expiry
+	if !p.answered {
+		at, h.Renew, h.Poll = time.Time{}, 0, false
+	}
 	earliest := func(t time.Time) {
 		if !t.IsZero() && (at.IsZero() || t.Before(at)) {
 			at = t

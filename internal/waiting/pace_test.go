@@ -108,4 +108,39 @@ func TestPace(t *testing.T) {
 			}
 		})
 	})
+
+	t.Run("AnOutageFollowsTheRetryScheduleAlone", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			var p Pace
+			h := Hint{Wake: wake, Renew: 10 * time.Millisecond, Poll: true} // not listening: the attempt failed
+			attempt(&p, true, false, 50*time.Millisecond)
+			if _, at := p.Next(time.Now().Add(time.Second), h); in(at) != PollMin {
+				t.Fatalf("answered, not listening: polls at PollMin, next in %v", in(at))
+			}
+			// Count the attempts of a 3 s outage with the retry schedule
+			// 100 ms doubling to 1 s: 100+200+400+800+1000 = 2.5 s: 6.
+			start, delay, attempts := time.Now(), 100*time.Millisecond, 0
+			retry := start.Add(delay)
+			for time.Since(start) < 3*time.Second {
+				attempt(&p, false, false, 0)
+				attempts++
+				if !time.Now().Before(retry) {
+					delay = min(2*delay, time.Second)
+					retry = time.Now().Add(delay)
+				}
+				_, at := p.Next(retry, h)
+				if at.IsZero() {
+					t.Fatal("an outage with a retry schedule: no next attempt")
+				}
+				time.Sleep(in(at))
+			}
+			if attempts > 7 {
+				t.Errorf("rule: in an outage the retry schedule alone paces the attempts: %d in 3 s, want at most 7", attempts)
+			}
+			attempt(&p, true, false, 0)
+			if _, at := p.Next(time.Now().Add(time.Second), h); in(at) != PollMin {
+				t.Errorf("rule: once the server answers, polling starts again at PollMin: next in %v", in(at))
+			}
+		})
+	})
 }

@@ -74,7 +74,7 @@ func init() {
 		{"run", "KEY [flags] -- COMMAND [ARG...]", "run COMMAND while holding the lock on KEY (also: --key KEY; -c 'COMMAND LINE' for sh -c)", (*app).cmdRun},
 		{"status", "KEY", "show whether KEY is held, by whom, until when, with which fence", (*app).cmdStatus},
 		{"ls", "", "list active locks, newest first", (*app).cmdLs},
-		{"revoke", "KEY", "force the holder of KEY out: its lease ends as lost at its next extend; the first waiter gets KEY", (*app).cmdRevoke},
+		{"revoke", "KEY", "force every holder of KEY out (mutex, permits, read-write leases, sets with KEY): each lease ends as lost at its next extend; the first waiters get what they held", (*app).cmdRevoke},
 		{"leader", "KEY [--watch]", "show the leader of the election KEY (identity, term), or follow it", (*app).cmdLeader},
 		{"elect", "--key KEY [flags] -- COMMAND [ARG...]", "run COMMAND whenever elected leader of KEY; campaign again after it exits or loses", (*app).cmdElect},
 		{"schema", "", "print the DDL of the lock tables (for migration tools)", (*app).cmdSchema},

@@ -130,8 +130,8 @@ var kindColumns = []string{"KIND", "KEY", "FENCE", "ACQUIRED", "EXPIRES", "HOLDE
 
 // kindRows reads the holdings of the other kinds on key (status), or all
 // (ls: key ""): which kinds have tables (none: not in use), then each
-// kind's List.
-func (a *app) kindRows(ctx context.Context, key string) ([]lockRow, error) {
+// kind's List; with revoke, each kind's Revoke of key, which ends them.
+func (a *app) kindRows(ctx context.Context, key string, revoke bool) ([]lockRow, error) {
 	table, _ := a.tableNames()
 	_, slots, _ := semaphore.Tables(table)
 	var in [3]bool
@@ -146,8 +146,16 @@ func (a *app) kindRows(ctx context.Context, key string) ([]lockRow, error) {
 	}
 	var rows []lockRow
 	sem, err := semaphore.New(a.db, a.config(), 1)
+	rw, e := rwlock.New(a.db, a.config())
+	ml, e2 := multilock.New(a.db, a.config())
+	semList, rwList, mlList := sem.List, rw.List, ml.List
+	if err = cmp.Or(err, e, e2); err == nil && revoke {
+		semList = func(ctx context.Context) ([]*semaphore.Holding, error) { return sem.Revoke(ctx, key) }
+		rwList = func(ctx context.Context) ([]*rwlock.Holding, error) { return rw.Revoke(ctx, key) }
+		mlList = func(ctx context.Context) ([]*multilock.Holding, error) { return ml.Revoke(ctx, key) }
+	}
 	if err == nil && in[0] {
-		permits, e := sem.List(ctx)
+		permits, e := semList(ctx)
 		for _, p := range permits {
 			r := row("permit", p.Key, p.Fence, p.LockIDHash, p.AcquiredAt, p.ExpiresAt, p.Identity)
 			r.slot, r.permits = p.Slot, p.Permits
@@ -155,17 +163,15 @@ func (a *app) kindRows(ctx context.Context, key string) ([]lockRow, error) {
 		}
 		err = e
 	}
-	rw, e := rwlock.New(a.db, a.config())
-	if err = cmp.Or(err, e); err == nil && in[1] {
-		leases, e := rw.List(ctx)
+	if err == nil && in[1] {
+		leases, e := rwList(ctx)
 		for _, l := range leases {
 			rows = append(rows, row(map[bool]string{true: "exclusive", false: "shared"}[l.Exclusive], l.Key, l.Fence, l.LockIDHash, l.AcquiredAt, l.ExpiresAt, l.Identity))
 		}
 		err = e
 	}
-	ml, e := multilock.New(a.db, a.config())
-	if err = cmp.Or(err, e); err == nil && in[2] {
-		sets, e := ml.List(ctx)
+	if err == nil && in[2] {
+		sets, e := mlList(ctx)
 		for _, h := range sets {
 			r := lockRow{kind: "set", LockInfo: syncguard.LockInfo{KeyHash: syncguard.HashKey(h.Set), LockIDHash: h.LockIDHash,
 				ExpiresAt: h.ExpiresAt, AcquiredAt: h.AcquiredAt, Identity: h.Identity}}

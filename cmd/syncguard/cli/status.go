@@ -39,7 +39,7 @@ is-active), 64/69/70/77 on errors.`)
 	if err != nil {
 		return err
 	}
-	rows, err := a.kindRows(ctx, key)
+	rows, err := a.kindRows(ctx, key, false)
 	if err != nil {
 		return err
 	}
@@ -145,7 +145,7 @@ uses.`); err != nil {
 	if err != nil {
 		return err
 	}
-	rows, err := a.kindRows(ctx, "")
+	rows, err := a.kindRows(ctx, "", false)
 	if err != nil {
 		return err
 	}

@@ -46,11 +46,18 @@ func FenceTextSQL(expr string) string {
 
 // GateHeldSQL is whether a session other than this one, of a role that
 // may update the lock table locks, holds the advisory lock hashtext(key)
-// (any mode, granted); a session whose role cannot be read (a prepared
-// transaction) counts. Any role can take advisory locks: held by no such
+// (any mode, granted). Any role can take advisory locks: held by no such
 // session, the lock is held by roles that cannot touch the lock tables
-// (design.md, "The advisory try-lock: a hint, not a gate"). Reading
-// pg_locks takes every lock-manager partition's lock: rare paths only.
+// (design.md, "The advisory try-lock: a hint, not a gate"). A lock with no
+// backend (pid NULL) is a prepared transaction's, which any role may
+// leave behind where max_prepared_transactions > 0: it counts when its
+// owner (pg_prepared_xacts, readable by every role) may update the table.
+// PostgreSQL shows a prepared transaction's locks under the virtual
+// transaction id of the session that prepared it (15) or -1/xid (before
+// 13); its transactionid lock carries the same virtual transaction id and
+// its xid. A holder whose owner cannot be found (it ended meanwhile, or
+// its role was dropped) counts. Reading pg_locks takes every lock-manager
+// partition's lock: a key's first acquire only (placeholder.sql).
 func GateHeldSQL(key, locks string) string {
 	return fmt.Sprintf(`EXISTS (
   SELECT 1 FROM pg_catalog.pg_locks AS pl
@@ -60,7 +67,15 @@ func GateHeldSQL(key, locks string) string {
     AND pl."classid" = ((hashtext(%[1]s)::bigint >> 32) & 4294967295)::oid
     AND pl."objid" = (hashtext(%[1]s)::bigint & 4294967295)::oid
     AND pl."pid" IS DISTINCT FROM pg_backend_pid()
-    AND (sa."usesysid" IS NULL OR has_table_privilege(sa."usesysid", %[2]s, 'UPDATE')))`, key, "'"+strings.ReplaceAll(locks, "'", "''")+"'")
+    AND CASE WHEN pl."pid" IS NOT NULL THEN sa."usesysid" IS NULL OR has_table_privilege(sa."usesysid", %[2]s, 'UPDATE')
+             ELSE COALESCE((
+               SELECT bool_or(r."oid" IS NULL OR has_table_privilege(r."oid", %[2]s, 'UPDATE'))
+               FROM pg_catalog.pg_prepared_xacts AS px
+               LEFT JOIN pg_catalog.pg_roles AS r ON r."rolname" = px."owner"
+               WHERE pl."virtualtransaction" = '-1/' || px."transaction"::text
+                  OR EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS pt
+                             WHERE pt."locktype" = 'transactionid' AND pt."pid" IS NULL
+                               AND pt."virtualtransaction" = pl."virtualtransaction" AND pt."transactionid" = px."transaction")), true) END)`, key, "'"+strings.ReplaceAll(locks, "'", "''")+"'")
 }
 
 var callRE = regexp.MustCompile(`\{\{\s*([a-z_]+)\s*(?:\(([^()]*)\))?\s*\}\}`)

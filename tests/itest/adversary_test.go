@@ -90,6 +90,9 @@ func TestAdversary(t *testing.T) {
 			t.Run("WaitersWithShortTimeoutsDoNotStarveTheKey", func(t *testing.T) {
 				shortTimeouts(ctx, t, admin, backend, key)
 			})
+			t.Run("PreparedTransactionsStallNothing", func(t *testing.T) {
+				preparedTransactionsStallNothing(ctx, t, admin, evil, a.open(t), backend, key)
+			})
 			t.Run("XminHeldBackLosesNothing", func(t *testing.T) {
 				xminHeldBack(ctx, t, evil, backend, key)
 			})

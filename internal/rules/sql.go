@@ -18,6 +18,7 @@ import (
 //	{{cleanup_grace}}           CleanupGraceMs
 //	{{async_release_max}}       AsyncReleaseMaxMs
 //	{{gate_held_privileged(k)}} GateHeldSQL over the storage key k
+//	{{storage_key(k)}}          StorageKeySQL of the user key k
 //
 // plus the names the caller passes (table and index identifiers).
 
@@ -78,6 +79,20 @@ func GateHeldSQL(key, locks string) string {
                                AND pt."virtualtransaction" = pl."virtualtransaction" AND pt."transactionid" = px."transaction")), true) END)`, key, "'"+strings.ReplaceAll(locks, "'", "''")+"'")
 }
 
+// StorageKeySQL is DeriveKey's storage key in SQL, of the user key expr
+// (text): NFC (normalize, in a UTF8 database; in another encoding the key
+// is taken as given), then MakeStorageKey without a prefix: the key
+// itself when it fits, else base64url of the first 16 bytes of its
+// SHA-256. For SQL that takes a user key (txguard's hold function), so
+// that it finds the same row as Go. vectors: tests/itest
+// TestTxGuardHoldFunctionTakesTheKey.
+func StorageKeySQL(expr string) string {
+	n := fmt.Sprintf(`(CASE WHEN current_setting('server_encoding') = 'UTF8' THEN normalize(%[1]s, NFC) ELSE %[1]s END)`, expr)
+	return fmt.Sprintf(`(CASE WHEN octet_length(%[1]s) + %[2]d <= %[3]d THEN %[1]s
+  ELSE rtrim(translate(encode(substring(sha256(convert_to(%[1]s, 'UTF8')) FROM 1 FOR 16), 'base64'), '+/', '-_'), '=') END)`,
+		n, StorageKeyReserve, StorageKeyLimit)
+}
+
 var callRE = regexp.MustCompile(`\{\{\s*([a-z_]+)\s*(?:\(([^()]*)\))?\s*\}\}`)
 
 // Render expands the template calls in text. names maps the caller's own
@@ -136,6 +151,8 @@ func expand(name string, args []string, call bool, names map[string]string) (str
 		return strconv.Itoa(CleanupGraceMs), want(0)
 	case "async_release_max":
 		return strconv.Itoa(AsyncReleaseMaxMs), want(0)
+	case "storage_key":
+		return StorageKeySQL(strings.Join(args, ", ")), want(1)
 	case "gate_held_privileged":
 		return GateHeldSQL(strings.Join(args, ", "), names["locks"]), want(1)
 	}

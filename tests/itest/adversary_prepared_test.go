@@ -3,6 +3,9 @@ package itest_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,4 +87,89 @@ func preparedTransactionsStallNothing(ctx context.Context, t *testing.T, admin, 
 	if r, err = b.Acquire(ctx, privileged, time.Minute); err != nil || !r.OK {
 		t.Fatalf("acquire once the prepared transaction rolled back: %+v, %v", r, err)
 	}
+}
+
+// heldIdsSetNoPrice (issue 41): with another role holding a key's
+// advisory id, acquires of that key after its first never read pg_locks
+// (every lock of the server, each read taking every lock-manager
+// partition's lock: a cost that grows with the locks other roles hold).
+// The first acquire (no row yet) writes a placeholder and asks pg_locks
+// who holds the id; its release keeps the row, expired, and the next
+// acquire takes it over under row locks. Checked on the Backend's own
+// prepared acquire statement (pg_prepared_statements of its one
+// connection), run under EXPLAIN ANALYZE in a transaction rolled back:
+// its scan of pg_lock_status is never executed.
+func heldIdsSetNoPrice(ctx context.Context, t *testing.T, evil *sql.DB, backend func() *syncguard.Backend, db func() *sql.DB, key func(string) string) {
+	k := key("no-price")
+	holdAdvisory(ctx, t, evil, k, false)
+	b := backend()
+	conn := db()
+	conn.SetMaxOpenConns(1)
+	for i := range 3 {
+		r, err := b.Acquire(ctx, k, time.Minute)
+		if err != nil || !r.OK {
+			t.Fatalf("cycle %d: acquire: %+v, %v; want it taken", i, r, err)
+		}
+		if rr, err := b.Release(ctx, r.LockID); err != nil || !rr.OK {
+			t.Fatalf("cycle %d: release: %+v, %v", i, rr, err)
+		}
+	}
+	// The plain acquire (five parameters), as its statement function
+	// runs it: the statement after RETURN QUERY.
+	var src string
+	if err := conn.QueryRowContext(ctx, `SELECT p.prosrc FROM pg_catalog.pg_proc AS p
+		WHERE p.proname LIKE 'adv\_locks\_op\_%' AND p.pronargs = 5 AND p.prosrc LIKE '%SKIP LOCKED%'`).Scan(&src); err != nil {
+		t.Fatalf("the acquire's statement function: %v", err)
+	}
+	_, stmt, _ := strings.Cut(src, "RETURN QUERY\n")
+	stmt, _, _ = strings.Cut(stmt, "; END")
+	norm, _ := rules.NormalizeKey(k)
+	storage, fence, _ := rules.StorageKeys(norm)
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck
+	if _, err := tx.ExecContext(ctx, `PREPARE sg_acquire_41 AS `+stmt); err != nil {
+		t.Fatalf("PREPARE the acquire: %v\n%s", err, stmt)
+	}
+	var plan string
+	q := fmt.Sprintf(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE sg_acquire_41('%s', '%s', '%s', '%s', 60000)`, storage, rules.GenerateLockID(), fence, norm)
+	if err := tx.QueryRowContext(ctx, q).Scan(&plan); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	if !strings.Contains(plan, "pg_lock_status") {
+		t.Fatalf("no scan of pg_lock_status in the acquire's plan (the placeholder's check): %s", plan)
+	}
+	var nodes []map[string]any
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if x["Function Name"] == "pg_lock_status" {
+				nodes = append(nodes, x)
+			}
+			for _, c := range x {
+				walk(c)
+			}
+		case []any:
+			for _, c := range x {
+				walk(c)
+			}
+		}
+	}
+	var doc any
+	if err := json.Unmarshal([]byte(plan), &doc); err != nil {
+		t.Fatal(err)
+	}
+	walk(doc)
+	for _, n := range nodes {
+		if loops, _ := n["Actual Loops"].(float64); loops != 0 {
+			t.Fatalf("the acquire of a key that has a row, whose advisory id another role holds, read pg_locks (%v loops of pg_lock_status); want none (rule: no statement whose cost grows with the locks other roles hold)", loops)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `DEALLOCATE sg_acquire_41`); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d scans of pg_lock_status in the plan, none executed", len(nodes))
 }

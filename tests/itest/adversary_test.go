@@ -93,6 +93,9 @@ func TestAdversary(t *testing.T) {
 			t.Run("PreparedTransactionsStallNothing", func(t *testing.T) {
 				preparedTransactionsStallNothing(ctx, t, admin, evil, a.open(t), backend, key)
 			})
+			t.Run("HeldIdsSetNoPriceOnAcquire", func(t *testing.T) {
+				heldIdsSetNoPrice(ctx, t, evil, backend, func() *sql.DB { return lastDB }, key)
+			})
 			t.Run("XminHeldBackLosesNothing", func(t *testing.T) {
 				xminHeldBack(ctx, t, evil, backend, key)
 			})

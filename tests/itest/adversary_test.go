@@ -96,6 +96,9 @@ func TestAdversary(t *testing.T) {
 			t.Run("HeldIdsSetNoPriceOnAcquire", func(t *testing.T) {
 				heldIdsSetNoPrice(ctx, t, evil, backend, func() *sql.DB { return lastDB }, key)
 			})
+			t.Run("RolledBackWithTxLeavesOneExpiredRowPerKey", func(t *testing.T) {
+				rolledBackWithTxRows(ctx, t, admin, evil, backend, func() *sql.DB { return lastDB }, key)
+			})
 			t.Run("XminHeldBackLosesNothing", func(t *testing.T) {
 				xminHeldBack(ctx, t, evil, backend, key)
 			})

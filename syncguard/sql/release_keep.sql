@@ -11,6 +11,8 @@
 -- a delete); then Release runs release.sql. Same columns as release.sql.
 -- $1 lockId. Kept rows are expired rows like any other: no lookup, list,
 -- release or extend sees them, cleanup may delete them.
+-- sc: as in release.sql, a lock with at most {{async_release_max}} ms left
+-- is released without waiting for the WAL flush (this transaction only).
 WITH
 t AS (
   SELECT {{now_ms}} AS now_ms
@@ -22,7 +24,10 @@ k AS (
 --if queue
     AND NOT EXISTS (SELECT 1 FROM {{waiters}} AS q WHERE q."key" = l."key" AND q."deadline_ms" > t.now_ms)
 --end
-  RETURNING l."lock_id"
+  RETURNING l."lock_id", l."expires_at_ms" - t.now_ms AS left_ms
+),
+sc AS (
+  SELECT set_config('synchronous_commit', 'off', true) AS v FROM k WHERE k.left_ms <= {{async_release_max}}
 )
 SELECT k."lock_id",
   CASE WHEN k."lock_id" IS NULL THEN
@@ -30,3 +35,4 @@ SELECT k."lock_id",
   t.now_ms, NULL::text AS woke, NULL::text AS woke_channel, false AS left_queue
 FROM t
 LEFT JOIN k ON true
+LEFT JOIN sc ON true

@@ -67,7 +67,7 @@ CREATE INDEX IF NOT EXISTS "idx_syncguard_locks_hkey" ON "syncguard_locks_holder
 -- unprepared (behind a transaction-mode pooler). Named by a hash of their definition, each is
 -- created when missing (any role with CREATE may apply this again).
 
-DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_fd491189"(text,text,text,text,bigint)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_fd491189"(text, text, text, text, bigint) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_30b1184c"(text,text,text,text,bigint)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_30b1184c"(text, text, text, text, bigint) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 boolean, r9 bigint) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -86,10 +86,20 @@ row0 AS (
 cur AS (
   SELECT l.* FROM row0 AS l, t WHERE l."expires_at_ms" > t.now_ms - 1000
 ),
+snapf AS (
+  SELECT c."fence" FROM "syncguard_fence_counters" AS c WHERE c."fence_key" = (SELECT a."fence_key" FROM a)
+),
+lk AS (
+  SELECT 1 FROM "syncguard_locks" AS l, "syncguard_fence_counters" AS c
+  WHERE l."key" = (SELECT a."key" FROM a) AND c."fence_key" = (SELECT a."fence_key" FROM a) AND l."acquired_at_ms" <> 0
+  FOR UPDATE OF l, c SKIP LOCKED
+),
 gate AS (
   SELECT CASE WHEN EXISTS (SELECT 1 FROM cur) THEN 'busy'
              WHEN pg_try_advisory_xact_lock(hashtext(a."key")) THEN 'gated'
              WHEN NOT EXISTS (SELECT 1 FROM row0) THEN 'absent'
+             WHEN EXISTS (SELECT 1 FROM row0 WHERE row0."acquired_at_ms" <> 0) AND EXISTS (SELECT 1 FROM snapf) THEN
+               CASE WHEN EXISTS (SELECT 1 FROM lk) THEN 'open' ELSE 'busy' END
              WHEN EXISTS (
   SELECT 1 FROM pg_catalog.pg_locks AS pl
   LEFT JOIN pg_catalog.pg_stat_activity AS sa ON sa."pid" = pl."pid"
@@ -98,15 +108,20 @@ gate AS (
     AND pl."classid" = ((hashtext(a."key")::bigint >> 32) & 4294967295)::oid
     AND pl."objid" = (hashtext(a."key")::bigint & 4294967295)::oid
     AND pl."pid" IS DISTINCT FROM pg_backend_pid()
-    AND (sa."usesysid" IS NULL OR has_table_privilege(sa."usesysid", '"syncguard_locks"', 'UPDATE'))) THEN 'busy'
+    AND CASE WHEN pl."pid" IS NOT NULL THEN sa."usesysid" IS NULL OR has_table_privilege(sa."usesysid", '"syncguard_locks"', 'UPDATE')
+             ELSE COALESCE((
+               SELECT bool_or(r."oid" IS NULL OR has_table_privilege(r."oid", '"syncguard_locks"', 'UPDATE'))
+               FROM pg_catalog.pg_prepared_xacts AS px
+               LEFT JOIN pg_catalog.pg_roles AS r ON r."rolname" = px."owner"
+               WHERE pl."virtualtransaction" = '-1/' || px."transaction"::text
+                  OR EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS pt
+                             WHERE pt."locktype" = 'transactionid' AND pt."pid" IS NULL
+                               AND pt."virtualtransaction" = pl."virtualtransaction" AND pt."transactionid" = px."transaction")), true) END) THEN 'busy'
              ELSE 'open' END AS state
   FROM a
 ),
 free AS (
   SELECT t.now_ms, gate.state = 'gated' AS gated FROM t, gate WHERE gate.state IN ('gated', 'open')
-),
-snapf AS (
-  SELECT c."fence" FROM "syncguard_fence_counters" AS c WHERE c."fence_key" = (SELECT a."fence_key" FROM a)
 ),
 f AS (
   INSERT INTO "syncguard_fence_counters" AS c ("fence_key", "fence", "key_debug")
@@ -148,13 +163,14 @@ SELECT
    AND COALESCE((SELECT snapf."fence" FROM snapf), 0) >= 900000000000000) AS fence_exhausted,
   t.now_ms,
   (SELECT gate.state = 'absent' FROM gate) AS absent,
+  (SELECT gate.state = 'open' FROM gate) AS opened,
   0::bigint AS ahead_n
 FROM t
 LEFT JOIN won ON true
 LEFT JOIN cur ON true; END
 $syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_d872db57"(text,text,text,text,bigint,bigint,boolean)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_d872db57"(text, text, text, text, bigint, bigint, boolean) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_9b67f932"(text,text,text,text,bigint,bigint,boolean)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_9b67f932"(text, text, text, text, bigint, bigint, boolean) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 boolean, r9 bigint) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -183,12 +199,22 @@ ahead AS (
       AND (w."place", w."lock_id") < (COALESCE((SELECT me."place" FROM me), floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint), (SELECT a."lock_id" FROM a))
     LIMIT 64) AS r
 ),
+snapf AS (
+  SELECT c."fence" FROM "syncguard_fence_counters" AS c WHERE c."fence_key" = (SELECT a."fence_key" FROM a)
+),
+lk AS (
+  SELECT 1 FROM "syncguard_locks" AS l, "syncguard_fence_counters" AS c
+  WHERE l."key" = (SELECT a."key" FROM a) AND c."fence_key" = (SELECT a."fence_key" FROM a) AND l."acquired_at_ms" <> 0
+  FOR UPDATE OF l, c SKIP LOCKED
+),
 gate AS (
   SELECT CASE WHEN EXISTS (SELECT 1 FROM cur) THEN 'busy'
              WHEN (SELECT ahead.awake FROM ahead) THEN 'busy'
              WHEN EXISTS (SELECT 1 FROM me WHERE me."ttl_ms" = 0) THEN 'busy'
              WHEN pg_try_advisory_xact_lock(hashtext(a."key")) THEN 'gated'
              WHEN NOT EXISTS (SELECT 1 FROM row0) THEN 'absent'
+             WHEN EXISTS (SELECT 1 FROM row0 WHERE row0."acquired_at_ms" <> 0) AND EXISTS (SELECT 1 FROM snapf) THEN
+               CASE WHEN EXISTS (SELECT 1 FROM lk) THEN 'open' ELSE 'busy' END
              WHEN EXISTS (
   SELECT 1 FROM pg_catalog.pg_locks AS pl
   LEFT JOIN pg_catalog.pg_stat_activity AS sa ON sa."pid" = pl."pid"
@@ -197,15 +223,20 @@ gate AS (
     AND pl."classid" = ((hashtext(a."key")::bigint >> 32) & 4294967295)::oid
     AND pl."objid" = (hashtext(a."key")::bigint & 4294967295)::oid
     AND pl."pid" IS DISTINCT FROM pg_backend_pid()
-    AND (sa."usesysid" IS NULL OR has_table_privilege(sa."usesysid", '"syncguard_locks"', 'UPDATE'))) THEN 'busy'
+    AND CASE WHEN pl."pid" IS NOT NULL THEN sa."usesysid" IS NULL OR has_table_privilege(sa."usesysid", '"syncguard_locks"', 'UPDATE')
+             ELSE COALESCE((
+               SELECT bool_or(r."oid" IS NULL OR has_table_privilege(r."oid", '"syncguard_locks"', 'UPDATE'))
+               FROM pg_catalog.pg_prepared_xacts AS px
+               LEFT JOIN pg_catalog.pg_roles AS r ON r."rolname" = px."owner"
+               WHERE pl."virtualtransaction" = '-1/' || px."transaction"::text
+                  OR EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS pt
+                             WHERE pt."locktype" = 'transactionid' AND pt."pid" IS NULL
+                               AND pt."virtualtransaction" = pl."virtualtransaction" AND pt."transactionid" = px."transaction")), true) END) THEN 'busy'
              ELSE 'open' END AS state
   FROM a
 ),
 free AS (
   SELECT t.now_ms, gate.state = 'gated' AS gated FROM t, gate WHERE gate.state IN ('gated', 'open')
-),
-snapf AS (
-  SELECT c."fence" FROM "syncguard_fence_counters" AS c WHERE c."fence_key" = (SELECT a."fence_key" FROM a)
 ),
 f AS (
   INSERT INTO "syncguard_fence_counters" AS c ("fence_key", "fence", "key_debug")
@@ -271,13 +302,14 @@ SELECT
    AND COALESCE((SELECT snapf."fence" FROM snapf), 0) >= 900000000000000) AS fence_exhausted,
   t.now_ms,
   (SELECT gate.state = 'absent' FROM gate) AS absent,
+  (SELECT gate.state = 'open' FROM gate) AS opened,
   (SELECT ahead.n FROM ahead) AS ahead_n
 FROM t
 LEFT JOIN won ON true
 LEFT JOIN cur ON true; END
 $syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_846cbd6f"(text,text,text,text,bigint,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_846cbd6f"(text, text, text, text, bigint, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_4a4733ef"(text,text,text,text,bigint,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_4a4733ef"(text, text, text, text, bigint, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 boolean, r9 bigint) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -296,10 +328,20 @@ row0 AS (
 cur AS (
   SELECT l.* FROM row0 AS l, t WHERE l."expires_at_ms" > t.now_ms - 1000
 ),
+snapf AS (
+  SELECT c."fence" FROM "syncguard_fence_counters" AS c WHERE c."fence_key" = (SELECT a."fence_key" FROM a)
+),
+lk AS (
+  SELECT 1 FROM "syncguard_locks" AS l, "syncguard_fence_counters" AS c
+  WHERE l."key" = (SELECT a."key" FROM a) AND c."fence_key" = (SELECT a."fence_key" FROM a) AND l."acquired_at_ms" <> 0
+  FOR UPDATE OF l, c SKIP LOCKED
+),
 gate AS (
   SELECT CASE WHEN EXISTS (SELECT 1 FROM cur) THEN 'busy'
              WHEN pg_try_advisory_xact_lock(hashtext(a."key")) THEN 'gated'
              WHEN NOT EXISTS (SELECT 1 FROM row0) THEN 'absent'
+             WHEN EXISTS (SELECT 1 FROM row0 WHERE row0."acquired_at_ms" <> 0) AND EXISTS (SELECT 1 FROM snapf) THEN
+               CASE WHEN EXISTS (SELECT 1 FROM lk) THEN 'open' ELSE 'busy' END
              WHEN EXISTS (
   SELECT 1 FROM pg_catalog.pg_locks AS pl
   LEFT JOIN pg_catalog.pg_stat_activity AS sa ON sa."pid" = pl."pid"
@@ -308,15 +350,20 @@ gate AS (
     AND pl."classid" = ((hashtext(a."key")::bigint >> 32) & 4294967295)::oid
     AND pl."objid" = (hashtext(a."key")::bigint & 4294967295)::oid
     AND pl."pid" IS DISTINCT FROM pg_backend_pid()
-    AND (sa."usesysid" IS NULL OR has_table_privilege(sa."usesysid", '"syncguard_locks"', 'UPDATE'))) THEN 'busy'
+    AND CASE WHEN pl."pid" IS NOT NULL THEN sa."usesysid" IS NULL OR has_table_privilege(sa."usesysid", '"syncguard_locks"', 'UPDATE')
+             ELSE COALESCE((
+               SELECT bool_or(r."oid" IS NULL OR has_table_privilege(r."oid", '"syncguard_locks"', 'UPDATE'))
+               FROM pg_catalog.pg_prepared_xacts AS px
+               LEFT JOIN pg_catalog.pg_roles AS r ON r."rolname" = px."owner"
+               WHERE pl."virtualtransaction" = '-1/' || px."transaction"::text
+                  OR EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS pt
+                             WHERE pt."locktype" = 'transactionid' AND pt."pid" IS NULL
+                               AND pt."virtualtransaction" = pl."virtualtransaction" AND pt."transactionid" = px."transaction")), true) END) THEN 'busy'
              ELSE 'open' END AS state
   FROM a
 ),
 free AS (
   SELECT t.now_ms, gate.state = 'gated' AS gated FROM t, gate WHERE gate.state IN ('gated', 'open')
-),
-snapf AS (
-  SELECT c."fence" FROM "syncguard_fence_counters" AS c WHERE c."fence_key" = (SELECT a."fence_key" FROM a)
 ),
 f AS (
   INSERT INTO "syncguard_fence_counters" AS c ("fence_key", "fence", "key_debug")
@@ -364,13 +411,14 @@ SELECT
    AND COALESCE((SELECT snapf."fence" FROM snapf), 0) >= 900000000000000) AS fence_exhausted,
   t.now_ms,
   (SELECT gate.state = 'absent' FROM gate) AS absent,
+  (SELECT gate.state = 'open' FROM gate) AS opened,
   0::bigint AS ahead_n
 FROM t
 LEFT JOIN won ON true
 LEFT JOIN cur ON true; END
 $syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_69eb8830"(text,text,text,text,bigint,bigint,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_69eb8830"(text, text, text, text, bigint, bigint, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 bigint) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_81d809a2"(text,text,text,text,bigint,bigint,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_81d809a2"(text, text, text, text, bigint, bigint, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 boolean, r6 bigint, r7 boolean, r8 boolean, r9 bigint) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -399,12 +447,22 @@ ahead AS (
       AND (w."place", w."lock_id") < (COALESCE((SELECT me."place" FROM me), floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint), (SELECT a."lock_id" FROM a))
     LIMIT 64) AS r
 ),
+snapf AS (
+  SELECT c."fence" FROM "syncguard_fence_counters" AS c WHERE c."fence_key" = (SELECT a."fence_key" FROM a)
+),
+lk AS (
+  SELECT 1 FROM "syncguard_locks" AS l, "syncguard_fence_counters" AS c
+  WHERE l."key" = (SELECT a."key" FROM a) AND c."fence_key" = (SELECT a."fence_key" FROM a) AND l."acquired_at_ms" <> 0
+  FOR UPDATE OF l, c SKIP LOCKED
+),
 gate AS (
   SELECT CASE WHEN EXISTS (SELECT 1 FROM cur) THEN 'busy'
              WHEN (SELECT ahead.awake FROM ahead) THEN 'busy'
              WHEN EXISTS (SELECT 1 FROM me WHERE me."ttl_ms" = 0) THEN 'busy'
              WHEN pg_try_advisory_xact_lock(hashtext(a."key")) THEN 'gated'
              WHEN NOT EXISTS (SELECT 1 FROM row0) THEN 'absent'
+             WHEN EXISTS (SELECT 1 FROM row0 WHERE row0."acquired_at_ms" <> 0) AND EXISTS (SELECT 1 FROM snapf) THEN
+               CASE WHEN EXISTS (SELECT 1 FROM lk) THEN 'open' ELSE 'busy' END
              WHEN EXISTS (
   SELECT 1 FROM pg_catalog.pg_locks AS pl
   LEFT JOIN pg_catalog.pg_stat_activity AS sa ON sa."pid" = pl."pid"
@@ -413,15 +471,20 @@ gate AS (
     AND pl."classid" = ((hashtext(a."key")::bigint >> 32) & 4294967295)::oid
     AND pl."objid" = (hashtext(a."key")::bigint & 4294967295)::oid
     AND pl."pid" IS DISTINCT FROM pg_backend_pid()
-    AND (sa."usesysid" IS NULL OR has_table_privilege(sa."usesysid", '"syncguard_locks"', 'UPDATE'))) THEN 'busy'
+    AND CASE WHEN pl."pid" IS NOT NULL THEN sa."usesysid" IS NULL OR has_table_privilege(sa."usesysid", '"syncguard_locks"', 'UPDATE')
+             ELSE COALESCE((
+               SELECT bool_or(r."oid" IS NULL OR has_table_privilege(r."oid", '"syncguard_locks"', 'UPDATE'))
+               FROM pg_catalog.pg_prepared_xacts AS px
+               LEFT JOIN pg_catalog.pg_roles AS r ON r."rolname" = px."owner"
+               WHERE pl."virtualtransaction" = '-1/' || px."transaction"::text
+                  OR EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS pt
+                             WHERE pt."locktype" = 'transactionid' AND pt."pid" IS NULL
+                               AND pt."virtualtransaction" = pl."virtualtransaction" AND pt."transactionid" = px."transaction")), true) END) THEN 'busy'
              ELSE 'open' END AS state
   FROM a
 ),
 free AS (
   SELECT t.now_ms, gate.state = 'gated' AS gated FROM t, gate WHERE gate.state IN ('gated', 'open')
-),
-snapf AS (
-  SELECT c."fence" FROM "syncguard_fence_counters" AS c WHERE c."fence_key" = (SELECT a."fence_key" FROM a)
 ),
 f AS (
   INSERT INTO "syncguard_fence_counters" AS c ("fence_key", "fence", "key_debug")
@@ -493,6 +556,7 @@ SELECT
    AND COALESCE((SELECT snapf."fence" FROM snapf), 0) >= 900000000000000) AS fence_exhausted,
   t.now_ms,
   (SELECT gate.state = 'absent' FROM gate) AS absent,
+  (SELECT gate.state = 'open' FROM gate) AS opened,
   (SELECT ahead.n FROM ahead) AS ahead_n
 FROM t
 LEFT JOIN won ON true

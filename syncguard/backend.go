@@ -72,6 +72,14 @@ func (s *shared) releaseStmt() int {
 	return stmtRelease
 }
 
+// keepStmt is release_keep.sql for the tables there are.
+func (s *shared) keepStmt() int {
+	if s.noQueue.Load() {
+		return stmtReleaseKeepPlain
+	}
+	return stmtReleaseKeep
+}
+
 // WithTx returns a view of b whose operations run inside tx: the lock row
 // and the fence increment commit or roll back with the caller's own writes.
 // A lock taken in tx is invisible to other sessions until tx commits, and
@@ -163,7 +171,7 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 		fence             sql.NullString
 		exhausted         bool
 		now               int64
-		absent            bool
+		absent, opened    bool
 		rank              int64
 	}
 	sent := &sentArg{v: lockID}
@@ -172,7 +180,7 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 		args = append(args, ident)
 	}
 	stmt := acquireStmts[b2i(q != nil)][b2i(ident != "")]
-	dest := []any{&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted, &d.now, &d.absent, &d.rank}
+	dest := []any{&d.gotID, &d.expires, &d.acquired, &d.fence, &d.exhausted, &d.now, &d.absent, &d.opened, &d.rank}
 	start := time.Now()
 	err := b.run(ctx, stmt, args, dest...)
 	if err != nil && ctx.Err() == nil && (ident != "" && b.shared.holdersLost(err) || q != nil && b.shared.queueLost(err)) {
@@ -254,6 +262,9 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 			slog.String("keyHash", rules.HashKey(k.Norm)), slog.String("fence", d.fence.String),
 			slog.Int64("warnThreshold", rules.FenceWarn), slog.Int64("max", rules.FenceMax))
 	}
+	if d.opened && b.tx == nil {
+		b.shared.kept.add(lockID) // its release keeps the row (keep.go)
+	}
 	return AcquireResult{OK: true, LockID: lockID, Fence: Fence(d.fence.String), ExpiresAt: msToTime(d.expires.Int64), HandedOver: age}, nil
 }
 
@@ -308,7 +319,16 @@ func (b *Backend) release(ctx context.Context, lockID, waiterKey string) (Releas
 	args := []any{lockID, b.tx == nil, notifyInCommit, sql.NullString{String: waiterKey, Valid: waiterKey != ""}}
 	dest := []any{&d.deleted, &d.seenExpires, &d.now, &d.woke, &d.wokeOn, &d.leftQueue}
 	stmt := b.shared.releaseStmt()
-	err := b.run(ctx, stmt, args, dest...)
+	var err error
+	if kept := b.tx == nil && waiterKey == "" && b.shared.kept.take(lockID); kept {
+		err = b.run(ctx, b.shared.keepStmt(), args[:1], dest...)
+		if err == nil && d.deleted.Valid && d.deleted.String == lockID {
+			return ReleaseResult{OK: true}, false, nil
+		}
+	}
+	if err == nil || ctx.Err() == nil {
+		err = b.run(ctx, stmt, args, dest...)
+	}
 	if err != nil && notifyInCommit && b.tx == nil && ctx.Err() == nil && b.shared.sqlState(err) == "54000" {
 		// A full notification queue: the same release without wake-ups.
 		args[2] = false

@@ -144,7 +144,7 @@ func TestOwnCancellationBeats57014(t *testing.T) {
 func TestCancelInFlight(t *testing.T) {
 	b, mock := newMock(t, &Config{ReleaseTimeout: 50 * time.Millisecond})
 	mock.ExpectQuery("INSERT INTO").WillDelayFor(time.Minute).
-		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "h"}).AddRow(nil, nil, nil, nil, false, int64(1000), false, int64(0)))
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "o", "h"}).AddRow(nil, nil, nil, nil, false, int64(1000), false, false, int64(0)))
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(20*time.Millisecond, cancel)
 	start := time.Now()
@@ -210,13 +210,13 @@ func TestErrorClassification(t *testing.T) {
 }
 
 func TestAcquireOutcomesFromRow(t *testing.T) {
-	cols := []string{"lock_id", "expires_at_ms", "acquired_at_ms", "fence", "fence_exhausted", "now_ms", "absent", "ahead_n"}
+	cols := []string{"lock_id", "expires_at_ms", "acquired_at_ms", "fence", "fence_exhausted", "now_ms", "absent", "opened", "ahead_n"}
 	// Another holder's row: contention, not an error, and nothing of the
 	// other holder leaks into the result. The holder's expiry (server
 	// time) tells the lock helper when to try again: when the lock is no
 	// longer live, expires + tolerance, 1 ms after.
 	b, mock := newMock(t, nil)
-	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow("BBBBBBBBBBBBBBBBBBBBBB", int64(2000), int64(1000), "000000000000007", false, int64(1500), false, int64(0)))
+	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow("BBBBBBBBBBBBBBBBBBBBBB", int64(2000), int64(1000), "000000000000007", false, int64(1500), false, false, int64(0)))
 	r, err := b.Acquire(context.Background(), "k", time.Second)
 	if err != nil || r.OK || r.Reason != ReasonLocked || r.Fence != "" || r.LockID != "" {
 		t.Fatalf("contention: got %+v, %v", r, err)
@@ -225,13 +225,13 @@ func TestAcquireOutcomesFromRow(t *testing.T) {
 		t.Errorf("contention: retry in %v, want %v (holder expires 2000, server now 1500)", r.RetryIn, (2000+rules.ToleranceMs+1-1500)*time.Millisecond)
 	}
 	// Nobody and no fence: contention (a lost race), expiry unknown.
-	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, false, int64(1500), false, int64(0)))
+	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, false, int64(1500), false, false, int64(0)))
 	r, err = b.Acquire(context.Background(), "k", time.Second)
 	if err != nil || r.OK || r.Reason != ReasonLocked || r.RetryIn != 0 {
 		t.Fatalf("lost race: got %+v, %v", r, err)
 	}
 	// Fence counter at its maximum: Internal, and the statement committed nothing.
-	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, true, int64(1500), false, int64(0)))
+	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, true, int64(1500), false, false, int64(0)))
 	_, err = b.Acquire(context.Background(), "k", time.Second)
 	wantCode(t, err, CodeInternal)
 	if err := mock.ExpectationsWereMet(); err != nil {
@@ -244,7 +244,7 @@ func TestAcquireArgumentsAndTTLRounding(t *testing.T) {
 	k, _ := rules.DeriveKey("café")
 	mock.ExpectQuery("INSERT INTO").
 		WithArgs(k.Storage, sqlmock.AnyArg(), k.Fence, "café", int64(1)).
-		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "h"}).AddRow(nil, nil, nil, nil, false, int64(1000), false, int64(0)))
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "o", "h"}).AddRow(nil, nil, nil, nil, false, int64(1000), false, false, int64(0)))
 	// Decomposed input is normalized; 1.9 ms counts as 1 ms.
 	if _, err := b.Acquire(context.Background(), "cafe\u0301", 1900*time.Microsecond); err != nil {
 		t.Fatal(err)
@@ -331,8 +331,8 @@ func TestPoolSerializationFailureRerunsInReadCommitted(t *testing.T) {
 		b, mock := newMock(t, &Config{DisablePrepare: true})
 		mock.ExpectQuery("INSERT INTO").WillReturnError(&pgErr{code: st})
 		mock.ExpectBegin()
-		mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows([]string{"lock_id", "e", "a", "f", "x", "now", "absent", "ahead_n"}).
-			AddRow(nil, nil, nil, nil, false, int64(1000), false, int64(0)))
+		mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows([]string{"lock_id", "e", "a", "f", "x", "now", "absent", "opened", "ahead_n"}).
+			AddRow(nil, nil, nil, nil, false, int64(1000), false, false, int64(0)))
 		mock.ExpectCommit()
 		r, err := b.Acquire(context.Background(), "k", time.Second)
 		if err != nil || r.OK || r.Reason != ReasonLocked {
@@ -461,7 +461,7 @@ func TestWaiterAttemptQueues(t *testing.T) {
 			args = []sqldriver.Value{sqlmock.AnyArg(), w.q.LockID, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), defaultWaitWindow.Milliseconds(), false}
 		}
 		mock.ExpectQuery("INSERT INTO").WithArgs(args...).
-			WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "h"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false, int64(0)))
+			WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "o", "h"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false, false, int64(0)))
 		if _, err := w.Attempt(context.Background(), time.Second); err != nil {
 			t.Fatalf("once %v: %v", once, err)
 		}
@@ -486,7 +486,7 @@ func TestWithdrawReleasesAgainWhenAHandOffRaced(t *testing.T) {
 	w := b.Queue("k", "", false)
 	lockID := w.(*queueWaiter).q.LockID
 	mock.ExpectQuery("INSERT INTO").
-		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "h"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false, int64(0)))
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "o", "h"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false, false, int64(0)))
 	if _, err := w.Attempt(context.Background(), time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -501,7 +501,7 @@ func TestWithdrawReleasesAgainWhenAHandOffRaced(t *testing.T) {
 	w = b.Queue("k", "", false)
 	lockID = w.(*queueWaiter).q.LockID
 	mock.ExpectQuery("INSERT INTO").
-		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "h"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false, int64(0)))
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "o", "h"}).AddRow(nil, int64(5000), nil, nil, false, int64(1000), false, false, int64(0)))
 	if _, err := w.Attempt(context.Background(), time.Second); err != nil {
 		t.Fatal(err)
 	}

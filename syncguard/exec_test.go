@@ -187,7 +187,7 @@ func TestPreparedStatementFunctionCalls(t *testing.T) {
 func TestQueuedWaiterWritesAPlaceholderOnlyAtItsSecondAbsent(t *testing.T) {
 	b, mock := newMock(t, nil)
 	absent := func() *sqlmock.Rows {
-		return sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "h"}).AddRow(nil, nil, nil, nil, false, int64(1000), true, int64(0))
+		return sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "o", "h"}).AddRow(nil, nil, nil, nil, false, int64(1000), true, false, int64(0))
 	}
 	mock.ExpectQuery("a AS MATERIALIZED").WillReturnRows(absent())
 	mock.ExpectQuery("a AS MATERIALIZED").WillReturnRows(absent())

@@ -69,7 +69,7 @@ func TestAcquireStatementByIdentity(t *testing.T) {
 	k, _ := rules.DeriveKey("k")
 	mock.ExpectQuery(`INSERT INTO "syncguard_locks_holders"`).
 		WithArgs(k.Storage, sqlmock.AnyArg(), k.Fence, "k", int64(1000), "host-a:1").
-		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "h"}).AddRow(nil, nil, nil, nil, false, int64(1000), false, int64(0)))
+		WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "o", "h"}).AddRow(nil, nil, nil, nil, false, int64(1000), false, false, int64(0)))
 	if _, err := b.Acquire(context.Background(), "k", time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -169,8 +169,8 @@ func TestFirstWaiterConfirmsItsFirstAttempt(t *testing.T) {
 	fence, _ := rules.FormatFence(7)
 	held := func(ahead int64) *sqlmock.Rows {
 		now := time.Now().UnixMilli()
-		return sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "h"}).
-			AddRow("holder", now+60000, now, fence, false, now, false, ahead)
+		return sqlmock.NewRows([]string{"a", "b", "c", "d", "e", "f", "g", "o", "h"}).
+			AddRow("holder", now+60000, now, fence, false, now, false, false, ahead)
 	}
 	renew := b.shared.waitCfg.window * 2 / 3
 	attempt := func(w Waiter, rows *sqlmock.Rows) time.Duration {

@@ -35,6 +35,8 @@ const (
 	stmtLookupKeyPlain
 	stmtLookupIDPlain
 	stmtPlaceholder // an expired row for an acquire to take over (acquire.sql's absent)
+	stmtReleaseKeep // a release that keeps the row, expired (release_keep.sql)
+	stmtReleaseKeepPlain
 	numStmts
 )
 
@@ -183,6 +185,7 @@ func renderStatements(table, fenceTable string) statements {
 			stmtLookupKey: v("lookup_key.sql", true, true), stmtLookupID: v("lookup_id.sql", true, true),
 			stmtLookupKeyPlain: v("lookup_key.sql", true, false), stmtLookupIDPlain: v("lookup_id.sql", true, false),
 			stmtPlaceholder: v("placeholder.sql", true, true),
+			stmtReleaseKeep: v("release_keep.sql", true, true), stmtReleaseKeepPlain: v("release_keep.sql", false, true),
 		},
 		cleanup:   v("cleanup.sql", true, true),
 		list:      v("list.sql", true, true),

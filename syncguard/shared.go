@@ -60,6 +60,7 @@ type shared struct {
 	noFuncs     atomic.Bool // the statement functions are missing or not granted (exec.go's funcLost)
 	funcsOK     atomic.Bool // a statement function served (exec.go's oneShotOp)
 	waitCfg     waitTunables
+	kept        keptSet // lockIds whose release keeps the row (keep.go)
 }
 
 // orphanQueue is the state of a Backend's background release (orphans.go).

@@ -100,14 +100,14 @@ func ExampleSchemaSQL() {
 			fmt.Println(line)
 		}
 	}
-	fmt.Println(`UPDATE invoices SET state = 'sent', fence = "app_locks_hold"($1) WHERE id = 42`)
+	fmt.Println(`UPDATE invoices SET state = 'sent', fence = "app_locks_hold"($1, $2) WHERE id = 42`)
 	fmt.Println(`UPDATE accounts SET balance = balance - 10, fence = "app_locks_ml_hold"($1, 'acct:alice') WHERE id = 'alice'`)
 	// Output:
-	// CREATE OR REPLACE FUNCTION "app_locks_hold"(p_lock_id text) RETURNS bigint
+	// CREATE OR REPLACE FUNCTION "app_locks_hold"(p_lock_id text, p_key text) RETURNS bigint
 	// CREATE OR REPLACE FUNCTION "app_locks_sem_hold"(p_lock_id text) RETURNS bigint
 	// CREATE OR REPLACE FUNCTION "app_locks_rw_hold"(p_lock_id text) RETURNS bigint
 	// CREATE OR REPLACE FUNCTION "app_locks_ml_hold"(p_lock_id text, p_key text) RETURNS bigint
-	// UPDATE invoices SET state = 'sent', fence = "app_locks_hold"($1) WHERE id = 42
+	// UPDATE invoices SET state = 'sent', fence = "app_locks_hold"($1, $2) WHERE id = 42
 	// UPDATE accounts SET balance = balance - 10, fence = "app_locks_ml_hold"($1, 'acct:alice') WHERE id = 'alice'
 }
 

@@ -68,7 +68,7 @@ func TestRender(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`FUNCTION "App_Locks_hold"(p_lock_id text)`, `FROM "App_Locks" AS k`, `FOR KEY SHARE OF k`, `'SG001'`,
+	for _, want := range []string{`FUNCTION "App_Locks_hold"(p_lock_id text, p_key text)`, `DROP FUNCTION IF EXISTS "App_Locks_hold"(text)`, `FROM "App_Locks" AS k`, `FOR KEY SHARE OF k`, `'SG001'`,
 		`FUNCTION "App_Locks_ml_hold"(p_lock_id text, p_key text)`, `FROM "App_Locks_ml" AS k`, `FOR SHARE OF k`,
 		`FUNCTION "App_Locks_sem_hold"(p_lock_id text)`, `FROM "App_Locks_sem_slots" AS k`,
 		`FUNCTION "App_Locks_rw_hold"(p_lock_id text)`, `FROM "App_Locks_rw" AS k`} {

@@ -30,7 +30,7 @@ func holdFunc(table string) string { return table + "_hold" }
 // per kind of lock, by placeholder, and their signatures.
 func holdFuncs(table string) map[string]string {
 	return map[string]string{
-		"hold_fn":     holdFunc(table) + "(text)",
+		"hold_fn":     holdFunc(table) + "(text,text)",
 		"sem_hold_fn": table + "_sem_hold(text)",
 		"rw_hold_fn":  table + "_rw_hold(text)",
 		"ml_hold_fn":  table + "_ml_hold(text,text)",
@@ -78,8 +78,8 @@ func render(name, table string, extra map[string]string) string {
 var stripComments = kit.StripComments
 
 // SchemaSQL returns the DDL that Setup runs: the SQL functions, one per
-// kind of lock, for callers who write SQL: <TableName>_hold(lock_id text)
-// (a mutex lease), <TableName>_sem_hold(lock_id text) (a semaphore
+// kind of lock, for callers who write SQL: <TableName>_hold(lock_id text,
+// key text) (a mutex lease on key; a lockId of another key is refused), <TableName>_sem_hold(lock_id text) (a semaphore
 // permit), <TableName>_rw_hold(lock_id text) (an rwlock reader or writer)
 // and <TableName>_ml_hold(lock_id text, key text) (a multilock set: every
 // key is checked and locked, key's fence is returned), all RETURNS bigint.
@@ -87,13 +87,14 @@ var stripComments = kit.StripComments
 // locks the lease as Guard.HoldLease does and returns its fence, or raises
 // SQLSTATE SG001 (SQLStateLeaseLost), which fails the statement:
 //
-//	UPDATE accounts SET balance = $1, fence = "syncguard_locks_hold"($2)
-//	WHERE id = $3
+//	UPDATE accounts SET balance = $1, fence = "syncguard_locks_hold"($2, $3)
+//	WHERE id = $4
 //
 // The function runs wherever the statement evaluates it (once per row
 // written here); a statement that writes no row checks nothing, and one
 // that does not evaluate the call (an unreferenced CTE) neither. The DDL
-// is idempotent (CREATE OR REPLACE); a function is created whether or not
+// is idempotent (CREATE OR REPLACE; it drops the mutex function's former
+// signature, <TableName>_hold(lock_id text)); a function is created whether or not
 // its kind's tables exist (called without them, it fails with 42P01). cfg
 // may be nil for the defaults.
 func SchemaSQL(cfg *syncguard.Config) (string, error) {
@@ -134,11 +135,14 @@ func Setup(ctx context.Context, db *sql.DB, cfg *syncguard.Config) error {
 		name, args, _ := strings.Cut(f, "(")
 		sigs = append(sigs, rules.QuoteIdent(name)+"("+args)
 	}
+	// (The former mutex function, which took the lockId alone, must be
+	// gone too: it trusted a bare lockId.)
 	var same int
-	err = db.QueryRowContext(ctx, `SELECT count(*) FROM unnest(string_to_array($1, E'\n')) AS f(sig)
+	err = db.QueryRowContext(ctx, `SELECT count(*) FILTER (WHERE to_regprocedure(quote_ident(current_schema()) || '.' || $3) IS NULL)
+		FROM unnest(string_to_array($1, E'\n')) AS f(sig)
 		JOIN pg_catalog.pg_proc AS p ON p.oid = to_regprocedure(quote_ident(current_schema()) || '.' || f.sig)
 		WHERE strpos($2, p.prosrc) > 0`,
-		strings.Join(sigs, "\n"), ddl).Scan(&same)
+		strings.Join(sigs, "\n"), ddl, rules.QuoteIdent(holdFunc(table))+"(text)").Scan(&same)
 	if err != nil {
 		return wrapSetup(ctx, op, db, cfg, err)
 	}

@@ -18,6 +18,7 @@ import (
 //	{{cleanup_grace}}           CleanupGraceMs
 //	{{async_release_max}}       AsyncReleaseMaxMs
 //	{{gate_held_privileged(k)}} GateHeldSQL over the storage key k
+//	{{storage_key(k)}}          StorageKeySQL of the user key k
 //
 // plus the names the caller passes (table and index identifiers).
 
@@ -46,11 +47,18 @@ func FenceTextSQL(expr string) string {
 
 // GateHeldSQL is whether a session other than this one, of a role that
 // may update the lock table locks, holds the advisory lock hashtext(key)
-// (any mode, granted); a session whose role cannot be read (a prepared
-// transaction) counts. Any role can take advisory locks: held by no such
+// (any mode, granted). Any role can take advisory locks: held by no such
 // session, the lock is held by roles that cannot touch the lock tables
-// (design.md, "The advisory try-lock: a hint, not a gate"). Reading
-// pg_locks takes every lock-manager partition's lock: rare paths only.
+// (design.md, "The advisory try-lock: a hint, not a gate"). A lock with no
+// backend (pid NULL) is a prepared transaction's, which any role may
+// leave behind where max_prepared_transactions > 0: it counts when its
+// owner (pg_prepared_xacts, readable by every role) may update the table.
+// PostgreSQL shows a prepared transaction's locks under the virtual
+// transaction id of the session that prepared it (15) or -1/xid (before
+// 13); its transactionid lock carries the same virtual transaction id and
+// its xid. A holder whose owner cannot be found (it ended meanwhile, or
+// its role was dropped) counts. Reading pg_locks takes every lock-manager
+// partition's lock: a key's first acquire only (placeholder.sql).
 func GateHeldSQL(key, locks string) string {
 	return fmt.Sprintf(`EXISTS (
   SELECT 1 FROM pg_catalog.pg_locks AS pl
@@ -60,7 +68,29 @@ func GateHeldSQL(key, locks string) string {
     AND pl."classid" = ((hashtext(%[1]s)::bigint >> 32) & 4294967295)::oid
     AND pl."objid" = (hashtext(%[1]s)::bigint & 4294967295)::oid
     AND pl."pid" IS DISTINCT FROM pg_backend_pid()
-    AND (sa."usesysid" IS NULL OR has_table_privilege(sa."usesysid", %[2]s, 'UPDATE')))`, key, "'"+strings.ReplaceAll(locks, "'", "''")+"'")
+    AND CASE WHEN pl."pid" IS NOT NULL THEN sa."usesysid" IS NULL OR has_table_privilege(sa."usesysid", %[2]s, 'UPDATE')
+             ELSE COALESCE((
+               SELECT bool_or(r."oid" IS NULL OR has_table_privilege(r."oid", %[2]s, 'UPDATE'))
+               FROM pg_catalog.pg_prepared_xacts AS px
+               LEFT JOIN pg_catalog.pg_roles AS r ON r."rolname" = px."owner"
+               WHERE pl."virtualtransaction" = '-1/' || px."transaction"::text
+                  OR EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS pt
+                             WHERE pt."locktype" = 'transactionid' AND pt."pid" IS NULL
+                               AND pt."virtualtransaction" = pl."virtualtransaction" AND pt."transactionid" = px."transaction")), true) END)`, key, "'"+strings.ReplaceAll(locks, "'", "''")+"'")
+}
+
+// StorageKeySQL is DeriveKey's storage key in SQL, of the user key expr
+// (text): NFC (normalize, in a UTF8 database; in another encoding the key
+// is taken as given), then MakeStorageKey without a prefix: the key
+// itself when it fits, else base64url of the first 16 bytes of its
+// SHA-256. For SQL that takes a user key (txguard's hold function), so
+// that it finds the same row as Go. vectors: tests/itest
+// TestTxGuardHoldFunctionTakesTheKey.
+func StorageKeySQL(expr string) string {
+	n := fmt.Sprintf(`(CASE WHEN current_setting('server_encoding') = 'UTF8' THEN normalize(%[1]s, NFC) ELSE %[1]s END)`, expr)
+	return fmt.Sprintf(`(CASE WHEN octet_length(%[1]s) + %[2]d <= %[3]d THEN %[1]s
+  ELSE rtrim(translate(encode(substring(sha256(convert_to(%[1]s, 'UTF8')) FROM 1 FOR 16), 'base64'), '+/', '-_'), '=') END)`,
+		n, StorageKeyReserve, StorageKeyLimit)
 }
 
 var callRE = regexp.MustCompile(`\{\{\s*([a-z_]+)\s*(?:\(([^()]*)\))?\s*\}\}`)
@@ -121,6 +151,8 @@ func expand(name string, args []string, call bool, names map[string]string) (str
 		return strconv.Itoa(CleanupGraceMs), want(0)
 	case "async_release_max":
 		return strconv.Itoa(AsyncReleaseMaxMs), want(0)
+	case "storage_key":
+		return StorageKeySQL(strings.Join(args, ", ")), want(1)
 	case "gate_held_privileged":
 		return GateHeldSQL(strings.Join(args, ", "), names["locks"]), want(1)
 	}

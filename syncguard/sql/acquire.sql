@@ -1,4 +1,4 @@
---returns text, bigint, bigint, text, boolean, bigint, boolean, bigint
+--returns text, bigint, bigint, text, boolean, bigint, boolean, boolean, bigint
 -- acquire: one statement, one round trip.
 -- $1 storage key, $2 lockId, $3 fence key, $4 normalized user key, $5 ttl in ms.
 -- The lines between "--if queue" and "--end" are the attempt of a waiter
@@ -57,24 +57,37 @@
 --       free are turned away by it instead of queueing on the counter row,
 --       and the reference implementation's acquire, which holds the same
 --       lock throughout its transaction, is excluded.
---       'open': the try-lock failed, the key's row exists, and no session
---       of a role that may write the lock table holds the advisory lock
---       (gate_held_privileged: any role can take advisory locks, so the
---       lock is a hint, never a gate; a privileged holder is another
---       acquire in flight, ours or the reference implementation's, and
+--       'open': the try-lock failed and the key's row exists. Any role
+--       can take advisory locks, so the lock is a hint, never a gate. A
+--       row that an acquire wrote (acquired_at_ms <> 0), with its fence
+--       counter: lk locks both, FOR UPDATE SKIP LOCKED, never waiting;
+--       either locked by another (an acquire, ours or the reference
+--       implementation's, that holds the row; a release; a txguard Hold)
+--       makes the attempt 'busy'. The reference locks the row (SELECT ...
+--       FOR UPDATE) before its counter, and found this row in its
+--       snapshot (it existed before our snapshot): one that locked it
+--       first makes us skip it; one that comes later waits for our row
+--       lock and then sees our live lock. Our gated racers lock the
+--       counter, then the row; skipping never waits, so no deadlock. No
+--       read of pg_locks: what other roles hold sets no price here.
+--       A placeholder (acquired_at_ms 0), or a row without a counter:
+--       a reference acquire whose snapshot predates the placeholder's
+--       commit would upsert over it without waiting for our row lock
+--       first, so the attempt asks who holds the advisory lock
+--       (gate_held_privileged reads pg_locks; a privileged holder, an
+--       acquire in flight, ours or the reference implementation's,
 --       makes the attempt 'busy'). The attempt then only takes that row
---       over (upd), under its row lock, which a reference acquire that
---       starts later takes too (SELECT ... FOR UPDATE) before it writes.
+--       over (upd), under its row lock.
 --       'absent': as 'open', but the key has no row. The attempt writes
 --       nothing: an insert without the advisory lock could be overwritten
 --       by a reference acquire whose snapshot missed it. The caller
 --       writes a placeholder row (placeholder.sql, committed on its own,
 --       when no privileged session holds the advisory lock and the key
 --       still has no row) and attempts again.
---       'busy': a live lock, an attending waiter ahead, or a privileged holder of the
---       advisory lock (reading pg_locks for it takes every lock-manager
---       partition's lock: only an attempt that found the key free and lost
---       the try-lock pays it). A contended attempt stops here:
+--       'busy': a live lock, an attending waiter ahead, a row or counter
+--       locked by another, or a privileged holder of the advisory lock
+--       (reading pg_locks takes every lock-manager partition's lock: only
+--       an attempt on a placeholder pays it). A contended attempt stops here:
 --       it reads only, writes nothing and never waits.
 -- free: one row (carrying now_ms and whether the attempt is gated) when
 --       the attempt may take the key.
@@ -137,6 +150,14 @@ ahead AS (
     LIMIT {{rank_cap}}) AS r
 ),
 --end
+snapf AS (
+  SELECT c."fence" FROM {{fences}} AS c WHERE c."fence_key" = (SELECT a."fence_key" FROM a)
+),
+lk AS (
+  SELECT 1 FROM {{locks}} AS l, {{fences}} AS c
+  WHERE l."key" = (SELECT a."key" FROM a) AND c."fence_key" = (SELECT a."fence_key" FROM a) AND l."acquired_at_ms" <> 0
+  FOR UPDATE OF l, c SKIP LOCKED
+),
 gate AS (
   SELECT CASE WHEN EXISTS (SELECT 1 FROM cur) THEN 'busy'
 --if queue
@@ -145,15 +166,14 @@ gate AS (
 --end
              WHEN pg_try_advisory_xact_lock(hashtext(a."key")) THEN 'gated'
              WHEN NOT EXISTS (SELECT 1 FROM row0) THEN 'absent'
+             WHEN EXISTS (SELECT 1 FROM row0 WHERE row0."acquired_at_ms" <> 0) AND EXISTS (SELECT 1 FROM snapf) THEN
+               CASE WHEN EXISTS (SELECT 1 FROM lk) THEN 'open' ELSE 'busy' END
              WHEN {{gate_held_privileged(a."key")}} THEN 'busy'
              ELSE 'open' END AS state
   FROM a
 ),
 free AS (
   SELECT t.now_ms, gate.state = 'gated' AS gated FROM t, gate WHERE gate.state IN ('gated', 'open')
-),
-snapf AS (
-  SELECT c."fence" FROM {{fences}} AS c WHERE c."fence_key" = (SELECT a."fence_key" FROM a)
 ),
 f AS (
   INSERT INTO {{fences}} AS c ("fence_key", "fence", "key_debug")
@@ -234,6 +254,7 @@ SELECT
    AND COALESCE((SELECT snapf."fence" FROM snapf), 0) >= {{fence_max}}) AS fence_exhausted,
   t.now_ms,
   (SELECT gate.state = 'absent' FROM gate) AS absent,
+  (SELECT gate.state = 'open' FROM gate) AS opened,
 --if queue
   (SELECT ahead.n FROM ahead) AS ahead_n
 --end

@@ -94,7 +94,7 @@ func (t *txResource) drop(r *runner) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, _ = r.admin.ExecContext(ctx, `DROP TABLE IF EXISTS `+t.table)
-	_, _ = r.admin.ExecContext(ctx, `DROP FUNCTION IF EXISTS `+t.hold+`(text), `+
+	_, _ = r.admin.ExecContext(ctx, `DROP FUNCTION IF EXISTS `+t.hold+`(text, text), `+
 		rules.QuoteIdent(strings.Trim(t.table, `"`)+"_fence_guard")+`()`)
 }
 
@@ -156,7 +156,7 @@ func (t *txResource) do(w *worker, key, lockID string, fence int64, viaSQL bool,
 	defer tx.Rollback() //nolint:errcheck // after Commit: no-op
 	upsert := `INSERT INTO ` + t.table + ` AS r ("key", "fence", "writes") `
 	if viaSQL {
-		upsert += `SELECT $1::text, $2::bigint, 1 WHERE ` + t.hold + `($3::text) = $2::bigint`
+		upsert += `SELECT $1::text, $2::bigint, 1 WHERE ` + t.hold + `($3::text, $1::text) = $2::bigint`
 	} else {
 		held, err := g.Hold(ctx, tx, key, lockID)
 		if err != nil {

@@ -90,6 +90,15 @@ func TestAdversary(t *testing.T) {
 			t.Run("WaitersWithShortTimeoutsDoNotStarveTheKey", func(t *testing.T) {
 				shortTimeouts(ctx, t, admin, backend, key)
 			})
+			t.Run("PreparedTransactionsStallNothing", func(t *testing.T) {
+				preparedTransactionsStallNothing(ctx, t, admin, evil, a.open(t), backend, key)
+			})
+			t.Run("HeldIdsSetNoPriceOnAcquire", func(t *testing.T) {
+				heldIdsSetNoPrice(ctx, t, evil, backend, func() *sql.DB { return lastDB }, key)
+			})
+			t.Run("RolledBackWithTxLeavesOneExpiredRowPerKey", func(t *testing.T) {
+				rolledBackWithTxRows(ctx, t, admin, evil, backend, func() *sql.DB { return lastDB }, key)
+			})
 			t.Run("XminHeldBackLosesNothing", func(t *testing.T) {
 				xminHeldBack(ctx, t, evil, backend, key)
 			})

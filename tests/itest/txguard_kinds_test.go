@@ -111,6 +111,9 @@ type tkKind struct {
 
 func tkFn(name string) func(e *tkEnv, l txguard.Lease) (string, []any, syncguard.Fence) {
 	return func(e *tkEnv, l txguard.Lease) (string, []any, syncguard.Fence) {
+		if name == "_hold" { // the mutex's takes the key too
+			return `SELECT ` + rules.QuoteIdent(e.cfg.TableName+name) + `($1, $2)`, []any{l.LockID(), l.Key()}, l.(*syncguard.Lease).Fence()
+		}
 		return `SELECT ` + rules.QuoteIdent(e.cfg.TableName+name) + `($1)`, []any{l.LockID()}, l.(*syncguard.Lease).Fence()
 	}
 }

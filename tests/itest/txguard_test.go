@@ -262,7 +262,7 @@ func TestTxGuardRejectsLostLeases(t *testing.T) {
 	of, _ := old.Fence.Int64()
 	tx, _ = e.begin(nil)
 	mustHold(t, e, tx, "tg:lost", next)
-	if _, err := tx.ExecContext(e.ctx, `INSERT INTO `+e.res+` (id, v, fence) VALUES (1, 'new', `+e.hold+`($1))`, next.LockID); err != nil {
+	if _, err := tx.ExecContext(e.ctx, `INSERT INTO `+e.res+` (id, v, fence) VALUES (1, 'new', `+e.hold+`($1, $2))`, next.LockID, "tg:lost"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.ExecContext(e.ctx, `UPDATE `+e.res+` SET v = 'new again', fence = $1 WHERE id = 1`, nf); err != nil {
@@ -271,7 +271,7 @@ func TestTxGuardRejectsLostLeases(t *testing.T) {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.db.ExecContext(e.ctx, `UPDATE `+e.res+` SET v = 'zombie', fence = `+e.hold+`($1) WHERE id = 1`, old.LockID)
+	_, err := e.db.ExecContext(e.ctx, `UPDATE `+e.res+` SET v = 'zombie', fence = `+e.hold+`($1, $2) WHERE id = 1`, old.LockID, "tg:lost")
 	if err = e.g.Classify(e.ctx, err); !errors.Is(err, syncguard.ErrLockLost) || !strings.Contains(err.Error(), "SG001") {
 		t.Fatalf("the SQL function with a lost lease: %v, want ErrLockLost (SG001)", err)
 	}
@@ -395,7 +395,7 @@ func TestTxGuardUnprivileged(t *testing.T) {
 	if _, err := g.Hold(e.ctx, tx, "tg:priv", res.LockID); err != nil {
 		t.Fatalf("Hold as a role with SELECT, UPDATE on the lock table: %v", err)
 	}
-	if _, err := tx.ExecContext(e.ctx, `INSERT INTO `+e.res+` (id, v, fence) VALUES (1, 'u', `+e.hold+`($1))`, res.LockID); err != nil {
+	if _, err := tx.ExecContext(e.ctx, `INSERT INTO `+e.res+` (id, v, fence) VALUES (1, 'u', `+e.hold+`($1, $2))`, res.LockID, "tg:priv"); err != nil {
 		t.Fatalf("the SQL function as that role: %v", err)
 	}
 	if err := tx.Commit(); err != nil {

@@ -48,6 +48,7 @@ func startDocker(ctx context.Context, opts Options) (*Server, error) {
 		"-c", "log_min_messages=warning",
 		"-c", "shared_buffers=128MB",
 		"-c", "password_encryption=scram-sha-256",
+		"-c", "max_prepared_transactions=" + strconv.Itoa(maxPrepared),
 	}
 	if opts.Fsync {
 		fsync = "fsync=on"

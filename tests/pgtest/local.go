@@ -129,7 +129,8 @@ synchronous_commit = on
 log_min_messages = warning
 shared_buffers = 128MB
 password_encryption = 'scram-sha-256'
-`, c.port, strings.ReplaceAll(c.dir, "'", "''"), opts.maxConnections(), fsync, fpw)
+max_prepared_transactions = %d
+`, c.port, strings.ReplaceAll(c.dir, "'", "''"), opts.maxConnections(), fsync, fpw, maxPrepared)
 }
 
 func portTaken(log string) bool {

@@ -27,6 +27,12 @@ type Options struct {
 	MaxConnections int
 }
 
+// maxPrepared is max_prepared_transactions of local and docker servers:
+// nonzero, as on servers used with XA, so that tests can prepare
+// transactions (an attacker's prepared transaction holding a key's
+// advisory lock: tests/itest TestAdversary).
+const maxPrepared = 8
+
 func (o Options) maxConnections() int {
 	if o.MaxConnections <= 0 {
 		return 200

@@ -9,8 +9,17 @@
 -- kind's tables do not exist is created all the same and fails only when
 -- called (42P01).
 --
--- {{hold_fn}}(lockId): a mutex lease (hold.sql).
-CREATE OR REPLACE FUNCTION {{hold_fn}}(p_lock_id text) RETURNS bigint
+-- The mutex's function took the lockId alone before: a live lockId of
+-- another key passed, and the caller wrote that lease's fence into this
+-- key's row. Dropped, so that SQL still calling it fails (42883) instead
+-- of trusting a bare lockId.
+DROP FUNCTION IF EXISTS {{hold_fn}}(text);
+
+-- {{hold_fn}}(lockId, key): a mutex lease (hold.sql) on key, the key as
+-- given to Acquire (normalized and made a storage key here as Go's Hold
+-- does, rules.StorageKeySQL); a lockId that holds another key's lock raises
+-- SG001, as Hold reports it.
+CREATE OR REPLACE FUNCTION {{hold_fn}}(p_lock_id text, p_key text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $txguard$
 DECLARE
   h record;
@@ -22,6 +31,11 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = 'SG001',
       MESSAGE = 'syncguard: lease not held: no lock has this lockId (released, taken over, or never acquired)',
       HINT = 'roll the transaction back: its writes must not commit';
+  END IF;
+  IF h."key" IS DISTINCT FROM {{storage_key(p_key)}} THEN
+    RAISE EXCEPTION USING ERRCODE = 'SG001',
+      MESSAGE = 'syncguard: lease not held: this lockId holds the lock of another key',
+      HINT = 'pass the key the lease was acquired on; roll the transaction back: its writes must not commit';
   END IF;
   IF h."expires_at_ms" <= h."now_ms" THEN
     RAISE EXCEPTION USING ERRCODE = 'SG001',

@@ -381,5 +381,10 @@ func runDriver(ctx context.Context, o options, want map[string]bool, d, name, ds
 			return err
 		}
 	}
+	if want["w41-locks"] {
+		if err := step("w41-locks held advisory ids", "w41-locks", func() (any, error) { return sgbench.W41Locks(ctx, d, dsn, o.duration) }); err != nil {
+			return err
+		}
+	}
 	return runWaiting(ctx, o, want, d, name, dsn, env.Cfg.RunID, func(r any) { show(d, r) })
 }

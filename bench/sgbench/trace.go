@@ -28,8 +28,9 @@ import (
 // about 0); fence: the fence taken (ok); rank and holder_fence: the
 // waiter's place and the holder's fence as this attempt saw them (the
 // Backend's queueWaiter.TracePlace); listened: its key's channel was
-// listened on after the attempt (a grant reaches it); woken: the wake
-// channel of the previous Next had fired when this attempt was sent;
+// listened on after the attempt (a grant reaches it); woken: the attempt
+// came before the time the previous Next gave, with a wake channel (its
+// wake-up cued it);
 // pace_ms: after a failed attempt, how long Next chose to wait (-1: no
 // time, only the wake channel); wake: Next gave a wake channel; retry_ms:
 // the caller's retry schedule's next attempt, for comparison.
@@ -109,6 +110,7 @@ type traceWaiter struct {
 	start    time.Time
 	n        int
 	wake     <-chan struct{}
+	at       time.Time // the last Next's time
 	last     map[string]any // the last attempt's record, until Next completes it
 	finished bool
 }
@@ -124,15 +126,11 @@ func (w *traceWaiter) flushLast() {
 
 func (w *traceWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
 	w.flushLast()
-	woken := false
-	if w.wake != nil {
-		select {
-		case <-w.wake:
-			woken = true
-		default:
-		}
-	}
 	sent := time.Now()
+	// woken: sent before the time the last Next gave, so its wake channel
+	// cued it (as waiting.Pace infers it: receiving from the channel here
+	// would take a wake-up from the loop)
+	woken := w.wake != nil && (w.at.IsZero() || sent.Before(w.at))
 	res, err := w.Waiter.Attempt(ctx, ttl)
 	dur := time.Since(sent)
 	w.n++
@@ -159,7 +157,7 @@ func (w *traceWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard
 func (w *traceWaiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
 	wake, at := w.Waiter.Next(retry)
 	now := time.Now()
-	w.wake = wake
+	w.wake, w.at = wake, at
 	if w.last != nil {
 		w.last["wake"] = wake != nil
 		w.last["pace_ms"] = -1.0

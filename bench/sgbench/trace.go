@@ -110,7 +110,7 @@ type traceWaiter struct {
 	start    time.Time
 	n        int
 	wake     <-chan struct{}
-	at       time.Time // the last Next's time
+	at       time.Time      // the last Next's time
 	last     map[string]any // the last attempt's record, until Next completes it
 	finished bool
 }

@@ -43,6 +43,9 @@ type EtcdParams struct {
 	Resigns    int           // per system
 	Crashes    int           // per system
 	ElectTTL   time.Duration // the crash takeover's TTL (etcd: whole seconds)
+	// Sample, when set, runs during each syncguard contention run's
+	// measured window (-trace: Tracer.SampleQueue of its key).
+	Sample func(key string, start, end time.Time)
 }
 
 // DefaultEtcdParams: about 4 minutes.
@@ -105,7 +108,11 @@ func EtcdCompare(ctx context.Context, spawn PeerSpawner, systems []EtcdSystem, p
 					jobs = append(jobs, ProcJob{Driver: sys.Driver, DSN: sys.DSN, Variant: VarNotify, Pool: 2,
 						Groups: []ProcGroup{{Tag: sh.Name, Key: key, Workers: sh.WorkersPerProcess, Hold: sh.Hold, Pause: sh.Pause}}})
 				}
-				prs, err := RunProcs(ctx, procSpawn, jobs, time.Second, p.Duration, nil)
+				var during func(start, end time.Time)
+				if p.Sample != nil && sys.Driver != "etcd" {
+					during = func(start, end time.Time) { p.Sample(key, start, end) }
+				}
+				prs, err := RunProcs(ctx, procSpawn, jobs, time.Second, p.Duration, during)
 				if err != nil {
 					return nil, fmt.Errorf("%s %s: %w", sh.Name, sys.Name, err)
 				}

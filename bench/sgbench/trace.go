@@ -2,12 +2,16 @@ package sgbench
 
 import (
 	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -33,7 +37,14 @@ import (
 // wake-up cued it);
 // pace_ms: after a failed attempt, how long Next chose to wait (-1: no
 // time, only the wake channel); wake: Next gave a wake channel; retry_ms:
-// the caller's retry schedule's next attempt, for comparison.
+// the caller's retry schedule's next attempt, for comparison; id: a hash
+// of the lockId taken (a waiter's lockId is its queue row's).
+//
+// SampleQueue adds, from the process that runs the workload, the key's
+// queue and lock rows every few milliseconds:
+//
+//	{"ev":"rows","key":..,"at_ms":..,"lock":{"id":..,"fence":..,"left_ms":..},
+//	 "waiters":[{"id":..,"place_ms":..,"left_ms":..,"near":..,"notified":..,"ttl_ms":..}]}
 
 // Tracer collects the records of one process.
 type Tracer struct {
@@ -140,6 +151,7 @@ func (w *traceWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard
 		rec["err"] = err.Error()
 	}
 	if res.OK {
+		rec["id"] = idHash(res.LockID) // the waiter's lockId, which the lock keeps
 		rec["fence"] = string(res.Fence)
 		rec["handed_over_ms"] = ms(res.HandedOver)
 	}
@@ -185,4 +197,41 @@ func (w *traceWaiter) end(ok bool) {
 	w.finished = true
 	w.t.add(map[string]any{"ev": "wait", "key": w.key, "wait": w.id, "total_ms": ms(time.Since(w.start)), "attempts": w.n, "ok": ok,
 		"start_ms": w.start.UnixMilli()})
+}
+
+// idHash names a lockId in a trace without writing the capability.
+func idHash(lockID string) string {
+	h := sha256.Sum256([]byte(lockID))
+	return hex.EncodeToString(h[:4])
+}
+
+// SampleQueue records the rows of userKey in table (a Backend's lock
+// table) and its waiters table every every, from start until end.
+func (t *Tracer) SampleQueue(ctx context.Context, db *sql.DB, table, userKey string, every time.Duration, start, end time.Time) {
+	lq := `SELECT "lock_id", "fence", "expires_at_ms" - (extract(epoch from clock_timestamp())*1000)::bigint FROM ` + rules.QuoteIdent(table) + ` WHERE "user_key" = $1`
+	wq := `SELECT "lock_id", "place", "deadline_ms" - (extract(epoch from clock_timestamp())*1000)::bigint, "near", "notified", "ttl_ms" FROM ` +
+		rules.QuoteIdent(table+"_waiters") + ` WHERE "user_key" = $1 ORDER BY "place", "lock_id"`
+	time.Sleep(time.Until(start))
+	for now := time.Now(); now.Before(end) && ctx.Err() == nil; now = time.Now() {
+		rec := map[string]any{"ev": "rows", "key": userKey, "at_ms": now.UnixMilli()}
+		var id, fence string
+		var left int64
+		if err := db.QueryRowContext(ctx, lq, userKey).Scan(&id, &fence, &left); err == nil {
+			rec["lock"] = map[string]any{"id": idHash(id), "fence": fence, "left_ms": left}
+		}
+		var ws []map[string]any
+		if rows, err := db.QueryContext(ctx, wq, userKey); err == nil {
+			for rows.Next() {
+				var near, notified bool
+				var place, wleft, ttl int64
+				if rows.Scan(&id, &place, &wleft, &near, &notified, &ttl) == nil {
+					ws = append(ws, map[string]any{"id": idHash(id), "place_ms": place / 1000, "left_ms": wleft, "near": near, "notified": notified, "ttl_ms": ttl})
+				}
+			}
+			rows.Close()
+		}
+		rec["waiters"] = ws
+		t.add(rec)
+		time.Sleep(every)
+	}
 }

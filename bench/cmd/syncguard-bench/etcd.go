@@ -143,6 +143,13 @@ func runEtcd(ctx context.Context, drivers []string, dsn string, show func(driver
 	}
 	p := sgbench.DefaultEtcdParams
 	p.Duration, p.Rounds, p.HandOffs, p.Crashes = etcdFlags.duration, etcdFlags.rounds, etcdFlags.handOffs, etcdFlags.crashes
+	if etcdFlags.tracePath != "" {
+		tr := sgbench.NewTracer(etcdFlags.tracePath)
+		defer tr.Flush() //nolint:errcheck
+		p.Sample = func(key string, start, end time.Time) {
+			tr.SampleQueue(ctx, db, sgbench.SGTable, key, 10*time.Millisecond, start.Add(-time.Second), end)
+		}
+	}
 	progress("etcd: %d systems x %d shapes x %d rounds x %v, then hand-off, sequential, resign, crash", len(systems), len(sgbench.FairShapes), p.Rounds, p.Duration)
 	r, err := sgbench.EtcdCompare(ctx, func(job sgbench.ProcJob) (*sgbench.Child, func(), error) { return spawnKillable(ctx, exe, job) },
 		systems, p, fmt.Sprintf("etcd-%d", time.Now().UnixNano()), srv.Version(ctx))

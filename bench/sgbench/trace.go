@@ -108,6 +108,15 @@ func (c traceLocker) Queue(key, identity string, once bool) syncguard.Waiter {
 	return &traceWaiter{Waiter: w, t: c.t, key: key, id: c.t.waits.Add(1), start: time.Now()}
 }
 
+// Release records each release: {"ev":"release","id":..,"at_ms":..,
+// "dur_ms":..,"ok":..} (id: the lockId's hash, as an attempt's).
+func (c traceLocker) Release(ctx context.Context, lockID string) (syncguard.ReleaseResult, error) {
+	sent := time.Now()
+	r, err := c.Locker.Release(ctx, lockID)
+	c.t.add(map[string]any{"ev": "release", "id": idHash(lockID), "at_ms": sent.UnixMilli(), "dur_ms": ms(time.Since(sent)), "ok": err == nil && r.OK})
+	return r, err
+}
+
 // placer is the Backend's waiter's trace hook.
 type placer interface {
 	TracePlace() (rank, fence int64, listened bool)

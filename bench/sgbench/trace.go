@@ -113,7 +113,7 @@ func (c traceLocker) Queue(key, identity string, once bool) syncguard.Waiter {
 func (c traceLocker) Release(ctx context.Context, lockID string) (syncguard.ReleaseResult, error) {
 	sent := time.Now()
 	r, err := c.Locker.Release(ctx, lockID)
-	c.t.add(map[string]any{"ev": "release", "id": idHash(lockID), "at_ms": sent.UnixMilli(), "dur_ms": ms(time.Since(sent)), "ok": err == nil && r.OK})
+	c.t.add(map[string]any{"ev": "release", "id": idHash(lockID), "at_ms": unixMs(sent), "dur_ms": ms(time.Since(sent)), "ok": err == nil && r.OK})
 	return r, err
 }
 
@@ -154,7 +154,7 @@ func (w *traceWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard
 	res, err := w.Waiter.Attempt(ctx, ttl)
 	dur := time.Since(sent)
 	w.n++
-	rec := map[string]any{"ev": "attempt", "key": w.key, "wait": w.id, "n": w.n, "t_ms": ms(sent.Sub(w.start)), "at_ms": sent.UnixMilli(),
+	rec := map[string]any{"ev": "attempt", "key": w.key, "wait": w.id, "n": w.n, "t_ms": ms(sent.Sub(w.start)), "at_ms": unixMs(sent),
 		"dur_ms": ms(dur), "ok": err == nil && res.OK, "woken": woken}
 	if err != nil {
 		rec["err"] = err.Error()
@@ -222,7 +222,7 @@ func (t *Tracer) SampleQueue(ctx context.Context, db *sql.DB, table, userKey str
 		rules.QuoteIdent(table+"_waiters") + ` WHERE "user_key" = $1 ORDER BY "place", "lock_id"`
 	time.Sleep(time.Until(start))
 	for now := time.Now(); now.Before(end) && ctx.Err() == nil; now = time.Now() {
-		rec := map[string]any{"ev": "rows", "key": userKey, "at_ms": now.UnixMilli()}
+		rec := map[string]any{"ev": "rows", "key": userKey, "at_ms": unixMs(now)}
 		var id, fence string
 		var left int64
 		if err := db.QueryRowContext(ctx, lq, userKey).Scan(&id, &fence, &left); err == nil {
@@ -244,3 +244,6 @@ func (t *Tracer) SampleQueue(ctx context.Context, db *sql.DB, table, userKey str
 		time.Sleep(every)
 	}
 }
+
+// unixMs is t in Unix milliseconds, to the microsecond.
+func unixMs(t time.Time) float64 { return float64(t.UnixMicro()) / 1e3 }

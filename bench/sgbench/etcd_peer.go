@@ -17,6 +17,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
 
 	"github.com/syncguard/syncguard-go/election"
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -72,7 +73,7 @@ func StartEtcd(ctx context.Context, bin string) (*EtcdServer, error) {
 	}
 	s := &EtcdServer{Endpoint: client, cmd: cmd, dir: dir, done: make(chan struct{})}
 	go func() { cmd.Wait(); close(s.done) }() //nolint:errcheck
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		s.Stop()
 		return nil, err
@@ -110,7 +111,7 @@ func tail(s string, n int) string {
 
 // Version returns the server's version.
 func (s *EtcdServer) Version(ctx context.Context) string {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.Endpoint}, DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return "unknown"
 	}
@@ -156,7 +157,7 @@ type peerWorker interface {
 type etcdSys struct{ cli *clientv3.Client }
 
 func newEtcdSys(endpoint string) (*etcdSys, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, err
 	}

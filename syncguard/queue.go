@@ -95,6 +95,20 @@ func (w *queueWaiter) hint() waiting.Hint {
 	return h
 }
 
+// TracePlace reports, for traces (the benchmark's -trace), the waiter's
+// rank and the holder's fence as its last attempt saw them (0: none or not
+// queued), and whether its key's channel is listened on now (a release's
+// grant reaches it).
+func (w *queueWaiter) TracePlace() (rank, fence int64, listened bool) {
+	if w.q == nil {
+		return 0, 0, false
+	}
+	h := w.q.Hint(0) // joined: a wake-up; Poll: its channel is not listened on
+	w.q.mu.Lock()
+	defer w.q.mu.Unlock()
+	return w.q.rank, w.q.fence, h.Wake != nil && !h.Poll
+}
+
 // Leave releases the waiter's lockId: that deletes its queue row and
 // passes on a key handed to it meanwhile. When it found neither, a
 // hand-off may have been committing: its snapshot missed the lock row,

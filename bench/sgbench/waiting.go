@@ -68,6 +68,13 @@ type WaitEnv struct {
 	// their connections go (w7d: direct, through PgBouncer, through
 	// PgBouncer with a direct NotifyDB).
 	Routes map[string]Route
+	// OpenDB, when set, opens OpenProc's pools (default sql.Open with
+	// SQLDriver): lib/pq's connector (sgpq.NewConnector), with Dialect
+	// nil, lets syncguard.New find the listening dialect from the driver.
+	OpenDB func(dsn string) (*sql.DB, error)
+	// Trace, when set, records the attempts of OpenProc's lockers'
+	// waiters (trace.go).
+	Trace *Tracer
 }
 
 // Route is a variant that runs another variant (Base) with the
@@ -209,7 +216,11 @@ func (w *WaitEnv) OpenProc(ctx context.Context, variant string, conns int) (*pro
 		e.Notified, e.Routes = w.Notified, nil
 		return e.OpenProc(ctx, r.Base, conns)
 	}
-	db, err := sql.Open(w.SQLDriver, w.DSN)
+	open := w.OpenDB
+	if open == nil {
+		open = func(dsn string) (*sql.DB, error) { return sql.Open(w.SQLDriver, dsn) }
+	}
+	db, err := open(w.DSN)
 	if err != nil {
 		return nil, err
 	}
@@ -254,6 +265,9 @@ func (w *WaitEnv) OpenProc(ctx context.Context, variant string, conns int) (*pro
 	p.locker = p.sg
 	if variant == VarPollBefore {
 		p.locker = pollingOnly{p.sg}
+	}
+	if w.Trace != nil {
+		p.locker = w.Trace.Wrap(p.locker)
 	}
 	return p, nil
 }

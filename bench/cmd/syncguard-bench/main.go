@@ -107,7 +107,7 @@ func main() {
 	flag.IntVar(&o.hotAlt, "hot-workers-alt", 2, "workload 3 again with this many workers (as many as the cores), for 2/5 of -duration; 0 skips")
 	flag.StringVar(&o.jsonPath, "json", "", "also write the JSON summary lines to this file")
 	flag.StringVar(&o.mdPath, "markdown", "", "also write the results as Markdown tables to this file")
-	flag.StringVar(&o.workloads, "workloads", "w1,w2,w3,w4,w5,wal,anatomy,fresh,allocs,rt,storage,w6a,w6b,w6c,w6d,w6e,w6scale", "what to run (also w7a,w7b,w7c,w7d: waiting at fleet scale, make bench-fleet; w44: short waits)")
+	flag.StringVar(&o.workloads, "workloads", "w1,w2,w3,w4,w5,wal,anatomy,fresh,allocs,rt,storage,w6a,w6b,w6c,w6d,w6e,w6scale", "what to run (also w7a,w7b,w7c,w7d: waiting at fleet scale, make bench-fleet; w44: short waits; etcd: beside etcd 3.4)")
 	flag.DurationVar(&o.w6Duration, "w6-duration", 10*time.Second, "workloads 6a and 6b: measured time per variant")
 	flag.IntVar(&o.w6Rounds, "w6-rounds", 5, "workloads 6a and 6b: interleaved rounds")
 	flag.IntVar(&o.w6cIters, "w6c-iterations", 100, "workload 6c: hand-offs per variant")
@@ -180,6 +180,9 @@ func run(o options) error {
 		out.Flush()
 	}
 
+	if err := setupTrace(); err != nil { // etcd.go
+		return err
+	}
 	dsn, host, port, cleanup, err := server(ctx, o.serverMaxConnections(want))
 	if err != nil {
 		return err
@@ -238,6 +241,11 @@ func run(o options) error {
 				return fmt.Errorf("storage: %w", err)
 			}
 			show(d, s)
+		}
+	}
+	if want["etcd"] {
+		if err := runEtcd(ctx, drivers, dsn, show); err != nil {
+			return err
 		}
 	}
 	fmt.Fprintf(out, "\n== targets (all drivers)\n")

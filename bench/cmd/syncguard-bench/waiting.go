@@ -245,12 +245,7 @@ func runProcChild() error {
 	if err := json.Unmarshal([]byte(line), &job); err != nil {
 		return err
 	}
-	name, ok := sqlDriver[job.Driver]
-	if !ok {
-		return fmt.Errorf("unknown driver %q", job.Driver)
-	}
-	we := &sgbench.WaitEnv{Driver: job.Driver, SQLDriver: name, DSN: job.DSN, Dialect: listenDialect(job.Driver, job.DSN)}
-	return sgbench.ServeProc(ctx, we, job, in, os.Stdout)
+	return serveProcJob(ctx, job, in) // etcd.go
 }
 
 // runChild is the waiter process of workload 6c.

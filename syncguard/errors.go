@@ -195,3 +195,15 @@ func waitError(key string, attempts, refused int, elapsed time.Duration, answere
 	}
 	return e
 }
+
+// holderGone is how long ago the holder's lock stopped being live
+// (holderEnds, as the last answer said), when the attempts since have got
+// no answer (lastErr a NetworkTimeout; 0: not so). A takeover that waits
+// that long past the holder's expiry waits for a row lock: an open
+// transaction that checked the lease (txguard's Hold), or a slow server.
+func holderGone(holderEnds time.Time, lastErr error) time.Duration {
+	if holderEnds.IsZero() || CodeOf(lastErr) != CodeNetworkTimeout { // a wait, not a refused connection
+		return 0
+	}
+	return max(time.Since(holderEnds), 0)
+}

@@ -145,6 +145,32 @@ func (w *queueWaiter) leave(ctx context.Context) error {
 	}, func() { q.s.releaseInBackground(q.LockID, time.Duration(q.ttl.Load())*time.Millisecond) })
 }
 
+// leave takes a wait's waiter that gave up out of its queue (bounded by
+// the release timeout). The wait returns once it has left, but not after
+// an outage (it leaves in the background), nor more than a tenth of the
+// release timeout after an attempt the wait's end left unanswered (a
+// half-open connection must not hold Lock past its Timeout). A Waiter
+// that cannot leave now cleans up after itself.
+func leave(ctx context.Context, w Waiter, timeout time.Duration, outage, unanswered bool) {
+	left := make(chan struct{})
+	go func() {
+		defer close(left)
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		_ = w.Leave(lctx)
+	}()
+	switch {
+	case outage:
+	case unanswered:
+		select {
+		case <-left:
+		case <-time.After(timeout / 10):
+		}
+	default:
+		<-left
+	}
+}
+
 // waiterFor is the Waiter of one wait for key on b: its queue's (a
 // Queuer's), else one that polls.
 func waiterFor(b Locker, key string, c *lockConfig) Waiter {

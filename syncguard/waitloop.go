@@ -24,23 +24,7 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (AcquireR
 	l.w = waiterFor(b, key, c)
 	res, sent, err := l.run()
 	if err != nil || !res.OK {
-		left := make(chan struct{})
-		go func() {
-			defer close(left)
-			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.ReleaseTimeout)
-			defer cancel()
-			_ = l.w.Leave(lctx) // a Waiter that cannot leave now cleans up after itself
-		}()
-		switch { // Lock returns once the waiter left, but not after an outage, nor long after an unanswered attempt
-		case l.realErr != nil:
-		case l.lastErr != nil:
-			select {
-			case <-left:
-			case <-time.After(c.ReleaseTimeout / 10):
-			}
-		default:
-			<-left
-		}
+		leave(ctx, l.w, c.ReleaseTimeout, l.realErr != nil, l.lastErr != nil)
 	}
 	return res, sent, l.attempts, err
 }
@@ -151,17 +135,5 @@ func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err e
 // giveUp ends the wait without the lock (cause: ctx's, if done).
 func (l *waitLoop) giveUp(cause error) (AcquireResult, time.Time, error) {
 	elapsed := time.Since(l.start).Round(time.Millisecond)
-	return AcquireResult{}, time.Time{}, waitError(l.key, l.attempts, l.refused, elapsed, l.answered, l.lastErr, l.realErr, cause, l.holderGone())
-}
-
-// holderGone is how long ago the holder's lock stopped being live, as the
-// last answer said, when the attempts since have got no answer (0: not
-// so). A takeover that waits that long past the holder's expiry waits for
-// a row lock: an open transaction that checked the lease (txguard's Hold),
-// or a slow server.
-func (l *waitLoop) holderGone() time.Duration {
-	if l.holderEnds.IsZero() || CodeOf(l.lastErr) != CodeNetworkTimeout { // a wait, not a refused connection
-		return 0
-	}
-	return max(time.Since(l.holderEnds), 0)
+	return AcquireResult{}, time.Time{}, waitError(l.key, l.attempts, l.refused, elapsed, l.answered, l.lastErr, l.realErr, cause, holderGone(l.holderEnds, l.lastErr))
 }

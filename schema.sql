@@ -563,7 +563,7 @@ LEFT JOIN won ON true
 LEFT JOIN cur ON true; END
 $syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_a9eb2b5f"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_a9eb2b5f"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_0145fdf1"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_0145fdf1"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -586,6 +586,11 @@ wd AS (
   DELETE FROM "syncguard_locks_waiters" AS q USING t
   WHERE q."lock_id" = (SELECT w."lock_id" FROM w) AND q."deadline_ms" > t.now_ms AND q."notified"
   RETURNING q."key", q."lock_id", q."ttl_ms", q."user_key", q."fence_key", q."identity"
+),
+mq AS (
+  DELETE FROM "syncguard_locks_waiters" AS q USING t
+  WHERE q."lock_id" = $1::text AND t.wkey IS NULL
+  RETURNING 1
 ),
 me AS (
   INSERT INTO "syncguard_locks_waiters" AS q ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "user_key", "fence_key")
@@ -661,7 +666,7 @@ LEFT JOIN sc ON true
 LEFT JOIN n ON true; END
 $syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_a2184702"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_a2184702"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_3596bf31"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_3596bf31"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -684,6 +689,11 @@ wd AS (
   DELETE FROM "syncguard_locks_waiters" AS q USING t
   WHERE q."lock_id" = (SELECT w."lock_id" FROM w) AND q."deadline_ms" > t.now_ms AND q."notified"
   RETURNING q."key", q."lock_id", q."ttl_ms", q."user_key", q."fence_key", q."identity"
+),
+mq AS (
+  DELETE FROM "syncguard_locks_waiters" AS q USING t
+  WHERE q."lock_id" = $1::text AND t.wkey IS NULL
+  RETURNING 1
 ),
 me AS (
   INSERT INTO "syncguard_locks_waiters" AS q ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "user_key", "fence_key")

@@ -35,6 +35,13 @@
 --      skip them in the index and the oldest are found by a range; it is
 --      deleted when it has been dead for {{waiter_gc}} ms. left_queue says
 --      that the row was there, live;
+-- mq:  a lease's release (not a waiter leaving) deletes a queue row of its
+--      lockId: a waiter granted the key by a release took it from the
+--      notification, without a statement, while an attempt of its was in
+--      flight; that attempt's snapshot predated the grant, so it wrote the
+--      waiter's row back (acquire.sql's q), and the row, live and
+--      attending, stood ahead of every waiter of the key
+--      (TestReleaseDeletesItsOwnQueueRow);
 -- nx:  when that waiter leaves a key that no lock holds (it was first,
 --      polling, or the key's holder expired), the first live attending
 --      waiter after it, woken so that it attempts now instead of at its
@@ -95,6 +102,11 @@ wd AS (
   DELETE FROM {{waiters}} AS q USING t
   WHERE q."lock_id" = (SELECT w."lock_id" FROM w) AND q."deadline_ms" > t.now_ms AND q."notified"
   RETURNING q."key", q."lock_id", q."ttl_ms", q."user_key", q."fence_key", q."identity"
+),
+mq AS (
+  DELETE FROM {{waiters}} AS q USING t
+  WHERE q."lock_id" = $1::text AND t.wkey IS NULL
+  RETURNING 1
 ),
 me AS (
   INSERT INTO {{waiters}} AS q ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "user_key", "fence_key")

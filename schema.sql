@@ -563,7 +563,7 @@ LEFT JOIN won ON true
 LEFT JOIN cur ON true; END
 $syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_0145fdf1"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_0145fdf1"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_58476b23"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_58476b23"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -571,14 +571,14 @@ WITH
 t AS (
   SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms, $3::boolean AS notify, $4::text AS wkey
 ),
-r AS (
-  SELECT l."lock_id", l."key", l."expires_at_ms" - t.now_ms AS left_ms FROM "syncguard_locks" AS l, t
+d AS (
+  DELETE FROM "syncguard_locks" AS l USING t
   WHERE l."lock_id" = $1::text AND l."expires_at_ms" > t.now_ms - 1000
-  FOR UPDATE OF l
+  RETURNING l."lock_id", l."key", l."expires_at_ms" - t.now_ms AS left_ms
 ),
 w AS (
-  SELECT q."lock_id" FROM "syncguard_locks_waiters" AS q, r, t
-  WHERE q."key" = r."key" AND q."place" > 0 AND q."deadline_ms" > t.now_ms AND q."lock_id" <> $1::text AND (q."near" OR q."notified")
+  SELECT q."lock_id" FROM "syncguard_locks_waiters" AS q, d, t
+  WHERE q."key" = d."key" AND q."place" > 0 AND q."deadline_ms" > t.now_ms AND q."lock_id" <> $1::text AND (q."near" OR q."notified")
   ORDER BY q."place", q."lock_id"
   LIMIT 1
 ),
@@ -601,7 +601,7 @@ me AS (
 nx AS (
   SELECT q."key", q."lock_id" FROM "syncguard_locks_waiters" AS q, me, t
   WHERE q."key" = me."key" AND q."place" > 0 AND q."lock_id" <> $1::text AND q."deadline_ms" > t.now_ms AND (q."near" OR q."notified")
-    AND NOT EXISTS (SELECT 1 FROM r)
+    AND NOT EXISTS (SELECT 1 FROM d)
     AND NOT EXISTS (SELECT 1 FROM "syncguard_locks" AS l WHERE l."key" = me."key" AND l."expires_at_ms" > t.now_ms - 1000)
   ORDER BY q."place", q."lock_id"
   LIMIT 1
@@ -614,11 +614,10 @@ gf AS (
   RETURNING c."fence"
 ),
 g AS (
-  UPDATE "syncguard_locks" AS l SET "lock_id" = wd."lock_id", "expires_at_ms" = t.now_ms + wd."ttl_ms", "acquired_at_ms" = t.now_ms,
-    "fence" = lpad((gf."fence")::text, 15, '0'), "user_key" = wd."user_key"
+  INSERT INTO "syncguard_locks" ("key", "lock_id", "expires_at_ms", "acquired_at_ms", "fence", "user_key")
+  SELECT wd."key", wd."lock_id", t.now_ms + wd."ttl_ms", t.now_ms, lpad((gf."fence")::text, 15, '0'), wd."user_key"
   FROM wd, gf, t
-  WHERE l."lock_id" = $1::text AND l."key" = wd."key"
-  RETURNING l."key", l."lock_id", l."fence", l."acquired_at_ms", l."expires_at_ms"
+  RETURNING "key", "lock_id", "fence", "acquired_at_ms", "expires_at_ms"
 ),
 gh AS (
   INSERT INTO "syncguard_locks_holders" ("lock_id", "key", "identity")
@@ -629,44 +628,34 @@ gh AS (
 wk AS (
   SELECT g."key", left(encode(sha256(convert_to(g."lock_id", 'UTF8')), 'hex'), 16) || ':' || g."fence" || ':' || (g."acquired_at_ms")::text || ':' || (g."expires_at_ms" - g."acquired_at_ms")::text || ':' || left(encode(sha256(convert_to(g."lock_id" || ':' || g."fence" || ':' || (g."acquired_at_ms")::text || ':' || (g."expires_at_ms" - g."acquired_at_ms")::text, 'UTF8')), 'hex'), 32) AS payload FROM g
   UNION ALL SELECT nx."key", left(encode(sha256(convert_to(nx."lock_id", 'UTF8')), 'hex'), 16) FROM nx
-  UNION ALL SELECT r."key", left(encode(sha256(convert_to(w."lock_id", 'UTF8')), 'hex'), 16) FROM w, r WHERE NOT EXISTS (SELECT 1 FROM wd)
+  UNION ALL SELECT d."key", left(encode(sha256(convert_to(w."lock_id", 'UTF8')), 'hex'), 16) FROM w, d WHERE NOT EXISTS (SELECT 1 FROM wd)
 ),
 n AS (
   SELECT pg_notify('syncguard:9f8f0944:' || left(encode(sha256(convert_to(wk."key", 'UTF8')), 'hex'), 24), wk.payload) AS v FROM wk, t WHERE t.notify
 ),
-d AS (
-  DELETE FROM "syncguard_locks" AS l USING t
-  WHERE l."lock_id" = $1::text AND l."expires_at_ms" > t.now_ms - 1000
-    AND NOT EXISTS (SELECT 1 FROM gf)
-  RETURNING l."lock_id", l."key", l."expires_at_ms" - t.now_ms AS left_ms
-),
-rel AS (
-  SELECT d."lock_id", d."key", d.left_ms FROM d
-  UNION ALL SELECT r."lock_id", r."key", r.left_ms FROM r WHERE EXISTS (SELECT 1 FROM g)
-),
 hl AS (
-  DELETE FROM "syncguard_locks_holders" AS h USING rel WHERE h."key" = rel."key"
+  DELETE FROM "syncguard_locks_holders" AS h USING d WHERE h."key" = d."key"
   RETURNING 1
 ),
 sc AS (
-  SELECT set_config('synchronous_commit', 'off', true) AS v FROM rel
-  WHERE $2::boolean AND rel.left_ms <= 60000
+  SELECT set_config('synchronous_commit', 'off', true) AS v FROM d
+  WHERE $2::boolean AND d.left_ms <= 60000
     AND NOT EXISTS (SELECT 1 FROM g)
 )
-SELECT rel."lock_id",
-  CASE WHEN rel."lock_id" IS NULL THEN
+SELECT d."lock_id",
+  CASE WHEN d."lock_id" IS NULL THEN
     (SELECT s."expires_at_ms" FROM "syncguard_locks" AS s WHERE s."lock_id" = $1::text) END,
   t.now_ms,
   (SELECT wk.payload FROM wk LIMIT 1) AS woke,
   (SELECT 'syncguard:9f8f0944:' || left(encode(sha256(convert_to(wk."key", 'UTF8')), 'hex'), 24) FROM wk LIMIT 1) AS woke_channel,
   EXISTS (SELECT 1 FROM me WHERE me.was) AS left_queue
 FROM t
-LEFT JOIN rel ON true
+LEFT JOIN d ON true
 LEFT JOIN sc ON true
 LEFT JOIN n ON true; END
 $syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_3596bf31"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_3596bf31"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_51f6bdca"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_51f6bdca"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -674,14 +663,14 @@ WITH
 t AS (
   SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms, $3::boolean AS notify, $4::text AS wkey
 ),
-r AS (
-  SELECT l."lock_id", l."key", l."expires_at_ms" - t.now_ms AS left_ms FROM "syncguard_locks" AS l, t
+d AS (
+  DELETE FROM "syncguard_locks" AS l USING t
   WHERE l."lock_id" = $1::text AND l."expires_at_ms" > t.now_ms - 1000
-  FOR UPDATE OF l
+  RETURNING l."lock_id", l."key", l."expires_at_ms" - t.now_ms AS left_ms
 ),
 w AS (
-  SELECT q."lock_id" FROM "syncguard_locks_waiters" AS q, r, t
-  WHERE q."key" = r."key" AND q."place" > 0 AND q."deadline_ms" > t.now_ms AND q."lock_id" <> $1::text AND (q."near" OR q."notified")
+  SELECT q."lock_id" FROM "syncguard_locks_waiters" AS q, d, t
+  WHERE q."key" = d."key" AND q."place" > 0 AND q."deadline_ms" > t.now_ms AND q."lock_id" <> $1::text AND (q."near" OR q."notified")
   ORDER BY q."place", q."lock_id"
   LIMIT 1
 ),
@@ -704,7 +693,7 @@ me AS (
 nx AS (
   SELECT q."key", q."lock_id" FROM "syncguard_locks_waiters" AS q, me, t
   WHERE q."key" = me."key" AND q."place" > 0 AND q."lock_id" <> $1::text AND q."deadline_ms" > t.now_ms AND (q."near" OR q."notified")
-    AND NOT EXISTS (SELECT 1 FROM r)
+    AND NOT EXISTS (SELECT 1 FROM d)
     AND NOT EXISTS (SELECT 1 FROM "syncguard_locks" AS l WHERE l."key" = me."key" AND l."expires_at_ms" > t.now_ms - 1000)
   ORDER BY q."place", q."lock_id"
   LIMIT 1
@@ -717,49 +706,38 @@ gf AS (
   RETURNING c."fence"
 ),
 g AS (
-  UPDATE "syncguard_locks" AS l SET "lock_id" = wd."lock_id", "expires_at_ms" = t.now_ms + wd."ttl_ms", "acquired_at_ms" = t.now_ms,
-    "fence" = lpad((gf."fence")::text, 15, '0'), "user_key" = wd."user_key"
+  INSERT INTO "syncguard_locks" ("key", "lock_id", "expires_at_ms", "acquired_at_ms", "fence", "user_key")
+  SELECT wd."key", wd."lock_id", t.now_ms + wd."ttl_ms", t.now_ms, lpad((gf."fence")::text, 15, '0'), wd."user_key"
   FROM wd, gf, t
-  WHERE l."lock_id" = $1::text AND l."key" = wd."key"
-  RETURNING l."key", l."lock_id", l."fence", l."acquired_at_ms", l."expires_at_ms"
+  RETURNING "key", "lock_id", "fence", "acquired_at_ms", "expires_at_ms"
 ),
 wk AS (
   SELECT g."key", left(encode(sha256(convert_to(g."lock_id", 'UTF8')), 'hex'), 16) || ':' || g."fence" || ':' || (g."acquired_at_ms")::text || ':' || (g."expires_at_ms" - g."acquired_at_ms")::text || ':' || left(encode(sha256(convert_to(g."lock_id" || ':' || g."fence" || ':' || (g."acquired_at_ms")::text || ':' || (g."expires_at_ms" - g."acquired_at_ms")::text, 'UTF8')), 'hex'), 32) AS payload FROM g
   UNION ALL SELECT nx."key", left(encode(sha256(convert_to(nx."lock_id", 'UTF8')), 'hex'), 16) FROM nx
-  UNION ALL SELECT r."key", left(encode(sha256(convert_to(w."lock_id", 'UTF8')), 'hex'), 16) FROM w, r WHERE NOT EXISTS (SELECT 1 FROM wd)
+  UNION ALL SELECT d."key", left(encode(sha256(convert_to(w."lock_id", 'UTF8')), 'hex'), 16) FROM w, d WHERE NOT EXISTS (SELECT 1 FROM wd)
 ),
 n AS (
   SELECT pg_notify('syncguard:9f8f0944:' || left(encode(sha256(convert_to(wk."key", 'UTF8')), 'hex'), 24), wk.payload) AS v FROM wk, t WHERE t.notify
 ),
-d AS (
-  DELETE FROM "syncguard_locks" AS l USING t
-  WHERE l."lock_id" = $1::text AND l."expires_at_ms" > t.now_ms - 1000
-    AND NOT EXISTS (SELECT 1 FROM gf)
-  RETURNING l."lock_id", l."key", l."expires_at_ms" - t.now_ms AS left_ms
-),
-rel AS (
-  SELECT d."lock_id", d."key", d.left_ms FROM d
-  UNION ALL SELECT r."lock_id", r."key", r.left_ms FROM r WHERE EXISTS (SELECT 1 FROM g)
-),
 sc AS (
-  SELECT set_config('synchronous_commit', 'off', true) AS v FROM rel
-  WHERE $2::boolean AND rel.left_ms <= 60000
+  SELECT set_config('synchronous_commit', 'off', true) AS v FROM d
+  WHERE $2::boolean AND d.left_ms <= 60000
     AND NOT EXISTS (SELECT 1 FROM g)
 )
-SELECT rel."lock_id",
-  CASE WHEN rel."lock_id" IS NULL THEN
+SELECT d."lock_id",
+  CASE WHEN d."lock_id" IS NULL THEN
     (SELECT s."expires_at_ms" FROM "syncguard_locks" AS s WHERE s."lock_id" = $1::text) END,
   t.now_ms,
   (SELECT wk.payload FROM wk LIMIT 1) AS woke,
   (SELECT 'syncguard:9f8f0944:' || left(encode(sha256(convert_to(wk."key", 'UTF8')), 'hex'), 24) FROM wk LIMIT 1) AS woke_channel,
   EXISTS (SELECT 1 FROM me WHERE me.was) AS left_queue
 FROM t
-LEFT JOIN rel ON true
+LEFT JOIN d ON true
 LEFT JOIN sc ON true
 LEFT JOIN n ON true; END
 $syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 
-DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_8774f225"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_8774f225"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
+DO $do$ BEGIN IF to_regprocedure(quote_ident(current_schema()) || '.' || '"syncguard_locks_op_4c8b469a"(text,boolean,boolean,text)') IS NULL THEN CREATE FUNCTION "syncguard_locks_op_4c8b469a"(text, boolean, boolean, text) RETURNS TABLE (r1 text, r2 bigint, r3 bigint, r4 text, r5 text, r6 boolean) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $syncguard$
 #variable_conflict use_column
 BEGIN
 RETURN QUERY
@@ -772,22 +750,19 @@ d AS (
   WHERE l."lock_id" = $1::text AND l."expires_at_ms" > t.now_ms - 1000
   RETURNING l."lock_id", l."key", l."expires_at_ms" - t.now_ms AS left_ms
 ),
-rel AS (
-  SELECT d."lock_id", d."key", d.left_ms FROM d
-),
 sc AS (
-  SELECT set_config('synchronous_commit', 'off', true) AS v FROM rel
-  WHERE $2::boolean AND rel.left_ms <= 60000
+  SELECT set_config('synchronous_commit', 'off', true) AS v FROM d
+  WHERE $2::boolean AND d.left_ms <= 60000
 )
-SELECT rel."lock_id",
-  CASE WHEN rel."lock_id" IS NULL THEN
+SELECT d."lock_id",
+  CASE WHEN d."lock_id" IS NULL THEN
     (SELECT s."expires_at_ms" FROM "syncguard_locks" AS s WHERE s."lock_id" = $1::text) END,
   t.now_ms,
   NULL::text AS woke,
   NULL::text AS woke_channel,
   false AS left_queue
 FROM t
-LEFT JOIN rel ON true
+LEFT JOIN d ON true
 LEFT JOIN sc ON true; END
 $syncguard$; END IF; EXCEPTION WHEN duplicate_function THEN NULL; END $do$;
 

@@ -14,8 +14,6 @@
 --
 -- The lines between "--if queue" and "--end" hand the key over in the same
 -- commit (left out when the waiters table is missing: stmtReleasePlain):
--- r:   the released lock's row, live, locked FOR UPDATE (d and g then
---      act on it: a concurrent takeover or extend re-checked as above);
 -- w:   the first live waiter of the released key (by place) that
 --      attends (near or notified: acquire.sql's awake; an asleep waiter
 --      far back keeps its place, not its turn);
@@ -49,15 +47,7 @@
 -- gf:  the waiter's fence: the counter incremented, as an acquire does
 --      (the released lock was live until this statement, so no acquire
 --      can have moved the counter since);
--- g:   the lock row becomes the waiter's (its lockId, its fence, its TTL
---      from now): an UPDATE of the same row, never a delete and an insert.
---      The reference implementation's acquire reads the key's row FOR
---      UPDATE and then upserts it unconditionally; one that waits for this
---      row's lock then reads the waiter's live lock in it, where a deleted
---      row would be skipped and the waiter's new row overwritten
---      (TestHandOffKeepsTheLockRow). d deletes the row only when nothing
---      is handed over (no fence for a waiter: gf); rel is the released
---      lock either way;
+-- g:   the lock row of the waiter: its lockId, its TTL from now;
 -- wk:  who is woken: the waiter granted, with a grant notification (the
 --      hash of its lockId, its fence, the lock's start and TTL, and a mac
 --      keyed by its lockId: internal/waiting/grant.go), which it takes
@@ -86,15 +76,15 @@ WITH
 t AS (
   SELECT {{now_ms}} AS now_ms, $3::boolean AS notify, $4::text AS wkey
 ),
---if queue
-r AS (
-  SELECT l."lock_id", l."key", l."expires_at_ms" - t.now_ms AS left_ms FROM {{locks}} AS l, t
+d AS (
+  DELETE FROM {{locks}} AS l USING t
   WHERE l."lock_id" = $1::text AND {{live(l)}}
-  FOR UPDATE OF l
+  RETURNING l."lock_id", l."key", l."expires_at_ms" - t.now_ms AS left_ms
 ),
+--if queue
 w AS (
-  SELECT q."lock_id" FROM {{waiters}} AS q, r, t
-  WHERE q."key" = r."key" AND q."place" > 0 AND q."deadline_ms" > t.now_ms AND q."lock_id" <> $1::text AND (q."near" OR q."notified")
+  SELECT q."lock_id" FROM {{waiters}} AS q, d, t
+  WHERE q."key" = d."key" AND q."place" > 0 AND q."deadline_ms" > t.now_ms AND q."lock_id" <> $1::text AND (q."near" OR q."notified")
   ORDER BY q."place", q."lock_id"
   LIMIT 1
 ),
@@ -117,7 +107,7 @@ me AS (
 nx AS (
   SELECT q."key", q."lock_id" FROM {{waiters}} AS q, me, t
   WHERE q."key" = me."key" AND q."place" > 0 AND q."lock_id" <> $1::text AND q."deadline_ms" > t.now_ms AND (q."near" OR q."notified")
-    AND NOT EXISTS (SELECT 1 FROM r)
+    AND NOT EXISTS (SELECT 1 FROM d)
     AND NOT EXISTS (SELECT 1 FROM {{locks}} AS l WHERE l."key" = me."key" AND {{live(l)}})
   ORDER BY q."place", q."lock_id"
   LIMIT 1
@@ -130,11 +120,10 @@ gf AS (
   RETURNING c."fence"
 ),
 g AS (
-  UPDATE {{locks}} AS l SET "lock_id" = wd."lock_id", "expires_at_ms" = t.now_ms + wd."ttl_ms", "acquired_at_ms" = t.now_ms,
-    "fence" = {{fence_text(gf."fence")}}, "user_key" = wd."user_key"
+  INSERT INTO {{locks}} ("key", "lock_id", "expires_at_ms", "acquired_at_ms", "fence", "user_key")
+  SELECT wd."key", wd."lock_id", t.now_ms + wd."ttl_ms", t.now_ms, {{fence_text(gf."fence")}}, wd."user_key"
   FROM wd, gf, t
-  WHERE l."lock_id" = $1::text AND l."key" = wd."key"
-  RETURNING l."key", l."lock_id", l."fence", l."acquired_at_ms", l."expires_at_ms"
+  RETURNING "key", "lock_id", "fence", "acquired_at_ms", "expires_at_ms"
 ),
 --if holders
 gh AS (
@@ -147,41 +136,27 @@ gh AS (
 wk AS (
   SELECT g."key", {{grant_payload(g."lock_id", g."fence", g."acquired_at_ms", g."expires_at_ms" - g."acquired_at_ms")}} AS payload FROM g
   UNION ALL SELECT nx."key", {{wake_payload(nx."lock_id")}} FROM nx
-  UNION ALL SELECT r."key", {{wake_payload(w."lock_id")}} FROM w, r WHERE NOT EXISTS (SELECT 1 FROM wd)
+  UNION ALL SELECT d."key", {{wake_payload(w."lock_id")}} FROM w, d WHERE NOT EXISTS (SELECT 1 FROM wd)
 ),
 n AS (
   SELECT pg_notify({{wake_channel(wk."key")}}, wk.payload) AS v FROM wk, t WHERE t.notify
 ),
 --end
-d AS (
-  DELETE FROM {{locks}} AS l USING t
-  WHERE l."lock_id" = $1::text AND {{live(l)}}
---if queue
-    AND NOT EXISTS (SELECT 1 FROM gf)
---end
-  RETURNING l."lock_id", l."key", l."expires_at_ms" - t.now_ms AS left_ms
-),
-rel AS (
-  SELECT d."lock_id", d."key", d.left_ms FROM d
---if queue
-  UNION ALL SELECT r."lock_id", r."key", r.left_ms FROM r WHERE EXISTS (SELECT 1 FROM g)
---end
-),
 --if holders
 hl AS (
-  DELETE FROM {{holders}} AS h USING rel WHERE h."key" = rel."key"
+  DELETE FROM {{holders}} AS h USING d WHERE h."key" = d."key"
   RETURNING 1
 ),
 --end
 sc AS (
-  SELECT set_config('synchronous_commit', 'off', true) AS v FROM rel
-  WHERE $2::boolean AND rel.left_ms <= {{async_release_max}}
+  SELECT set_config('synchronous_commit', 'off', true) AS v FROM d
+  WHERE $2::boolean AND d.left_ms <= {{async_release_max}}
 --if queue
     AND NOT EXISTS (SELECT 1 FROM g)
 --end
 )
-SELECT rel."lock_id",
-  CASE WHEN rel."lock_id" IS NULL THEN
+SELECT d."lock_id",
+  CASE WHEN d."lock_id" IS NULL THEN
     (SELECT s."expires_at_ms" FROM {{locks}} AS s WHERE s."lock_id" = $1::text) END,
   t.now_ms,
 --if queue
@@ -195,7 +170,7 @@ SELECT rel."lock_id",
   false AS left_queue
 --end
 FROM t
-LEFT JOIN rel ON true
+LEFT JOIN d ON true
 LEFT JOIN sc ON true
 --if queue
 LEFT JOIN n ON true

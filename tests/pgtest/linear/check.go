@@ -228,40 +228,41 @@ func resolve(ops []history.Op, opts Options, res *Result) []history.Op {
 		lock string
 		exp  int64
 	}
-	grants, extends, deletes := map[string]*history.AuditRow{}, map[xkey]*history.AuditRow{}, map[string]*history.AuditRow{}
-	ttl := map[string]int64{}
+	var events []auditEvent
 	for i := range opts.Audit {
-		a := &opts.Audit[i]
-		if a.Table != "locks" || a.Fence == 0 { // placeholder rows (fence 0) are never live
-			continue
-		}
-		switch {
-		case a.Op == "INSERT" || a.Op == "UPDATE" && a.OldLock != a.NewLock:
-			grants[a.NewLock] = a
-			ttl[a.NewLock] = a.NewExpires - a.AcquiredAt
-		case a.Op == "UPDATE" && a.NewExpires != a.OldExpires:
-			extends[xkey{a.NewLock, a.NewExpires}] = a
-		case a.Op == "DELETE":
-			deletes[a.OldLock] = a
+		events = append(events, auditEvents(&opts.Audit[i])...)
+	}
+	grants, extends, releases := map[string]auditEvent{}, map[xkey]auditEvent{}, map[string]auditEvent{}
+	ttl := map[string]int64{}
+	for _, e := range events {
+		a := e.row
+		switch e.kind {
+		case history.OpAcquire:
+			grants[e.lock] = e
+			ttl[e.lock] = a.NewExpires - a.AcquiredAt
+		case history.OpExtend:
+			extends[xkey{e.lock, a.NewExpires}] = e
+		case history.OpRelease, history.OpExpire:
+			releases[e.lock] = e
 		}
 	}
-	matched := map[*history.AuditRow]bool{}
+	matched := map[auditEvent]bool{}
 	kept := out[:0]
 	for _, o := range out {
 		switch {
 		case o.Kind == history.OpAcquire && o.Outcome == history.OK:
-			if a := grants[o.Lock]; a != nil {
-				matched[a] = true
+			if e, ok := grants[o.Lock]; ok {
+				matched[e] = true
 			}
 		case o.Kind == history.OpExtend && o.Outcome == history.OK:
-			if a := extends[xkey{o.Lock, o.ExpiresMs}]; a != nil {
-				matched[a] = true
+			if e, ok := extends[xkey{o.Lock, o.ExpiresMs}]; ok {
+				matched[e] = true
 			}
 		case o.Kind == history.OpRelease && o.Outcome != history.Fail:
-			a := deletes[o.Lock]
+			e, ok := releases[o.Lock]
 			switch {
-			case a != nil:
-				matched[a] = true
+			case ok:
+				matched[e] = true
 				if o.Outcome == history.Unknown {
 					o.Outcome = history.OK
 					res.Committed++
@@ -279,29 +280,23 @@ func resolve(ops []history.Op, opts Options, res *Result) []history.Op {
 		kept = append(kept, o)
 	}
 	skew := max(opts.ClockSkew, 0)
-	for i := range opts.Audit {
-		a := &opts.Audit[i]
-		if a.Table != "locks" || a.Fence == 0 || matched[a] {
+	for _, e := range events {
+		if matched[e] || e.handOff {
 			continue
 		}
+		a := e.row
 		o := history.Op{Client: "audit", Key: a.Key, Outcome: history.OK, Fence: a.Fence, Source: "audit",
-			Call: time.UnixMilli(a.AtMs).Add(-skew)}
-		switch {
-		case a.Op == "INSERT" || a.Op == "UPDATE" && a.OldLock != a.NewLock:
-			o.Kind, o.Lock, o.ServerMs, o.ExpiresMs = history.OpAcquire, a.NewLock, a.AcquiredAt, a.NewExpires
-		case a.Op == "UPDATE" && a.NewExpires != a.OldExpires:
-			o.Kind, o.Lock, o.ExpiresMs, o.ServerMs = history.OpExtend, a.NewLock, a.NewExpires, a.AtMs
-			if t, ok := ttl[a.NewLock]; ok {
+			Call: time.UnixMilli(a.AtMs).Add(-skew), Kind: e.kind, Lock: e.lock}
+		switch e.kind {
+		case history.OpAcquire:
+			o.ServerMs, o.ExpiresMs = a.AcquiredAt, a.NewExpires
+		case history.OpExtend:
+			o.ExpiresMs, o.ServerMs = a.NewExpires, a.AtMs
+			if t, ok := ttl[e.lock]; ok {
 				o.ServerMs = a.NewExpires - t
 			}
-		case a.Op == "DELETE" && live(a.OldExpires, a.AtMs):
-			// The statement read its clock before the trigger did: its
-			// time is within the window, not at the trigger's.
-			o.Kind, o.Lock = history.OpRelease, a.OldLock
-		case a.Op == "DELETE":
-			o.Kind, o.Lock, o.ServerMs = history.OpExpire, a.OldLock, a.AtMs
-		default:
-			continue
+		case history.OpExpire:
+			o.ServerMs = a.AtMs
 		}
 		res.AuditOnly++
 		kept = append(kept, o)
@@ -319,4 +314,55 @@ func Describe(ops []history.Op, key string) string {
 		}
 	}
 	return b.String()
+}
+
+// auditEvent is one change of a lock that an audit row records. A row
+// records two when a release hands the key over: its UPDATE ends the old
+// lock and grants the waiter's, in one commit.
+type auditEvent struct {
+	row     *history.AuditRow
+	kind    history.OpKind // OpAcquire, OpExtend, OpRelease or OpExpire
+	lock    string
+	handOff bool // the release half of a hand-off: it only resolves its holder's release
+}
+
+// auditEvents reads an audit row of the lock table (placeholder rows,
+// fence 0, are never live: none). An INSERT, or an UPDATE that changes the
+// lockId, grants the new lock; that UPDATE also releases the old one when
+// it was live (a hand-off; a takeover of an expired lock releases
+// nothing). An UPDATE of the same lock to expiry 0 releases it keeping
+// its row (release_keep.sql); another change of expiry extends it. A
+// DELETE releases the lock, or removes an expired one.
+func auditEvents(a *history.AuditRow) []auditEvent {
+	if a.Table != "locks" || a.Fence == 0 {
+		return nil
+	}
+	end := func(lock string) auditEvent {
+		// The statement read its clock before the trigger did: a lock live
+		// at the trigger's time was live at the statement's.
+		if live(a.OldExpires, a.AtMs) {
+			return auditEvent{row: a, kind: history.OpRelease, lock: lock}
+		}
+		return auditEvent{row: a, kind: history.OpExpire, lock: lock}
+	}
+	switch {
+	case a.Op == "INSERT":
+		return []auditEvent{{row: a, kind: history.OpAcquire, lock: a.NewLock}}
+	case a.Op == "UPDATE" && a.OldLock != a.NewLock:
+		ev := []auditEvent{{row: a, kind: history.OpAcquire, lock: a.NewLock}}
+		if live(a.OldExpires, a.AtMs) {
+			// A hand-off, if the old lock's holder released it: the audit
+			// cannot tell that from a takeover of a live lock, so this
+			// release counts only for a release the history has.
+			ev = append(ev, auditEvent{row: a, kind: history.OpRelease, lock: a.OldLock, handOff: true})
+		}
+		return ev
+	case a.Op == "UPDATE" && a.NewExpires == 0 && a.OldExpires != 0:
+		return []auditEvent{end(a.OldLock)}
+	case a.Op == "UPDATE" && a.NewExpires != a.OldExpires:
+		return []auditEvent{{row: a, kind: history.OpExtend, lock: a.NewLock}}
+	case a.Op == "DELETE":
+		return []auditEvent{end(a.OldLock)}
+	}
+	return nil
 }

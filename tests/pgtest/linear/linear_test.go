@@ -189,6 +189,16 @@ func TestUnknownOutcomesResolvedByAudit(t *testing.T) {
 	if r := check(t, lost, Options{Audit: audit, Audited: true}); r.Verdict != porcupine.Illegal || r.AuditOnly != 1 || r.NotCommitted != 1 {
 		t.Fatalf("a committed takeover of a live lock, seen only in the audit:\n%s", r.Line())
 	}
+	// A hand-off: the release of A updates its row to B's lock in one
+	// commit; A's release got no answer, B's acquire did.
+	handOff := []history.Op{
+		acquire("a", "A", 1, 0, 2, 1500),
+		op("a", history.OpRelease, "A", 0, 300, -1, 0, 0, history.Unknown),
+		acquire("b", "B", 2, 290, 312, 1500),
+	}
+	if r := check(t, handOff, Options{Audit: audit, Audited: true}); r.Verdict != porcupine.Ok || r.Committed != 1 {
+		t.Fatalf("a hand-off (an UPDATE of a live lock by its holder's release) is a release and an acquire:\n%s", r.Line())
+	}
 }
 
 // HoldingOps turns the holdings the runs record into operations.

@@ -3,7 +3,6 @@ package itest_test
 import (
 	"testing"
 	"time"
-
 )
 
 // TestReleaseDeletesItsOwnQueueRow: a waiter granted the key by a release

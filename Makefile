@@ -17,7 +17,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 MODULES := $(shell sed -n 's/^[[:space:]]*\.\/\{0,1\}\([^[:space:]]*\)$$/\1/p' go.work | sed 's/^$$/./')
 # The lowest Go release the published modules support: the core's go line.
 MIN_GO := $(shell sed -n 's/^go //p' go.mod)
-TEST_FLAGS ?= -race -count=1 -timeout 15m
+TEST_FLAGS ?= -race -count=1 -timeout 25m
 # A -race binary that exits 0 sleeps 1 s first (GORACE atexit_sleep_ms, for
 # late race reports): a second per test package and per command the tests
 # run. Races are still reported and fail the run without it.

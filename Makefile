@@ -1,8 +1,10 @@
 # syncguard-go: every module's tests, the demo, benchmarks.
 #
-#   make test    the everyday run (at most 5 minutes on 2 cores): vet and
-#                every module's tests under -race; the long suites skip,
-#                saying so, and make test prints what it leaves to make check
+#   make test    the everyday run (at most 5 minutes on 2 cores): vet, then
+#                under -race the core with its integration tests, the
+#                conformance suite on both adapters and the unit tests of
+#                the CLI, bench and otelsyncguard (EVERYDAY); it prints what
+#                it leaves to make check
 #   make test-fresh  make demo and make test in a fresh clone of HEAD
 #   make check   everything CI runs (.ci/run): make test plus the long
 #                suites (SYNCGUARD_LONG=1), fuzzing, release-check and the
@@ -32,16 +34,31 @@ FUZZTIME ?= 3s
 # What make test leaves to make check (printed by make test, so that
 # nothing is skipped silently; each long test also skips with a message
 # naming SYNCGUARD_LONG).
-LONG_SUITES := the conformance suite through PgBouncer (tests/itest), failovers on pg_auto_failover and Patroni \
-	(tests/ha), the fault suite (tests/chaos TestChaos), fuzzing, release-check, the core with go$(MIN_GO)
+LONG_SUITES := tests/itest beyond the conformance groups (PgBouncer, pool kinds, adversary, txguard), the CLI \
+	end to end (tests/clitest), the fault suite (tests/chaos), failovers on pg_auto_failover and Patroni (tests/ha), \
+	OpenTelemetry end to end (tests/oteltest), the ORM and CI examples (examples), fuzzing, release-check, the core \
+	with go$(MIN_GO)
+
+# make test's modules and packages (module:pattern): the core with its
+# integration tests and the conformance suite on both adapters, the CLI's,
+# bench's and otelsyncguard's unit tests and the quick start. The rest is
+# make check's (LONG_SUITES).
+EVERYDAY := .:./... pq:./... pgxstd:./... cmd/syncguard:./... bench:./... otelsyncguard:./... \
+	examples:./quickstart/... tests/pgtest:./...
+# and from tests/itest the published conformance groups (mutex, election,
+# semaphore, rwlock, multilock) on both adapters, directly, and across them.
+EVERYDAY_ITEST := ^Test(Conformance|Semaphore|RWLockConformance|MultiLockConformance)(PQ|PGX)$$|^TestCrossDriver$$
 
 .PHONY: test check test-modules vet demo bench schema tidy fuzz deps release release-check test-min-go test-loaded
 
-# The everyday run, at most 5 minutes on 2 cores: vet, then every module's
-# tests under -race with the long suites skipped (they say so).
+# The everyday run, at most 5 minutes on 2 cores: vet, then EVERYDAY's
+# packages under -race with the long suites skipped (they say so).
 test: deps vet
 	@echo "== make test: left to make check: $(LONG_SUITES)"
-	@$(MAKE) --no-print-directory test-modules SYNCGUARD_LONG=
+	@set -e; export SYNCGUARD_LONG=; for mp in $(EVERYDAY); do m=$${mp%%:*}; p=$${mp#*:}; \
+		echo "== go test $$m $$p"; (cd $$m && $(GO) test $(TEST_FLAGS) $$p); \
+	done; echo "== go test tests/itest -run '$(EVERYDAY_ITEST)'"; \
+	cd tests/itest && $(GO) test $(TEST_FLAGS) -run '$(EVERYDAY_ITEST)' .
 
 # Everything, as CI runs it (.ci/run): make test's tests with the long
 # suites (SYNCGUARD_LONG=1), fuzzing, the release check and the core's

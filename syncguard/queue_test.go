@@ -197,3 +197,28 @@ func TestFirstWaiterConfirmsItsFirstAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TracePlace (the benchmark's -trace) reports the place the last attempt
+// saw: nothing before the waiter joins its queue, then the rank and the
+// holder's fence of the last contended attempt, and that its key's channel
+// is not listened on while the waiter polls.
+func TestTracePlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := newMock(t, &Config{})
+		w := b.Queue("k", "", false).(*queueWaiter)
+		if rank, fence, listened := w.TracePlace(); rank != 0 || fence != 0 || listened {
+			t.Errorf("rule: a waiter that has not attempted has no place: %d %d %v", rank, fence, listened)
+		}
+		w.q.join(1000)
+		defer w.q.Close()
+		w.q.contended(3, 7, time.Now(), 0)
+		w.q.contended(2, 8, time.Now(), 0)
+		rank, fence, listened := w.TracePlace()
+		if rank != 2 || fence != 8 {
+			t.Errorf("rule: the place is the last attempt's: rank %d fence %d, want 2 8", rank, fence)
+		}
+		if listened {
+			t.Errorf("rule: listened says a grant reaches the waiter; no channel is listened on here (hint %+v)", w.hint())
+		}
+	})
+}

@@ -402,7 +402,8 @@ func rwExpiry(e *rwEnv) {
 
 func rwLeases(e *rwEnv) {
 	const rule = "syncguard.Lock gives both sides leases with AutoExtend, Extend and Release"
-	opts := &syncguard.LockOptions{TTL: 600 * time.Millisecond, AutoExtend: true}
+	// a TTL with room for extends delayed by a loaded machine
+	opts := &syncguard.LockOptions{TTL: 3 * time.Second, AutoExtend: true}
 	var wg sync.WaitGroup
 	var rs []*syncguard.Lease
 	for range 2 {
@@ -412,7 +413,7 @@ func rwLeases(e *rwEnv) {
 		}
 		rs = append(rs, l)
 	}
-	time.Sleep(1500 * time.Millisecond) // past the TTL: AutoExtend keeps them
+	time.Sleep(4200 * time.Millisecond) // past the TTL and its 1 s tolerance: AutoExtend keeps them
 	for _, l := range rs {
 		if err := l.Err(); err != nil {
 			e.t.Fatalf("rule: %s: a reader's lease was lost: %v", rule, err)

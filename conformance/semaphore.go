@@ -463,12 +463,15 @@ func (e *semEnv) releaseExtend() {
 		e.t.Fatal("rule: a permit's lease signals its loss at its TTL")
 	}
 	time.Sleep(1500 * time.Millisecond) // past the tolerance
-	auto, err := syncguard.Lock(e.ctx, s, "rx", &syncguard.LockOptions{TTL: 400 * time.Millisecond, AutoExtend: true})
+	// A TTL with room for extends delayed by a loaded machine (a runner
+	// with both cores busy stalls statements for a second), then past its
+	// TTL and the 1 s tolerance: only extends keep it held.
+	auto, err := syncguard.Lock(e.ctx, s, "rx", &syncguard.LockOptions{TTL: 3 * time.Second, AutoExtend: true})
 	if err != nil {
 		e.t.Fatalf("rule: an expired permit is free: %v", err)
 	}
 	defer auto.Close()
-	time.Sleep(2 * time.Second)
+	time.Sleep(4200 * time.Millisecond)
 	if auto.Err() != nil {
 		e.t.Fatalf("rule: AutoExtend keeps a permit: %v", auto.Err())
 	}

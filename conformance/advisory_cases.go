@@ -344,29 +344,44 @@ func init() {
 		a := newAdvEnv(e)
 		key := a.advKey("cancel-session")
 		a.advHold(key)
-		conn := a.advConn(e.db)
-		pid := a.advPID(conn)
-		ctx, cancel := context.WithCancel(e.ctx)
-		done := make(chan error, 1)
-		go func() {
-			_, err := a.l.LockConn(ctx, conn, key)
-			done <- err
-		}()
-		a.advWaitFor("the connection to wait for the lock", func() bool { return a.advWaiting(key, pid) })
-		fired := time.Now()
-		cancel()
-		err := <-done
-		if took, budget := time.Since(fired), e.slow().scale(advCancelBudget); took > budget {
-			e.t.Errorf("rule: a cancel while LockConn waits returns within %v (%v × the slowdown); took %v (%s)", budget, advCancelBudget, took, e.slow())
+		// One try; a try whose server-side cancel missed advisory's window
+		// (advCancelWindow) on a slow machine fell back to the driver's
+		// cancel, which closes the connection, as documented: it is
+		// repeated, up to three times.
+		try := func(last bool) (retry bool) {
+			conn := a.advConn(e.db)
+			pid := a.advPID(conn)
+			ctx, cancel := context.WithCancel(e.ctx)
+			done := make(chan error, 1)
+			go func() {
+				_, err := a.l.LockConn(ctx, conn, key)
+				done <- err
+			}()
+			a.advWaitFor("the connection to wait for the lock", func() bool { return a.advWaiting(key, pid) })
+			fired := time.Now()
+			cancel()
+			err := <-done
+			took := time.Since(fired)
+			if budget := e.slow().scale(advCancelBudget); took > budget {
+				e.t.Errorf("rule: a cancel while LockConn waits returns within %v (%v × the slowdown); took %v (%s)", budget, advCancelBudget, took, e.slow())
+			}
+			if advCode(err) != syncguard.CodeAborted {
+				e.t.Errorf("rule: a cancel while LockConn waits ends it with Aborted; got %v", err)
+			}
+			if err := conn.PingContext(e.ctx); err != nil {
+				if took >= advCancelWindow && !last {
+					e.t.Logf("on this machine (%s) the cancel outlasted the server-side cancel's %v (%v) and fell back to the driver's, closing the connection: trying again", e.slow(), advCancelWindow, took)
+					return true
+				}
+				e.t.Errorf("rule: a cancelled LockConn leaves the pinned connection usable; Ping = %v (returned after %v)", err, took)
+				return false
+			}
+			if p := a.advPID(conn); p != pid || a.advPIDHolds(pid) != 0 {
+				e.t.Errorf("rule: a cancelled LockConn keeps the same session (pid %d → %d) holding and awaiting nothing (%d rows)", pid, p, a.advPIDHolds(pid))
+			}
+			return false
 		}
-		if advCode(err) != syncguard.CodeAborted {
-			e.t.Errorf("rule: a cancel while LockConn waits ends it with Aborted; got %v", err)
-		}
-		if err := conn.PingContext(e.ctx); err != nil {
-			e.t.Errorf("rule: a cancelled LockConn leaves the pinned connection usable; Ping = %v", err)
-		}
-		if p := a.advPID(conn); p != pid || a.advPIDHolds(pid) != 0 {
-			e.t.Errorf("rule: a cancelled LockConn keeps the same session (pid %d → %d) holding and awaiting nothing (%d rows)", pid, p, a.advPIDHolds(pid))
+		for i := 1; try(i == 3); i++ {
 		}
 	})
 

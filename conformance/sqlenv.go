@@ -291,12 +291,16 @@ func (e *sqlEnv) begin(db *sql.DB) *sql.Tx {
 
 // acquireWhileOpen acquires key on b while tx, which wrote the key's lock
 // row, is still open, and commits tx: as soon as the acquire returns, or
-// after 300 ms, so that an acquire waiting behind tx can return.
+// once the acquire waits for a lock tx holds, so that it can return.
 func (e *sqlEnv) acquireWhileOpen(tx *sql.Tx, b syncguard.LockBackend, key string) (syncguard.AcquireResult, error) {
 	e.t.Helper()
 	type res struct {
 		r   syncguard.AcquireResult
 		err error
+	}
+	var txPID int
+	if err := tx.QueryRowContext(e.ctx, `SELECT pg_backend_pid()`).Scan(&txPID); err != nil {
+		e.t.Fatalf("setup: the transaction's pid: %v", err)
 	}
 	ch := make(chan res, 1)
 	go func() {
@@ -308,15 +312,29 @@ func (e *sqlEnv) acquireWhileOpen(tx *sql.Tx, b syncguard.LockBackend, key strin
 			e.t.Fatalf("setup: commit: %v", err)
 		}
 	}
-	var got res
-	select {
-	case got = <-ch:
-		commit()
-	case <-time.After(300 * time.Millisecond):
-		commit() // the acquire waits for the transaction: end it
-		got = <-ch
+	// The acquire answers, or waits for a lock the transaction holds
+	// (pg_blocking_pids names it): then the transaction ends, and the
+	// acquire answers after it. Not a time: on a loaded machine an
+	// acquire that does not wait can take longer than any bound.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case got := <-ch:
+			commit()
+			return got.r, got.err
+		case <-tick.C:
+			var blocked bool
+			if err := e.db2.QueryRowContext(e.ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)))`, txPID).Scan(&blocked); err != nil {
+				e.t.Fatalf("setup: who waits for the transaction: %v", err)
+			}
+			if blocked {
+				commit() // the acquire waits for the transaction: end it
+				got := <-ch
+				return got.r, got.err
+			}
+		}
 	}
-	return got.r, got.err
 }
 
 func (e *sqlEnv) txExec(tx *sql.Tx, query string, args ...any) {

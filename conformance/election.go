@@ -160,7 +160,9 @@ func init() {
 	register("Election/CrashedLeaderReplacedAtItsExpiry", func(e *env) {
 		k := e.key("election-crash")
 		// A leader that crashed: its lock is never extended nor released.
-		crashed, err := syncguard.Lock(e.ctx, e.b, k, &syncguard.LockOptions{TTL: 2 * time.Second, Identity: "crashed"})
+		// Its TTL leaves the Leader check below room on a loaded machine
+		// (with 2 s the lock had expired before Leader read it, at load 30).
+		crashed, err := syncguard.Lock(e.ctx, e.b, k, &syncguard.LockOptions{TTL: 5 * time.Second, Identity: "crashed"})
 		e.must(err, "Lock")
 		defer crashed.Close()
 		el := e.election(e.b2, k, "follower", 10*time.Second)

@@ -20,7 +20,7 @@ DROP FUNCTION IF EXISTS {{hold_fn}}(text);
 -- does, rules.StorageKeySQL); a lockId that holds another key's lock raises
 -- SG001, as Hold reports it.
 CREATE OR REPLACE FUNCTION {{hold_fn}}(p_lock_id text, p_key text) RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $txguard$
+LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
   h record;
 BEGIN
@@ -44,12 +44,12 @@ BEGIN
   END IF;
   RETURN h."fence"::bigint;
 END
-$txguard$;
+$fn$;
 
 -- {{sem_hold_fn}}(lockId): a semaphore permit (hold_semaphore.sql); the
 -- fence of its slot.
 CREATE OR REPLACE FUNCTION {{sem_hold_fn}}(p_lock_id text) RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $txguard$
+LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
   h record;
 BEGIN
@@ -68,13 +68,13 @@ BEGIN
   END IF;
   RETURN h."fence"::bigint;
 END
-$txguard$;
+$fn$;
 
 -- {{rw_hold_fn}}(lockId): a read-write lock's reader or writer
 -- (hold_rwlock.sql); the writer's fence, or the reader's writer
 -- generation.
 CREATE OR REPLACE FUNCTION {{rw_hold_fn}}(p_lock_id text) RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $txguard$
+LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
   h record;
 BEGIN
@@ -93,14 +93,14 @@ BEGIN
   END IF;
   RETURN h."fence"::bigint;
 END
-$txguard$;
+$fn$;
 
 -- {{ml_hold_fn}}(lockId, key): a multilock set (hold_multilock.sql): it
 -- checks and locks every key of the set and returns the fence of key, one
 -- of the set's keys in NFC form (as multilock.Lease.Keys returns them); a
 -- key not in the set raises 22023.
 CREATE OR REPLACE FUNCTION {{ml_hold_fn}}(p_lock_id text, p_key text) RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $txguard$
+LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
   h record;
 BEGIN
@@ -130,4 +130,4 @@ BEGIN
   END IF;
   RETURN h."fence"::bigint;
 END
-$txguard$
+$fn$

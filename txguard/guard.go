@@ -65,8 +65,8 @@ func New(db *sql.DB, cfg *syncguard.Config) (*Guard, error) {
 		return nil, err
 	}
 	g := &Guard{table: table, tables: kindTables(table), dialect: d}
-	for k, f := range holdFiles {
-		g.holds[k] = kit.StripComments(render(f, table, nil))
+	for k := range holdFiles {
+		g.holds[k] = hold(kind(k), table)
 	}
 	return g, nil
 }

@@ -66,9 +66,23 @@ var schema = &kit.Schema{Kind: "txguard", Files: sqlFiles, DDL: []string{"functi
 // The functions run the hold statements.
 func init() {
 	schema.With = func(table string) map[string]string {
-		r := func(k kind) string { return kit.StripComments(render(holdFiles[k], table, nil)) }
-		return map[string]string{"hold": r(kindMutex), "hold_sem": r(kindSemaphore), "hold_rw": r(kindRWLock), "hold_ml": r(kindMultiLock)}
+		one := func(k kind, fn, args, what string) string { // hold_one.sql
+			text := render("hold_one.sql", table, map[string]string{"one_fn": rules.QuoteIdent(fn), "one_args": args, "one_hold": hold(k, table), "one_what": what})
+			return kit.StripComments(rules.Variant(text, "key", k == kindMutex))
+		}
+		fns := holdFuncs(table)
+		return map[string]string{"hold_ml": hold(kindMultiLock, table),
+			"hold_def": one(kindMutex, fns["hold_fn"], "p_lock_id text, p_key text", "lock"),
+			"sem_def":  one(kindSemaphore, fns["sem_hold_fn"], "p_lock_id text", "permit"),
+			"rw_def":   one(kindRWLock, fns["rw_hold_fn"], "p_lock_id text", "reader or writer")}
 	}
+}
+
+// hold is the hold statement of kind k for lock table table (holdFiles;
+// rows: the table of a one-row lease, hold_row.sql's).
+func hold(k kind, table string) string {
+	rows := kindTables(table)[map[kind]string{kindSemaphore: "sem_slots", kindRWLock: "rw_holders"}[k]]
+	return kit.StripComments(render(holdFiles[k], table, map[string]string{"rows": rules.QuoteIdent(rows)}))
 }
 
 // render expands a statement file for lock table table, with extra

@@ -3,6 +3,7 @@ package kit
 import (
 	"context"
 	"database/sql"
+	"embed"
 	"fmt"
 	"io/fs"
 	"regexp"
@@ -50,8 +51,8 @@ type Schema struct {
 var queueValues = map[string]string{"now_us": "floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint", "waiter_gc": "60000", "rank_cap": "64"}
 
 // Render expands the statement file name for lock table table: quoted
-// names, values, and the {{wake_channel(expr)}} and {{wake_payload(expr)}}
-// calls.
+// names, values, and the {{sql(file)}}, {{wake_channel(expr)}} and
+// {{wake_payload(expr)}} calls.
 func (s *Schema) Render(name, table string) string { return s.RenderWith(name, table, nil) }
 
 // RenderWith is Render with more values, by placeholder.
@@ -60,7 +61,7 @@ func (s *Schema) RenderWith(name, table string, values map[string]string) string
 	if err != nil {
 		panic(err) // embedded at build time
 	}
-	text := string(b)
+	text := replaceCalls(string(b), "sql", s.fragment)
 	if s.Channel != nil {
 		prefix := s.Channel(table)
 		text = replaceCalls(text, "wake_channel", func(arg string) string { return waiting.ChannelSQL(prefix, arg) })
@@ -84,6 +85,31 @@ func (s *Schema) RenderWith(name, table string, values map[string]string) string
 		panic(s.Kind + ": sql/" + name + ": " + err.Error()) // embedded; each kind's TestRender renders every file
 	}
 	return out
+}
+
+// kitFiles are the parts of statement files that the kinds share
+// ({{sql(kit/name)}}).
+//
+//go:embed sql/*.sql
+var kitFiles embed.FS
+
+// fragment is the statement file name (kit/name: the kit's) as
+// {{sql(name)}} inserts it: a part that several statements share, from
+// its first line that is not a comment, without its last newline.
+func (s *Schema) fragment(name string) string {
+	files := s.Files
+	if n, ok := strings.CutPrefix(name, "kit/"); ok {
+		files, name = kitFiles, n
+	}
+	b, err := fs.ReadFile(files, "sql/"+name)
+	if err != nil {
+		panic(s.Kind + ": {{sql(" + name + ")}}: " + err.Error()) // embedded; each kind's TestRender renders every file
+	}
+	text := string(b)
+	for strings.HasPrefix(text, "--") {
+		_, text, _ = strings.Cut(text, "\n")
+	}
+	return strings.TrimSuffix(text, "\n")
 }
 
 // replaceCalls expands {{name(arg)}} with f(arg).

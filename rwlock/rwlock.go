@@ -272,6 +272,7 @@ var sqlFiles embed.FS
 func names(table string) map[string]string {
 	return map[string]string{
 		"holders":           table + "_rw",
+		"leases":            table + "_rw",
 		"holders_id_index":  "idx_" + table + "_rwid",
 		"holders_key_index": "idx_" + table + "_rwkey",
 		"keys":              table + "_rw_keys",

@@ -127,14 +127,11 @@ type Holding struct {
 // keys, which may hold personal data: do not log it in production.
 func (s *Semaphore) List(ctx context.Context) ([]*Holding, error) {
 	return kit.List(ctx, s.k, "list", s.listSQL, nil, func(scan func(...any) error) (*Holding, error) {
-		var (
-			h               Holding
-			fence, acq, exp int64
-		)
-		err := scan(&h.Key, &h.Permits, &h.Slot, &h.lockID, &fence, &acq, &exp, &h.Identity)
-		h.Fence, h.AcquiredAt, h.ExpiresAt = kit.Fence(fence), time.UnixMilli(acq), time.UnixMilli(exp)
+		h, ms := &Holding{}, [3]int64{} // fence, acquired, expires
+		err := scan(&h.Key, &h.Permits, &h.Slot, &h.lockID, &ms[0], &ms[1], &ms[2], &h.Identity)
+		h.Fence, h.AcquiredAt, h.ExpiresAt = kit.Fence(ms[0]), time.UnixMilli(ms[1]), time.UnixMilli(ms[2])
 		h.LockIDHash, h.keyHash = rules.HashKey(h.lockID), rules.HashKey(h.Key)
-		return &h, err
+		return h, err
 	})
 }
 

@@ -29,7 +29,7 @@ func Tables(table string) (keys, slots, waiters string) {
 func names(table string) map[string]string {
 	keys, slots, waiters := Tables(table)
 	return map[string]string{
-		"sem": keys, "slots": slots, "waiters": waiters,
+		"sem": keys, "slots": slots, "waiters": waiters, "leases": slots,
 		"slots_id_index":    "idx_" + table + "_ssid",
 		"waiters_id_index":  "idx_" + table + "_swid",
 		"waiters_key_index": "idx_" + table + "_swkey",

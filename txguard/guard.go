@@ -50,7 +50,7 @@ type Guard struct {
 // InvalidArgument *syncguard.Error.
 func New(db *sql.DB, cfg *syncguard.Config) (*Guard, error) {
 	const op = "txguard.new"
-	table, err := tableName(cfg)
+	table, err := kit.TableName(op, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -20,18 +20,6 @@ import (
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-// tableName is cfg's lock table, checked by syncguard's own rules.
-func tableName(cfg *syncguard.Config) (string, error) { return kit.TableName("txguard.new", cfg) }
-
-// holdFunc is the name of the SQL function of lock table table.
-func holdFunc(table string) string { return table + "_hold" }
-
-// holdFuncs are the names of the SQL functions of lock table table, one
-// per kind of lock, by placeholder.
-func holdFuncs(table string) map[string]string {
-	return map[string]string{"hold_fn": holdFunc(table), "sem_hold_fn": table + "_sem_hold", "rw_hold_fn": table + "_rw_hold", "ml_hold_fn": table + "_ml_hold"}
-}
-
 // kindTables are the tables that hold the leases of each kind of lock of
 // lock table table, by placeholder: the mutex's lock table, multilock's
 // lock rows, the semaphore's slots, the read-write lock's holders (each
@@ -49,17 +37,15 @@ func kindTables(table string) map[string]string {
 // schema is txguard's SQL: the hold statements and the SQL functions
 // that run them (functions.sql).
 var schema = &kit.Schema{Kind: "txguard", Files: sqlFiles, DDL: []string{"functions.sql"}, LockID: 0x7478677561726431, // "txguard1"
-	Names: func(table string) map[string]string {
+	Names: func(table string) map[string]string { // and the SQL functions, one per kind
 		n := kindTables(table)
-		for k, v := range holdFuncs(table) {
-			n[k] = v
-		}
+		n["hold_fn"], n["sem_hold_fn"], n["rw_hold_fn"], n["ml_hold_fn"] = table+"_hold", table+"_sem_hold", table+"_rw_hold", table+"_ml_hold"
 		return n
 	},
 	// The former mutex function, which took the lockId alone, must be gone
 	// too: it trusted a bare lockId.
 	More: func(table string) (string, string) {
-		return "", "to_regprocedure(quote_ident(current_schema()) || '.' || '" + rules.QuoteIdent(holdFunc(table)) + "(text)') IS NULL"
+		return "", "to_regprocedure(quote_ident(current_schema()) || '.' || '" + rules.QuoteIdent(table+"_hold") + "(text)') IS NULL"
 	},
 }
 
@@ -67,14 +53,13 @@ var schema = &kit.Schema{Kind: "txguard", Files: sqlFiles, DDL: []string{"functi
 func init() {
 	schema.With = func(table string) map[string]string {
 		one := func(k kind, fn, args, what string) string { // hold_one.sql
-			text := render("hold_one.sql", table, map[string]string{"one_fn": rules.QuoteIdent(fn), "one_args": args, "one_hold": hold(k, table), "one_what": what})
+			text := schema.RenderWith("hold_one.sql", table, map[string]string{"one_fn": rules.QuoteIdent(fn), "one_args": args, "one_hold": hold(k, table), "one_what": what})
 			return kit.StripComments(rules.Variant(text, "key", k == kindMutex))
 		}
-		fns := holdFuncs(table)
 		return map[string]string{"hold_ml": hold(kindMultiLock, table),
-			"hold_def": one(kindMutex, fns["hold_fn"], "p_lock_id text, p_key text", "lock"),
-			"sem_def":  one(kindSemaphore, fns["sem_hold_fn"], "p_lock_id text", "permit"),
-			"rw_def":   one(kindRWLock, fns["rw_hold_fn"], "p_lock_id text", "reader or writer")}
+			"hold_def": one(kindMutex, table+"_hold", "p_lock_id text, p_key text", "lock"),
+			"sem_def":  one(kindSemaphore, table+"_sem_hold", "p_lock_id text", "permit"),
+			"rw_def":   one(kindRWLock, table+"_rw_hold", "p_lock_id text", "reader or writer")}
 	}
 }
 
@@ -82,13 +67,7 @@ func init() {
 // rows: the table of a one-row lease, hold_row.sql's).
 func hold(k kind, table string) string {
 	rows := kindTables(table)[map[kind]string{kindSemaphore: "sem_slots", kindRWLock: "rw_holders"}[k]]
-	return kit.StripComments(render(holdFiles[k], table, map[string]string{"rows": rules.QuoteIdent(rows)}))
-}
-
-// render expands a statement file for lock table table, with extra
-// values (quoted by the caller).
-func render(name, table string, extra map[string]string) string {
-	return schema.RenderWith(name, table, extra)
+	return kit.StripComments(schema.RenderWith(holdFiles[k], table, map[string]string{"rows": rules.QuoteIdent(rows)}))
 }
 
 // SchemaSQL returns the DDL that Setup runs: the SQL functions, one per
@@ -164,7 +143,7 @@ func FenceGuardSQL(table, column string) (string, error) {
 		quoted[i] = rules.QuoteIdent(p)
 	}
 	quoted[len(quoted)-1] = rules.QuoteIdent(fn)
-	return render("fence_guard.sql", rules.DefaultTable, map[string]string{
+	return schema.RenderWith("fence_guard.sql", rules.DefaultTable, map[string]string{
 		"table":      quoteQualified(parts),
 		"guard_fn":   strings.Join(quoted, "."),
 		"column":     rules.QuoteIdent(column),

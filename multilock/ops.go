@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/waiting"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -18,33 +20,29 @@ import (
 // largest of the per-key fences (strictly increasing for the same set);
 // Fences gives each key's.
 func (l *Locker) Acquire(ctx context.Context, set string, ttl time.Duration) (syncguard.AcquireResult, error) {
-	return l.acquire(ctx, set, ttl, l.identity, nil)
+	return l.acquire(ctx, set, ttl, l.k.Identity, nil)
 }
 
 // acquire is one attempt for holder ident; q, a waiter, makes it keep
 // the waiter's place in the queue under the waiter's lockId.
-func (l *Locker) acquire(ctx context.Context, set string, ttl time.Duration, ident string, q *qstate) (syncguard.AcquireResult, error) {
+func (l *Locker) acquire(ctx context.Context, set string, ttl time.Duration, ident string, q *kit.Waiter) (syncguard.AcquireResult, error) {
 	const op = "acquire"
 	ks, e := parse(op, set)
+	var ttlMs int64
 	if e == nil {
-		e = ttlMillis(op, ttl)
+		ttlMs, e = kit.TTLMillis(op, ttl)
 	}
-	if e == nil {
-		e = ctxErr(ctx, op, l)
+	if e == nil && ctx.Err() != nil {
+		e = l.k.Wrap(ctx, op, ctx.Err())
 	}
 	if e != nil {
 		e.Key = set
 		return syncguard.AcquireResult{}, e
 	}
-	ttlMs := ttl.Milliseconds()
 	lockID, window, notified := rules.GenerateLockID(), int64(0), false
 	if q != nil {
 		lockID = q.LockID
-		w := l.window
-		if dl, ok := ctx.Deadline(); ok {
-			w = max(min(w, time.Until(dl)), time.Millisecond)
-		}
-		window, notified = w.Milliseconds(), q.Join(l.waker, q.channel)
+		window, notified = l.k.WindowMs(ctx), q.Join(l.k.Waker, q.Channel)
 	}
 	ks0 := setJSON(ks)
 	args := []any{ks0, lockID, ttlMs, window, notified, sql.NullString{String: ident, Valid: ident != ""}}
@@ -62,7 +60,7 @@ func (l *Locker) acquire(ctx context.Context, set string, ttl time.Duration, ide
 		err = l.runOp(ctx, opAcquire, args, dest...)
 		if err == nil && !d.present && i < maxReruns {
 			var one int
-			err = l.run(ctx, l.sql.placeholder+"\nRETURNING 1", []any{ks0}, &one)
+			err = l.k.Row(ctx, l.sql.placeholder+"\nRETURNING 1", []any{ks0}, &one)
 			if err == sql.ErrNoRows {
 				err = nil // a racer wrote them
 			}
@@ -79,14 +77,9 @@ func (l *Locker) acquire(ctx context.Context, set string, ttl time.Duration, ide
 		break
 	}
 	if err != nil {
-		e := l.wrap(ctx, op, err)
-		e.Key = set
-		if unknownOutcome(ctx, e) {
-			if q == nil {
-				go l.releaseInBackground(lockID)
-			} else {
-				q.Unknown.Store(true)
-			}
+		e := l.k.WrapKey(ctx, op, set, "", err)
+		if kit.OutcomeUnknown(ctx, e) {
+			l.k.Unsure(&l.ops, q, lockID)
 		}
 		return syncguard.AcquireResult{}, e
 	}
@@ -97,7 +90,7 @@ func (l *Locker) acquire(ctx context.Context, set string, ttl time.Duration, ide
 		}
 		res := syncguard.AcquireResult{Reason: syncguard.ReasonLocked}
 		if d.busyUntil.Valid {
-			res.RetryIn = max(time.Duration(d.busyUntil.Int64+rules.ToleranceMs+1-d.now)*time.Millisecond, 0)
+			res.RetryIn = kit.RetryIn(d.busyUntil.Int64, d.now)
 		}
 		if q != nil && d.ok {
 			q.Listen()
@@ -119,34 +112,16 @@ func (l *Locker) acquire(ctx context.Context, set string, ttl time.Duration, ide
 	}
 	if ctx.Err() != nil {
 		// The commit may be on the primary only: not reported as done.
-		go l.releaseInBackground(lockID)
-		e := l.wrap(ctx, op, ctx.Err())
-		e.Key = set
-		return syncguard.AcquireResult{}, e
+		l.k.Unsure(&l.ops, nil, lockID)
+		return syncguard.AcquireResult{}, l.k.WrapKey(ctx, op, set, "", ctx.Err())
 	}
 	l.remember(lockID, kf)
 	var age time.Duration
-	if q != nil && d.acquired.Valid {
-		age = time.Duration(max(d.now-d.acquired.Int64, 0)) * time.Millisecond
+	if q != nil {
+		age = kit.Since(d.acquired, d.now)
 	}
 	return syncguard.AcquireResult{OK: true, LockID: lockID, Fence: syncguard.Fence(top),
 		ExpiresAt: time.UnixMilli(d.expires.Int64), HandedOver: age}, nil
-}
-
-// unknownOutcome reports whether a statement that failed with e may have
-// committed: its context ended, or the connection failed.
-func unknownOutcome(ctx context.Context, e *syncguard.Error) bool {
-	st := e.SQLState
-	return ctx.Err() != nil || (e.Code == syncguard.CodeServiceUnavailable || e.Code == syncguard.CodeNetworkTimeout) &&
-		(st == "" || strings.HasPrefix(st, "08") || strings.HasPrefix(st, "57P"))
-}
-
-// releaseInBackground releases lockID, of an attempt whose outcome is
-// unknown, within the release timeout.
-func (l *Locker) releaseInBackground(lockID string) {
-	ctx, cancel := context.WithTimeout(context.Background(), l.release)
-	defer cancel()
-	_, _, _ = l.releaseAs(ctx, lockID, nil)
 }
 
 // Release implements syncguard.Locker: it deletes every key of the
@@ -162,12 +137,8 @@ func (l *Locker) Release(ctx context.Context, lockID string) (syncguard.ReleaseR
 // waiter that leaves the queue (a tombstone), and tells whether it was in.
 func (l *Locker) releaseAs(ctx context.Context, lockID string, leaving *rules.Key) (syncguard.ReleaseResult, bool, error) {
 	const op = "release"
-	if e := checkLockID(op, lockID); e != nil {
-		return syncguard.ReleaseResult{}, false, e
-	}
-	if e := ctxErr(ctx, op, l); e != nil {
-		e.LockID = lockID
-		return syncguard.ReleaseResult{}, false, e
+	if _, err := l.k.StartID(ctx, op, lockID, 0, false); err != nil {
+		return syncguard.ReleaseResult{}, false, err
 	}
 	var d struct {
 		fresh              bool
@@ -178,48 +149,22 @@ func (l *Locker) releaseAs(ctx context.Context, lockID string, leaving *rules.Ke
 		left               bool
 		granted, notified  int64
 	}
-	inCommit := l.notifyDB == nil
+	inCommit := l.k.NotifyDB == nil
 	var tk, tf sql.NullString
 	if leaving != nil {
 		tk, tf = sql.NullString{String: leaving.Storage, Valid: true}, sql.NullString{String: leaving.Fence, Valid: true}
 	}
 	args := []any{lockID, inCommit, leaving != nil, tk, tf}
-	dest := []any{&d.fresh, &d.deleted, &d.n, &d.seen, &d.now, &d.woke, &d.wokeChannels, &d.left, &d.granted, &d.notified}
-	var err error
-	for i := 0; ; i++ {
-		err = l.runOp(ctx, opRelease, args, dest...)
-		if err != nil && inCommit && ctx.Err() == nil && l.dialect.Inspect(err).SQLState == "54000" {
-			args[1], inCommit = false, false // a full notification queue: no wake-ups in the commit
-			continue
-		}
-		if (err == nil && !d.fresh || err != nil && l.rerun(err)) && i < maxReruns && ctx.Err() == nil {
-			continue
-		}
-		break
-	}
+	err := l.runFresh(ctx, op, opRelease, args, &d.fresh, &d.fresh, &d.deleted, &d.n, &d.seen, &d.now, &d.woke, &d.wokeChannels, &d.left, &d.granted, &d.notified)
 	if err != nil {
-		e := l.wrap(ctx, op, err)
-		e.LockID = lockID
-		return syncguard.ReleaseResult{}, false, e
-	}
-	if !d.fresh {
-		return syncguard.ReleaseResult{}, false, &syncguard.Error{Op: op, Code: syncguard.CodeServiceUnavailable, LockID: lockID,
-			Msg: fmt.Sprintf("the keys kept changing under %d runs of the release; nothing was released", maxReruns)}
+		return syncguard.ReleaseResult{}, false, l.k.WrapKey(ctx, op, "", lockID, err)
 	}
 	l.forget(lockID)
-	if d.woke.Valid && d.woke.String != "" {
-		payloads, channels := strings.Split(d.woke.String, ","), strings.Split(d.wokeChannels.String, ",")
-		for i, p := range payloads {
-			l.waker.Wake(p) // a waiter of this process: at once
-			if !inCommit && i < len(channels) {
-				_ = l.notify(ctx, channels[i], p)
-			}
-		}
-	}
+	l.k.Woke(ctx, d.woke.String, strings.Split(d.wokeChannels.String, ","), args[1] == false)
 	if d.deleted > 0 && d.n.Valid && d.deleted == d.n.Int64 {
 		return syncguard.ReleaseResult{OK: true}, d.left, nil
 	}
-	return syncguard.ReleaseResult{Reason: failReason(d.seen, d.now)}, d.left, nil
+	return syncguard.ReleaseResult{Reason: kit.FailReason(d.seen, d.now)}, d.left, nil
 }
 
 // Extend implements syncguard.Locker: the expiry of every key of the
@@ -227,16 +172,9 @@ func (l *Locker) releaseAs(ctx context.Context, lockID string, leaving *rules.Ke
 // is still held; it never revives an expired holding.
 func (l *Locker) Extend(ctx context.Context, lockID string, ttl time.Duration) (syncguard.ExtendResult, error) {
 	const op = "extend"
-	if e := checkLockID(op, lockID); e != nil {
-		return syncguard.ExtendResult{}, e
-	}
-	if e := ttlMillis(op, ttl); e != nil {
-		e.LockID = lockID
-		return syncguard.ExtendResult{}, e
-	}
-	if e := ctxErr(ctx, op, l); e != nil {
-		e.LockID = lockID
-		return syncguard.ExtendResult{}, e
+	ttlMs, err := l.k.StartID(ctx, op, lockID, ttl, true)
+	if err != nil {
+		return syncguard.ExtendResult{}, err
 	}
 	var d struct {
 		fresh           bool
@@ -244,31 +182,61 @@ func (l *Locker) Extend(ctx context.Context, lockID string, ttl time.Duration) (
 		expires, seen   sql.NullInt64
 		rows, now, bump int64
 	}
-	dest := []any{&d.fresh, &d.extended, &d.expires, &d.seen, &d.rows, &d.now, &d.bump}
-	var err error
-	for i := 0; ; i++ {
-		err = l.runOp(ctx, opExtend, []any{lockID, ttl.Milliseconds()}, dest...)
-		if (err == nil && !d.fresh || err != nil && l.rerun(err)) && i < maxReruns && ctx.Err() == nil {
-			continue
-		}
-		break
+	err = l.runFresh(ctx, op, opExtend, []any{lockID, ttlMs}, &d.fresh, &d.fresh, &d.extended, &d.expires, &d.seen, &d.rows, &d.now, &d.bump)
+	if err == nil {
+		err = ctx.Err()
 	}
 	if err != nil {
-		e := l.wrap(ctx, op, err)
-		e.LockID = lockID
-		return syncguard.ExtendResult{}, e
-	}
-	if !d.fresh {
-		return syncguard.ExtendResult{}, &syncguard.Error{Op: op, Code: syncguard.CodeServiceUnavailable, LockID: lockID,
-			Msg: fmt.Sprintf("the keys kept changing under %d runs of the extend; nothing was extended", maxReruns)}
-	}
-	if ctx.Err() != nil {
-		e := l.wrap(ctx, op, ctx.Err())
-		e.LockID = lockID
-		return syncguard.ExtendResult{}, e
+		return syncguard.ExtendResult{}, l.k.WrapKey(ctx, op, "", lockID, err)
 	}
 	if d.extended > 0 && d.expires.Valid {
 		return syncguard.ExtendResult{OK: true, ExpiresAt: time.UnixMilli(d.expires.Int64)}, nil
 	}
-	return syncguard.ExtendResult{Reason: failReason(d.seen, d.now)}, nil
+	return syncguard.ExtendResult{Reason: kit.FailReason(d.seen, d.now)}, nil
+}
+
+// runFresh runs statement o of op again, at most maxReruns times, while
+// it finds a key changed since its snapshot (fresh false) or meets a
+// serialization failure; a release whose wake-ups fill the notification
+// queue (54000) runs again without them (args[1], in the commit, false).
+func (l *Locker) runFresh(ctx context.Context, op string, o int, args []any, fresh *bool, dest ...any) error {
+	for i := 0; ; i++ {
+		err := l.runOp(ctx, o, args, dest...)
+		switch {
+		case ctx.Err() != nil || i >= maxReruns:
+		case err != nil && o == opRelease && args[1] == true && l.k.Dialect.Inspect(err).SQLState == "54000":
+			args[1] = false
+			continue
+		case err == nil && !*fresh || err != nil && l.rerun(err):
+			continue
+		}
+		if err == nil && !*fresh {
+			err = &syncguard.Error{Op: op, Code: syncguard.CodeServiceUnavailable,
+				Msg: fmt.Sprintf("the keys kept changing under %d runs of the %s; nothing was done", maxReruns, op)}
+		}
+		return err
+	}
+}
+
+// Queue implements syncguard.Queuer: the waiter of one Lock or WithLock
+// call for set. Its attempts keep one place (the server's clock at its
+// first attempt) in one queue for all its keys: a set is taken only when
+// every key is free and no waiter placed earlier wants any of them, so
+// waits on overlapping sets never deadlock, and the first waiter gets its
+// set once its keys' holders are gone. It listens on its first key's
+// channel, where its tombstone goes when it leaves. With once, or an
+// invalid set, its attempts are plain ones.
+func (l *Locker) Queue(set, identity string, once bool) syncguard.Waiter {
+	ks, e := parse("lock", set)
+	var first rules.Key
+	if e == nil {
+		first = ks[0]
+	}
+	return l.k.NewWaiter(set, first, waiting.Channel(l.tables.channelPrefix(), first.Storage), identity, !once && e == nil, &l.ops)
+}
+
+func (l *Locker) leave(ctx context.Context, q *kit.Waiter) (bool, bool, error) {
+	first := q.First
+	r, left, err := l.releaseAs(ctx, q.LockID, &first)
+	return r.OK, left, err
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/syncguard/syncguard-go/internal/kit"
@@ -27,38 +26,25 @@ type Tables struct {
 	Waiters string // <TableName>_ml_waiters: the queue, a row per key of each waiter
 }
 
-// waiterGCMs: a waiter's row dead this long goes at its keys' next
-// attempt. rankCap: a waiter's rank is counted up to it.
-const (
-	waiterGCMs = 60_000
-	rankCap    = 64
-)
-
 // tablesOf returns the tables of cfg (nil: the defaults), checking cfg by
 // syncguard's own rules (syncguard.SchemaSQL does no I/O) and that no
 // name of ours is cfg's fence table.
 func tablesOf(op string, cfg *syncguard.Config) (Tables, error) {
-	if _, err := syncguard.SchemaSQL(cfg); err != nil {
-		if e, ok := err.(*syncguard.Error); ok {
-			e.Op = op
-		}
+	table, err := kit.TableName(op, cfg)
+	if err != nil {
 		return Tables{}, err
 	}
-	table, fences := rules.DefaultTable, rules.DefaultFenceTable
-	if cfg != nil && cfg.TableName != "" {
-		table = cfg.TableName
-	}
+	fences := rules.DefaultFenceTable
 	if cfg != nil && cfg.FenceTableName != "" {
 		fences = cfg.FenceTableName
 	}
-	t := tablesFor(table)
 	for _, n := range names(table) {
 		if strings.EqualFold(n, fences) {
 			return Tables{}, &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument,
 				Msg: fmt.Sprintf("FenceTableName %q is the name of one of multilock's tables or indexes for TableName %q: choose another name", fences, table)}
 		}
 	}
-	return t, nil
+	return tablesFor(table), nil
 }
 
 // names are multilock's tables and indexes for lock table table,
@@ -72,15 +58,12 @@ func names(table string) map[string]string {
 
 // schema is multilock's SQL.
 var schema = &kit.Schema{Kind: "multilock", Files: sqlFiles, Names: names, DDL: []string{"schema.sql"},
-	Values:  map[string]string{"now_us": kit.NowUS, "waiter_gc": strconv.Itoa(waiterGCMs), "rank_cap": strconv.Itoa(rankCap), "nowait": ""},
+	Values:  map[string]string{"nowait": ""},
 	Channel: func(table string) string { return waiting.Prefix(table + "_ml") }, LockID: 0x6d756c74696c6b31} // "multilk1"
 
 // The statement functions (funcs.go) follow the tables.
 func init() {
-	schema.More = func(table string) (string, string) {
-		fns := tablesFor(table).statements().fns
-		return stmtfunc.DDL(fns), stmtfunc.Exist(fns)
-	}
+	schema.Funcs = func(table string) []stmtfunc.Func { return tablesFor(table).statements().fns }
 }
 
 // tablesFor are the tables of lock table table (checked).
@@ -97,15 +80,6 @@ func (t Tables) channelPrefix() string { return schema.Channel(t.table()) }
 // table is the lock table the tables are named from.
 func (t Tables) table() string { return strings.TrimSuffix(t.Locks, "_ml") }
 
-// raw is an embedded statement file.
-func (t Tables) raw(name string) string {
-	b, err := sqlFiles.ReadFile("sql/" + name)
-	if err != nil {
-		panic(err) // embedded at build time
-	}
-	return string(b)
-}
-
 // render expands an embedded statement file for the tables t.
 func (t Tables) render(name string) string { return t.renderWith(name, "") }
 
@@ -114,8 +88,6 @@ func (t Tables) render(name string) string { return t.renderWith(name, "") }
 func (t Tables) renderWith(name, nowait string) string {
 	return schema.RenderWith(name, t.table(), map[string]string{"nowait": nowait})
 }
-
-var stripComments = kit.StripComments
 
 // SchemaSQL returns the DDL that SetupSchema runs, for migration tools:
 // the tables of Tables (lock rows, fence counters, the UNLOGGED queue)
@@ -132,14 +104,78 @@ func SchemaSQL(cfg *syncguard.Config) (string, error) {
 // defaults), or an InvalidArgument *syncguard.Error for a bad cfg.
 func TablesOf(cfg *syncguard.Config) (Tables, error) { return tablesOf("multilock.tables", cfg) }
 
-// SetupSchema creates the tables of SchemaSQL and their indexes that do
-// not exist, in one transaction, safe to call concurrently; when all
-// exist, one query and no lock. cfg may be nil for the defaults. The
-// tables need the privileges of the lock table: SELECT, INSERT, UPDATE,
-// DELETE on all three.
+// SetupSchema creates the tables, indexes and functions of SchemaSQL
+// (kit.Schema.Setup: idempotent, safe to call concurrently, one query
+// when all exist). The tables need the lock table's privileges.
 func SetupSchema(ctx context.Context, db *sql.DB, cfg *syncguard.Config) error {
 	if _, err := tablesOf("multilock.setupSchema", cfg); err != nil {
 		return err
 	}
 	return schema.Setup(ctx, db, cfg)
+}
+
+// The statements that run through a statement function (funcs), by index.
+const (
+	opAcquire = iota
+	opRelease
+	opExtend
+	numOps
+)
+
+var opFiles = [numOps]string{"acquire.sql", "release.sql", "extend.sql"}
+
+// statements are a Locker's statements: each sent as itself (plain), and
+// the call of its statement function (call; "" when the table's name is
+// too long for one).
+type statements struct {
+	plain [numOps]string
+	call  [numOps]string
+	fns   []stmtfunc.Func
+}
+
+// maxFuncPrefix: a function's name is the prefix, "_op_" and 8 hex
+// digits, within PostgreSQL's 63 bytes.
+const maxFuncPrefix = 63 - 12
+
+// statements renders the statements of t and their functions. A function
+// runs its statement with the counter rows locked NOWAIT; only when another
+// transaction holds one (55P03, that run undone) does it take the
+// statement's lock alone (its CTEs up to g: the counter rows of every key
+// it involves, in the one order, waiting) and run the statement again,
+// with a snapshot taken once those rows are locked, so that its fresh
+// check holds (no rerun after the wait) and its own lock, on rows it holds
+// already, waits for none (a key that joined between the two steps,
+// locked by another statement, is a 55P03 for the caller to run again
+// from the start: never a wait out of the one order).
+func (t Tables) statements() statements {
+	var s statements
+	prefix := t.Locks
+	for i, file := range opFiles {
+		plain := kit.StripComments(t.renderWith(file, ""))
+		s.plain[i] = plain
+		if len(prefix) > maxFuncPrefix {
+			continue
+		}
+		f := schema.Func(prefix, lockStep(plain), file, t.table(), map[string]string{"nowait": "NOWAIT"})
+		s.call[i] = f.Call
+		s.fns = append(s.fns, f)
+	}
+	return s
+}
+
+// lockStep is a statement's lock alone: its CTEs up to g (the counter
+// rows, FOR UPDATE in the one order), which every statement of the package
+// declares just before chk.
+func lockStep(stmt string) string {
+	i := strings.Index(stmt, "\nchk AS MATERIALIZED (")
+	if i < 0 || !strings.HasPrefix(stmt, "WITH\n") {
+		panic("multilock: a statement without its lock (g) before chk")
+	}
+	return "SELECT 1 FROM (" + strings.TrimSuffix(strings.TrimSpace(stmt[:i]), ",") + "\nSELECT 1 FROM g) AS lk"
+}
+
+// runOp runs statement op through its function while the function serves,
+// else the statement itself (kit.Base.Call).
+func (l *Locker) runOp(ctx context.Context, op int, args []any, dest ...any) error {
+	return l.k.Call(ctx, l.sql.call[op], l.sql.plain[op], args, dest...)
 }

@@ -5,48 +5,14 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/syncguard/syncguard-go/internal/pooler"
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
-
-// Statements go out unprepared, in one round trip (pooler.Unprepared):
-// safe behind a transaction-mode pooler without a probe.
-
-func (rw *RWLock) unprepared() pooler.Querier { return pooler.Unprepared(rw.db, rw.oneShot) }
-
-// query runs query and scans its one row.
-func (rw *RWLock) query(ctx context.Context, query string, args []any, dest ...any) error {
-	return pooler.QueryRow(ctx, rw.unprepared(), query, args, dest...)
-}
-
-// run is query, run once more in an explicit READ COMMITTED transaction
-// after a serialization failure or deadlock (40001, 40P01: the session's
-// default isolation level is higher, or an extend met a concurrent
-// delete); neither committed anything.
-func (rw *RWLock) run(ctx context.Context, query string, args []any, dest ...any) error {
-	err := rw.query(ctx, query, args, dest...)
-	if err == nil || ctx.Err() != nil {
-		return err
-	}
-	if st := rw.dialect.Inspect(err).SQLState; st != "40001" && st != "40P01" {
-		return err
-	}
-	tx, err := rw.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if err := pooler.QueryRow(ctx, pooler.Unprepared(tx, rw.oneShot), query, args, dest...); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
 
 // sentArg records that the statement went out (database/sql converts
 // arguments just before sending), so that an error before it means the
@@ -62,33 +28,19 @@ func (a *sentArg) Value() (driver.Value, error) {
 }
 
 // acquire is one attempt as a plain caller (q nil) or as waiter q.
-func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, ident string, q *waiter) (syncguard.AcquireResult, error) {
+func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, ident string, q *kit.Waiter) (syncguard.AcquireResult, error) {
 	const op = "acquire"
 	rw := l.rw
-	k, err := checkKey(op, key)
+	k, ttlMs, err := rw.k.StartKey(ctx, op, key, ttl)
 	if err != nil {
 		return syncguard.AcquireResult{}, err
 	}
-	ttlMs, e := ttlMillis(op, ttl)
-	if e != nil {
-		e.Key = key
-		return syncguard.AcquireResult{}, e
-	}
-	if err := ctx.Err(); err != nil {
-		e := rw.wrap(ctx, op, err)
-		e.Key = key
-		return syncguard.AcquireResult{}, e
-	}
-	lockID := rules.GenerateLockID()
-	window, notified := sql.NullInt64{}, false
+	lockID, window, notified := rules.GenerateLockID(), sql.NullInt64{}, false
 	if q != nil {
 		lockID = q.LockID
-		w := rw.window
-		if dl, ok := ctx.Deadline(); ok {
-			w = max(min(w, time.Until(dl)), time.Millisecond)
-		}
-		window = sql.NullInt64{Int64: w.Milliseconds(), Valid: true}
-		notified = q.join(k.Storage)
+		window = sql.NullInt64{Int64: rw.k.WindowMs(ctx), Valid: true}
+		notified = q.Join(rw.k.Waker, q.Channel) // it listens at once
+		q.Listen()
 	}
 	var d struct {
 		ok, exhausted, again              sql.NullBool
@@ -98,21 +50,16 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, ide
 	}
 	sent := &sentArg{v: lockID}
 	args := []any{k.Storage, sent, k.Norm, l.exclusive, ttlMs, window, notified,
-		sql.NullString{String: ident, Valid: ident != ""}, rw.notifyDB == nil}
-	err = rw.run(ctx, rw.sqlAcquire, args, &d.ok, &d.fence, &d.expires, &d.acquired, &d.now, &d.retryAt, &d.exhausted, &d.woke, &d.again)
+		sql.NullString{String: ident, Valid: ident != ""}, rw.k.NotifyDB == nil}
+	err = rw.k.Row(ctx, rw.sqlAcquire, args, &d.ok, &d.fence, &d.expires, &d.acquired, &d.now, &d.retryAt, &d.exhausted, &d.woke, &d.again)
 	if err != nil {
-		e := rw.wrap(ctx, op, err)
-		e.Key = key
-		if sent.sent.Load() && outcomeUnknown(ctx, e) {
-			if q == nil {
-				rw.releaseInBackground(lockID, "")
-			} else {
-				q.Unknown.Store(true)
-			}
+		e := rw.k.WrapKey(ctx, op, key, "", err)
+		if sent.sent.Load() && kit.OutcomeUnknown(ctx, e) {
+			rw.k.Unsure(&l.ops, q, lockID)
 		}
 		return syncguard.AcquireResult{}, e
 	}
-	rw.wake(ctx, k.Storage, d.woke)
+	rw.k.Woke(ctx, d.woke.String, []string{waiting.Channel(channelPrefix(rw.k.Table), k.Storage)}, rw.k.NotifyDB != nil)
 	if d.exhausted.Bool {
 		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.CodeInternal, Key: key,
 			Msg: fmt.Sprintf("writer fence counter for this key reached its maximum (%d); nothing was committed", int64(rules.FenceMax))}
@@ -124,7 +71,7 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, ide
 			// releases that may not see its place): it attempts again
 			res.RetryIn = againIn
 		} else if d.retryAt.Valid {
-			res.RetryIn = max(time.Duration(d.retryAt.Int64+rules.ToleranceMs+1-d.now)*time.Millisecond, 0)
+			res.RetryIn = kit.RetryIn(d.retryAt.Int64, d.now)
 		}
 		return res, nil
 	}
@@ -132,10 +79,10 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, ide
 		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.CodeInternal, Key: key, Msg: "malformed row returned by acquire"}
 	}
 	var age time.Duration
-	if q != nil && d.acquired.Valid {
-		age = time.Duration(max(d.now-d.acquired.Int64, 0)) * time.Millisecond
+	if q != nil {
+		age = kit.Since(d.acquired, d.now)
 	}
-	return syncguard.AcquireResult{OK: true, LockID: lockID, Fence: fence(d.fence.Int64),
+	return syncguard.AcquireResult{OK: true, LockID: lockID, Fence: kit.Fence(d.fence.Int64),
 		ExpiresAt: time.UnixMilli(d.expires.Int64), HandedOver: age}, nil
 }
 
@@ -144,26 +91,12 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, ide
 // (sql/functions.sql, acquire).
 const againIn = 5 * time.Millisecond
 
-// outcomeUnknown reports whether a statement that failed with e may have
-// committed (syncguard's rule: its context ended, or the connection failed
-// without an answer).
-func outcomeUnknown(ctx context.Context, e *syncguard.Error) bool {
-	st := e.SQLState
-	return ctx.Err() != nil || (e.Code == syncguard.CodeServiceUnavailable || e.Code == syncguard.CodeNetworkTimeout) &&
-		(st == "" || strings.HasPrefix(st, "08") || strings.HasPrefix(st, "57P"))
-}
-
 // release deletes lockID's lease; wkey, the storage key of a waiter giving
 // up, also ends its queue place.
 func (rw *RWLock) release(ctx context.Context, lockID, wkey string) (syncguard.ReleaseResult, error) {
 	const op = "release"
-	if err := checkLockID(op, lockID); err != nil {
+	if _, err := rw.k.StartID(ctx, op, lockID, 0, false); err != nil {
 		return syncguard.ReleaseResult{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		e := rw.wrap(ctx, op, err)
-		e.LockID = lockID
-		return syncguard.ReleaseResult{}, e
 	}
 	var d struct {
 		done         bool
@@ -171,53 +104,53 @@ func (rw *RWLock) release(ctx context.Context, lockID, wkey string) (syncguard.R
 		now          int64
 		woke, wokeOn sql.NullString
 	}
-	args := []any{lockID, sql.NullString{String: wkey, Valid: wkey != ""}, rw.notifyDB == nil}
-	if err := rw.run(ctx, rw.sqlRelease, args, &d.done, &d.seen, &d.now, &d.woke, &d.wokeOn); err != nil {
-		e := rw.wrap(ctx, op, err)
-		e.LockID = lockID
-		return syncguard.ReleaseResult{}, e
+	args := []any{lockID, sql.NullString{String: wkey, Valid: wkey != ""}, rw.k.NotifyDB == nil}
+	if err := rw.k.Row(ctx, rw.sqlRelease, args, &d.done, &d.seen, &d.now, &d.woke, &d.wokeOn); err != nil {
+		return syncguard.ReleaseResult{}, rw.k.WrapKey(ctx, op, "", lockID, err)
 	}
 	if d.wokeOn.Valid {
-		rw.wakeOn(ctx, d.wokeOn.String, d.woke)
+		rw.k.Woke(ctx, d.woke.String, []string{d.wokeOn.String}, rw.k.NotifyDB != nil)
 	}
 	if d.done {
 		return syncguard.ReleaseResult{OK: true}, nil
 	}
-	return syncguard.ReleaseResult{Reason: failReason(d.seen, d.now)}, nil
+	return syncguard.ReleaseResult{Reason: kit.FailReason(d.seen, d.now)}, nil
 }
 
-// wake wakes the waiters a statement granted: this process's at once, and
-// with NotifyDB the others through it (else the statement's commit did).
-func (rw *RWLock) wake(ctx context.Context, storage string, woke sql.NullString) {
-	rw.wakeOn(ctx, channel(rw.table, storage), woke)
-}
-
-func (rw *RWLock) wakeOn(ctx context.Context, ch string, woke sql.NullString) {
-	if !woke.Valid || woke.String == "" {
-		return
+// Extend implements syncguard.Locker: sets the lease's expiry to server
+// now + ttl if it is live; never revives an expired one.
+func (l *Locker) Extend(ctx context.Context, lockID string, ttl time.Duration) (syncguard.ExtendResult, error) {
+	const op = "extend"
+	ttlMs, err := l.rw.k.StartID(ctx, op, lockID, ttl, true)
+	if err != nil {
+		return syncguard.ExtendResult{}, err
 	}
-	for _, p := range strings.Split(woke.String, ",") {
-		rw.waker.Wake(p)
-		if rw.notifyDB != nil {
-			_, _ = rw.notifyDB.ExecContext(ctx, waiting.NotifySQL, ch, p)
-		}
+	var (
+		got, seen sql.NullInt64
+		now       int64
+	)
+	if err := l.rw.k.Row(ctx, l.rw.sqlExtend, []any{lockID, ttlMs}, &got, &seen, &now); err != nil {
+		return syncguard.ExtendResult{}, l.rw.k.WrapKey(ctx, op, "", lockID, err)
 	}
+	if got.Valid {
+		return syncguard.ExtendResult{OK: true, ExpiresAt: time.UnixMilli(got.Int64)}, nil
+	}
+	return syncguard.ExtendResult{Reason: kit.FailReason(seen, now)}, nil
 }
 
-// releaseInBackground releases lockID (a lease or a waiter's place whose
-// attempt may have committed unanswered) after the caller gave up on it,
-// retrying for ReleaseTimeout; a lease it misses expires at its TTL.
-func (rw *RWLock) releaseInBackground(lockID, wkey string) {
-	go func() {
-		deadline := time.Now().Add(rw.relTO)
-		for wait := 50 * time.Millisecond; time.Now().Before(deadline); wait *= 2 {
-			ctx, cancel := context.WithDeadline(context.Background(), deadline)
-			_, err := rw.release(ctx, lockID, wkey)
-			cancel()
-			if err == nil {
-				return
-			}
-			time.Sleep(wait)
-		}
-	}()
+// Queue implements syncguard.Queuer: the waiter of one Lock or WithLock
+// call, which waits as the mutex's waiters do (docs/rwlock.md); it
+// listens on its key's channel from its first attempt. With once, or for
+// an invalid key, its attempts are plain ones.
+func (l *Locker) Queue(key, identity string, once bool) syncguard.Waiter {
+	k, err := rules.DeriveKey(key)
+	return l.rw.k.NewWaiter(key, k, waiting.Channel(channelPrefix(l.rw.k.Table), k.Storage), identity, !once && err == nil, &l.ops)
+}
+
+// leave is a waiter's release of its lockId, which makes its queue row a
+// tombstone and passes on a lease granted to it meanwhile (and whatever
+// its leaving frees: readers queued behind a writer that leaves).
+func (rw *RWLock) leave(ctx context.Context, q *kit.Waiter) (bool, bool, error) {
+	r, err := rw.release(ctx, q.LockID, q.First.Storage)
+	return r.OK, true, err
 }

@@ -12,7 +12,7 @@
 // core's Lock and WithLock wait for a permit in the key's queue and give
 // a *syncguard.Lease, so everything built on leases (the CLI's run,
 // telemetry, otelsyncguard) works with permits unchanged. Semaphore.Lock
-// and WithPermit also return the permit's slot.
+// also returns the permit's slot.
 //
 // Guarantees, on the server's clock: at most N live permits per key;
 // each key has slots 1..N, each slot held by one permit at a time with

@@ -6,8 +6,6 @@ import (
 	"database/sql"
 	"embed"
 	"encoding/hex"
-	"strconv"
-	"strings"
 
 	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/stmtfunc"
@@ -31,32 +29,20 @@ func Tables(table string) (keys, slots, waiters string) {
 func names(table string) map[string]string {
 	keys, slots, waiters := Tables(table)
 	return map[string]string{
-		"sem": keys, "slots": slots, "waiters": waiters,
+		"sem": keys, "slots": slots, "waiters": waiters, "leases": slots,
 		"slots_id_index":    "idx_" + table + "_ssid",
 		"waiters_id_index":  "idx_" + table + "_swid",
 		"waiters_key_index": "idx_" + table + "_swkey",
 	}
 }
 
-// waiterGCMs: a waiter's row dead this long goes at its key's next
-// attempt. rankCap: a waiter's rank is counted up to it.
-const (
-	waiterGCMs = 60_000
-	rankCap    = 64
-)
-
 // schema is the semaphore's SQL.
 var schema = &kit.Schema{Kind: "semaphore", Files: sqlFiles, Names: names, DDL: []string{"schema.sql"},
-	Values:  map[string]string{"now_us": kit.NowUS, "waiter_gc": strconv.Itoa(waiterGCMs), "rank_cap": strconv.Itoa(rankCap)},
 	Channel: channelPrefix, LockID: 0x73656d6170686f72} // "semaphor"
 
 // The statement functions follow the tables.
 func init() {
-	schema.More = func(table string) (string, string) {
-		a, r := funcs(table)
-		fns := []stmtfunc.Func{a, r}
-		return stmtfunc.DDL(fns), stmtfunc.Exist(fns)
-	}
+	schema.Funcs = func(table string) []stmtfunc.Func { a, r := funcs(table); return []stmtfunc.Func{a, r} }
 }
 
 // funcs are the statement functions of lock table table (see
@@ -66,15 +52,7 @@ func init() {
 // of server time for acquire.sql, more than its execution). Named after
 // funcPrefix(table); the first line of each file lists its column types.
 func funcs(table string) (acquire, release stmtfunc.Func) {
-	mk := func(name string) stmtfunc.Func {
-		returns, _ := strings.CutPrefix(strings.SplitN(render(name, table), "\n", 2)[0], "--returns ")
-		f, err := stmtfunc.New(funcPrefix(table), returns, stripComments(render(name, table)))
-		if err != nil {
-			panic("semaphore: sql/" + name + ": " + err.Error()) // embedded; TestRender renders them
-		}
-		return f
-	}
-	return mk("acquire.sql"), mk("release.sql")
+	return schema.Func(funcPrefix(table), "", "acquire.sql", table, nil), schema.Func(funcPrefix(table), "", "release.sql", table, nil)
 }
 
 // funcPrefix names the statement functions of lock table table: "sem_"
@@ -91,28 +69,21 @@ func channelPrefix(table string) string { return waiting.Prefix(table + "_sem") 
 
 func render(name, table string) string { return schema.Render(name, table) }
 
-var (
-	stripComments = kit.StripComments
-	tableName     = kit.TableName
-	invalidArg    = kit.InvalidArg
-)
-
 // SchemaSQL returns the DDL that SetupSchema runs, for migration tools:
-// the semaphore's three tables (see Tables) and their indexes, idempotent
-// (IF NOT EXISTS), with quoted identifiers, and its statement functions
-// (each created when missing; statements end at a line ending in ";").
-// Roles that use the semaphore need EXECUTE on them (PUBLIC has it by
-// default; without it the statements are sent themselves). cfg may be nil for the
-// defaults; only TableName is read. It does not create syncguard's own
-// tables (syncguard.SchemaSQL).
-func SchemaSQL(cfg *syncguard.Config) (string, error) {
-	return schema.SQL("semaphore.schemaSQL", cfg)
-}
+// the semaphore's three tables (Tables) and their indexes, idempotent,
+// and its statement functions (created when missing), which roles that
+// use it may EXECUTE (PUBLIC's by default; else the statements are sent
+// themselves). cfg may be nil for the defaults; only TableName is read.
+func SchemaSQL(cfg *syncguard.Config) (string, error) { return schema.SQL("semaphore.schemaSQL", cfg) }
 
-// SetupSchema creates the semaphore's tables and indexes that do not
-// exist, in one transaction under an advisory lock: idempotent and safe to
-// call concurrently; when all exist, one query and no lock. Roles that use
-// the semaphore need SELECT, INSERT, UPDATE and DELETE on the three tables.
+// SetupSchema creates the semaphore's tables, indexes and functions
+// (kit.Schema.Setup: idempotent, safe to call concurrently, one query
+// when all exist). Roles that use the semaphore need SELECT, INSERT,
+// UPDATE and DELETE on the three tables.
 func SetupSchema(ctx context.Context, db *sql.DB, cfg *syncguard.Config) error {
 	return schema.Setup(ctx, db, cfg)
 }
+
+// TableName reports the lock table name (syncguard.Config.TableName,
+// resolved) that s's tables are named from (Tables).
+func (s *Semaphore) TableName() string { return s.k.Table }

@@ -5,15 +5,16 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/syncguard/syncguard-go/driver"
 	"github.com/syncguard/syncguard-go/internal/errwrap"
 	"github.com/syncguard/syncguard-go/internal/kit"
-	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/internal/sqltx"
 	"github.com/syncguard/syncguard-go/multilock"
+	"github.com/syncguard/syncguard-go/rwlock"
+	"github.com/syncguard/syncguard-go/semaphore"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -49,7 +50,7 @@ type Guard struct {
 // InvalidArgument *syncguard.Error.
 func New(db *sql.DB, cfg *syncguard.Config) (*Guard, error) {
 	const op = "txguard.new"
-	table, err := tableName(cfg)
+	table, err := kit.TableName(op, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -57,20 +58,15 @@ func New(db *sql.DB, cfg *syncguard.Config) (*Guard, error) {
 	if cfg != nil {
 		d = cfg.Dialect
 	}
-	if d == nil {
-		if db == nil {
-			return nil, invalidArg(op, "db must not be nil when cfg.Dialect is not set")
-		}
-		var ok bool
-		if d, ok = driver.Lookup(db.Driver()); !ok {
-			return nil, invalidArg(op, fmt.Sprintf("no syncguard dialect registered for database/sql driver %T: import an adapter "+
-				`(_ "github.com/syncguard/syncguard-go/pq" or _ "github.com/syncguard/syncguard-go/pgxstd") or set Config.Dialect (registered: %s)`,
-				db.Driver(), strings.Join(driver.Registered(), ", ")))
-		}
+	if d == nil && db == nil {
+		return nil, kit.InvalidArg(op, "db must not be nil when cfg.Dialect is not set")
+	}
+	if d, err = kit.FindDialect(op, db, d); err != nil {
+		return nil, err
 	}
 	g := &Guard{table: table, tables: kindTables(table), dialect: d}
-	for k, f := range holdFiles {
-		g.holds[k] = stripComments(render(f, table, nil))
+	for k := range holdFiles {
+		g.holds[k] = hold(kind(k), table)
 	}
 	return g, nil
 }
@@ -108,10 +104,8 @@ type Held struct {
 // with tx's other row locks is 40P01 (the same). After any error the
 // caller must roll tx back. Bad input is InvalidArgument before any I/O.
 //
-// tx is what Backend.WithTx accepts (syncguard.Tx): a *sql.Tx, a *sqlx.Tx,
-// GORM's tx.Statement.ConnPool (a *sql.Tx or a *gorm.PreparedStmtTX), bun's
-// bunTx.Tx. When tx embeds a *sql.Tx, Hold runs on that (docs/orm.md).
-// It must be the transaction of the writes: a pool (*sql.DB) fits the
+// tx is what Backend.WithTx accepts (syncguard.Tx; an ORM's, docs/orm.md),
+// and must be the transaction of the writes: a pool (*sql.DB) fits the
 // interface too, but its row lock would end with its own statement.
 func (g *Guard) Hold(ctx context.Context, tx syncguard.Tx, key, lockID string) (Held, error) {
 	return g.holdRow(ctx, tx, kindMutex, key, lockID)
@@ -121,31 +115,19 @@ func (g *Guard) Hold(ctx context.Context, tx syncguard.Tx, key, lockID string) (
 // semaphore permit's slot, an rwlock reader's or writer's holder row.
 func (g *Guard) holdRow(ctx context.Context, tx syncguard.Tx, kd kind, key, lockID string) (Held, error) {
 	const op = "hold"
-	k, err := rules.DeriveKey(key)
+	k, err := kit.CheckKey(op, key)
 	if err != nil {
-		e := ruleErr(op, err)
-		e.Key = key
-		return Held{}, e
-	}
-	if e := kit.CheckLockID(op, lockID); e != nil {
-		return Held{}, e
-	}
-	tx, e := callerTx(op, tx)
-	if e != nil {
-		return Held{}, e
-	}
-	if err := ctx.Err(); err != nil {
-		return Held{}, g.wrap(ctx, op, key, lockID, err)
+		return Held{}, err
 	}
 	var (
 		rowKey, fence sql.NullString
 		expires       sql.NullInt64
 		now           int64
 	)
-	if err := tx.QueryRowContext(ctx, g.holds[kd], lockID).Scan(&rowKey, &fence, &expires, &now); err != nil {
-		return Held{}, g.wrap(ctx, op, key, lockID, err)
-	}
+	err = g.each(ctx, op, tx, kd, key, lockID, func(scan func(...any) error) error { return scan(&rowKey, &fence, &expires, &now) })
 	switch {
+	case err != nil:
+		return Held{}, err
 	case !rowKey.Valid:
 		what := map[kind]string{kindMutex: "lock", kindSemaphore: "permit", kindRWLock: "reader or writer"}[kd]
 		return Held{}, lost(op, key, lockID, "no "+what+" has this lockId (released, taken over, or never acquired)")
@@ -158,20 +140,39 @@ func (g *Guard) holdRow(ctx context.Context, tx syncguard.Tx, kd kind, key, lock
 	return Held{Fence: syncguard.Fence(fence.String), ExpiresAt: time.UnixMilli(expires.Int64), Now: time.UnixMilli(now)}, nil
 }
 
+// each runs the hold statement of kind kd for lockID in the caller's tx
+// (the *sql.Tx it embeds, if any) and calls row for each of its rows.
+func (g *Guard) each(ctx context.Context, op string, tx syncguard.Tx, kd kind, key, lockID string, row func(scan func(...any) error) error) error {
+	if e := kit.CheckLockID(op, lockID); e != nil {
+		return e
+	}
+	if sqltx.IsNil(tx) {
+		return kit.InvalidArg(op, "tx must not be nil: Hold locks the lease in the caller's transaction")
+	}
+	if t := sqltx.Unwrap(tx); t != nil {
+		tx = t // an ORM's wrapper, as Backend.WithTx unwraps it
+	}
+	wrap := func(err error) error { return g.wrap(ctx, op, key, lockID, err) }
+	if err := ctx.Err(); err != nil {
+		return wrap(err)
+	}
+	rows, err := tx.QueryContext(ctx, g.holds[kd], lockID)
+	if err != nil {
+		return wrap(err)
+	}
+	return kit.EachRow(rows, wrap, row)
+}
+
 // HoldLease is Hold for a lease of any kind of lock, with the same
 // guarantee: no takeover of what the lease holds can commit before tx
 // ends. It reads the kind from the lease's Locker (Lease.Locker, through
 // wrappers that Unwrap) and checks, in the tables of the Guard's
 // syncguard.Config, and locks until tx ends:
 //
-//   - a mutex lease (syncguard.Backend): its lock row, FOR KEY SHARE;
-//   - a semaphore permit (semaphore.Semaphore, *semaphore.Permit): its
-//     slot's row, FOR KEY SHARE;
-//   - an rwlock reader or writer (rwlock Locker): its holder row, FOR
-//     KEY SHARE;
-//   - a multilock set (*multilock.Lease): the row of every key of the
-//     set, FOR SHARE (the holding's own extends then wait for tx too),
-//     and Held.Fences gets each key's fence.
+//   - FOR KEY SHARE, a mutex lease's lock row, a semaphore permit's slot
+//     row, an rwlock reader's or writer's holder row;
+//   - FOR SHARE, the row of every key of a multilock set (the holding's
+//     own extends then wait for tx too); Held.Fences gets each key's fence.
 //
 // The holder's own extends go through, except a multilock set's. A lease
 // of another Locker, or of tables other than the Guard's, is an
@@ -206,13 +207,9 @@ func (g *Guard) Classify(ctx context.Context, err error) error {
 		return nil
 	}
 	e := g.wrap(ctx, "write", "", "", err)
-	switch e.SQLState {
-	case SQLStateLeaseLost:
+	if cause := map[string]error{SQLStateLeaseLost: syncguard.ErrLockLost, SQLStateStaleFence: ErrStaleFence}[e.SQLState]; cause != nil {
 		return &syncguard.Error{Op: "write", Code: syncguard.CodeInvalidArgument, SQLState: e.SQLState,
-			Msg: g.dialect.Inspect(err).Message, Err: errors.Join(syncguard.ErrLockLost, err)}
-	case SQLStateStaleFence:
-		return &syncguard.Error{Op: "write", Code: syncguard.CodeInvalidArgument, SQLState: e.SQLState,
-			Msg: g.dialect.Inspect(err).Message, Err: errors.Join(ErrStaleFence, err)}
+			Msg: g.dialect.Inspect(err).Message, Err: errors.Join(cause, err)}
 	}
 	return e
 }
@@ -231,24 +228,176 @@ func (g *Guard) wrap(ctx context.Context, op, key, lockID string, err error) *sy
 	return e
 }
 
-// callerTx checks tx and returns the *sql.Tx it embeds (an ORM's wrapper,
-// as Backend.WithTx unwraps it), else tx itself.
-func callerTx(op string, tx syncguard.Tx) (syncguard.Tx, *syncguard.Error) {
-	if sqltx.IsNil(tx) {
-		return nil, invalidArg(op, "tx must not be nil: Hold locks the lease in the caller's transaction")
-	}
-	if t := sqltx.Unwrap(tx); t != nil {
-		return t, nil
-	}
-	return tx, nil
-}
-
 func lost(op, key, lockID, why string) *syncguard.Error {
 	return &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Key: key, LockID: lockID,
 		Msg: "lease not held: " + why + "; roll the transaction back", Err: syncguard.ErrLockLost}
 }
 
-var (
-	invalidArg = kit.InvalidArg
-	ruleErr    = kit.RuleErr
+// kind is the kind of lock a lease is of: which table holds its rows.
+type kind int
+
+const (
+	kindMutex     kind = iota // syncguard.Backend: a row in the lock table
+	kindMultiLock             // multilock.Locker: a row per key of the set
+	kindSemaphore             // semaphore.Semaphore: the permit's slot row
+	kindRWLock                // rwlock.Locker: the reader's or writer's holder row
+	numKinds
 )
+
+// holdFiles are the hold statements of each kind (sql/).
+var holdFiles = [numKinds]string{"hold.sql", "hold_multilock.sql", "hold_semaphore.sql", "hold_rwlock.sql"}
+
+func (k kind) String() string {
+	return [numKinds]string{"mutex", "multilock", "semaphore", "rwlock"}[k]
+}
+
+// Lease is a held lease of any kind of lock: a *syncguard.Lease (of a
+// syncguard.Backend, a semaphore.Semaphore or an rwlock Locker), a
+// *multilock.Lease or a *semaphore.Permit (both embed one). Locker tells
+// HoldLease the kind of lock, and so the tables that hold the lease.
+type Lease interface {
+	Key() string
+	LockID() string
+	Err() error
+	Locker() syncguard.Locker
+}
+
+// kindOf finds the kind of a lease's Locker (through wrappers that
+// Unwrap, as syncguard.As does) and the lock table it was configured
+// with (syncguard.Config.TableName). No I/O.
+func kindOf(l syncguard.Locker) (kind, string, bool) {
+	if l == nil {
+		return 0, "", false
+	}
+	if b, ok := syncguard.As[*syncguard.Backend](l); ok {
+		return kindMutex, b.TableName(), true
+	}
+	if m, ok := syncguard.As[*multilock.Locker](l); ok {
+		return kindMultiLock, m.Tables().Locks, true
+	}
+	if s, ok := syncguard.As[*semaphore.Semaphore](l); ok {
+		return kindSemaphore, s.TableName(), true
+	}
+	if r, ok := syncguard.As[*rwlock.Locker](l); ok {
+		return kindRWLock, r.RWLock().TableName(), true
+	}
+	return 0, "", false
+}
+
+// leaseOf returns the *syncguard.Lease inside lease, nil when there is
+// none (a nil lease, or a *multilock.Lease or *semaphore.Permit without
+// one); other implementations are taken as they are.
+func leaseOf(lease Lease) (Lease, bool) {
+	switch v := lease.(type) {
+	case *syncguard.Lease:
+		return v, v != nil
+	case *multilock.Lease:
+		if v != nil {
+			return leaseOf(v.Lease)
+		}
+	case *semaphore.Permit:
+		if v != nil {
+			return leaseOf(v.Lease)
+		}
+	default:
+		return lease, lease != nil
+	}
+	return nil, false
+}
+
+// checkLease finds the kind of lease and checks that it is held in this
+// Guard's tables; bad input is InvalidArgument before any I/O.
+func (g *Guard) checkLease(op string, lease Lease) (Lease, kind, error) {
+	lease, ok := leaseOf(lease)
+	if !ok {
+		return nil, 0, kit.InvalidArg(op, "lease must not be nil")
+	}
+	k, table, ok := kindOf(lease.Locker())
+	if !ok {
+		e := kit.InvalidArg(op, fmt.Sprintf("cannot check a lease of Locker %T: HoldLease checks leases of a *syncguard.Backend, a "+
+			"*multilock.Locker, a *semaphore.Semaphore or an *rwlock.Locker (a wrapper must implement Unwrap() syncguard.LockBackend)",
+			lease.Locker()))
+		e.Key = lease.Key()
+		return nil, 0, e
+	}
+	want := g.table
+	if k == kindMultiLock {
+		want = g.tables["ml_locks"]
+	}
+	if table != want {
+		e := kit.InvalidArg(op, fmt.Sprintf("the lease's %s keeps its rows under lock table %q, this Guard checks those of %q: "+
+			"make the Guard with the Locker's syncguard.Config", k, table, want))
+		e.Key = lease.Key()
+		return nil, 0, e
+	}
+	return lease, k, nil
+}
+
+// holdSet is Hold for a multilock set: every key's row of the holding
+// lockID, locked FOR SHARE (hold_multilock.sql); it holds when the rows
+// are the set's keys, all of them, and live by the server's clock.
+func (g *Guard) holdSet(ctx context.Context, tx syncguard.Tx, set, lockID string) (Held, error) {
+	const op = "hold"
+	keys, err := multilock.ParseKeys(set)
+	if err != nil {
+		if e, ok := err.(*syncguard.Error); ok {
+			e.Op = op
+		}
+		return Held{}, err
+	}
+	var (
+		h               Held
+		expires, now, n int64
+	)
+	err = g.each(ctx, op, tx, kindMultiLock, set, lockID, func(scan func(...any) error) error {
+		var (
+			storage, user, fence sql.NullString
+			exp, size            sql.NullInt64
+			rowNow               int64
+		)
+		if err := scan(&storage, &user, &fence, &exp, &size, &rowNow); err != nil {
+			return err
+		}
+		if now = max(now, rowNow); !storage.Valid {
+			return nil
+		}
+		if len(h.Fences) == 0 || exp.Int64 < expires {
+			expires = exp.Int64
+		}
+		n = size.Int64
+		h.Fences = append(h.Fences, multilock.KeyFence{Key: user.String, Fence: syncguard.Fence(fence.String)})
+		return nil
+	})
+	if err != nil {
+		return Held{}, err
+	}
+	got := make([]string, len(h.Fences))
+	for i, f := range h.Fences {
+		got[i] = f.Key
+	}
+	slices.Sort(got)
+	want := slices.Clone(keys)
+	slices.Sort(want)
+	switch {
+	case len(h.Fences) == 0:
+		return Held{}, lost(op, set, lockID, "no set has this lockId (released, taken over, or never acquired)")
+	case int64(len(h.Fences)) != n:
+		return Held{}, lost(op, set, lockID, fmt.Sprintf("this lockId holds %d of its set's %d keys (the others were taken over)", len(h.Fences), n))
+	case !slices.Equal(got, want):
+		return Held{}, &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Key: set, LockID: lockID,
+			Msg: "this lockId holds the lock of another set", Err: syncguard.ErrLockLost}
+	case expires <= now:
+		return Held{}, lost(op, set, lockID, fmt.Sprintf("expired %d ms ago by the server's clock", now-expires))
+	}
+	// Fences in the set's canonical order (ParseKeys'), the largest as Fence.
+	order := make(map[string]int, len(keys))
+	for i, k := range keys {
+		order[k] = i
+	}
+	slices.SortFunc(h.Fences, func(a, b multilock.KeyFence) int { return order[a.Key] - order[b.Key] })
+	for _, f := range h.Fences {
+		h.Fence = max(h.Fence, f.Fence)
+	}
+	h.ExpiresAt, h.Now = time.UnixMilli(expires), time.UnixMilli(now)
+	return h, nil
+}

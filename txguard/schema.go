@@ -4,11 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/syncguard/syncguard-go/driver"
-	"github.com/syncguard/syncguard-go/internal/deploy"
-	"github.com/syncguard/syncguard-go/internal/errwrap"
 	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/multilock"
@@ -19,23 +19,6 @@ import (
 
 //go:embed sql/*.sql
 var sqlFiles embed.FS
-
-// tableName is cfg's lock table, checked by syncguard's own rules.
-func tableName(cfg *syncguard.Config) (string, error) { return kit.TableName("txguard.new", cfg) }
-
-// holdFunc is the name of the SQL function of lock table table.
-func holdFunc(table string) string { return table + "_hold" }
-
-// holdFuncs are the names of the SQL functions of lock table table, one
-// per kind of lock, by placeholder, and their signatures.
-func holdFuncs(table string) map[string]string {
-	return map[string]string{
-		"hold_fn":     holdFunc(table) + "(text,text)",
-		"sem_hold_fn": table + "_sem_hold(text)",
-		"rw_hold_fn":  table + "_rw_hold(text)",
-		"ml_hold_fn":  table + "_ml_hold(text,text)",
-	}
-}
 
 // kindTables are the tables that hold the leases of each kind of lock of
 // lock table table, by placeholder: the mutex's lock table, multilock's
@@ -51,38 +34,49 @@ func kindTables(table string) map[string]string {
 	return map[string]string{"locks": table, "ml_locks": ml.Locks, "sem_slots": slots, "rw_holders": holders}
 }
 
-// render expands an embedded statement file for lock table table, with
-// extra names (quoted by the caller).
-func render(name, table string, extra map[string]string) string {
-	b, err := sqlFiles.ReadFile("sql/" + name)
-	if err != nil {
-		panic(err) // embedded at build time
-	}
-	names := map[string]string{}
-	for k, v := range kindTables(table) {
-		names[k] = rules.QuoteIdent(v)
-	}
-	for k, v := range holdFuncs(table) {
-		names[k] = rules.QuoteIdent(strings.SplitN(v, "(", 2)[0])
-	}
-	for k, v := range extra {
-		names[k] = v
-	}
-	out, err := rules.Render(string(b), names)
-	if err != nil {
-		panic("txguard: sql/" + name + ": " + err.Error()) // embedded; TestRender renders every file
-	}
-	return out
+// schema is txguard's SQL: the hold statements and the SQL functions
+// that run them (functions.sql).
+var schema = &kit.Schema{Kind: "txguard", Files: sqlFiles, DDL: []string{"functions.sql"}, LockID: 0x7478677561726431, // "txguard1"
+	Names: func(table string) map[string]string { // and the SQL functions, one per kind
+		n := kindTables(table)
+		n["hold_fn"], n["sem_hold_fn"], n["rw_hold_fn"], n["ml_hold_fn"] = table+"_hold", table+"_sem_hold", table+"_rw_hold", table+"_ml_hold"
+		return n
+	},
+	// The former mutex function, which took the lockId alone, must be gone
+	// too: it trusted a bare lockId.
+	More: func(table string) (string, string) {
+		return "", "to_regprocedure(quote_ident(current_schema()) || '.' || '" + rules.QuoteIdent(table+"_hold") + "(text)') IS NULL"
+	},
 }
 
-var stripComments = kit.StripComments
+// The functions run the hold statements.
+func init() {
+	schema.With = func(table string) map[string]string {
+		one := func(k kind, fn, args, what string) string { // hold_one.sql
+			text := schema.RenderWith("hold_one.sql", table, map[string]string{"one_fn": rules.QuoteIdent(fn), "one_args": args, "one_hold": hold(k, table), "one_what": what})
+			return kit.StripComments(rules.Variant(text, "key", k == kindMutex))
+		}
+		return map[string]string{"hold_ml": hold(kindMultiLock, table),
+			"hold_def": one(kindMutex, table+"_hold", "p_lock_id text, p_key text", "lock"),
+			"sem_def":  one(kindSemaphore, table+"_sem_hold", "p_lock_id text", "permit"),
+			"rw_def":   one(kindRWLock, table+"_rw_hold", "p_lock_id text", "reader or writer")}
+	}
+}
+
+// hold is the hold statement of kind k for lock table table (holdFiles;
+// rows: the table of a one-row lease, hold_row.sql's).
+func hold(k kind, table string) string {
+	rows := kindTables(table)[map[kind]string{kindSemaphore: "sem_slots", kindRWLock: "rw_holders"}[k]]
+	return kit.StripComments(schema.RenderWith(holdFiles[k], table, map[string]string{"rows": rules.QuoteIdent(rows)}))
+}
 
 // SchemaSQL returns the DDL that Setup runs: the SQL functions, one per
-// kind of lock, for callers who write SQL: <TableName>_hold(lock_id text,
-// key text) (a mutex lease on key; a lockId of another key is refused), <TableName>_sem_hold(lock_id text) (a semaphore
-// permit), <TableName>_rw_hold(lock_id text) (an rwlock reader or writer)
-// and <TableName>_ml_hold(lock_id text, key text) (a multilock set: every
-// key is checked and locked, key's fence is returned), all RETURNS bigint.
+// kind of lock, for callers who write SQL, all RETURNS bigint:
+// <TableName>_hold(lock_id text, key text) (a mutex lease on key; a
+// lockId of another key is refused), <TableName>_sem_hold(lock_id text)
+// (a semaphore permit), <TableName>_rw_hold(lock_id text) (an rwlock
+// reader or writer) and <TableName>_ml_hold(lock_id text, key text) (a
+// multilock set: every key is checked and locked; key's fence returned).
 // Called in a statement of the caller's transaction, each checks and
 // locks the lease as Guard.HoldLease does and returns its fence, or raises
 // SQLSTATE SG001 (SQLStateLeaseLost), which fails the statement:
@@ -94,101 +88,90 @@ var stripComments = kit.StripComments
 // written here); a statement that writes no row checks nothing, and one
 // that does not evaluate the call (an unreferenced CTE) neither. The DDL
 // is idempotent (CREATE OR REPLACE; it drops the mutex function's former
-// signature, <TableName>_hold(lock_id text)); a function is created whether or not
-// its kind's tables exist (called without them, it fails with 42P01). cfg
-// may be nil for the defaults.
-func SchemaSQL(cfg *syncguard.Config) (string, error) {
-	table, err := tableName(cfg)
-	if err != nil {
-		return "", err
+// signature, <TableName>_hold(lock_id text)); a function is created
+// whether or not its kind's tables exist (called without them, it fails
+// with 42P01). cfg may be nil for the defaults.
+func SchemaSQL(cfg *syncguard.Config) (string, error) { return schema.SQL("txguard.schemaSQL", cfg) }
+
+// Setup creates or updates the SQL functions of SchemaSQL in the current
+// schema (kit.Schema.Setup: safe to call concurrently, one query when all
+// exist with the same bodies). Using a function needs only the privileges
+// of its kind's holder table (SELECT and UPDATE, for FOR KEY SHARE and
+// FOR SHARE).
+func Setup(ctx context.Context, db *sql.DB, cfg *syncguard.Config) error {
+	return schema.Setup(ctx, db, cfg)
+}
+
+// identRE is a plain SQL identifier, as syncguard.Config's table names.
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// fenceTrigger is the fence guard's trigger name on every table.
+const fenceTrigger = "syncguard_fence_guard"
+
+// FenceGuardSQL returns the DDL that installs a fence guard on a resource
+// table that keeps its writer's fence in column: a BEFORE UPDATE trigger
+// (INSERT ... ON CONFLICT DO UPDATE fires it too) that rejects a row
+// whose column is below the stored value, or NULL where a value was
+// stored, with SQLSTATE SG002 (SQLStateStaleFence) and a message naming
+// the table, the column and both fences. An equal fence passes. A plain
+// INSERT of a new row and a DELETE carry no stored fence to compare:
+// check the lease (Guard.Hold) in their transaction. The column may be
+// bigint or the 15-digit text fence (both compare in fence order).
+//
+// table is a plain identifier, optionally schema-qualified
+// ("billing.accounts"); column a plain identifier. The DDL creates the
+// function <table>_fence_guard (in the table's schema) and the trigger
+// syncguard_fence_guard, and is safe to re-run. Bad names are
+// InvalidArgument.
+func FenceGuardSQL(table, column string) (string, error) {
+	const op = "txguard.fenceGuard"
+	parts := strings.Split(table, ".")
+	if len(parts) > 2 {
+		return "", kit.InvalidArg(op, fmt.Sprintf("table %q: want name or schema.name", table))
 	}
-	return render("functions.sql", table, map[string]string{
-		"hold":     stripComments(render(holdFiles[kindMutex], table, nil)),
-		"hold_sem": stripComments(render(holdFiles[kindSemaphore], table, nil)),
-		"hold_rw":  stripComments(render(holdFiles[kindRWLock], table, nil)),
-		"hold_ml":  stripComments(render(holdFiles[kindMultiLock], table, nil)),
+	for _, p := range append(parts, column) {
+		if !identRE.MatchString(p) || len(p) > 63 {
+			return "", kit.InvalidArg(op, fmt.Sprintf("%q is not a plain SQL identifier (want ^[A-Za-z_][A-Za-z0-9_]*$, at most 63 bytes)", p))
+		}
+	}
+	fn := parts[len(parts)-1] + "_fence_guard"
+	if len(fn) > 63 {
+		return "", kit.InvalidArg(op, fmt.Sprintf("table name %q is too long for the function name %q (at most 63 bytes)", parts[len(parts)-1], fn))
+	}
+	quoted := make([]string, len(parts))
+	for i, p := range parts {
+		quoted[i] = rules.QuoteIdent(p)
+	}
+	quoted[len(quoted)-1] = rules.QuoteIdent(fn)
+	return schema.RenderWith("fence_guard.sql", rules.DefaultTable, map[string]string{
+		"table":      quoteQualified(parts),
+		"guard_fn":   strings.Join(quoted, "."),
+		"column":     rules.QuoteIdent(column),
+		"column_lit": "'" + column + "'",
+		"trigger":    rules.QuoteIdent(fenceTrigger),
 	}), nil
 }
 
-// setupLockID serializes concurrent setups (CREATE OR REPLACE FUNCTION
-// races on the catalog otherwise).
-const setupLockID = 0x7478677561726431 // "txguard1"
+func quoteQualified(parts []string) string {
+	q := make([]string, len(parts))
+	for i, p := range parts {
+		q[i] = rules.QuoteIdent(p)
+	}
+	return strings.Join(q, ".")
+}
 
-// Setup creates or updates the SQL functions of SchemaSQL in the current
-// schema, safe to call concurrently. When they all exist with the same
-// bodies it returns nil after one query, so a role without CREATE on the
-// schema may call it then. Using a function needs only the privileges of
-// its kind's holder table (SELECT and UPDATE, which FOR KEY SHARE and FOR
-// SHARE require).
-func Setup(ctx context.Context, db *sql.DB, cfg *syncguard.Config) error {
-	const op = "txguard.setup"
-	ddl, err := SchemaSQL(cfg)
+// SetupFenceGuard runs FenceGuardSQL(table, column) in one transaction.
+// It needs CREATE on the table's schema and the TRIGGER privilege on the
+// table (its owner has both); writers need nothing more than their own
+// privileges on the table.
+func SetupFenceGuard(ctx context.Context, db *sql.DB, table, column string) error {
+	ddl, err := FenceGuardSQL(table, column)
 	if err != nil {
 		return err
 	}
 	if db == nil {
-		return invalidArg(op, "db must not be nil")
+		return kit.InvalidArg("txguard.fenceGuard", "db must not be nil")
 	}
-	table, _ := tableName(cfg)
-	var sigs []string
-	for _, f := range holdFuncs(table) {
-		name, args, _ := strings.Cut(f, "(")
-		sigs = append(sigs, rules.QuoteIdent(name)+"("+args)
-	}
-	// (The former mutex function, which took the lockId alone, must be
-	// gone too: it trusted a bare lockId.)
-	var same int
-	err = db.QueryRowContext(ctx, `SELECT count(*) FILTER (WHERE to_regprocedure(quote_ident(current_schema()) || '.' || $3) IS NULL)
-		FROM unnest(string_to_array($1, E'\n')) AS f(sig)
-		JOIN pg_catalog.pg_proc AS p ON p.oid = to_regprocedure(quote_ident(current_schema()) || '.' || f.sig)
-		WHERE strpos($2, p.prosrc) > 0`,
-		strings.Join(sigs, "\n"), ddl, rules.QuoteIdent(holdFunc(table))+"(text)").Scan(&same)
-	if err != nil {
-		return wrapSetup(ctx, op, db, cfg, err)
-	}
-	if same == len(sigs) {
-		return nil
-	}
-	return runDDL(ctx, op, db, cfg, ddl)
-}
-
-// runDDL runs statements separated by ";" and a blank line, in one
-// transaction under an advisory lock; no arguments (the simple query
-// protocol: nothing prepared).
-func runDDL(ctx context.Context, op string, db *sql.DB, cfg *syncguard.Config, ddl string) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return wrapSetup(ctx, op, db, cfg, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if err := deploy.SetupLock(ctx, tx, int64(setupLockID), deploy.SetupLockTimeout); err != nil {
-		e := wrapSetup(ctx, op, db, cfg, err).(*syncguard.Error)
-		if who := deploy.SetupLockHolders(ctx, db, err); who != "" {
-			e.Msg += ": " + who
-		}
-		return e
-	}
-	for _, stmt := range strings.Split(ddl, ";\n\n") {
-		if stmt = strings.TrimSpace(stripComments(stmt)); stmt == "" {
-			continue
-		}
-		if _, err := tx.ExecContext(ctx, stmt); err != nil {
-			return wrapSetup(ctx, op, db, cfg, err)
-		}
-	}
-	return wrapSetup(ctx, op, db, cfg, tx.Commit())
-}
-
-func wrapSetup(ctx context.Context, op string, db *sql.DB, cfg *syncguard.Config, err error) error {
-	if err == nil {
-		return nil
-	}
-	var d driver.Dialect
-	if cfg != nil {
-		d = cfg.Dialect
-	}
-	if d == nil && db != nil {
-		d, _ = driver.Lookup(db.Driver())
-	}
-	return errwrap.Wrap(ctx, op, d, err)
+	d, _ := driver.Lookup(db.Driver())
+	return kit.RunDDL(ctx, "txguard.fenceGuard", db, d, schema.LockID, ddl)
 }

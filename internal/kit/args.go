@@ -1,7 +1,6 @@
 package kit
 
 import (
-	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -86,13 +85,8 @@ func Resolve(op string, db *sql.DB, cfg *syncguard.Config) (Config, error) {
 	if len(c.Identity) > 256 {
 		return Config{}, InvalidArg(op, fmt.Sprintf("Identity is %d bytes; at most 256 are allowed", len(c.Identity)))
 	}
-	if c.Dialect == nil {
-		var ok bool
-		if c.Dialect, ok = driver.Lookup(db.Driver()); !ok {
-			return Config{}, InvalidArg(op, fmt.Sprintf("no syncguard dialect registered for database/sql driver %T: import an adapter "+
-				`(_ "github.com/syncguard/syncguard-go/pq" or _ "github.com/syncguard/syncguard-go/pgxstd") or set Config.Dialect (registered: %s)`,
-				db.Driver(), strings.Join(driver.Registered(), ", ")))
-		}
+	if c.Dialect, err = FindDialect(op, db, c.Dialect); err != nil {
+		return Config{}, err
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -108,14 +102,18 @@ func Resolve(op string, db *sql.DB, cfg *syncguard.Config) (Config, error) {
 	return r, nil
 }
 
-// InBackground runs f detached, with a context of timeout (an acquire
-// whose outcome is unknown may have taken the lease f releases).
-func InBackground(timeout time.Duration, f func(ctx context.Context)) {
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		f(ctx)
-	}()
+// FindDialect is d, else the dialect registered for db's driver (db not
+// nil); op names the call in an error.
+func FindDialect(op string, db *sql.DB, d driver.Dialect) (driver.Dialect, error) {
+	if d != nil {
+		return d, nil
+	}
+	if d, ok := driver.Lookup(db.Driver()); ok {
+		return d, nil
+	}
+	return nil, InvalidArg(op, fmt.Sprintf("no syncguard dialect registered for database/sql driver %T: import an adapter "+
+		`(_ "github.com/syncguard/syncguard-go/pq" or _ "github.com/syncguard/syncguard-go/pgxstd") or set Config.Dialect (registered: %s)`,
+		db.Driver(), strings.Join(driver.Registered(), ", ")))
 }
 
 // CheckKey derives key's storage keys, or reports the rule it breaks as

@@ -3,6 +3,7 @@ package kit
 import (
 	"context"
 	"database/sql"
+	"embed"
 	"fmt"
 	"io/fs"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 	"github.com/syncguard/syncguard-go/internal/deploy"
 	"github.com/syncguard/syncguard-go/internal/errwrap"
 	"github.com/syncguard/syncguard-go/internal/rules"
+	"github.com/syncguard/syncguard-go/internal/stmtfunc"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
@@ -34,14 +36,23 @@ type Schema struct {
 	// More, if set, returns DDL to append for a lock table (statement
 	// functions: internal/stmtfunc) and the condition that it is in place.
 	More func(table string) (ddl, exists string)
+	// With, if set, returns more values for the DDL of a lock table.
+	With func(table string) map[string]string
+	// Funcs, if set, returns the statement functions of a lock table
+	// (internal/stmtfunc), created after the DDL files.
+	Funcs func(table string) []stmtfunc.Func
 }
 
-// NowUS is the statement's server time in µs (a waiter's place).
-const NowUS = "floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint"
+// The values every kind's statement files may use: now_us, the
+// statement's server time in µs (a waiter's place); waiter_gc, how long
+// (ms) a waiter's row stays dead before its key's next operation removes
+// it (the mutex's value); rank_cap, up to where a waiter's rank is
+// counted.
+var queueValues = map[string]string{"now_us": "floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint", "waiter_gc": "60000", "rank_cap": "64"}
 
 // Render expands the statement file name for lock table table: quoted
-// names, values, and the {{wake_channel(expr)}} and {{wake_payload(expr)}}
-// calls.
+// names, values, and the {{sql(file)}}, {{wake_channel(expr)}} and
+// {{wake_payload(expr)}} calls.
 func (s *Schema) Render(name, table string) string { return s.RenderWith(name, table, nil) }
 
 // RenderWith is Render with more values, by placeholder.
@@ -50,7 +61,7 @@ func (s *Schema) RenderWith(name, table string, values map[string]string) string
 	if err != nil {
 		panic(err) // embedded at build time
 	}
-	text := string(b)
+	text := replaceCalls(string(b), "sql", s.fragment)
 	if s.Channel != nil {
 		prefix := s.Channel(table)
 		text = replaceCalls(text, "wake_channel", func(arg string) string { return waiting.ChannelSQL(prefix, arg) })
@@ -59,6 +70,9 @@ func (s *Schema) RenderWith(name, table string, values map[string]string) string
 	n := s.Names(table)
 	for k, v := range n {
 		n[k] = rules.QuoteIdent(v)
+	}
+	for k, v := range queueValues {
+		n[k] = v
 	}
 	for k, v := range s.Values {
 		n[k] = v
@@ -71,6 +85,31 @@ func (s *Schema) RenderWith(name, table string, values map[string]string) string
 		panic(s.Kind + ": sql/" + name + ": " + err.Error()) // embedded; each kind's TestRender renders every file
 	}
 	return out
+}
+
+// kitFiles are the parts of statement files that the kinds share
+// ({{sql(kit/name)}}).
+//
+//go:embed sql/*.sql
+var kitFiles embed.FS
+
+// fragment is the statement file name (kit/name: the kit's) as
+// {{sql(name)}} inserts it: a part that several statements share, from
+// its first line that is not a comment, without its last newline.
+func (s *Schema) fragment(name string) string {
+	files := s.Files
+	if n, ok := strings.CutPrefix(name, "kit/"); ok {
+		files, name = kitFiles, n
+	}
+	b, err := fs.ReadFile(files, "sql/"+name)
+	if err != nil {
+		panic(s.Kind + ": {{sql(" + name + ")}}: " + err.Error()) // embedded; each kind's TestRender renders every file
+	}
+	text := string(b)
+	for strings.HasPrefix(text, "--") {
+		_, text, _ = strings.Cut(text, "\n")
+	}
+	return strings.TrimSuffix(text, "\n")
 }
 
 // replaceCalls expands {{name(arg)}} with f(arg).
@@ -97,12 +136,20 @@ func (s *Schema) SQL(op string, cfg *syncguard.Config) (string, error) {
 		return "", err
 	}
 	var parts []string
+	var with map[string]string
+	if s.With != nil {
+		with = s.With(table)
+	}
 	for _, f := range s.DDL {
-		parts = append(parts, s.Render(f, table))
+		parts = append(parts, s.RenderWith(f, table, with))
 	}
 	if s.More != nil {
-		more, _ := s.More(table)
-		parts = append(parts, more)
+		if more, _ := s.More(table); more != "" {
+			parts = append(parts, more)
+		}
+	}
+	if s.Funcs != nil {
+		parts = append(parts, stmtfunc.DDL(s.Funcs(table)))
 	}
 	return strings.Join(parts, "\n"), nil
 }
@@ -148,25 +195,43 @@ func (s *Schema) Setup(ctx context.Context, db *sql.DB, cfg *syncguard.Config) e
 		conds = append(conds, fmt.Sprintf(` AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc AS p JOIN pg_catalog.pg_namespace AS s ON s.oid = p.pronamespace
   WHERE s.nspname = current_schema() AND p.proname = %s AND strpos(%s, p.prosrc) > 0)`, quoteLiteral(name), quoteLiteral(ddl)))
 	}
+	table, _ := TableName(op, cfg)
 	if s.More != nil {
-		table, _ := TableName(op, cfg)
 		if _, exists := s.More(table); exists != "" {
 			conds = append(conds, " AND "+exists)
 		}
 	}
-	res, err := db.ExecContext(ctx, deploy.ExistsQuery(objects)+strings.Join(conds, ""))
+	if s.Funcs != nil {
+		if exists := stmtfunc.Exist(s.Funcs(table)); exists != "" {
+			conds = append(conds, " AND "+exists)
+		}
+	}
+	res, err := db.ExecContext(ctx, strings.TrimSuffix(deploy.ExistsQuery(objects), " AND ")+strings.Join(conds, ""))
 	if err != nil {
 		return wrap(err)
 	}
 	if k, err := res.RowsAffected(); err == nil && k == 1 {
 		return nil
 	}
+	return RunDDL(ctx, op, db, d, s.LockID, ddl)
+}
+
+// RunDDL runs the statements of ddl (Statements) in one transaction under
+// the advisory lock lockID, waiting at most lockTimeout for it; errors
+// are op's, read by d.
+func RunDDL(ctx context.Context, op string, db *sql.DB, d driver.Dialect, lockID int64, ddl string) error {
+	wrap := func(err error) error {
+		if err == nil {
+			return nil
+		}
+		return errwrap.Wrap(ctx, op, d, err)
+	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return wrap(err)
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if err := deploy.SetupLock(ctx, tx, s.LockID, lockTimeout); err != nil {
+	if err := deploy.SetupLock(ctx, tx, lockID, lockTimeout); err != nil {
 		e := errwrap.Wrap(ctx, op, d, err)
 		if who := deploy.SetupLockHolders(ctx, db, err); who != "" {
 			e.Msg += ": " + who
@@ -244,4 +309,18 @@ func TableName(op string, cfg *syncguard.Config) (string, error) {
 		return rules.DefaultTable, nil
 	}
 	return cfg.TableName, nil
+}
+
+// Func is the statement function named after prefix (stmtfunc.NewLocked,
+// with lock: "" for none) of the statement file name rendered for table
+// with values, whose first line lists its column types ("--returns text,
+// bigint").
+func (s *Schema) Func(prefix, lock, name, table string, values map[string]string) stmtfunc.Func {
+	text := s.RenderWith(name, table, values)
+	returns, _ := strings.CutPrefix(strings.SplitN(text, "\n", 2)[0], "--returns ")
+	f, err := stmtfunc.NewLocked(prefix, returns, lock, StripComments(text))
+	if err != nil {
+		panic(s.Kind + ": sql/" + name + ": " + err.Error()) // embedded; each kind's TestRender renders every file
+	}
+	return f
 }

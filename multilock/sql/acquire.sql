@@ -153,15 +153,7 @@ ins AS (
   SELECT k."s", $2::text, take.now_ms + $3::bigint, take.now_ms, {{fence_text(f."fence")}}, k."u", k."f", kn.n, $6::text
   FROM take, kn, k JOIN f ON f."fence_key" = k."f"
   ORDER BY k."s" COLLATE "C"
-  ON CONFLICT ("key") DO UPDATE SET
-    "lock_id" = EXCLUDED."lock_id",
-    "expires_at_ms" = EXCLUDED."expires_at_ms",
-    "acquired_at_ms" = EXCLUDED."acquired_at_ms",
-    "fence" = EXCLUDED."fence",
-    "user_key" = EXCLUDED."user_key",
-    "fence_key" = EXCLUDED."fence_key",
-    "n" = EXCLUDED."n",
-    "identity" = EXCLUDED."identity"
+  {{sql(lock_upsert.sql)}}
   RETURNING l."key", l."expires_at_ms", l."acquired_at_ms", l."fence"
 ),
 ac AS (

@@ -7,13 +7,7 @@
 -- and the caller runs it again). An extend bumps "ver": an attempt whose
 -- snapshot saw the holding expired must not take it over.
 WITH
-t AS (
-  SELECT {{now_ms}} AS now_ms
-),
-mine AS (
-  SELECT l."key", l."fence_key", l."n", l."expires_at_ms", {{live(l)}} AS live
-  FROM {{locks}} AS l, t WHERE l."lock_id" = $1::text
-),
+{{sql(mine.sql)}},
 snap AS (
   SELECT c."fence_key", c."ver" FROM {{fences}} AS c WHERE c."fence_key" IN (SELECT mine."fence_key" FROM mine)
 ),

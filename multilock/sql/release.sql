@@ -26,13 +26,7 @@
 -- nt:    a wake-up per admitted waiter on the channel of its first key,
 --        naming it (a hash of its lockId): a hint, its attempt finds the rows.
 WITH
-t AS (
-  SELECT {{now_ms}} AS now_ms
-),
-mine AS (
-  SELECT l."key", l."fence_key", l."n", l."expires_at_ms", {{live(l)}} AS live
-  FROM {{locks}} AS l, t WHERE l."lock_id" = $1::text
-),
+{{sql(mine.sql)}},
 mw AS (
   SELECT w."key", w."fence_key", w."deadline_ms" > t.now_ms AND w."ttl_ms" > 0 AS live
   FROM {{waiters}} AS w, t WHERE w."lock_id" = $1::text
@@ -115,15 +109,7 @@ gl AS (
   FROM wd JOIN gf ON gf."fence_key" = wd."fence_key", t
   WHERE (SELECT count(*) FROM d) >= 0
   ORDER BY wd."key" COLLATE "C"
-  ON CONFLICT ("key") DO UPDATE SET
-    "lock_id" = EXCLUDED."lock_id",
-    "expires_at_ms" = EXCLUDED."expires_at_ms",
-    "acquired_at_ms" = EXCLUDED."acquired_at_ms",
-    "fence" = EXCLUDED."fence",
-    "user_key" = EXCLUDED."user_key",
-    "fence_key" = EXCLUDED."fence_key",
-    "n" = EXCLUDED."n",
-    "identity" = EXCLUDED."identity"
+  {{sql(lock_upsert.sql)}}
   RETURNING l."lock_id"
 ),
 wk AS (

@@ -71,10 +71,7 @@ BEGIN
     v_woke := v_woke || {{wake_payload(w."lock_id")}};
     v_any := true;
   END LOOP;
-  IF p_notify AND cardinality(v_woke) > 0 THEN
-    PERFORM pg_notify({{wake_channel(p_key)}}, x) FROM unnest(v_woke) AS x;
-  END IF;
-  RETURN v_woke;
+  {{sql(notify_woke.sql)}}
 END
 $fn$;
 
@@ -164,10 +161,7 @@ BEGIN
       v_woke := v_woke || {{wake_payload(w."lock_id")}};
     END IF;
   END LOOP;
-  IF p_notify AND cardinality(v_woke) > 0 THEN
-    PERFORM pg_notify({{wake_channel(p_key)}}, x) FROM unnest(v_woke) AS x;
-  END IF;
-  RETURN v_woke;
+  {{sql(notify_woke.sql)}}
 END
 $fn$;
 
@@ -293,9 +287,7 @@ BEGIN
     -- a queued writer under a shared lock: queue or renew, never admitted
     INSERT INTO {{waiters}} AS q ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "exclusive", "user_key", "notified", "identity")
     VALUES (p_key, p_lock_id, v_place, v_now + p_window_ms, p_ttl_ms, true, p_user_key, p_notified, p_identity)
-    ON CONFLICT ("lock_id") DO UPDATE SET "deadline_ms" = EXCLUDED."deadline_ms", "ttl_ms" = EXCLUDED."ttl_ms",
-      "notified" = EXCLUDED."notified"
-    WHERE q."ttl_ms" <> 0;
+    {{sql(waiter_renew.sql)}}
     WITH a AS MATERIALIZED (SELECT p_key AS "key")
     SELECT max(h."expires_at_ms") INTO v_retry FROM {{holders}} AS h WHERE h."key" = (SELECT a."key" FROM a) AND {{live(h, v_now)}};
     WITH a AS MATERIALIZED (SELECT p_key AS "key")
@@ -348,9 +340,7 @@ BEGIN
   ELSIF p_window_ms IS NOT NULL THEN
     INSERT INTO {{waiters}} AS q ("key", "lock_id", "place", "deadline_ms", "ttl_ms", "exclusive", "user_key", "notified", "identity")
     VALUES (p_key, p_lock_id, v_place, v_now + p_window_ms, p_ttl_ms, p_exclusive, p_user_key, p_notified, p_identity)
-    ON CONFLICT ("lock_id") DO UPDATE SET "deadline_ms" = EXCLUDED."deadline_ms", "ttl_ms" = EXCLUDED."ttl_ms",
-      "notified" = EXCLUDED."notified"
-    WHERE q."ttl_ms" <> 0;
+    {{sql(waiter_renew.sql)}}
   END IF;
   IF p_exclusive THEN
     v_woke := {{grant_fn}}(p_key, v_now, p_notify);

@@ -36,18 +36,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS {{keys_index}} ON {{keys}} ("key");
 -- server clock in µs at the first attempt, deadline renewed by attempts,
 -- notified: a notification reaches the waiter). UNLOGGED like the mutex's:
 -- a crash empties it and waiters queue again at their next attempt.
-CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (
-  "key" TEXT NOT NULL,
-  "lock_id" TEXT NOT NULL,
-  "place" BIGINT NOT NULL,
-  "deadline_ms" BIGINT NOT NULL,
-  "ttl_ms" BIGINT NOT NULL,
+{{sql(kit/waiters_head.sql)}}
   "exclusive" BOOLEAN NOT NULL,
   "user_key" TEXT NOT NULL,
-  "notified" BOOLEAN NOT NULL DEFAULT false,
-  "identity" TEXT
-);
-
-CREATE UNIQUE INDEX IF NOT EXISTS {{waiters_id_index}} ON {{waiters}} ("lock_id");
-
-CREATE INDEX IF NOT EXISTS {{waiters_key_index}} ON {{waiters}} ("key", "place", "lock_id");
+{{sql(kit/waiters_tail.sql)}}

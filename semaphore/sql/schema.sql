@@ -34,16 +34,5 @@ CREATE UNIQUE INDEX IF NOT EXISTS {{slots_id_index}} ON {{slots}} ("lock_id");
 
 -- The queue of waiters for a permit, as the mutex's: UNLOGGED (a crash
 -- empties it, waiters queue again at their next attempt).
-CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (
-  "key" TEXT NOT NULL,
-  "lock_id" TEXT NOT NULL,
-  "place" BIGINT NOT NULL,
-  "deadline_ms" BIGINT NOT NULL,
-  "ttl_ms" BIGINT NOT NULL,
-  "notified" BOOLEAN NOT NULL DEFAULT false,
-  "identity" TEXT
-);
-
-CREATE UNIQUE INDEX IF NOT EXISTS {{waiters_id_index}} ON {{waiters}} ("lock_id");
-
-CREATE INDEX IF NOT EXISTS {{waiters_key_index}} ON {{waiters}} ("key", "place", "lock_id");
+{{sql(kit/waiters_head.sql)}}
+{{sql(kit/waiters_tail.sql)}}

@@ -5,7 +5,7 @@
 -- Safe to re-run (CREATE OR REPLACE, DROP TRIGGER IF EXISTS), in one
 -- transaction.
 CREATE OR REPLACE FUNCTION {{guard_fn}}() RETURNS trigger
-LANGUAGE plpgsql AS $txguard$
+LANGUAGE plpgsql AS $fn$
 BEGIN
   IF OLD.{{column}} IS NOT NULL AND (NEW.{{column}} IS NULL OR NEW.{{column}} < OLD.{{column}}) THEN
     RAISE EXCEPTION USING ERRCODE = 'SG002',
@@ -15,7 +15,7 @@ BEGIN
   END IF;
   RETURN NEW;
 END
-$txguard$;
+$fn$;
 
 DROP TRIGGER IF EXISTS {{trigger}} ON {{table}};
 

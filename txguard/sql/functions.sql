@@ -19,88 +19,23 @@ DROP FUNCTION IF EXISTS {{hold_fn}}(text);
 -- given to Acquire (normalized and made a storage key here as Go's Hold
 -- does, rules.StorageKeySQL); a lockId that holds another key's lock raises
 -- SG001, as Hold reports it.
-CREATE OR REPLACE FUNCTION {{hold_fn}}(p_lock_id text, p_key text) RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $txguard$
-DECLARE
-  h record;
-BEGIN
-  SELECT * INTO h FROM (
-{{hold}}
-  ) AS s;
-  IF h."expires_at_ms" IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'SG001',
-      MESSAGE = 'syncguard: lease not held: no lock has this lockId (released, taken over, or never acquired)',
-      HINT = 'roll the transaction back: its writes must not commit';
-  END IF;
-  IF h."key" IS DISTINCT FROM {{storage_key(p_key)}} THEN
-    RAISE EXCEPTION USING ERRCODE = 'SG001',
-      MESSAGE = 'syncguard: lease not held: this lockId holds the lock of another key',
-      HINT = 'pass the key the lease was acquired on; roll the transaction back: its writes must not commit';
-  END IF;
-  IF h."expires_at_ms" <= h."now_ms" THEN
-    RAISE EXCEPTION USING ERRCODE = 'SG001',
-      MESSAGE = format('syncguard: lease not held: expired %s ms ago by the server''s clock', h."now_ms" - h."expires_at_ms"),
-      HINT = 'roll the transaction back: its writes must not commit';
-  END IF;
-  RETURN h."fence"::bigint;
-END
-$txguard$;
+{{hold_def}}
 
 -- {{sem_hold_fn}}(lockId): a semaphore permit (hold_semaphore.sql); the
 -- fence of its slot.
-CREATE OR REPLACE FUNCTION {{sem_hold_fn}}(p_lock_id text) RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $txguard$
-DECLARE
-  h record;
-BEGIN
-  SELECT * INTO h FROM (
-{{hold_sem}}
-  ) AS s;
-  IF h."expires_at_ms" IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'SG001',
-      MESSAGE = 'syncguard: lease not held: no permit has this lockId (released, taken over, or never acquired)',
-      HINT = 'roll the transaction back: its writes must not commit';
-  END IF;
-  IF h."expires_at_ms" <= h."now_ms" THEN
-    RAISE EXCEPTION USING ERRCODE = 'SG001',
-      MESSAGE = format('syncguard: lease not held: expired %s ms ago by the server''s clock', h."now_ms" - h."expires_at_ms"),
-      HINT = 'roll the transaction back: its writes must not commit';
-  END IF;
-  RETURN h."fence"::bigint;
-END
-$txguard$;
+{{sem_def}}
 
 -- {{rw_hold_fn}}(lockId): a read-write lock's reader or writer
 -- (hold_rwlock.sql); the writer's fence, or the reader's writer
 -- generation.
-CREATE OR REPLACE FUNCTION {{rw_hold_fn}}(p_lock_id text) RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $txguard$
-DECLARE
-  h record;
-BEGIN
-  SELECT * INTO h FROM (
-{{hold_rw}}
-  ) AS s;
-  IF h."expires_at_ms" IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'SG001',
-      MESSAGE = 'syncguard: lease not held: no reader or writer has this lockId (released, taken over, or never acquired)',
-      HINT = 'roll the transaction back: its writes must not commit';
-  END IF;
-  IF h."expires_at_ms" <= h."now_ms" THEN
-    RAISE EXCEPTION USING ERRCODE = 'SG001',
-      MESSAGE = format('syncguard: lease not held: expired %s ms ago by the server''s clock', h."now_ms" - h."expires_at_ms"),
-      HINT = 'roll the transaction back: its writes must not commit';
-  END IF;
-  RETURN h."fence"::bigint;
-END
-$txguard$;
+{{rw_def}}
 
 -- {{ml_hold_fn}}(lockId, key): a multilock set (hold_multilock.sql): it
 -- checks and locks every key of the set and returns the fence of key, one
 -- of the set's keys in NFC form (as multilock.Lease.Keys returns them); a
 -- key not in the set raises 22023.
 CREATE OR REPLACE FUNCTION {{ml_hold_fn}}(p_lock_id text, p_key text) RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $txguard$
+LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
   h record;
 BEGIN
@@ -119,15 +54,11 @@ BEGIN
       MESSAGE = format('syncguard: lease not held: this lockId holds %s of its set''s %s keys (the others were taken over)', h."rows", h."n"),
       HINT = 'roll the transaction back: its writes must not commit';
   END IF;
-  IF h."expires_at_ms" <= h."now_ms" THEN
-    RAISE EXCEPTION USING ERRCODE = 'SG001',
-      MESSAGE = format('syncguard: lease not held: expired %s ms ago by the server''s clock', h."now_ms" - h."expires_at_ms"),
-      HINT = 'roll the transaction back: its writes must not commit';
-  END IF;
+{{sql(hold_expired.sql)}}
   IF h."fence" IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
       MESSAGE = 'syncguard: the key is not in the set of this lockId (pass one of the set''s keys in NFC form)';
   END IF;
   RETURN h."fence"::bigint;
 END
-$txguard$
+$fn$

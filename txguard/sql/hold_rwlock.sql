@@ -13,11 +13,4 @@
 --     The key's row in the keys table is not locked: the other readers
 --     come and go.
 -- now_ms is read after the lock was granted, as in hold.sql.
-SELECT l."key", l."fence", l."expires_at_ms", {{now_ms}} AS "now_ms"
-FROM (VALUES (1)) AS one
-LEFT JOIN (
-  SELECT k."key", {{fence_text(k."fence")}} AS "fence", k."expires_at_ms"
-  FROM {{rw_holders}} AS k
-  WHERE k."lock_id" = $1::text
-  FOR KEY SHARE OF k
-) AS l ON true
+{{sql(hold_row.sql)}}

@@ -11,11 +11,4 @@
 --     expires_at_ms only) lock it FOR NO KEY UPDATE and go through. The
 --     key's other slots are not locked: the other permits come and go.
 -- now_ms is read after the lock was granted, as in hold.sql.
-SELECT l."key", l."fence", l."expires_at_ms", {{now_ms}} AS "now_ms"
-FROM (VALUES (1)) AS one
-LEFT JOIN (
-  SELECT k."key", {{fence_text(k."fence")}} AS "fence", k."expires_at_ms"
-  FROM {{sem_slots}} AS k
-  WHERE k."lock_id" = $1::text
-  FOR KEY SHARE OF k
-) AS l ON true
+{{sql(hold_row.sql)}}

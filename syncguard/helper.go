@@ -32,7 +32,7 @@ func logReleaseError(logger *slog.Logger) func(error, ReleaseErrorInfo) {
 // matching ErrLockLost, when the lease can no longer guarantee ownership.
 // That signal cannot stop a write already on its way: fencing tokens
 // remain the protection against a paused process.
-func WithLock(ctx context.Context, backend Locker, key string, fn func(ctx context.Context, lease *Lease) error, opts *LockOptions) (err error) {
+func WithLock(ctx context.Context, backend Locker, key string, fn func(ctx context.Context, lease *Lease) error, opts *LockOptions) error {
 	if fn == nil {
 		return invalidArg("lock", "fn must not be nil")
 	}
@@ -40,9 +40,10 @@ func WithLock(ctx context.Context, backend Locker, key string, fn func(ctx conte
 	if err != nil {
 		return err
 	}
+	var fnErr error
 	defer func() {
 		lease.dispose(releaseSourceWithLock)
-		lease.traceCallEnd(err)
+		lease.traceCallEnd(fnErr) // after the release
 	}()
 	fnCtx := ctx
 	if lease.cfg.AutoExtend {
@@ -50,7 +51,8 @@ func WithLock(ctx context.Context, backend Locker, key string, fn func(ctx conte
 		fnCtx, cancel = lease.Bind(ctx)
 		defer cancel()
 	}
-	return fn(fnCtx, lease)
+	fnErr = fn(fnCtx, lease)
+	return fnErr
 }
 
 // Lock acquires the lock on key and returns a Lease for it, which the

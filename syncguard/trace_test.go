@@ -265,7 +265,8 @@ func TestPanickingTracerBreaksNothing(t *testing.T) {
 	}
 }
 
-// Rule: LockOptions.Tracer traces one call on any Locker; a polling wait
+// Rule: LockOptions.Tracer traces one call on any Locker (a lock kind's
+// too); a polling wait
 // on a Locker with a Tracer of its own is traced by its Acquire alone.
 func TestLockOptionsTracerAndPolling(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -283,6 +284,15 @@ func TestLockOptionsTracerAndPolling(t *testing.T) {
 			"held k attempts=1 err=true loss= <lock:k>",
 			"ended k attempts=1 err=false loss= <lock:k>",
 		)
+
+		// A lock kind's wait (here the fake semaphore's) reaches it too.
+		rec.reset()
+		if err := syncguard.WithLock(ctx, syncguardtest.NewSemaphore(2), "s", nop, &syncguard.LockOptions{Tracer: rec}); err != nil {
+			t.Fatal(err)
+		}
+		if got := rec.String(); !strings.Contains(got, "waited s attempts=1 err=false") || !strings.Contains(got, "ended s") {
+			t.Errorf("a semaphore's wait and holding with LockOptions.Tracer:\n%s", got)
+		}
 
 		rec.reset()
 		locks.SetTracer(rec)

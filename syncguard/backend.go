@@ -120,11 +120,9 @@ func (b *Backend) FenceTableName() string { return b.shared.cfg.FenceTableName }
 // wrappers (As) when LockOptions.Tracer is nil.
 func (b *Backend) Tracer() Tracer { return b.shared.cfg.Tracer }
 
-// startOp starts the trace of one of b's operations.
+// startOp starts the trace of one of b's operations (the callers check
+// first that b has a Tracer: without one, nothing of this runs).
 func (b *Backend) startOp(ctx context.Context, op, key, lockID string) (opTrace, context.Context) {
-	if b.shared.cfg.Tracer == nil {
-		return opTrace{}, ctx
-	}
 	return startOp(b.shared.cfg.Tracer, ctx, TraceOp{Op: op, Key: key, LockID: lockID, Locker: b})
 }
 
@@ -134,6 +132,9 @@ func (b *Backend) releaseTimeout() time.Duration { return b.shared.cfg.ReleaseTi
 // Acquire implements LockBackend. It is a single attempt: OK == false
 // means the key is held; use the lock helper for retries.
 func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
+	if b.shared.cfg.Tracer == nil {
+		return b.acquire(ctx, key, ttl, b.shared.cfg.Identity, nil)
+	}
 	o, ctx := b.startOp(ctx, "acquire", key, "")
 	r, err := b.acquire(ctx, key, ttl, b.shared.cfg.Identity, nil)
 	o.end(r.OK, r.Reason, r.LockID, err)
@@ -308,6 +309,10 @@ func unconfirmed(ctx context.Context, op string) *Error {
 // unowned, until its expiry ("Durability of a release" in docs/design.md).
 // Inside WithTx it commits with the caller's transaction.
 func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, error) {
+	if b.shared.cfg.Tracer == nil {
+		r, _, err := b.release(ctx, lockID, "")
+		return r, err
+	}
 	o, ctx := b.startOp(ctx, "release", "", lockID)
 	r, _, err := b.release(ctx, lockID, "")
 	o.end(r.OK, r.Reason, "", err)
@@ -390,6 +395,9 @@ func failReason(seenExpires sql.NullInt64, now int64) string {
 // Extend implements LockBackend. The new expiry is server now + ttl,
 // returned as ExpiresAt; an expired lock is never revived.
 func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) (ExtendResult, error) {
+	if b.shared.cfg.Tracer == nil {
+		return b.extend(ctx, lockID, ttl)
+	}
 	o, ctx := b.startOp(ctx, "extend", "", lockID)
 	r, err := b.extend(ctx, lockID, ttl)
 	o.end(r.OK, r.Reason, "", err)
@@ -464,6 +472,9 @@ func (b *Backend) readRow(ctx context.Context, op string, byID bool, arg string)
 // IsLocked implements LockBackend. It is a pure read unless
 // Config.CleanupInIsLocked is set (see there).
 func (b *Backend) IsLocked(ctx context.Context, key string) (bool, error) {
+	if b.shared.cfg.Tracer == nil {
+		return b.isLocked(ctx, key)
+	}
 	o, ctx := b.startOp(ctx, "isLocked", key, "")
 	locked, err := b.isLocked(ctx, key)
 	o.end(locked, "", "", err)

@@ -160,7 +160,10 @@ func (b *Backend) LookupID(ctx context.Context, lockID string) (*LockInfo, error
 
 // lookup is the lookup of key, or of lockID, traced.
 func (b *Backend) lookup(ctx context.Context, key, lockID string, byID bool) (*LockInfoDebug, error) {
-	o, ctx := b.startOp(ctx, "lookup", key, lockID)
+	var o opTrace
+	if b.shared.cfg.Tracer != nil {
+		o, ctx = b.startOp(ctx, "lookup", key, lockID)
+	}
 	var d *LockInfoDebug
 	var err error
 	if !byID {

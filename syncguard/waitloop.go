@@ -111,12 +111,14 @@ func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err e
 	if !l.deadline.IsZero() {
 		actx, cancel = context.WithDeadline(l.ctx, l.deadline)
 	}
-	var o opTrace
 	if l.trace {
+		var o opTrace
 		o, actx = startOp(l.c.Tracer, actx, TraceOp{Op: "acquire", Key: l.key, Attempt: l.attempts, Locker: l.b})
+		res, err = l.w.Attempt(actx, l.c.TTL)
+		o.end(res.OK, res.Reason, res.LockID, err)
+	} else {
+		res, err = l.w.Attempt(actx, l.c.TTL)
 	}
-	res, err = l.w.Attempt(actx, l.c.TTL)
-	o.end(res.OK, res.Reason, res.LockID, err)
 	cancel()
 	if err == nil {
 		l.answered, l.lastErr, l.holderEnds = true, nil, time.Time{}

@@ -83,8 +83,8 @@ type Election struct {
 	st  status
 }
 
-// New returns the election of key on b (a *syncguard.Backend, a
-// TelemetryBackend around one, or syncguardtest's fake). opts may be nil.
+// New returns the election of key on b (a *syncguard.Backend, a wrapper
+// around one, or syncguardtest's fake). opts may be nil.
 // It does no I/O.
 func New(b syncguard.LockBackend, key string, opts *Options) (*Election, error) {
 	if b == nil {

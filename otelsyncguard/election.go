@@ -2,6 +2,7 @@ package otelsyncguard
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -12,36 +13,27 @@ import (
 )
 
 // ElectionMetrics reports one candidate of an election, from its
-// election.Options.OnStatus:
-//
-//   - syncguard.election.leader (gauge, {leader}): 1 while this candidate
-//     leads, 0 otherwise, from the start of its first campaign;
-//   - syncguard.election.term (gauge, {term}): the newest term (fence) it
-//     saw, its own or the current leader's, once it saw one;
-//   - syncguard.election.changes (counter, {change}): the new terms it saw
-//     after the first one.
-//
-// Every point carries syncguard.election.name (the name given to
-// NewElectionMetrics, unless "") and WithAttributes' attributes. Make one
-// per Election, pass its OnStatus in the election's Options, and Close it
-// when the election is discarded:
+// election.Options.OnStatus: syncguard.election.leader (gauge, {leader}: 1
+// while it leads, 0 otherwise, from its first campaign on),
+// syncguard.election.term (gauge, {term}: the newest term it saw, once it
+// saw one) and syncguard.election.changes (counter, {change}: the new
+// terms it saw after the first), each with syncguard.election.name (unless
+// "") and WithAttributes' attributes, observed at each collection. Make
+// one per Election and Close it when the election is discarded:
 //
 //	em := otelsyncguard.NewElectionMetrics("billing-leader")
 //	defer em.Close()
 //	e, err := election.New(locks, "billing:leader", &election.Options{OnStatus: em.OnStatus})
 //
-// The values are observed at each collection: a candidate's series exist
-// as long as its process does. docs/observability.md has the alerts they
-// drive (no leader; too many changes).
+// docs/observability.md has the alerts they drive.
 type ElectionMetrics struct {
 	started atomic.Bool  // a status was reported: the candidate campaigns
 	leader  atomic.Int64 // 1 or 0
 	term    atomic.Int64 // 0 until a term is seen
 	changes atomic.Int64
 
-	mu   sync.Mutex // serializes OnStatus's read-modify-write of term
-	reg  metric.Registration
-	once sync.Once
+	mu  sync.Mutex // serializes OnStatus's read-modify-write of term
+	reg metric.Registration
 }
 
 // NewElectionMetrics registers the metrics of one election candidate with
@@ -52,7 +44,7 @@ type ElectionMetrics struct {
 func NewElectionMetrics(name string, opts ...Option) *ElectionMetrics {
 	var c config
 	for _, o := range opts {
-		o.apply(&c)
+		o(&c)
 	}
 	if c.mp == nil {
 		c.mp = otel.GetMeterProvider()
@@ -64,23 +56,20 @@ func NewElectionMetrics(name string, opts ...Option) *ElectionMetrics {
 	set := metric.WithAttributeSet(attribute.NewSet(kv...))
 	meter := c.mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))
 	m := &ElectionMetrics{}
-	var errs []error
-	leader, err := meter.Int64ObservableGauge("syncguard.election.leader", metric.WithUnit("{leader}"),
+	var errs [4]error
+	var leader, term metric.Int64ObservableGauge
+	var changes metric.Int64ObservableCounter
+	leader, errs[0] = meter.Int64ObservableGauge("syncguard.election.leader", metric.WithUnit("{leader}"),
 		metric.WithDescription("1 while this candidate leads the election, 0 otherwise, from the start of its first campaign."))
-	errs = append(errs, err)
-	term, err := meter.Int64ObservableGauge("syncguard.election.term", metric.WithUnit("{term}"),
+	term, errs[1] = meter.Int64ObservableGauge("syncguard.election.term", metric.WithUnit("{term}"),
 		metric.WithDescription("The newest term (fence) of the election this candidate saw: its own, or the current leader's."))
-	errs = append(errs, err)
-	changes, err := meter.Int64ObservableCounter("syncguard.election.changes", metric.WithUnit("{change}"),
+	changes, errs[2] = meter.Int64ObservableCounter("syncguard.election.changes", metric.WithUnit("{change}"),
 		metric.WithDescription("Leadership changes this candidate saw: new terms after the first it saw."))
-	errs = append(errs, err)
-	for _, err := range errs {
-		if err != nil {
-			otel.Handle(err)
-			return m
-		}
+	if err := errors.Join(errs[:]...); err != nil {
+		otel.Handle(err)
+		return m
 	}
-	m.reg, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	m.reg, errs[3] = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		if !m.started.Load() {
 			return nil
 		}
@@ -91,8 +80,8 @@ func NewElectionMetrics(name string, opts ...Option) *ElectionMetrics {
 		}
 		return nil
 	}, leader, term, changes)
-	if err != nil {
-		otel.Handle(err)
+	if errs[3] != nil {
+		otel.Handle(errs[3])
 	}
 	return m
 }
@@ -118,11 +107,12 @@ func (m *ElectionMetrics) OnStatus(s election.Status) {
 // Close stops reporting: the candidate's series end. It returns the
 // MeterProvider's error, if any.
 func (m *ElectionMetrics) Close() error {
-	var err error
-	m.once.Do(func() {
-		if m.reg != nil {
-			err = m.reg.Unregister()
-		}
-	})
-	return err
+	m.mu.Lock()
+	reg := m.reg
+	m.reg = nil
+	m.mu.Unlock()
+	if reg == nil {
+		return nil
+	}
+	return reg.Unregister()
 }

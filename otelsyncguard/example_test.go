@@ -11,21 +11,22 @@ import (
 	"github.com/syncguard/syncguard-go/syncguardtest"
 )
 
-// Wrap the backend once, and use the wrapper wherever the backend was
-// used. Metrics and spans go to the global providers (otel.SetMeterProvider,
+// Make one Tracer and set it in the Backend's Config. Metrics and spans
+// go to the global providers (otel.SetMeterProvider,
 // otel.SetTracerProvider) unless WithMeterProvider and WithTracerProvider
 // say otherwise; docs/observability.md sets up a Prometheus endpoint.
 func Example() {
 	ctx := context.Background()
-	locks := syncguardtest.New() // in a program: syncguard.New(db, nil)
-	observed := otelsyncguard.Wrap(locks,
+	tracer := otelsyncguard.New(
 		otelsyncguard.WithKeyLabel(func(key string) string {
 			return "nightly-report" // a bounded label per job, never the key itself
 		}))
-	defer observed.Close()
+	defer tracer.Close()
+	locks := syncguardtest.New() // in a program: syncguard.New(db, &syncguard.Config{Tracer: tracer})
+	locks.SetTracer(tracer)
 
 	// A span "syncguard.with_lock" around the wait, fn and the release.
-	err := observed.WithLock(ctx, "jobs:nightly-report", func(ctx context.Context, lease *syncguard.Lease) error {
+	err := syncguard.WithLock(ctx, locks, "jobs:nightly-report", func(ctx context.Context, lease *syncguard.Lease) error {
 		fmt.Println("building the report with fence", lease.Fence())
 		return nil
 	}, &syncguard.LockOptions{TTL: time.Minute})

@@ -2,6 +2,8 @@ package otelsyncguard
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -11,38 +13,23 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// Outcomes (syncguard.outcome).
+// Outcomes (syncguard.outcome; see AttrOutcome).
 const (
-	outcomeAcquired  = "acquired"  // acquire attempt, wait
-	outcomeContended = "contended" // acquire attempt
-	outcomeError     = "error"     // acquire attempt, wait, extend, release
-	outcomeOK        = "ok"        // extend, release
-	outcomeFailed    = "failed"    // extend, release: the lock was not there
-	outcomeReleased  = "released"  // hold
-	outcomeLost      = "lost"      // hold
-	// wait: also "timeout" and "cancelled", the LockEvent's Reason.
+	outcomeAcquired, outcomeContended, outcomeError = "acquired", "contended", "error"
+	outcomeOK, outcomeFailed                        = "ok", "failed"
+	outcomeTimeout, outcomeCancelled                = "timeout", "cancelled"
+	outcomeReleased, outcomeLost                    = "released", "lost"
 )
 
-// Loss reasons (syncguard.loss.reason). The words predate the core's
-// LockEvent.LossReason, whose "not-extended" is written not_extended here,
-// as dashboards and alerts already read it.
-const (
-	lossExpired     = "expired"      // an extend, or the release, found the lock expired
-	lossNotExtended = "not_extended" // no extend succeeded before the guaranteed lifetime ran out
-	lossGone        = "gone"         // released through its lockId elsewhere, deleted, or taken over
-	lossUnknown     = "unknown"
-)
+// lossValues are the syncguard.loss.reason of TraceLock.LossReason: its
+// "not-extended" is not_extended, as dashboards and alerts read it.
+var lossValues = map[string]string{"not-extended": "not_extended", "expired": "expired", "gone": "gone"}
 
-// lossValue is the syncguard.loss.reason of a "hold" event's
-// LockEvent.LossReason.
+const lossUnknown = "unknown"
+
 func lossValue(reason string) string {
-	switch reason {
-	case "not-extended":
-		return lossNotExtended
-	case "expired":
-		return lossExpired
-	case "gone":
-		return lossGone
+	if v, ok := lossValues[reason]; ok {
+		return v
 	}
 	return lossUnknown
 }
@@ -55,96 +42,67 @@ var (
 )
 
 type metrics struct {
-	attempts   metric.Int64Counter
-	acquireDur metric.Float64Histogram
-	waitDur    metric.Float64Histogram
-	holdDur    metric.Float64Histogram
-	held       metric.Int64UpDownCounter
-	extends    metric.Int64Counter
-	releases   metric.Int64Counter
-	losses     metric.Int64Counter
-	polling    metric.Int64ObservableGauge
-	dropped    metric.Int64ObservableCounter
-	meter      metric.Meter
+	attempts, extends, releases, losses metric.Int64Counter
+	acquireDur, waitDur, holdDur        metric.Float64Histogram
+	held                                metric.Int64UpDownCounter
+	polling                             metric.Int64ObservableGauge
+	dropped                             metric.Int64ObservableCounter
+	meter                               metric.Meter
 
-	base      []attribute.KeyValue
-	labelFunc func(string) string
-	onEvent   func(syncguard.LockEvent)
+	base, spanBase []attribute.KeyValue // WithAttributes; db.system.name and WithAttributes
 
-	// Used only on the telemetry goroutine (one at a time per wrapper).
+	mu   sync.Mutex
 	sets map[setKey]*measure
-	// failedRelease remembers the lockIds (hashes) whose release found the
-	// lock expired or gone, until the lease's "hold" event: that holding
-	// lost its lock too.
-	failedRelease map[string]string
+	ns   notificationStatuser // of the last contended attempt's backend
 
 	lastContended atomic.Int64 // UnixNano of the last contended attempt or wait
 }
 
-type setKey struct{ outcome, reason, code, label string }
-
-func newMetrics(meter metric.Meter, c config) *metrics {
-	m := &metrics{
-		meter: meter, base: c.attrs, labelFunc: c.keyLabel, onEvent: c.onEvent,
-		sets: map[setKey]*measure{}, failedRelease: map[string]string{},
-	}
-	var err error
-	handle := func(e error) {
-		if e != nil && err == nil {
-			err = e
-		}
-	}
-	var e error
-	m.attempts, e = meter.Int64Counter("syncguard.acquire.attempts", metric.WithUnit("{attempt}"),
+func newMetrics(meter metric.Meter, c config, spanBase []attribute.KeyValue) *metrics {
+	m := &metrics{meter: meter, base: c.attrs, spanBase: spanBase, sets: map[setKey]*measure{}}
+	var errs [10]error
+	m.attempts, errs[0] = meter.Int64Counter("syncguard.acquire.attempts", metric.WithUnit("{attempt}"),
 		metric.WithDescription("Acquire attempts (LockBackend.Acquire calls, each attempt of Lock and WithLock), by outcome: acquired, contended or error (error.type: the code)."))
-	handle(e)
-	m.acquireDur, e = meter.Float64Histogram("syncguard.acquire.duration", metric.WithUnit("s"),
+	m.acquireDur, errs[1] = meter.Float64Histogram("syncguard.acquire.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of acquire attempts, round trip included, by outcome."),
 		metric.WithExplicitBucketBoundaries(acquireBuckets...))
-	handle(e)
-	m.waitDur, e = meter.Float64Histogram("syncguard.wait.duration", metric.WithUnit("s"),
+	m.waitDur, errs[2] = meter.Float64Histogram("syncguard.wait.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time Lock and WithLock waited until the lock was held (acquired) or they gave up (timeout, cancelled, error)."),
 		metric.WithExplicitBucketBoundaries(waitBuckets...))
-	handle(e)
-	m.holdDur, e = meter.Float64Histogram("syncguard.hold.duration", metric.WithUnit("s"),
+	m.holdDur, errs[3] = meter.Float64Histogram("syncguard.hold.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time a lease of Lock or WithLock held its lock, by outcome: released or lost."),
 		metric.WithExplicitBucketBoundaries(holdBuckets...))
-	handle(e)
-	m.held, e = meter.Int64UpDownCounter("syncguard.locks.held", metric.WithUnit("{lock}"),
+	m.held, errs[4] = meter.Int64UpDownCounter("syncguard.locks.held", metric.WithUnit("{lock}"),
 		metric.WithDescription("Leases of Lock and WithLock holding their lock now."))
-	handle(e)
-	m.extends, e = meter.Int64Counter("syncguard.extends", metric.WithUnit("{extend}"),
+	m.extends, errs[5] = meter.Int64Counter("syncguard.extends", metric.WithUnit("{extend}"),
 		metric.WithDescription("Extend calls, automatic ones included, by outcome: ok, failed (syncguard.reason: expired or not-found) or error."))
-	handle(e)
-	m.releases, e = meter.Int64Counter("syncguard.releases", metric.WithUnit("{release}"),
+	m.releases, errs[6] = meter.Int64Counter("syncguard.releases", metric.WithUnit("{release}"),
 		metric.WithDescription("Release calls, by outcome: ok, failed (syncguard.reason: expired or not-found) or error."))
-	handle(e)
-	m.losses, e = meter.Int64Counter("syncguard.losses", metric.WithUnit("{loss}"),
+	m.losses, errs[7] = meter.Int64Counter("syncguard.losses", metric.WithUnit("{loss}"),
 		metric.WithDescription("Leases that lost their lock while holding it, by syncguard.loss.reason: expired, not_extended or gone."))
-	handle(e)
-	m.polling, e = meter.Int64ObservableGauge("syncguard.wait.polling", metric.WithUnit("{backend}"),
+	m.polling, errs[8] = meter.Int64ObservableGauge("syncguard.wait.polling", metric.WithUnit("{backend}"),
 		metric.WithDescription("1 when waiting on this backend falls back to polling (no LISTEN connection receives the hand-off notifications), 0 when notified; observed only within 30 s of a contended attempt."))
-	handle(e)
-	m.dropped, e = meter.Int64ObservableCounter("syncguard.telemetry.dropped", metric.WithUnit("{event}"),
-		metric.WithDescription("Telemetry events dropped because the wrapper's buffer was full: the other metrics miss them."))
-	handle(e)
-	if err != nil {
+	m.dropped, errs[9] = meter.Int64ObservableCounter("syncguard.telemetry.dropped", metric.WithUnit("{event}"),
+		metric.WithDescription("Always 0: the metrics are recorded on the caller's path, nothing is queued or dropped (kept for existing dashboards)."))
+	if err := errors.Join(errs[:]...); err != nil {
 		otel.Handle(err)
 	}
 	return m
 }
 
 // observe registers the callback of the observable instruments.
-func (m *metrics) observe(t *syncguard.TelemetryBackend, ns notificationStatuser) metric.Registration {
+func (m *metrics) observe() metric.Registration {
 	base := metric.WithAttributes(m.base...)
 	reg, err := m.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		o.ObserveInt64(m.dropped, int64(t.Dropped()), base)
+		o.ObserveInt64(m.dropped, 0, base)
+		m.mu.Lock()
+		ns := m.ns
+		m.mu.Unlock()
 		last := m.lastContended.Load()
 		if ns == nil || last == 0 || time.Since(time.Unix(0, last)) > pollingWindow {
 			return nil
 		}
-		// The LISTEN connection is open or being opened for the waiters:
-		// the status is at hand, or settles within the bound.
+		// The LISTEN connection is open or opening: the status settles soon.
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		var v int64
@@ -156,165 +114,50 @@ func (m *metrics) observe(t *syncguard.TelemetryBackend, ns notificationStatuser
 	}, m.dropped, m.polling)
 	if err != nil {
 		otel.Handle(err)
-		return nil
 	}
 	return reg
 }
 
-// A measure is the attributes of measurements (the base attributes plus
-// an outcome, reason, code or label), as the option slices of Add and
-// Record: passing a slice that already exists spares the variadic call
-// its allocation.
+// setKey names a set of attributes: a span's (op, the operation) or a
+// measurement's (op ""). A measure is one as a span's attribute list and
+// as the options of Add and Record: made once, recording neither sorts
+// nor allocates.
+type setKey struct{ label, outcome, reason, code, loss, op string }
+
 type measure struct {
+	kv  []attribute.KeyValue
 	add []metric.AddOption
 	rec []metric.RecordOption
 }
 
-func newMeasure(kv []attribute.KeyValue) *measure {
+// set returns the measure of k: the base attributes (of a span: with
+// db.system.name and db.operation.name) plus those of k that are set.
+func (m *metrics) set(k setKey) *measure {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if o, ok := m.sets[k]; ok {
+		return o
+	}
+	kv := append(make([]attribute.KeyValue, 0, len(m.spanBase)+6), m.base...)
+	if k.op != "" {
+		kv = append(append(kv[:0], m.spanBase...), attrOperation.String(k.op))
+	}
+	for i, v := range [...]string{k.label, k.outcome, k.reason, k.code, k.loss} {
+		if v != "" {
+			kv = append(kv, [...]attribute.Key{AttrLockLabel, AttrOutcome, AttrReason, attrErrorType, AttrLossReason}[i].String(v))
+		}
+	}
 	o := metric.WithAttributeSet(attribute.NewSet(kv...))
-	return &measure{add: []metric.AddOption{o}, rec: []metric.RecordOption{o}}
-}
-
-// set returns the measure of the base attributes plus these.
-func (m *metrics) set(outcome, reason, code, label string) *measure {
-	k := setKey{outcome, reason, code, label}
-	if o, ok := m.sets[k]; ok {
-		return o
-	}
-	kv := append(make([]attribute.KeyValue, 0, len(m.base)+4), m.base...)
-	if outcome != "" {
-		kv = append(kv, AttrOutcome.String(outcome))
-	}
-	if reason != "" {
-		kv = append(kv, AttrReason.String(reason))
-	}
-	if code != "" {
-		kv = append(kv, attrErrorType.String(code))
-	}
-	if label != "" {
-		kv = append(kv, AttrLockLabel.String(label))
-	}
-	o := newMeasure(kv)
+	s := &measure{kv: kv, add: []metric.AddOption{o}, rec: []metric.RecordOption{o}}
 	if len(m.sets) < 4096 { // labels are bounded; this only guards a mistake
-		m.sets[k] = o
+		m.sets[k] = s
 	}
-	return o
-}
-
-func lossSet(m *metrics, why, label string) *measure {
-	// The loss reason rides in the reason slot under its own key.
-	k := setKey{"", "loss:" + why, "", label}
-	if o, ok := m.sets[k]; ok {
-		return o
-	}
-	kv := append(make([]attribute.KeyValue, 0, len(m.base)+2), m.base...)
-	kv = append(kv, AttrLossReason.String(why))
-	if label != "" {
-		kv = append(kv, AttrLockLabel.String(label))
-	}
-	o := newMeasure(kv)
-	if len(m.sets) < 4096 {
-		m.sets[k] = o
-	}
-	return o
+	return s
 }
 
 func errorType(err error) string {
-	if err == nil {
-		return ""
-	}
 	if c := syncguard.CodeOf(err); c != "" {
 		return string(c)
 	}
 	return errorTypeOther
-}
-
-// record is the wrapper's OnEvent: it runs on the telemetry goroutine.
-func (m *metrics) record(e syncguard.LockEvent) {
-	ctx := context.Background()
-	label := m.label(e.Key) // "" without WithKeyLabel: the raw key is never recorded
-	switch e.Type {
-	case syncguard.EventAcquire:
-		outcome, code := outcomeAcquired, ""
-		switch {
-		case e.Err != nil:
-			outcome, code = outcomeError, errorType(e.Err)
-		case !e.OK:
-			outcome = outcomeContended
-			m.lastContended.Store(time.Now().UnixNano())
-		}
-		o := m.set(outcome, "", code, label)
-		m.attempts.Add(ctx, 1, o.add...)
-		m.acquireDur.Record(ctx, e.Duration.Seconds(), o.rec...)
-	case syncguard.EventWait:
-		outcome, code := outcomeAcquired, ""
-		if !e.OK {
-			outcome = e.Reason
-			if e.Reason == outcomeError {
-				code = errorType(e.Err)
-			}
-		}
-
-		m.waitDur.Record(ctx, e.Duration.Seconds(), m.set(outcome, "", code, label).rec...)
-		if e.OK {
-			m.held.Add(ctx, 1, m.set("", "", "", label).add...)
-		}
-		if e.Attempts > 1 {
-			m.lastContended.Store(time.Now().UnixNano())
-		}
-	case syncguard.EventHold:
-
-		outcome := outcomeReleased
-		why := ""
-		if !e.OK {
-			outcome, why = outcomeLost, lossValue(e.LossReason)
-		} else if r, ok := m.failedRelease[e.LockIDHash]; ok {
-			// Released, but the release found the lock expired or gone:
-			// the holding had lost it.
-			outcome, why = outcomeLost, r
-		}
-		delete(m.failedRelease, e.LockIDHash)
-		m.holdDur.Record(ctx, e.Duration.Seconds(), m.set(outcome, "", "", label).rec...)
-		m.held.Add(ctx, -1, m.set("", "", "", label).add...)
-		if why != "" {
-			m.losses.Add(ctx, 1, lossSet(m, why, label).add...)
-		}
-	case syncguard.EventExtend:
-		m.extends.Add(ctx, 1, m.set(resultOutcome(e), e.Reason, errorType(e.Err), "").add...)
-	case syncguard.EventRelease:
-		m.releases.Add(ctx, 1, m.set(resultOutcome(e), e.Reason, errorType(e.Err), "").add...)
-		if !e.OK && e.Err == nil && e.LockIDHash != "" {
-			if len(m.failedRelease) >= 1024 {
-				// Releases made outside a lease never get a "hold" event.
-				clear(m.failedRelease)
-			}
-			why := lossGone
-			if e.Reason == syncguard.ReasonExpired {
-				why = lossExpired
-			}
-			m.failedRelease[e.LockIDHash] = why
-		}
-	}
-	if m.onEvent != nil {
-		e.Key, e.LockID = "", ""
-		m.onEvent(e)
-	}
-}
-
-// label is the label of a raw key ("" without WithKeyLabel).
-func (m *metrics) label(key string) string {
-	if key == "" || m.labelFunc == nil {
-		return ""
-	}
-	return safeLabel(m.labelFunc, key)
-}
-
-func resultOutcome(e syncguard.LockEvent) string {
-	switch {
-	case e.Err != nil:
-		return outcomeError
-	case e.OK:
-		return outcomeOK
-	}
-	return outcomeFailed
 }

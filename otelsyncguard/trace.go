@@ -2,57 +2,12 @@ package otelsyncguard
 
 import (
 	"context"
-	"slices"
+	"errors"
 	"time"
 
 	"github.com/syncguard/syncguard-go/syncguard"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-)
-
-// Span names: "syncguard.<operation>" for the client span of each backend
-// operation; "syncguard.lock" and "syncguard.with_lock" for the methods.
-const (
-	spanAcquire  = "syncguard.acquire"
-	spanRelease  = "syncguard.release"
-	spanExtend   = "syncguard.extend"
-	spanIsLocked = "syncguard.isLocked"
-	spanLookup   = "syncguard.lookup"
-	spanLock     = "syncguard.lock"
-	spanWithLock = "syncguard.with_lock"
-)
-
-// db.operation.name of each operation: the event type of the core's
-// telemetry (LockEvent.Type).
-var (
-	opAcquire  = attrOperation.String(syncguard.EventAcquire)
-	opRelease  = attrOperation.String(syncguard.EventRelease)
-	opExtend   = attrOperation.String(syncguard.EventExtend)
-	opIsLocked = attrOperation.String(syncguard.EventIsLocked)
-	opLookup   = attrOperation.String(syncguard.EventLookup)
-)
-
-// An opSpan is how the client span of one kind of backend operation is
-// started and ended, prepared by Wrap so that the caller's path does not
-// build options and attribute lists: a span gets its whole attribute list
-// (b.spanAttrs, db.operation.name, syncguard.outcome and, for a failure
-// with a reason, syncguard.reason) in one SetAttributes when it ends.
-type opSpan struct {
-	name    string
-	op      attribute.KeyValue
-	yes, no string                  // syncguard.outcome when the operation's result is ok or not
-	start   []trace.SpanStartOption // SpanKindClient
-	ends    [4][]attribute.KeyValue // by end slot: the whole attribute list of a span without a label
-}
-
-// End slots of an opSpan: the outcome and reason of an operation that
-// returned no error.
-const (
-	endYes      = iota // yes
-	endNo              // no, without a reason
-	endExpired         // no, syncguard.ReasonExpired
-	endNotFound        // no, syncguard.ReasonNotFound
 )
 
 // The start options of the spans, made once.
@@ -61,87 +16,27 @@ var (
 	internalSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
 )
 
-func newOpSpan(name string, op attribute.KeyValue, yes, no string, spanAttrs []attribute.KeyValue) *opSpan {
-	s := &opSpan{name: name, op: op, yes: yes, no: no, start: clientSpan}
-	for slot, end := range [...][]attribute.KeyValue{
-		endYes:      {AttrOutcome.String(yes)},
-		endNo:       {AttrOutcome.String(no)},
-		endExpired:  {AttrOutcome.String(no), AttrReason.String(syncguard.ReasonExpired)},
-		endNotFound: {AttrOutcome.String(no), AttrReason.String(syncguard.ReasonNotFound)},
-	} {
-		s.ends[slot] = slices.Concat(spanAttrs, []attribute.KeyValue{op}, end)
+// ops are the operations with a client span: its name ("syncguard.<op>";
+// db.operation.name is op), and the syncguard.outcome of an OK result or not.
+var ops = map[string]struct{ span, yes, no string }{
+	"acquire": {"syncguard.acquire", outcomeAcquired, outcomeContended}, "release": {"syncguard.release", outcomeOK, outcomeFailed},
+	"extend": {"syncguard.extend", outcomeOK, outcomeFailed}, "isLocked": {"syncguard.isLocked", "locked", "free"},
+	"lookup": {"syncguard.lookup", "found", "not-found"},
+}
+
+// outcome is the syncguard.outcome of an operation, with its
+// syncguard.reason (a failed extend or release) or error.type.
+func outcome(op syncguard.TraceOp) (outcome, reason, code string) {
+	switch o := ops[op.Op]; {
+	case op.Err != nil:
+		return outcomeError, "", errorType(op.Err)
+	case op.OK:
+		return o.yes, "", ""
+	case op.Op == "extend" || op.Op == "release":
+		return o.no, op.Reason, ""
+	default:
+		return o.no, "", ""
 	}
-	return s
-}
-
-// opSpans are a Backend's opSpan of each operation.
-type opSpans struct {
-	acquire, release, extend, isLocked, lookup *opSpan
-}
-
-func newOpSpans(spanAttrs []attribute.KeyValue) opSpans {
-	return opSpans{
-		acquire:  newOpSpan(spanAcquire, opAcquire, outcomeAcquired, outcomeContended, spanAttrs),
-		release:  newOpSpan(spanRelease, opRelease, outcomeOK, outcomeFailed, spanAttrs),
-		extend:   newOpSpan(spanExtend, opExtend, outcomeOK, outcomeFailed, spanAttrs),
-		isLocked: newOpSpan(spanIsLocked, opIsLocked, "locked", "free", spanAttrs),
-		lookup:   newOpSpan(spanLookup, opLookup, "found", "not-found", spanAttrs),
-	}
-}
-
-// startOp starts the client span of one backend operation.
-func (b *Backend) startOp(ctx context.Context, s *opSpan) (context.Context, trace.Span) {
-	return b.tracer.Start(ctx, s.name, s.start...)
-}
-
-// endOp ends the span of an operation on key ("" for one on a lockId)
-// whose result was ok or not, with reason, or that returned err: one
-// SetAttributes with the span's attributes, in the order b.spanAttrs,
-// db.operation.name, syncguard.lock.label, syncguard.outcome,
-// syncguard.reason or error.type.
-func (b *Backend) endOp(span trace.Span, s *opSpan, key string, ok bool, reason string, err error) {
-	if span.IsRecording() {
-		label, hasLabel := b.label(key)
-		slot := -1
-		switch {
-		case err != nil || hasLabel:
-		case ok:
-			slot = endYes
-		case reason == "":
-			slot = endNo
-		case reason == syncguard.ReasonExpired:
-			slot = endExpired
-		case reason == syncguard.ReasonNotFound:
-			slot = endNotFound
-		}
-		if slot >= 0 {
-			span.SetAttributes(s.ends[slot]...)
-		} else {
-			attrs := make([]attribute.KeyValue, 0, len(b.spanAttrs)+4)
-			attrs = append(append(attrs, b.spanAttrs...), s.op)
-			if hasLabel {
-				attrs = append(attrs, label)
-			}
-			code := errorType(err)
-			switch {
-			case err != nil:
-				attrs = append(attrs, AttrOutcome.String(outcomeError), attrErrorType.String(code))
-			case ok:
-				attrs = append(attrs, AttrOutcome.String(s.yes))
-			default:
-				attrs = append(attrs, AttrOutcome.String(s.no))
-				if reason != "" {
-					attrs = append(attrs, AttrReason.String(reason))
-				}
-			}
-			span.SetAttributes(attrs...)
-			if err != nil {
-				span.RecordError(err)
-				span.SetStatus(codes.Error, code)
-			}
-		}
-	}
-	span.End()
 }
 
 func recordError(span trace.Span, err error) {
@@ -151,82 +46,150 @@ func recordError(span trace.Span, err error) {
 	span.SetStatus(codes.Error, code)
 }
 
-// Acquire implements syncguard.LockBackend: one attempt, in a client span
-// "syncguard.acquire" (outcome acquired or contended).
-func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {
-	ctx, span := b.startOp(ctx, b.ops.acquire)
-	r, err := b.tb.Acquire(ctx, key, ttl)
-	b.endOp(span, b.ops.acquire, key, r.OK, "", err)
-	return r, err
-}
-
-// Release implements syncguard.LockBackend, in a client span
-// "syncguard.release" (outcome ok or failed, with the reason).
-func (b *Backend) Release(ctx context.Context, lockID string) (syncguard.ReleaseResult, error) {
-	ctx, span := b.startOp(ctx, b.ops.release)
-	r, err := b.tb.Release(ctx, lockID)
-	b.endOp(span, b.ops.release, "", r.OK, r.Reason, err)
-	return r, err
-}
-
-// Extend implements syncguard.LockBackend, in a client span
-// "syncguard.extend" (outcome ok or failed, with the reason).
-func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) (syncguard.ExtendResult, error) {
-	ctx, span := b.startOp(ctx, b.ops.extend)
-	r, err := b.tb.Extend(ctx, lockID, ttl)
-	b.endOp(span, b.ops.extend, "", r.OK, r.Reason, err)
-	return r, err
-}
-
-// IsLocked implements syncguard.LockBackend, in a client span
-// "syncguard.isLocked".
-func (b *Backend) IsLocked(ctx context.Context, key string) (bool, error) {
-	ctx, span := b.startOp(ctx, b.ops.isLocked)
-	locked, err := b.tb.IsLocked(ctx, key)
-	b.endOp(span, b.ops.isLocked, key, locked, "", err)
-	return locked, err
-}
-
-// LookupKey implements syncguard.LockBackend, in a client span
-// "syncguard.lookup".
-func (b *Backend) LookupKey(ctx context.Context, key string) (*syncguard.LockInfo, error) {
-	ctx, span := b.startOp(ctx, b.ops.lookup)
-	info, err := b.tb.LookupKey(ctx, key)
-	b.endOp(span, b.ops.lookup, key, info != nil, "", err)
-	return info, err
-}
-
-// LookupID implements syncguard.LockBackend, in a client span
-// "syncguard.lookup".
-func (b *Backend) LookupID(ctx context.Context, lockID string) (*syncguard.LockInfo, error) {
-	ctx, span := b.startOp(ctx, b.ops.lookup)
-	info, err := b.tb.LookupID(ctx, lockID)
-	b.endOp(span, b.ops.lookup, "", info != nil, "", err)
-	return info, err
-}
-
-// Queue implements syncguard.Queuer: the wrapped backend's waiter (nil,
-// so that Lock polls, when it has no queue), each attempt in a client span
-// "syncguard.acquire" as Acquire's.
-func (b *Backend) Queue(key, identity string, once bool) syncguard.Waiter {
-	w := b.tb.Queue(key, identity, once)
-	if w == nil {
-		return nil
+// OpStart implements syncguard.Tracer: it starts the client span
+// "syncguard.<operation>" (an attempt of a wait is an acquire).
+func (t *Tracer) OpStart(ctx context.Context, op syncguard.TraceOp) context.Context {
+	if o, ok := ops[op.Op]; ok {
+		ctx, _ = t.tracer.Start(ctx, o.span, clientSpan...)
 	}
-	return &waiter{Waiter: w, b: b, key: key}
+	return ctx
 }
 
-// waiter is a Waiter of the wrapped backend whose attempts have spans.
-type waiter struct {
-	syncguard.Waiter
-	b   *Backend
-	key string
+// OpEnd implements syncguard.Tracer: it ends the operation's span, with
+// its attributes (WithAttributes, db.system.name, db.operation.name,
+// syncguard.lock.label, syncguard.outcome, syncguard.reason or
+// error.type), and records its metrics.
+func (t *Tracer) OpEnd(ctx context.Context, op syncguard.TraceOp) {
+	if _, ok := ops[op.Op]; !ok {
+		return
+	}
+	label := t.label(op.Key)
+	outcome, reason, code := outcome(op)
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(t.m.set(setKey{op: op.Op, outcome: outcome, reason: reason, code: code, label: label}).kv...)
+		if op.Err != nil {
+			span.RecordError(op.Err)
+			span.SetStatus(codes.Error, code)
+		}
+		span.End()
+	}
+	m, bg := t.m, context.Background()
+	switch op.Op {
+	case "acquire":
+		if outcome == outcomeContended { // for the polling metric
+			m.lastContended.Store(time.Now().UnixNano())
+			if ns, ok := syncguard.As[notificationStatuser](op.Locker); ok {
+				m.mu.Lock()
+				m.ns = ns
+				m.mu.Unlock()
+			}
+		}
+		o := m.set(setKey{outcome: outcome, code: code, label: label})
+		m.attempts.Add(bg, 1, o.add...)
+		m.acquireDur.Record(bg, op.Duration.Seconds(), o.rec...)
+	case "extend":
+		m.extends.Add(bg, 1, m.set(setKey{outcome: outcome, reason: reason, code: code}).add...)
+	case "release":
+		m.releases.Add(bg, 1, m.set(setKey{outcome: outcome, reason: reason, code: code}).add...)
+	}
 }
 
-// Attempt is the wrapped waiter's, in a client span "syncguard.acquire".
-func (w *waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
-	ctx, span := w.b.startOp(ctx, w.b.ops.acquire)
-	r, err := w.Waiter.Attempt(ctx, ttl)
-	w.b.endOp(span, w.b.ops.acquire, w.key, r.OK, "", err)
-	return r, err
+// LockStart implements syncguard.Tracer: it starts the span
+// "syncguard.lock" or "syncguard.with_lock".
+func (t *Tracer) LockStart(ctx context.Context, l syncguard.TraceLock) context.Context {
+	name := "syncguard.lock"
+	if l.WithLock {
+		name = "syncguard.with_lock"
+	}
+	ctx, span := t.tracer.Start(ctx, name, internalSpan...)
+	if span.IsRecording() {
+		span.SetAttributes(t.m.base...) // WithAttributes; not a database call
+		if label := t.label(l.Key); label != "" {
+			span.SetAttributes(AttrLockLabel.String(label))
+		}
+	}
+	return ctx
+}
+
+// WaitEnd implements syncguard.Tracer: when the lock is acquired the span
+// gets the event "acquired" and the attributes syncguard.attempts and
+// syncguard.outcome=acquired; else syncguard.outcome timeout, cancelled
+// or error, with error.type and status Error.
+func (t *Tracer) WaitEnd(ctx context.Context, l syncguard.TraceLock) {
+	outcome, code, label := outcomeAcquired, "", t.label(l.Key)
+	switch {
+	case l.Err == nil:
+	case errors.Is(l.Err, syncguard.ErrAcquisitionTimeout):
+		outcome = outcomeTimeout
+	case errors.Is(l.Err, syncguard.ErrAborted):
+		outcome = outcomeCancelled
+	default:
+		outcome, code = outcomeError, errorType(l.Err)
+	}
+	m, bg := t.m, context.Background()
+	m.waitDur.Record(bg, l.Waited.Seconds(), m.set(setKey{outcome: outcome, code: code, label: label}).rec...)
+	if l.Err == nil {
+		m.held.Add(bg, 1, m.set(setKey{label: label}).add...)
+	}
+	if l.Attempts > 1 {
+		m.lastContended.Store(time.Now().UnixNano())
+	}
+	span := trace.SpanFromContext(ctx)
+	switch {
+	case !span.IsRecording():
+	case l.Err == nil:
+		span.AddEvent(outcomeAcquired, trace.WithAttributes(AttrAttempts.Int(l.Attempts),
+			AttrWaitDuration.Float64(l.Waited.Seconds())))
+		span.SetAttributes(AttrOutcome.String(outcomeAcquired), AttrAttempts.Int(l.Attempts))
+	default:
+		span.SetAttributes(AttrAttempts.Int(l.Attempts), AttrWaitDuration.Float64(l.Waited.Seconds()))
+		recordError(span, l.Err)
+		span.SetAttributes(AttrOutcome.String(outcome))
+	}
+}
+
+// HoldEnd implements syncguard.Tracer: the span gets the event "released",
+// or "lost" with syncguard.loss.reason (and status Error), and
+// syncguard.hold.outcome. The metrics count a holding whose release found
+// the lock expired or gone (LossReason) as lost too.
+func (t *Tracer) HoldEnd(ctx context.Context, l syncguard.TraceLock) {
+	released, label := errors.Is(l.Err, syncguard.ErrLeaseReleased), t.label(l.Key)
+	outcome := outcomeReleased
+	if !released || l.LossReason != "" {
+		outcome = outcomeLost
+	}
+	m, bg := t.m, context.Background()
+	m.holdDur.Record(bg, l.Held.Seconds(), m.set(setKey{outcome: outcome, label: label}).rec...)
+	m.held.Add(bg, -1, m.set(setKey{label: label}).add...)
+	if outcome == outcomeLost {
+		m.losses.Add(bg, 1, m.set(setKey{loss: lossValue(l.LossReason), label: label}).add...)
+	}
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	if released {
+		span.AddEvent(outcomeReleased)
+		span.SetAttributes(AttrHoldOutcome.String(outcomeReleased))
+		return
+	}
+	why := lossUnknown
+	if errors.Is(l.Err, syncguard.ErrLockLost) {
+		why = lossValue(l.LossReason)
+	}
+	if l.Err != nil {
+		span.AddEvent(outcomeLost, trace.WithAttributes(AttrLossReason.String(why), attrExcMsg.String(l.Err.Error())))
+	}
+	span.SetAttributes(AttrHoldOutcome.String(outcomeLost), AttrLossReason.String(why))
+	span.SetStatus(codes.Error, "lock lost")
+}
+
+// LockEnd implements syncguard.Tracer: it ends the span, with fn's error
+// recorded for WithLock.
+func (t *Tracer) LockEnd(ctx context.Context, l syncguard.TraceLock) {
+	span := trace.SpanFromContext(ctx)
+	if l.WithLock && l.LockID != "" && l.Err != nil && span.IsRecording() {
+		recordError(span, l.Err)
+	}
+	span.End()
 }

@@ -116,13 +116,29 @@ func (b *Backend) TableName() string { return b.shared.cfg.TableName }
 // FenceTableName reports the resolved fence counter table name.
 func (b *Backend) FenceTableName() string { return b.shared.cfg.FenceTableName }
 
+// Tracer returns Config.Tracer. Lock and WithLock find it through
+// wrappers (As) when LockOptions.Tracer is nil.
+func (b *Backend) Tracer() Tracer { return b.shared.cfg.Tracer }
+
+// startOp starts the trace of one of b's operations (the callers check
+// first that b has a Tracer: without one, nothing of this runs).
+func (b *Backend) startOp(ctx context.Context, op, key, lockID string) (opTrace, context.Context) {
+	return startOp(b.shared.cfg.Tracer, ctx, TraceOp{Op: op, Key: key, LockID: lockID, Locker: b})
+}
+
 // releaseTimeout is Config.ReleaseTimeout, for leases made on b.
 func (b *Backend) releaseTimeout() time.Duration { return b.shared.cfg.ReleaseTimeout }
 
 // Acquire implements LockBackend. It is a single attempt: OK == false
 // means the key is held; use the lock helper for retries.
 func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
-	return b.acquire(ctx, key, ttl, b.shared.cfg.Identity, nil)
+	if b.shared.cfg.Tracer == nil {
+		return b.acquire(ctx, key, ttl, b.shared.cfg.Identity, nil)
+	}
+	o, ctx := b.startOp(ctx, "acquire", key, "")
+	r, err := b.acquire(ctx, key, ttl, b.shared.cfg.Identity, nil)
+	o.end(r.OK, r.Reason, r.LockID, err)
+	return r, err
 }
 
 // absentRetry: a queued waiter that found the key free without a row, its
@@ -293,7 +309,13 @@ func unconfirmed(ctx context.Context, op string) *Error {
 // unowned, until its expiry ("Durability of a release" in docs/design.md).
 // Inside WithTx it commits with the caller's transaction.
 func (b *Backend) Release(ctx context.Context, lockID string) (ReleaseResult, error) {
+	if b.shared.cfg.Tracer == nil {
+		r, _, err := b.release(ctx, lockID, "")
+		return r, err
+	}
+	o, ctx := b.startOp(ctx, "release", "", lockID)
 	r, _, err := b.release(ctx, lockID, "")
+	o.end(r.OK, r.Reason, "", err)
 	return r, err
 }
 
@@ -373,6 +395,16 @@ func failReason(seenExpires sql.NullInt64, now int64) string {
 // Extend implements LockBackend. The new expiry is server now + ttl,
 // returned as ExpiresAt; an expired lock is never revived.
 func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) (ExtendResult, error) {
+	if b.shared.cfg.Tracer == nil {
+		return b.extend(ctx, lockID, ttl)
+	}
+	o, ctx := b.startOp(ctx, "extend", "", lockID)
+	r, err := b.extend(ctx, lockID, ttl)
+	o.end(r.OK, r.Reason, "", err)
+	return r, err
+}
+
+func (b *Backend) extend(ctx context.Context, lockID string, ttl time.Duration) (ExtendResult, error) {
 	const op = "extend"
 	if e := checkLockID(op, lockID); e != nil {
 		return ExtendResult{}, e
@@ -440,6 +472,16 @@ func (b *Backend) readRow(ctx context.Context, op string, byID bool, arg string)
 // IsLocked implements LockBackend. It is a pure read unless
 // Config.CleanupInIsLocked is set (see there).
 func (b *Backend) IsLocked(ctx context.Context, key string) (bool, error) {
+	if b.shared.cfg.Tracer == nil {
+		return b.isLocked(ctx, key)
+	}
+	o, ctx := b.startOp(ctx, "isLocked", key, "")
+	locked, err := b.isLocked(ctx, key)
+	o.end(locked, "", "", err)
+	return locked, err
+}
+
+func (b *Backend) isLocked(ctx context.Context, key string) (bool, error) {
 	const op = "isLocked"
 	k, e := checkKey(op, key)
 	if e != nil {
@@ -474,75 +516,4 @@ func (s *shared) maybeCleanup(parent context.Context, storageKey string) {
 				slog.String("code", string(s.cl.wrap(ctx, "cleanup", err).Code)))
 		}
 	}()
-}
-
-// LookupKey implements LockBackend (the spec's getByKey). Like every lookup
-// it is for diagnostics, never a check before a mutation (see LockInfo).
-func (b *Backend) LookupKey(ctx context.Context, key string) (*LockInfo, error) {
-	return sanitized(b.LookupKeyDebug(ctx, key))
-}
-
-// LookupID implements LockBackend (the spec's getById; != nil is its
-// owns(id), with the same caveat: ownership may change at once).
-func (b *Backend) LookupID(ctx context.Context, lockID string) (*LockInfo, error) {
-	return sanitized(b.LookupIDDebug(ctx, lockID))
-}
-
-func sanitized(d *LockInfoDebug, err error) (*LockInfo, error) {
-	if d == nil || err != nil {
-		return nil, err
-	}
-	return &d.LockInfo, nil
-}
-
-// LookupKeyDebug is LookupKey with the raw key and lockId (the spec's
-// getByKeyRaw). The result is sensitive; see LockInfoDebug.
-func (b *Backend) LookupKeyDebug(ctx context.Context, key string) (*LockInfoDebug, error) {
-	const op = "lookup"
-	k, e := checkKey(op, key)
-	if e != nil {
-		return nil, e
-	}
-	r, e := b.readRow(ctx, op, false, k.Storage)
-	if e != nil {
-		e.Key = key
-		return nil, e
-	}
-	return r.info(), nil
-}
-
-// LookupIDDebug is LookupID with the raw key and lockId (the spec's
-// getByIdRaw). The result is sensitive; see LockInfoDebug.
-func (b *Backend) LookupIDDebug(ctx context.Context, lockID string) (*LockInfoDebug, error) {
-	const op = "lookup"
-	if e := checkLockID(op, lockID); e != nil {
-		return nil, e
-	}
-	r, e := b.readRow(ctx, op, true, lockID)
-	if e != nil {
-		e.LockID = lockID
-		return nil, e
-	}
-	if !r.lockID.Valid || r.lockID.String != lockID {
-		return nil, nil
-	}
-	return r.info(), nil
-}
-
-func (r *lockRow) info() *LockInfoDebug {
-	if !r.live() {
-		return nil
-	}
-	return &LockInfoDebug{
-		LockInfo: LockInfo{
-			KeyHash:    rules.HashKey(r.userKey.String),
-			LockIDHash: rules.HashKey(r.lockID.String),
-			ExpiresAt:  msToTime(r.expires.Int64),
-			AcquiredAt: msToTime(r.acquired.Int64),
-			Fence:      Fence(r.fence.String),
-			Identity:   r.identity.String,
-		},
-		Key:    r.userKey.String,
-		LockID: r.lockID.String,
-	}
 }

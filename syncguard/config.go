@@ -80,6 +80,14 @@ type Config struct {
 	// Lease.Close (unless LockOptions.ReleaseTimeout is set), of an acquire
 	// of unknown outcome, and the CleanupInIsLocked delete. Default 5 s.
 	ReleaseTimeout time.Duration
+	// Tracer, if set, observes every operation of the Backend (and of its
+	// WithTx views) and the waits and holdings of Lock and WithLock on it
+	// (found through wrappers, unless LockOptions.Tracer is set): see
+	// Tracer. otelsyncguard.New gives one for OpenTelemetry, telemetry.New
+	// one for the spec's LockEvent. Default nil: nothing is traced, at no
+	// cost. The lock kinds (semaphore, rwlock, multilock) do not read it:
+	// pass LockOptions.Tracer to their Lock and WithLock.
+	Tracer Tracer
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

@@ -36,18 +36,23 @@ func WithLock(ctx context.Context, backend Locker, key string, fn func(ctx conte
 	if fn == nil {
 		return invalidArg("lock", "fn must not be nil")
 	}
-	lease, err := Lock(ctx, backend, key, opts)
+	lease, ctx, err := lock(ctx, backend, key, opts, true)
 	if err != nil {
 		return err
 	}
-	defer lease.dispose(releaseSourceWithLock)
+	var fnErr error
+	defer func() {
+		lease.dispose(releaseSourceWithLock)
+		lease.traceCallEnd(fnErr) // after the release
+	}()
 	fnCtx := ctx
 	if lease.cfg.AutoExtend {
 		var cancel context.CancelFunc
 		fnCtx, cancel = lease.Bind(ctx)
 		defer cancel()
 	}
-	return fn(fnCtx, lease)
+	fnErr = fn(fnCtx, lease)
+	return fnErr
 }
 
 // Lock acquires the lock on key and returns a Lease for it, which the
@@ -63,12 +68,18 @@ func WithLock(ctx context.Context, backend Locker, key string, fn func(ctx conte
 // does: after it, every operation on the view fails with sql.ErrTxDone
 // (InvalidArgument) and the lock stays until its TTL.
 func Lock(ctx context.Context, backend Locker, key string, opts *LockOptions) (*Lease, error) {
+	lease, _, err := lock(ctx, backend, key, opts, false)
+	return lease, err
+}
+
+// lock is Lock; it also returns the context of the call (its Tracer's).
+func lock(ctx context.Context, backend Locker, key string, opts *LockOptions, withLock bool) (*Lease, context.Context, error) {
 	if backend == nil {
-		return nil, invalidArg("lock", "backend must not be nil")
+		return nil, ctx, invalidArg("lock", "backend must not be nil")
 	}
 	cfg, err := opts.resolve()
 	if err != nil {
-		return nil, err
+		return nil, ctx, err
 	}
 	if cfg.ReleaseTimeout == 0 {
 		cfg.ReleaseTimeout = defaultReleaseTimeout
@@ -82,16 +93,25 @@ func Lock(ctx context.Context, backend Locker, key string, opts *LockOptions) (*
 	if cfg.OnReleaseError == nil {
 		cfg.OnReleaseError = logReleaseError(cfg.Logger)
 	}
-	sink, _ := As[helperSink](backend)
-	start := time.Now()
+	if cfg.Tracer == nil {
+		if b, ok := As[interface{ Tracer() Tracer }](backend); ok {
+			cfg.Tracer, cfg.lockerTracer = b.Tracer(), true
+		}
+	}
+	var lt *lockTrace
+	if cfg.Tracer != nil {
+		if lt = startLock(ctx, cfg.Tracer, key, withLock); lt != nil {
+			ctx = lt.ctx
+		}
+	}
 	res, sent, attempts, err := acquire(ctx, backend, key, &cfg)
-	if sink != nil {
-		sink.helperEvent(waitEvent(key, res, err, attempts, start))
+	if lt != nil {
+		lt.waitEnd(res, attempts, err)
 	}
 	if err != nil {
-		return nil, err
+		return nil, ctx, err
 	}
-	return newLease(ctx, backend, key, res, sent, cfg, sink), nil
+	return newLease(ctx, backend, key, res, sent, cfg, lt), ctx, nil
 }
 
 // leaseLoggerOf is the default LockOptions.Logger for leases on backend:

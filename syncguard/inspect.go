@@ -145,3 +145,99 @@ func (b *Backend) inspector() pooler.Querier {
 	}
 	return pooler.Unprepared(on, b.shared.oneShotArgs)
 }
+
+// LookupKey implements LockBackend (the spec's getByKey). Like every lookup
+// it is for diagnostics, never a check before a mutation (see LockInfo).
+func (b *Backend) LookupKey(ctx context.Context, key string) (*LockInfo, error) {
+	return sanitized(b.lookup(ctx, key, "", false))
+}
+
+// LookupID implements LockBackend (the spec's getById; != nil is its
+// owns(id), with the same caveat: ownership may change at once).
+func (b *Backend) LookupID(ctx context.Context, lockID string) (*LockInfo, error) {
+	return sanitized(b.lookup(ctx, "", lockID, true))
+}
+
+// lookup is the lookup of key, or of lockID, traced.
+func (b *Backend) lookup(ctx context.Context, key, lockID string, byID bool) (*LockInfoDebug, error) {
+	var o opTrace
+	if b.shared.cfg.Tracer != nil {
+		o, ctx = b.startOp(ctx, "lookup", key, lockID)
+	}
+	var d *LockInfoDebug
+	var err error
+	if !byID {
+		d, err = b.lookupKey(ctx, key)
+	} else {
+		d, err = b.lookupID(ctx, lockID)
+	}
+	o.end(d != nil, "", "", err)
+	return d, err
+}
+
+func sanitized(d *LockInfoDebug, err error) (*LockInfo, error) {
+	if d == nil || err != nil {
+		return nil, err
+	}
+	return &d.LockInfo, nil
+}
+
+// LookupKeyDebug is LookupKey with the raw key and lockId (the spec's
+// getByKeyRaw). The result is sensitive; see LockInfoDebug.
+func (b *Backend) LookupKeyDebug(ctx context.Context, key string) (*LockInfoDebug, error) {
+	return b.lookup(ctx, key, "", false)
+}
+
+func (b *Backend) lookupKey(ctx context.Context, key string) (*LockInfoDebug, error) {
+	const op = "lookup"
+	k, e := checkKey(op, key)
+	if e != nil {
+		return nil, e
+	}
+	r, e := b.readRow(ctx, op, false, k.Storage)
+	if e != nil {
+		e.Key = key
+		return nil, e
+	}
+	return r.info(), nil
+}
+
+// LookupIDDebug is LookupID with the raw key and lockId (the spec's
+// getByIdRaw). The result is sensitive; see LockInfoDebug.
+func (b *Backend) LookupIDDebug(ctx context.Context, lockID string) (*LockInfoDebug, error) {
+	return b.lookup(ctx, "", lockID, true)
+}
+
+func (b *Backend) lookupID(ctx context.Context, lockID string) (*LockInfoDebug, error) {
+	const op = "lookup"
+	if e := checkLockID(op, lockID); e != nil {
+		return nil, e
+	}
+	r, e := b.readRow(ctx, op, true, lockID)
+	if e != nil {
+		e.LockID = lockID
+		return nil, e
+	}
+	if !r.lockID.Valid || r.lockID.String != lockID {
+		return nil, nil
+	}
+	return r.info(), nil
+}
+
+func (r *lockRow) info() *LockInfoDebug {
+	if !r.live() {
+		return nil
+	}
+	return &LockInfoDebug{
+		LockInfo: LockInfo{
+			KeyHash:    rules.HashKey(r.userKey.String),
+			LockIDHash: rules.HashKey(r.lockID.String),
+			ExpiresAt:  msToTime(r.expires.Int64),
+			AcquiredAt: msToTime(r.acquired.Int64),
+			Fence:      Fence(r.fence.String),
+			Identity:   r.identity.String,
+		},
+		Key:    r.userKey.String,
+		LockID: r.lockID.String,
+	}
+}

@@ -65,13 +65,15 @@ type Lease struct {
 	releasing chan struct{} // non-nil while a release is in flight; closed when it ends
 	released  bool
 	result    ReleaseResult
-	loss      string // LockEvent.LossReason, once lost
+	loss      string // LossReason, once lost
 
 	closing chan struct{} // non-nil once Close started; closed when it is done
 
 	stopExtender context.CancelFunc // nil without AutoExtend
 	extenderDone chan struct{}
 	rescheduled  chan struct{} // capacity 1: a manual Extend moved extendAt; used holding extendSem
+
+	trace *lockTrace // nil without a Tracer
 }
 
 // schedule returns, for a lock granted ttl by a request sent at sent, when
@@ -87,16 +89,13 @@ func heldUntil(sent time.Time, ttl time.Duration) time.Time {
 	return sent.Add(max(ttl.Truncate(time.Millisecond)-time.Millisecond, 0))
 }
 
-func newLease(ctx context.Context, b Locker, key string, res AcquireResult, sent time.Time, cfg lockConfig, sink helperSink) *Lease {
+func newLease(ctx context.Context, b Locker, key string, res AcquireResult, sent time.Time, cfg lockConfig, lt *lockTrace) *Lease {
 	l := &Lease{
 		backend: b, key: key, lockID: res.LockID, fence: res.Fence, cfg: cfg,
 		base: context.WithoutCancel(ctx), expiresAt: res.ExpiresAt,
-		extendSem: make(chan struct{}, 1),
+		extendSem: make(chan struct{}, 1), trace: lt,
 	}
 	l.ctx, l.end = context.WithCancelCause(context.Background())
-	if sink != nil {
-		l.reportHold(sink)
-	}
 	lostAt, extendAt := schedule(sent, cfg.TTL)
 	l.mu.Lock()
 	l.lostAt, l.extendAt, l.heldUntil = lostAt, extendAt, heldUntil(sent, cfg.TTL)
@@ -159,9 +158,10 @@ func (l *Lease) Err() error {
 	return context.Cause(l.ctx)
 }
 
-// LossReason says why the lease lost its lock, as LockEvent.LossReason:
-// "not-extended", "expired" or "gone"; "" while it holds it, or when it
-// ended otherwise (released).
+// LossReason says why the lease lost its lock: "not-extended" (no extend
+// confirmed in its guaranteed lifetime), "expired" or "gone" (what an
+// extend found: released elsewhere, deleted or taken over); "" while it
+// holds it, or when it ended otherwise (released).
 func (l *Lease) LossReason() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -230,6 +230,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration, manual bool) (res
 	sent := time.Now()
 	res, err = l.backend.Extend(ctx, l.lockID, ttl)
 
+	defer l.traceHold() // after mu is released
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ctx.Err() != nil {
@@ -279,6 +280,7 @@ func mayHaveCommitted(err error) bool {
 
 // checkLifetime runs when the watchdog fires.
 func (l *Lease) checkLifetime() {
+	defer l.traceHold() // after mu is released
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.released || time.Now().Before(l.lostAt) {
@@ -393,6 +395,7 @@ func (l *Lease) Release(ctx context.Context) (ReleaseResult, error) {
 		}
 		l.mu.Unlock()
 		close(ch)
+		l.traceHold()
 		return res, err
 	}
 }
@@ -435,21 +438,42 @@ const (
 	releaseSourceClose    = "close"
 )
 
-// reportHold makes the call that ends the lease queue its "hold" event to
-// sink before it returns. Called before the lease is shared.
-func (l *Lease) reportHold(sink helperSink) {
-	start, end := time.Now(), l.end
-	var once sync.Once
-	l.end = func(cause error) {
-		end(cause)
-		once.Do(func() {
-			cause := context.Cause(l.ctx) // the first one
-			e := rawEvent{typ: EventHold, ok: errors.Is(cause, ErrLeaseReleased), reason: reasonReleased,
-				key: l.key, lockID: l.lockID, dur: time.Since(start)}
-			if !e.ok {
-				e.reason, e.err, e.loss = reasonLost, cause, l.loss
-			}
-			sink.helperEvent(e)
-		})
+// traceHold reports the end of the lease, once, if it has ended. It is
+// called after each l.end, without l.mu.
+func (l *Lease) traceHold() {
+	if l.trace == nil || l.ctx.Err() == nil {
+		return
 	}
+	l.trace.once.Do(l.holdEnded)
+}
+
+func (l *Lease) holdEnded() {
+	lt := l.trace
+	l.mu.Lock()
+	loss, released, res := l.loss, l.released, l.result
+	l.mu.Unlock()
+	d := lt.d
+	d.Held, d.Err, d.LossReason = time.Since(lt.held), context.Cause(l.ctx), loss
+	if loss == "" && released && !res.OK { // it had lost the lock unnoticed
+		d.LossReason = lossGone
+		if res.Reason == ReasonExpired {
+			d.LossReason = lossExpired
+		}
+	}
+	lt.emit(traceHold, d)
+	if !d.WithLock {
+		lt.emit(traceEnd, lt.d)
+	}
+}
+
+// traceCallEnd reports the end of a WithLock call that held its lock,
+// after the lease's HoldEnd when the lease has ended.
+func (l *Lease) traceCallEnd(err error) {
+	if l.trace == nil {
+		return
+	}
+	l.traceHold()
+	d := l.trace.d
+	d.Err = err
+	l.trace.emit(traceEnd, d)
 }

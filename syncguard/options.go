@@ -88,6 +88,10 @@ type LockOptions struct {
 	// failed auto-extensions. Default: the backend's LeaseLogger() when it
 	// has one (syncguardtest's discards), else slog.Default().
 	Logger *slog.Logger
+	// Tracer, if set, observes this call's wait (each attempt), holding
+	// and end (see Tracer). Default: the Locker's, as As finds a
+	// Tracer() method through wrappers (a *Backend's Config.Tracer).
+	Tracer Tracer
 }
 
 func (o *LockOptions) resolve() (lockConfig, error) {
@@ -155,6 +159,9 @@ const (
 type lockConfig struct {
 	LockOptions
 	maxRetries int
+	// lockerTracer: Tracer is the Locker's own, which traces its Acquire
+	// calls (a polling wait's attempts) itself.
+	lockerTracer bool
 }
 
 // ReleaseErrorInfo tells OnReleaseError which lock a failed release was for.

@@ -127,7 +127,7 @@ func (w *queueWaiter) Leave(ctx context.Context) error {
 			if o := <-later; o.err == nil && o.res.OK {
 				ctx, cancel := context.WithTimeout(context.Background(), w.b.releaseTimeout())
 				defer cancel()
-				_, _ = (&Backend{shared: w.b.shared}).Release(ctx, o.res.LockID)
+				_, _, _ = (&Backend{shared: w.b.shared}).release(ctx, o.res.LockID, "")
 			}
 		}()
 	}

@@ -1,6 +1,9 @@
 package syncguard
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // Revoke forces the holder of key out (a stuck job, a leader to depose) and
 // returns the holding it ended, or nil when key had no live holding to end.
@@ -11,8 +14,7 @@ import "context"
 // alone (nil). The holder learns it at its next extend: its lease ends with
 // ErrLockLost (with AutoExtend within a third of its TTL; an election's
 // term ends then), and fences reject its writes once the next holder has
-// written. backend needs raw lookups (*Backend, *TelemetryBackend over one,
-// syncguardtest's Backend).
+// written. backend needs raw lookups (*Backend, syncguardtest's Backend).
 func Revoke(ctx context.Context, backend LockBackend, key string) (*LockInfo, error) {
 	d, ok := backend.(debugLookuper)
 	if !ok {
@@ -26,4 +28,14 @@ func Revoke(ctx context.Context, backend LockBackend, key string) (*LockInfo, er
 		return nil, err
 	}
 	return &h.LockInfo, nil
+}
+
+// debugLookuper is a backend with raw lookups (*Backend).
+type debugLookuper interface {
+	LookupKeyDebug(ctx context.Context, key string) (*LockInfoDebug, error)
+	LookupIDDebug(ctx context.Context, lockID string) (*LockInfoDebug, error)
+}
+
+func noDebug(b LockBackend) *Error {
+	return invalidArg("lookup", fmt.Sprintf("backend %T has no raw lookups (LookupKeyDebug, LookupIDDebug)", b))
 }

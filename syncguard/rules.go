@@ -30,7 +30,7 @@ func (f Fence) Int64() (int64, error) {
 
 // HashKey is the spec's sanitized identifier of a key or lockId: 24
 // lowercase hex characters, computed from the NFC form of s. Log it
-// instead of the raw value; LockInfo, LockEvent and error messages carry
+// instead of the raw value; LockInfo, telemetry.LockEvent and error messages carry
 // only this form. It is for logs and UIs, not for security.
 func HashKey(s string) string { return rules.HashKey(s) }
 

@@ -25,7 +25,7 @@ type Locker interface {
 }
 
 // LockBackend is the single-attempt lock API of the spec: a Locker plus
-// the read-only inspections (*Backend, *TelemetryBackend).
+// the read-only inspections (*Backend).
 type LockBackend interface {
 	Locker
 	// IsLocked reports whether key is held by a live lock.

@@ -17,11 +17,15 @@ import (
 // before Lock returns (in the background after an outage or an attempt
 // the wait's end left unanswered, so that Lock returns at its Timeout).
 func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (AcquireResult, time.Time, int, error) {
-	l := &waitLoop{ctx: ctx, key: key, c: c, start: time.Now()}
+	l := &waitLoop{ctx: ctx, b: b, key: key, c: c, start: time.Now()}
 	if c.Acquisition.Timeout > 0 {
 		l.deadline = l.start.Add(c.Acquisition.Timeout)
 	}
 	l.w = waiterFor(b, key, c)
+	if c.Tracer != nil { // a polling waiter's Acquire traces itself on a Locker with this Tracer
+		_, poll := l.w.(*pollWaiter)
+		l.trace = !poll || !c.lockerTracer
+	}
 	res, sent, err := l.run()
 	if err != nil || !res.OK {
 		leave(ctx, l.w, c.ReleaseTimeout, l.realErr != nil, l.lastErr != nil)
@@ -33,8 +37,10 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (AcquireR
 type waitLoop struct {
 	ctx             context.Context
 	w               Waiter
+	b               Locker
 	key             string
 	c               *lockConfig
+	trace           bool      // its attempts go to c.Tracer
 	start, deadline time.Time // deadline zero: no Timeout, only ctx
 
 	attempts, retries int
@@ -105,7 +111,14 @@ func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err e
 	if !l.deadline.IsZero() {
 		actx, cancel = context.WithDeadline(l.ctx, l.deadline)
 	}
-	res, err = l.w.Attempt(actx, l.c.TTL)
+	if l.trace {
+		var o opTrace
+		o, actx = startOp(l.c.Tracer, actx, TraceOp{Op: "acquire", Key: l.key, Attempt: l.attempts, Locker: l.b})
+		res, err = l.w.Attempt(actx, l.c.TTL)
+		o.end(res.OK, res.Reason, res.LockID, err)
+	} else {
+		res, err = l.w.Attempt(actx, l.c.TTL)
+	}
 	cancel()
 	if err == nil {
 		l.answered, l.lastErr, l.holderEnds = true, nil, time.Time{}

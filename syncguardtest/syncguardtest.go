@@ -36,7 +36,9 @@
 //     transaction (it does not simulate the transaction: see WithTx);
 //   - logging: leases made on the backend log nothing (failed automatic
 //     extensions under an injected outage would warn every TTL/10) unless
-//     SetLogger gives them a logger.
+//     SetLogger gives them a logger;
+//   - tracing: SetTracer sets a syncguard.Tracer, as Config.Tracer does
+//     for a Backend (its operations, and Lock's waits and holdings on it).
 //
 // Waiting: the Backend is a syncguard.Queuer, so syncguard.Lock and
 // WithLock wait on it as on the PostgreSQL backend (on a WithTx view, as
@@ -112,7 +114,8 @@ type store struct {
 	byID    map[string]string  // lockId -> normalized key
 	fences  map[string]int64   // by normalized key
 	calls   map[Op]int
-	logger  *slog.Logger // LeaseLogger; nil: discard
+	logger  *slog.Logger     // LeaseLogger; nil: discard
+	tracer  syncguard.Tracer // SetTracer
 
 	queues map[string][]*waiter // by normalized key, in queue order (queue.go)
 	seq    uint64               // the place of the last waiter queued
@@ -301,14 +304,6 @@ func (b *Backend) Calls(op Op) int {
 
 // --- the operations
 
-// Acquire implements syncguard.LockBackend: a single attempt, as on
-// PostgreSQL. It respects the queue of Lock's waiters: a free key with live
-// waiters queued goes to the first of them, and the attempt gets "locked"
-// (see "Waiting" in the package doc).
-func (b *Backend) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {
-	return b.acquire(ctx, key, ttl, b.identity, nil)
-}
-
 // acquire is one attempt with holder identity ident, as waiter w (nil: a
 // plain one).
 func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, ident string, w *waiter) (syncguard.AcquireResult, error) {
@@ -354,9 +349,7 @@ func acquired(r *record) syncguard.AcquireResult {
 	return syncguard.AcquireResult{OK: true, LockID: r.lockID, Fence: r.fence, ExpiresAt: time.UnixMilli(r.expiresMs)}
 }
 
-// Release implements syncguard.LockBackend. It hands the key to the first
-// live waiter of syncguard.Lock in the same step (see "Waiting").
-func (b *Backend) Release(ctx context.Context, lockID string) (syncguard.ReleaseResult, error) {
+func (b *Backend) release(ctx context.Context, lockID string) (syncguard.ReleaseResult, error) {
 	if err := b.check.release(ctx, lockID); err != nil {
 		return syncguard.ReleaseResult{}, err
 	}
@@ -382,8 +375,7 @@ func (b *Backend) Release(ctx context.Context, lockID string) (syncguard.Release
 	return res, nil
 }
 
-// Extend implements syncguard.LockBackend.
-func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) (syncguard.ExtendResult, error) {
+func (b *Backend) extend(ctx context.Context, lockID string, ttl time.Duration) (syncguard.ExtendResult, error) {
 	if err := b.check.extend(ctx, lockID, ttl); err != nil {
 		return syncguard.ExtendResult{}, err
 	}
@@ -408,8 +400,7 @@ func (b *Backend) Extend(ctx context.Context, lockID string, ttl time.Duration) 
 	return res, nil
 }
 
-// IsLocked implements syncguard.LockBackend.
-func (b *Backend) IsLocked(ctx context.Context, key string) (bool, error) {
+func (b *Backend) isLocked(ctx context.Context, key string) (bool, error) {
 	norm, err := b.check.isLocked(ctx, key)
 	if err != nil {
 		return false, err
@@ -422,27 +413,7 @@ func (b *Backend) IsLocked(ctx context.Context, key string) (bool, error) {
 	return locked && err == nil, err
 }
 
-// LookupKey implements syncguard.LockBackend.
-func (b *Backend) LookupKey(ctx context.Context, key string) (*syncguard.LockInfo, error) {
-	d, err := b.LookupKeyDebug(ctx, key)
-	if d == nil || err != nil {
-		return nil, err
-	}
-	return &d.LockInfo, nil
-}
-
-// LookupID implements syncguard.LockBackend.
-func (b *Backend) LookupID(ctx context.Context, lockID string) (*syncguard.LockInfo, error) {
-	d, err := b.LookupIDDebug(ctx, lockID)
-	if d == nil || err != nil {
-		return nil, err
-	}
-	return &d.LockInfo, nil
-}
-
-// LookupKeyDebug is LookupKey with the raw key and lockId, as the
-// PostgreSQL backend's.
-func (b *Backend) LookupKeyDebug(ctx context.Context, key string) (*syncguard.LockInfoDebug, error) {
+func (b *Backend) lookupKey(ctx context.Context, key string) (*syncguard.LockInfoDebug, error) {
 	norm, err := b.check.lookupKey(ctx, key)
 	if err != nil {
 		return nil, err
@@ -458,8 +429,7 @@ func (b *Backend) LookupKeyDebug(ctx context.Context, key string) (*syncguard.Lo
 	return d, nil
 }
 
-// LookupIDDebug is LookupID with the raw key and lockId.
-func (b *Backend) LookupIDDebug(ctx context.Context, lockID string) (*syncguard.LockInfoDebug, error) {
+func (b *Backend) lookupID(ctx context.Context, lockID string) (*syncguard.LockInfoDebug, error) {
 	if err := b.check.lookupID(ctx, lockID); err != nil {
 		return nil, err
 	}

@@ -403,6 +403,11 @@ func runTxGuardKinds(t *testing.T, drv suite.Driver) {
 	}
 }
 
+// unwrapper is a wrapper of the caller's own that unwraps.
+type unwrapper struct{ syncguard.LockBackend }
+
+func (u unwrapper) Unwrap() syncguard.LockBackend { return u.LockBackend }
+
 func TestTxGuardKindsPQ(t *testing.T)  { runTxGuardKinds(t, pqDriver) }
 func TestTxGuardKindsPGX(t *testing.T) { runTxGuardKinds(t, pgxDriver) }
 
@@ -418,15 +423,14 @@ func TestTxGuardKindsRefusedBeforeIO(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A wrapper that unwraps is seen through: its lease is checked.
-	tb := syncguard.WithTelemetry(e.b, syncguard.TelemetryOptions{})
-	wl, err := syncguard.Lock(e.ctx, tb, "tgk:wrapped", nil)
+	wl, err := syncguard.Lock(e.ctx, unwrapper{e.b}, "tgk:wrapped", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer wl.Close()
 	tx, _ := e.begin()
 	if h, err := e.g.HoldLease(e.ctx, tx, wl); err != nil || h.Fence != wl.Fence() {
-		t.Fatalf("HoldLease of a lease of a TelemetryBackend: %+v, %v", h, err)
+		t.Fatalf("HoldLease of a lease of a wrapper: %+v, %v", h, err)
 	}
 	for _, k := range tkKinds {
 		l := e.lock(k, "tgk:other:"+k.name, time.Minute)

@@ -15,7 +15,8 @@ import (
 func BenchmarkW1Fake(b *testing.B) {
 	for _, mode := range Modes {
 		b.Run(mode.String(), func(b *testing.B) {
-			locker := Locker(b, syncguardtest.New(), mode)
+			locker := syncguardtest.New()
+			locker.SetTracer(Tracer(b, mode))
 			ctx := context.Background()
 			b.ReportAllocs()
 			cpu := CPUTime()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncguard/syncguard-go/otelsyncguard"
 	"github.com/syncguard/syncguard-go/syncguard"
+	"github.com/syncguard/syncguard-go/syncguardtest"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -16,23 +17,36 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
-// rig is a wrapped backend with a manual reader and a span recorder.
+// rig is a fake backend whose Tracer is otelsyncguard's, with a manual
+// reader and a span recorder.
 type rig struct {
-	*otelsyncguard.Backend
+	*syncguardtest.Backend
+	tracer *otelsyncguard.Tracer
 	reader *sdkmetric.ManualReader
 	spans  *tracetest.SpanRecorder
 }
 
-func newRig(t testing.TB, b syncguard.LockBackend, opts ...otelsyncguard.Option) *rig {
+func newRig(t testing.TB, b *syncguardtest.Backend, opts ...otelsyncguard.Option) *rig {
 	reader := sdkmetric.NewManualReader()
 	spans := tracetest.NewSpanRecorder()
-	r := &rig{reader: reader, spans: spans}
-	r.Backend = otelsyncguard.Wrap(b, append([]otelsyncguard.Option{
+	r := &rig{Backend: b, reader: reader, spans: spans}
+	r.tracer = otelsyncguard.New(append([]otelsyncguard.Option{
 		otelsyncguard.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
 		otelsyncguard.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))),
 	}, opts...)...)
-	t.Cleanup(func() { r.Close() })
+	b.SetTracer(r.tracer)
+	t.Cleanup(func() { r.tracer.Close() })
 	return r
+}
+
+// WithLock is syncguard.WithLock on the rig's backend.
+func (r *rig) WithLock(ctx context.Context, key string, fn func(context.Context, *syncguard.Lease) error, opts *syncguard.LockOptions) error {
+	return syncguard.WithLock(ctx, r.Backend, key, fn, opts)
+}
+
+// Lock is syncguard.Lock on the rig's backend.
+func (r *rig) Lock(ctx context.Context, key string, opts *syncguard.LockOptions) (*syncguard.Lease, error) {
+	return syncguard.Lock(ctx, r.Backend, key, opts)
 }
 
 // collected is one collection, with lookups by name and attributes.
@@ -41,12 +55,9 @@ type collected struct {
 	rm metricdata.ResourceMetrics
 }
 
-// collect flushes the wrapper's events and collects.
+// collect collects the metrics recorded so far.
 func (r *rig) collect(t testing.TB) collected {
 	t.Helper()
-	if err := r.Flush(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 	var rm metricdata.ResourceMetrics
 	if err := r.reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)

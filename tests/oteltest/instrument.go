@@ -22,13 +22,13 @@ import (
 type Mode int
 
 const (
-	// Off is the backend itself.
+	// Off is the backend without a Tracer.
 	Off Mode = iota
-	// On is the wrapper with the SDK's metrics (a manual reader) and
+	// On is the Tracer with the SDK's metrics (a manual reader) and
 	// tracing (every span sampled, batched to an exporter that discards
 	// it).
 	On
-	// MetricsOnly is the wrapper with the SDK's metrics and the no-op
+	// MetricsOnly is the Tracer with the SDK's metrics and the no-op
 	// tracer provider: a deployment that does not trace these calls.
 	MetricsOnly
 )
@@ -69,12 +69,12 @@ func (m Mode) String() string {
 	return "otel=off"
 }
 
-// Locker returns backend itself (Off) or wrapped by otelsyncguard with the
-// SDK (On, MetricsOnly). The collection and the providers' shutdown run at
-// the end of tb.
-func Locker(tb testing.TB, backend syncguard.LockBackend, mode Mode) syncguard.LockBackend {
+// Tracer returns nil (Off) or otelsyncguard's Tracer with the SDK (On,
+// MetricsOnly), for syncguard.Config.Tracer or syncguardtest's SetTracer.
+// The collection and the providers' shutdown run at the end of tb.
+func Tracer(tb testing.TB, mode Mode) syncguard.Tracer {
 	if mode == Off {
-		return backend
+		return nil
 	}
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -84,10 +84,9 @@ func Locker(tb testing.TB, backend syncguard.LockBackend, mode Mode) syncguard.L
 		sdk := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
 		tp, shutdown = sdk, sdk.Shutdown
 	}
-	w := otelsyncguard.Wrap(backend, otelsyncguard.WithMeterProvider(mp), otelsyncguard.WithTracerProvider(tp))
+	w := otelsyncguard.New(otelsyncguard.WithMeterProvider(mp), otelsyncguard.WithTracerProvider(tp))
 	tb.Cleanup(func() {
 		ctx := context.Background()
-		w.Flush(ctx)
 		var rm metricdata.ResourceMetrics
 		if err := reader.Collect(ctx, &rm); err != nil {
 			tb.Error(err)

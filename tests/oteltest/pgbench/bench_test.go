@@ -25,7 +25,7 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m, pgtest.Options{}) }
 
-func backend(b *testing.B, conns int) *syncguard.Backend {
+func backend(b *testing.B, conns int, tracer syncguard.Tracer) *syncguard.Backend {
 	srv := pgtest.Require(b)
 	ctx := context.Background()
 	dsn, err := srv.CreateDatabase(ctx, "otelbench")
@@ -42,7 +42,7 @@ func backend(b *testing.B, conns int) *syncguard.Backend {
 	if err := syncguard.SetupSchema(ctx, db, nil); err != nil {
 		b.Fatal(err)
 	}
-	be, err := syncguard.New(db, nil)
+	be, err := syncguard.New(db, &syncguard.Config{Tracer: tracer})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func backend(b *testing.B, conns int) *syncguard.Backend {
 func BenchmarkW1(b *testing.B) {
 	for _, mode := range oteltest.ModesInOrder(b) {
 		b.Run(mode.String(), func(b *testing.B) {
-			locker := oteltest.Locker(b, backend(b, 2), mode)
+			locker := backend(b, 2, oteltest.Tracer(b, mode))
 			ctx := context.Background()
 			cpu := oteltest.CPUTime()
 			for b.Loop() {
@@ -81,7 +81,7 @@ func BenchmarkW6a(b *testing.B) {
 			const workers, hold, pause, run = 8, 10 * time.Millisecond, 20 * time.Millisecond, 2 * time.Second
 			lockers := make([]syncguard.LockBackend, workers)
 			for i := range lockers {
-				lockers[i] = oteltest.Locker(b, backend(b, 2), mode)
+				lockers[i] = backend(b, 2, oteltest.Tracer(b, mode))
 			}
 			b.ResetTimer()
 			var done, busy atomic.Int64

@@ -61,19 +61,18 @@ func run(ctx context.Context, dsn string, ln net.Listener, hold time.Duration) e
 	if err := syncguard.SetupSchema(ctx, db, nil); err != nil {
 		return err
 	}
-	backend, err := syncguard.New(db, nil)
-	if err != nil {
-		return err
-	}
-	defer backend.Close()
-	locks := otelsyncguard.Wrap(backend,
+	tracer := otelsyncguard.New(
 		otelsyncguard.WithMeterProvider(provider),
 		otelsyncguard.WithKeyLabel(func(key string) string {
 			job, _, _ := strings.Cut(key, ":") // "reports": one series per kind of job
 			return job
 		}))
+	defer tracer.Close()
+	locks, err := syncguard.New(db, &syncguard.Config{Tracer: tracer})
+	if err != nil {
+		return err
+	}
 	defer locks.Close()
-	defer locks.Flush(context.Background()) // the last events' metrics, before the provider's Shutdown
 
 	srv := &http.Server{Handler: promhttp.Handler()}
 	served := make(chan error, 1)
@@ -96,7 +95,7 @@ func run(ctx context.Context, dsn string, ln net.Listener, hold time.Duration) e
 	}
 	opts := &syncguard.LockOptions{TTL: time.Minute, Acquisition: syncguard.AcquisitionOptions{Timeout: time.Minute}}
 	workers.Go(func() {
-		if err := locks.WithLock(ctx, "reports:daily", job(hold, acquired), opts); err != nil {
+		if err := syncguard.WithLock(ctx, locks, "reports:daily", job(hold, acquired), opts); err != nil {
 			log.Print(err)
 		}
 	})
@@ -106,7 +105,7 @@ func run(ctx context.Context, dsn string, ln net.Listener, hold time.Duration) e
 		case <-ctx.Done():
 			return
 		}
-		if err := locks.WithLock(ctx, "reports:daily", job(0, nil), opts); err != nil {
+		if err := syncguard.WithLock(ctx, locks, "reports:daily", job(0, nil), opts); err != nil {
 			log.Print(err)
 		}
 	})

@@ -1,4 +1,4 @@
-package syncguard
+package telemetry
 
 import (
 	"context"

@@ -1,6 +1,7 @@
-package syncguard_test
+package telemetry_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -12,27 +13,58 @@ import (
 
 	"github.com/syncguard/syncguard-go/syncguard"
 	"github.com/syncguard/syncguard-go/syncguardtest"
+	"github.com/syncguard/syncguard-go/telemetry"
 )
 
 // recorder collects events.
 type recorder struct {
 	mu     sync.Mutex
-	events []syncguard.LockEvent
+	events []telemetry.LockEvent
 }
 
-func (r *recorder) on(e syncguard.LockEvent) {
+func (r *recorder) on(e telemetry.LockEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, e)
 }
 
-func (r *recorder) all() []syncguard.LockEvent {
+func (r *recorder) all() []telemetry.LockEvent {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]syncguard.LockEvent(nil), r.events...)
+	return append([]telemetry.LockEvent(nil), r.events...)
 }
 
-func flush(t *testing.T, tb *syncguard.TelemetryBackend) {
+// traced returns a fake backend whose Tracer is a telemetry Tracer.
+func traced(b *syncguardtest.Backend, opts telemetry.Options) (*syncguardtest.Backend, *telemetry.Tracer) {
+	tr := telemetry.New(opts)
+	b.SetTracer(tr)
+	return b, tr
+}
+
+func captureLogger() (*slog.Logger, *syncBuffer) {
+	buf := &syncBuffer{}
+	return slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func flush(t *testing.T, tb *telemetry.Tracer) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -44,29 +76,29 @@ func flush(t *testing.T, tb *syncguard.TelemetryBackend) {
 func TestTelemetryEventPerOperation(t *testing.T) {
 	b := syncguardtest.New()
 	rec := &recorder{}
-	tb := syncguard.WithTelemetry(b, syncguard.TelemetryOptions{OnEvent: rec.on})
+	_, tb := traced(b, telemetry.Options{OnEvent: rec.on})
 	ctx := context.Background()
 	const key = "user:42"
 
-	a, _ := tb.Acquire(ctx, key, time.Minute)
-	_, _ = tb.Acquire(ctx, key, time.Minute)
-	_, _ = tb.IsLocked(ctx, key)
-	_, _ = tb.LookupKey(ctx, key)
-	_, _ = tb.LookupID(ctx, a.LockID)
-	_, _ = tb.Extend(ctx, a.LockID, time.Minute)
-	_, _ = tb.Release(ctx, a.LockID)
-	_, _ = tb.Release(ctx, a.LockID)
-	_, _ = tb.Extend(ctx, a.LockID, time.Minute)
-	_, _ = tb.IsLocked(ctx, key)
-	_, _ = tb.LookupKey(ctx, key)
-	o, _ := tb.Acquire(ctx, "other", time.Minute)
+	a, _ := b.Acquire(ctx, key, time.Minute)
+	_, _ = b.Acquire(ctx, key, time.Minute)
+	_, _ = b.IsLocked(ctx, key)
+	_, _ = b.LookupKey(ctx, key)
+	_, _ = b.LookupID(ctx, a.LockID)
+	_, _ = b.Extend(ctx, a.LockID, time.Minute)
+	_, _ = b.Release(ctx, a.LockID)
+	_, _ = b.Release(ctx, a.LockID)
+	_, _ = b.Extend(ctx, a.LockID, time.Minute)
+	_, _ = b.IsLocked(ctx, key)
+	_, _ = b.LookupKey(ctx, key)
+	o, _ := b.Acquire(ctx, "other", time.Minute)
 	b.Expire(o.LockID)
-	_, _ = tb.Release(ctx, o.LockID)
-	_, err := tb.Acquire(ctx, "", time.Minute)
+	_, _ = b.Release(ctx, o.LockID)
+	_, err := b.Acquire(ctx, "", time.Minute)
 	flush(t, tb)
 
 	kh, ih := syncguard.HashKey(key), syncguard.HashKey(a.LockID)
-	want := []syncguard.LockEvent{
+	want := []telemetry.LockEvent{
 		{Type: "acquire", OK: true, KeyHash: kh, LockIDHash: ih},
 		{Type: "acquire", KeyHash: kh, Reason: syncguard.ReasonLocked},
 		{Type: "isLocked", OK: true, KeyHash: kh},
@@ -104,28 +136,28 @@ func TestTelemetryEventPerOperation(t *testing.T) {
 func TestTelemetryIncludeRaw(t *testing.T) {
 	b := syncguardtest.New()
 	ctx := context.Background()
-	run := func(opts syncguard.TelemetryOptions) ([]syncguard.LockEvent, string) {
+	run := func(opts telemetry.Options) ([]telemetry.LockEvent, string) {
 		rec := &recorder{}
 		opts.OnEvent = rec.on
-		tb := syncguard.WithTelemetry(b, opts)
-		a, _ := tb.Acquire(ctx, "raw", time.Minute)
-		_, _ = tb.Acquire(ctx, "raw", time.Minute)
-		_, _ = tb.Release(ctx, a.LockID)
+		_, tb := traced(b, opts)
+		a, _ := b.Acquire(ctx, "raw", time.Minute)
+		_, _ = b.Acquire(ctx, "raw", time.Minute)
+		_, _ = b.Release(ctx, a.LockID)
 		flush(t, tb)
 		return rec.all(), a.LockID
 	}
 
-	evs, _ := run(syncguard.TelemetryOptions{})
+	evs, _ := run(telemetry.Options{})
 	for _, e := range evs {
 		if e.Key != "" || e.LockID != "" {
 			t.Errorf("no raw values by default: %+v", e)
 		}
 	}
-	evs, id := run(syncguard.TelemetryOptions{IncludeRaw: true})
+	evs, id := run(telemetry.Options{IncludeRaw: true})
 	if evs[0].Key != "raw" || evs[0].LockID != id || evs[1].Key != "raw" || evs[2].LockID != id {
 		t.Errorf("IncludeRaw adds the raw key and lockId: %+v", evs)
 	}
-	evs, id = run(syncguard.TelemetryOptions{IncludeRaw: true, IncludeRawFunc: func(e syncguard.LockEvent) bool {
+	evs, id = run(telemetry.Options{IncludeRaw: true, IncludeRawFunc: func(e telemetry.LockEvent) bool {
 		if e.Key != "" || e.LockID != "" {
 			t.Error("the predicate sees the event without raw values")
 		}
@@ -134,7 +166,7 @@ func TestTelemetryIncludeRaw(t *testing.T) {
 	if evs[0].Key != "" || evs[1].Key != "raw" || evs[2].LockID != "" {
 		t.Errorf("IncludeRawFunc decides per event (only the failed acquire here): %+v, %s", evs, id)
 	}
-	evs, _ = run(syncguard.TelemetryOptions{IncludeRawFunc: func(syncguard.LockEvent) bool { panic("bad predicate") }})
+	evs, _ = run(telemetry.Options{IncludeRawFunc: func(telemetry.LockEvent) bool { panic("bad predicate") }})
 	if len(evs) != 3 || evs[0].Key != "" {
 		t.Errorf("a panicking predicate means no raw values, and events still flow: %+v", evs)
 	}
@@ -144,12 +176,12 @@ func TestTelemetrySlowCallbackNeverDelaysOperations(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := syncguardtest.New()
 		delivered := 0
-		tb := syncguard.WithTelemetry(b, syncguard.TelemetryOptions{OnEvent: func(syncguard.LockEvent) {
+		_, tb := traced(b, telemetry.Options{OnEvent: func(telemetry.LockEvent) {
 			time.Sleep(time.Hour)
 			delivered++
 		}})
 		start := time.Now()
-		err := syncguard.WithLock(t.Context(), tb, "k", func(context.Context, *syncguard.Lease) error { return nil }, nil)
+		err := syncguard.WithLock(t.Context(), b, "k", func(context.Context, *syncguard.Lease) error { return nil }, nil)
 		if err != nil || time.Since(start) != 0 {
 			t.Fatalf("operations must not wait for OnEvent: took %v, err %v", time.Since(start), err)
 		}
@@ -166,13 +198,13 @@ func TestTelemetryPanickingCallbackIsContained(t *testing.T) {
 	b := syncguardtest.New()
 	logger, buf := captureLogger()
 	n := 0
-	tb := syncguard.WithTelemetry(b, syncguard.TelemetryOptions{Logger: logger, OnEvent: func(e syncguard.LockEvent) {
+	_, tb := traced(b, telemetry.Options{Logger: logger, OnEvent: func(e telemetry.LockEvent) {
 		n++
 		if e.Type == "acquire" {
 			panic("callback bug")
 		}
 	}})
-	err := syncguard.WithLock(context.Background(), tb, "k", func(context.Context, *syncguard.Lease) error { return nil }, nil)
+	err := syncguard.WithLock(context.Background(), b, "k", func(context.Context, *syncguard.Lease) error { return nil }, nil)
 	flush(t, tb)
 	if err != nil || n != 4 {
 		t.Fatalf("a panicking OnEvent breaks nothing: err %v, %d events delivered (want acquire, wait, release, hold)", err, n)
@@ -187,16 +219,16 @@ func TestTelemetryDropsAndCountsWhenFull(t *testing.T) {
 	entered, gate := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	delivered := 0
-	tb := syncguard.WithTelemetry(b, syncguard.TelemetryOptions{BufferSize: 2, OnEvent: func(syncguard.LockEvent) {
+	_, tb := traced(b, telemetry.Options{BufferSize: 2, OnEvent: func(telemetry.LockEvent) {
 		once.Do(func() { close(entered) })
 		<-gate
 		delivered++
 	}})
 	ctx := context.Background()
-	_, _ = tb.IsLocked(ctx, "k")
+	_, _ = b.IsLocked(ctx, "k")
 	<-entered // the first event is being delivered; the queue is empty
 	for range 10 {
-		_, _ = tb.IsLocked(ctx, "k")
+		_, _ = b.IsLocked(ctx, "k")
 	}
 	if d := tb.Dropped(); d != 8 {
 		t.Fatalf("a full buffer (2) drops and counts the rest: want 8 dropped, got %d", d)
@@ -214,8 +246,8 @@ func TestTelemetryErrorsAndSlogSink(t *testing.T) {
 		return &syncguard.Error{Op: string(c.Op), Code: syncguard.CodeServiceUnavailable, Key: "secret-key", Msg: "down"}
 	})
 	logger, buf := captureLogger()
-	tb := syncguard.WithTelemetry(b, syncguard.TelemetryOptions{OnEvent: syncguard.SlogSink(logger, slog.LevelDebug)})
-	_, _ = tb.Acquire(context.Background(), "secret-key", time.Second)
+	_, tb := traced(b, telemetry.Options{OnEvent: telemetry.SlogSink(logger, slog.LevelDebug)})
+	_, _ = b.Acquire(context.Background(), "secret-key", time.Second)
 	flush(t, tb)
 	out := buf.String()
 	for _, want := range []string{`"level":"WARN"`, `"type":"acquire"`, `"result":"fail"`, `"code":"ServiceUnavailable"`, syncguard.HashKey("secret-key")} {
@@ -228,54 +260,43 @@ func TestTelemetryErrorsAndSlogSink(t *testing.T) {
 	}
 }
 
-func TestTelemetryIdleWrapperHoldsNoGoroutine(t *testing.T) {
+func TestTelemetryIdleTracerHoldsNoGoroutine(t *testing.T) {
 	// Inside a synctest bubble every goroutine must have exited when the
-	// test function returns; an idle wrapper must not keep one.
+	// test function returns; an idle Tracer must not keep one.
 	synctest.Test(t, func(t *testing.T) {
-		tb := syncguard.WithTelemetry(syncguardtest.New(), syncguard.TelemetryOptions{OnEvent: func(syncguard.LockEvent) {}})
-		_, _ = tb.IsLocked(t.Context(), "k")
+		b, _ := traced(syncguardtest.New(), telemetry.Options{OnEvent: func(telemetry.LockEvent) {}})
+		_, _ = b.IsLocked(t.Context(), "k")
 		synctest.Wait()
 	})
 }
 
-func TestTelemetryForwardsDebugLookups(t *testing.T) {
+func TestTelemetryDebugLookups(t *testing.T) {
 	b := syncguardtest.New()
-	rec := &recorder{}
-	tb := syncguard.WithTelemetry(b, syncguard.TelemetryOptions{OnEvent: rec.on})
 	ctx := context.Background()
 	a, _ := b.Acquire(ctx, "k", time.Minute)
-	d, err := tb.LookupKeyDebug(ctx, "k")
-	if err != nil || d == nil || d.LockID != a.LockID {
-		t.Fatalf("LookupKeyDebug through the wrapper: %+v %v", d, err)
+	rec := &recorder{}
+	_, tb := traced(b, telemetry.Options{OnEvent: rec.on})
+	if d, err := b.LookupKeyDebug(ctx, "k"); err != nil || d == nil || d.LockID != a.LockID {
+		t.Fatalf("LookupKeyDebug: %+v %v", d, err)
 	}
-	d, err = tb.LookupIDDebug(ctx, a.LockID)
-	if err != nil || d == nil || d.Key != "k" {
-		t.Fatalf("LookupIDDebug through the wrapper: %+v %v", d, err)
+	if d, err := b.LookupIDDebug(ctx, a.LockID); err != nil || d == nil || d.Key != "k" {
+		t.Fatalf("LookupIDDebug: %+v %v", d, err)
 	}
 	flush(t, tb)
 	if evs := rec.all(); len(evs) != 2 || evs[0].Type != "lookup" || evs[1].LockIDHash != syncguard.HashKey(a.LockID) {
 		t.Errorf("raw lookups emit lookup events: %+v", evs)
 	}
-	plain := syncguard.WithTelemetry(lookupOnly{b}, syncguard.TelemetryOptions{})
-	_, err = plain.LookupKeyDebug(ctx, "k")
-	requireCode(t, err, syncguard.CodeInvalidArgument)
-	if plain.Unwrap() != (lookupOnly{b}) {
-		t.Error("Unwrap returns the wrapped backend")
-	}
 }
 
-// lookupOnly hides the backend's debug lookups.
-type lookupOnly struct{ syncguard.LockBackend }
-
-// Lock and WithLock given a TelemetryBackend report each wait and each
+// Lock and WithLock on a traced backend report each wait and each
 // holding with its duration: a contended wait lasts until the holder's
 // release, a holding until its end, and a lost lease says why.
 func TestTelemetryHelperEvents(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := syncguardtest.New()
 		var mu sync.Mutex
-		var evs []syncguard.LockEvent
-		tb := syncguard.WithTelemetry(b, syncguard.TelemetryOptions{OnEvent: func(e syncguard.LockEvent) {
+		var evs []telemetry.LockEvent
+		_, tb := traced(b, telemetry.Options{OnEvent: func(e telemetry.LockEvent) {
 			if e.Type == "wait" || e.Type == "hold" {
 				mu.Lock()
 				evs = append(evs, e)
@@ -287,7 +308,7 @@ func TestTelemetryHelperEvents(t *testing.T) {
 			t.Fatal(held, err)
 		}
 		time.AfterFunc(3*time.Second, func() { b.Release(context.Background(), held.LockID) })
-		err = syncguard.WithLock(t.Context(), tb, "k", func(context.Context, *syncguard.Lease) error {
+		err = syncguard.WithLock(t.Context(), b, "k", func(context.Context, *syncguard.Lease) error {
 			time.Sleep(2 * time.Second)
 			return nil
 		}, &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: 10 * time.Second}})
@@ -296,9 +317,9 @@ func TestTelemetryHelperEvents(t *testing.T) {
 		}
 		// A wait that times out, and a lease that is lost.
 		b.Acquire(t.Context(), "busy", time.Hour)
-		syncguard.WithLock(t.Context(), tb, "busy", func(context.Context, *syncguard.Lease) error { return nil },
+		syncguard.WithLock(t.Context(), b, "busy", func(context.Context, *syncguard.Lease) error { return nil },
 			&syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: time.Second}})
-		lease, err := syncguard.Lock(t.Context(), tb, "lost", &syncguard.LockOptions{TTL: 10 * time.Second, AutoExtend: true})
+		lease, err := syncguard.Lock(t.Context(), b, "lost", &syncguard.LockOptions{TTL: 10 * time.Second, AutoExtend: true})
 		if err != nil {
 			t.Fatal(err)
 		}

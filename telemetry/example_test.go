@@ -1,4 +1,4 @@
-package syncguard_test
+package telemetry_test
 
 import (
 	"context"
@@ -7,14 +7,14 @@ import (
 	"os"
 	"time"
 
-	"github.com/syncguard/syncguard-go/syncguard"
 	"github.com/syncguard/syncguard-go/syncguardtest"
+	"github.com/syncguard/syncguard-go/telemetry"
 )
 
-// Every operation through the wrapper becomes a LockEvent, here logged
-// with the ready-made slog sink. Keys and lockIds appear only as hashes
-// unless IncludeRaw is set.
-func ExampleWithTelemetry() {
+// Every operation of a backend whose Tracer is a telemetry Tracer becomes
+// a LockEvent, here logged with the ready-made slog sink. Keys and lockIds
+// appear only as hashes unless IncludeRaw is set.
+func Example() {
 	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 			if a.Key == slog.TimeKey || a.Key == "duration" {
@@ -24,17 +24,16 @@ func ExampleWithTelemetry() {
 		},
 	}))
 	ctx := context.Background()
-	locks := syncguardtest.New()                    // in a program: syncguard.New(db, nil)
+	locks := syncguardtest.New()                    // in a program: syncguard.New(db, &syncguard.Config{Tracer: events})
 	locks.Acquire(ctx, "report:daily", time.Minute) // another process holds the report
 
-	observed := syncguard.WithTelemetry(locks, syncguard.TelemetryOptions{
-		OnEvent: syncguard.SlogSink(logger, slog.LevelInfo),
-	})
-	_, _ = observed.Acquire(ctx, "report:daily", time.Minute)
-	_, _ = observed.IsLocked(ctx, "report:daily")
+	events := telemetry.New(telemetry.Options{OnEvent: telemetry.SlogSink(logger, slog.LevelInfo)})
+	locks.SetTracer(events)
+	_, _ = locks.Acquire(ctx, "report:daily", time.Minute)
+	_, _ = locks.IsLocked(ctx, "report:daily")
 
 	// Events are delivered off the caller's path; wait for them here.
-	if err := observed.Flush(ctx); err != nil {
+	if err := events.Flush(ctx); err != nil {
 		fmt.Println(err)
 	}
 	// Output:

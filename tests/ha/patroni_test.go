@@ -13,6 +13,7 @@ import (
 	"github.com/syncguard/syncguard-go/conformance"
 	"github.com/syncguard/syncguard-go/internal/replication"
 	"github.com/syncguard/syncguard-go/tests/pgtest"
+	"github.com/syncguard/syncguard-go/tests/pgtest/kindcheck"
 )
 
 // startPatroni starts a Patroni cluster for t, or skips t where Patroni,
@@ -111,6 +112,7 @@ func TestPatroni(t *testing.T) {
 		t.Errorf("%s", v)
 	}
 	checkRunHealthy(t, rep)
+	checkKindsRan(t, rep)
 	t.Run("Doctor", func(t *testing.T) { testPatroniDoctor(t, ctx, p) })
 	if patroniMode() == "full" {
 		if err := p.Stop(); err != nil {
@@ -147,6 +149,23 @@ func checkRunHealthy(t *testing.T, rep *Report) {
 	}
 	if rep.Linear == nil {
 		t.Errorf("the linearizability checker did not run")
+	}
+}
+
+// checkKindsRan: every lock kind went through the failovers with work
+// for its checks (the violations themselves are in rep.Violations).
+func checkKindsRan(t *testing.T, rep *Report) {
+	t.Helper()
+	for _, kind := range kindcheck.Kinds {
+		s := rep.Kinds[kind]
+		switch {
+		case s == nil || s.Acquired == 0:
+			t.Errorf("%s: nothing acquired: the lock kind's load did not run", kind)
+		case kind != "txguard" && s.Checked == 0:
+			t.Errorf("%s: the audit check found no holding to check", kind)
+		case kind == "txguard" && s.Committed == 0:
+			t.Errorf("txguard: no write committed")
+		}
 	}
 }
 

@@ -85,15 +85,23 @@ func TestKindChecksFindViolations(t *testing.T) {
 		t.Errorf("rwlock: %v", got)
 	}
 	// multilock: key k held by S1 (set of 2, one row written) and S2 at
-	// once, S2 with the same fence.
+	// once, S2 with the same fence: one violation of each rule.
 	mlAudit, _ := kindcheck.MultiLockAudit(cfg.TableName)
 	exec(`INSERT INTO ` + mlAudit + ` (at_ms, op, xid, lock_id, key, fence, expires_at_ms, n) VALUES
 		(1000, 'I', 1, 'S1', 'k', '000000000000001', 9000, 2), (2000, 'I', 2, 'S2', 'k', '000000000000001', 9000, 1)`)
+	// S3 holds {m1, m2}, releases it, and its lockId holds it again in
+	// another transaction (an attempt of unknown outcome that committed
+	// after the clean-up): two holdings, each whole.
+	exec(`INSERT INTO ` + mlAudit + ` (at_ms, op, xid, lock_id, key, fence, expires_at_ms, n) VALUES
+		(10000, 'I', 3, 'S3', 'm1', '000000000000001', 20000, 2), (10000, 'I', 3, 'S3', 'm2', '000000000000001', 20000, 2)`)
+	exec(`INSERT INTO ` + mlAudit + ` (at_ms, op, xid, old_lock_id, key) VALUES (11000, 'D', 5, 'S3', 'm1'), (11000, 'D', 5, 'S3', 'm2')`)
+	exec(`INSERT INTO ` + mlAudit + ` (at_ms, op, xid, lock_id, key, fence, expires_at_ms, n) VALUES
+		(12000, 'I', 4, 'S3', 'm1', '000000000000002', 20000, 2), (12000, 'I', 4, 'S3', 'm2', '000000000000002', 20000, 2)`)
 	got = rules(func() ([]string, error) {
 		vs, _, err := kindcheck.CheckMultiLock(ctx, db, cfg.TableName)
 		return ruleNames(vs), err
 	})
-	if got[kindcheck.RuleMLOverlap] != 1 || got[kindcheck.RuleMLFences] != 1 || got[kindcheck.RuleMLOneTx] != 1 {
+	if got[kindcheck.RuleMLOverlap] != 1 || got[kindcheck.RuleMLFences] != 1 || got[kindcheck.RuleMLOneTx] != 1 || len(got) != 3 {
 		t.Errorf("multilock: %v", got)
 	}
 	// txguard: a write under a live lease commits; after the release the

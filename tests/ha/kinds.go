@@ -218,62 +218,28 @@ func (r *runner) hold(l *syncguard.Lease, rng *rand.Rand) {
 	}
 }
 
-// semWorker takes permits of the semaphore (AutoExtend; one in ten dies
-// holding it: no extend, no release, its permit returns at its TTL).
-func (r *runner) semWorker(kc *kindsClient, name string, rng *rand.Rand) {
+// holdLoop is a worker of kind: it acquires through acquire (abandon:
+// without AutoExtend), notes the fences it returns, holds the lease for
+// 20-300 ms and releases it, or one in abandonOneIn times dies holding it
+// (no extend, no release: it returns at its TTL).
+func (r *runner) holdLoop(kc *kindsClient, kind, name string, rng *rand.Rand, abandonOneIn int,
+	acquire func(ctx context.Context, opts *syncguard.LockOptions) (*syncguard.Lease, map[string]syncguard.Fence, error)) {
 	fails := 0
 	for r.ctx.Err() == nil {
-		abandon := rng.IntN(10) == 0
+		abandon := rng.IntN(abandonOneIn) == 0
 		sent := time.Now()
 		lctx, stop := context.WithCancel(r.ctx)
-		p, err := kc.sem.Lock(lctx, kindsSemKey, r.lockOptions(kc.name, !abandon))
+		l, fences, err := acquire(lctx, r.lockOptions(kc.name, !abandon))
 		if err != nil {
 			stop()
-			r.failed(kc, "semaphore", err, rng, &fails)
+			r.failed(kc, kind, err, rng, &fails)
 			continue
 		}
 		fails = 0
-		r.acquired(kc, "semaphore", name, p.LockID(), sent, map[string]syncguard.Fence{p.FenceKey(): p.Fence()})
-		r.hold(p.Lease, rng)
-		if abandon {
-			r.kinds.count("semaphore", func(s *KindStats) { s.Abandoned++ })
-			context.AfterFunc(r.ctx, stop)
-			continue
-		}
-		p.Close()
-		stop()
-	}
-}
-
-// rwWorker takes shared leases of the read-write lock's key, and one in
-// four times the exclusive one.
-func (r *runner) rwWorker(kc *kindsClient, name string, rng *rand.Rand) {
-	fails := 0
-	for r.ctx.Err() == nil {
-		excl := rng.IntN(4) == 0
-		abandon := rng.IntN(20) == 0
-		side := kc.rw.Shared()
-		if excl {
-			side = kc.rw.Exclusive()
-		}
-		sent := time.Now()
-		lctx, stop := context.WithCancel(r.ctx)
-		l, err := syncguard.Lock(lctx, side, kindsRWKey, r.lockOptions(kc.name, !abandon))
-		if err != nil {
-			stop()
-			r.failed(kc, "rwlock", err, rng, &fails)
-			continue
-		}
-		fails = 0
-		fences := map[string]syncguard.Fence{}
-		if excl {
-			fences[kindsRWKey] = l.Fence() // a reader's is the writer's before it
-			r.kinds.count("rwlock", func(s *KindStats) { s.Writers++ })
-		}
-		r.acquired(kc, "rwlock", name, l.LockID(), sent, fences)
+		r.acquired(kc, kind, name, l.LockID(), sent, fences)
 		r.hold(l, rng)
 		if abandon {
-			r.kinds.count("rwlock", func(s *KindStats) { s.Abandoned++ })
+			r.kinds.count(kind, func(s *KindStats) { s.Abandoned++ })
 			context.AfterFunc(r.ctx, stop)
 			continue
 		}
@@ -282,24 +248,46 @@ func (r *runner) rwWorker(kc *kindsClient, name string, rng *rand.Rand) {
 	}
 }
 
+// semWorker takes permits of the semaphore.
+func (r *runner) semWorker(kc *kindsClient, name string, rng *rand.Rand) {
+	r.holdLoop(kc, "semaphore", name, rng, 10, func(ctx context.Context, opts *syncguard.LockOptions) (*syncguard.Lease, map[string]syncguard.Fence, error) {
+		p, err := kc.sem.Lock(ctx, kindsSemKey, opts)
+		if err != nil {
+			return nil, nil, err
+		}
+		return p.Lease, map[string]syncguard.Fence{p.FenceKey(): p.Fence()}, nil
+	})
+}
+
+// rwWorker takes shared leases of the read-write lock's key, and one in
+// four times the exclusive one (only a writer's fence is its own: a
+// reader's is the writer's before it).
+func (r *runner) rwWorker(kc *kindsClient, name string, rng *rand.Rand) {
+	r.holdLoop(kc, "rwlock", name, rng, 20, func(ctx context.Context, opts *syncguard.LockOptions) (*syncguard.Lease, map[string]syncguard.Fence, error) {
+		side := kc.rw.Shared()
+		if rng.IntN(4) == 0 {
+			side = kc.rw.Exclusive()
+		}
+		l, err := syncguard.Lock(ctx, side, kindsRWKey, opts)
+		if err != nil || !side.IsExclusive() {
+			return l, nil, err
+		}
+		r.kinds.count("rwlock", func(s *KindStats) { s.Writers++ })
+		return l, map[string]syncguard.Fence{kindsRWKey: l.Fence()}, nil
+	})
+}
+
 // mlWorker locks sets of one to three of the three keys, named in random
 // order.
 func (r *runner) mlWorker(kc *kindsClient, name string, rng *rand.Rand) {
 	keys := append([]string(nil), kindsMLKeys...)
-	fails := 0
-	for r.ctx.Err() == nil {
+	r.holdLoop(kc, "multilock", name, rng, 20, func(ctx context.Context, opts *syncguard.LockOptions) (*syncguard.Lease, map[string]syncguard.Fence, error) {
 		rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
 		set := append([]string(nil), keys[:1+rng.IntN(len(keys))]...)
-		abandon := rng.IntN(20) == 0
-		sent := time.Now()
-		lctx, stop := context.WithCancel(r.ctx)
-		l, err := multilock.Lock(lctx, kc.ml, set, r.lockOptions(kc.name, !abandon))
+		l, err := multilock.Lock(ctx, kc.ml, set, opts)
 		if err != nil {
-			stop()
-			r.failed(kc, "multilock", err, rng, &fails)
-			continue
+			return nil, nil, err
 		}
-		fails = 0
 		fences := map[string]syncguard.Fence{}
 		for _, kf := range l.Fences() {
 			fences[kf.Key] = kf.Fence
@@ -307,16 +295,8 @@ func (r *runner) mlWorker(kc *kindsClient, name string, rng *rand.Rand) {
 		if len(fences) != len(set) {
 			r.addViolation(history.Violation{Rule: kindcheck.RuleMLOneTx, Detail: fmt.Sprintf("%s: a set of %d keys came back with %d fences", name, len(set), len(fences))})
 		}
-		r.acquired(kc, "multilock", name, l.LockID(), sent, fences)
-		r.hold(l.Lease, rng)
-		if abandon {
-			r.kinds.count("multilock", func(s *KindStats) { s.Abandoned++ })
-			context.AfterFunc(r.ctx, stop)
-			continue
-		}
-		l.Close()
-		stop()
-	}
+		return l.Lease, fences, nil
+	})
 }
 
 // txWorker takes a mutex lease of one of the resource's keys and writes

@@ -64,7 +64,8 @@ type mlLife struct {
 // CheckMultiLock rebuilds the holdings of lock table table from the audit
 // and checks them: no key has two holders at a server time, each key's
 // fences strictly increase, and every holding's rows were all written by
-// one transaction, one per key of its set. It returns the key holdings
+// one transaction, one per key of its set (a lockId that holds again after
+// all its rows ended is a new holding). It returns the key holdings
 // checked.
 func CheckMultiLock(ctx context.Context, db *sql.DB, table string) ([]history.Violation, int, error) {
 	audit, _ := MultiLockAudit(table)
@@ -75,12 +76,14 @@ func CheckMultiLock(ctx context.Context, db *sql.DB, table string) ([]history.Vi
 	}
 	defer rows.Close()
 	type holding struct {
-		xids map[int64]bool
-		n    int
-		rows int
+		id         string
+		xids       map[int64]bool
+		n          int
+		rows, live int
 	}
 	lives := map[[2]string]*mlLife{}
-	holdings := map[string]*holding{}
+	holdings := map[string]*holding{} // lockId -> its current holding
+	var all []*holding
 	var order []*mlLife
 	var vs []history.Violation
 	start := func(at, xid int64, id, key, fence string, exp int64, n int) {
@@ -91,17 +94,25 @@ func CheckMultiLock(ctx context.Context, db *sql.DB, table string) ([]history.Vi
 		l := &mlLife{key: key, lockID: id, fence: f, from: at, exp: exp}
 		lives[[2]string{id, key}] = l
 		order = append(order, l)
+		// A lockId whose rows have all ended and that writes rows again
+		// is a new holding: an attempt of unknown outcome that committed
+		// after the caller's clean-up released the earlier one.
 		h := holdings[id]
-		if h == nil {
-			h = &holding{xids: map[int64]bool{}, n: n}
+		if h == nil || h.live == 0 {
+			h = &holding{id: id, xids: map[int64]bool{}, n: n}
 			holdings[id] = h
+			all = append(all, h)
 		}
 		h.xids[xid] = true
 		h.rows++
+		h.live++
 	}
 	end := func(at int64, id, key string) {
 		if l := lives[[2]string{id, key}]; l != nil && l.ended == 0 {
 			l.ended = at
+			if h := holdings[id]; h != nil {
+				h.live--
+			}
 		}
 	}
 	for rows.Next() {
@@ -130,10 +141,10 @@ func CheckMultiLock(ctx context.Context, db *sql.DB, table string) ([]history.Vi
 	if err := rows.Err(); err != nil {
 		return nil, 0, err
 	}
-	for id, h := range holdings {
+	for _, h := range all {
 		if len(h.xids) != 1 || h.rows != h.n {
 			vs = append(vs, history.Violation{Rule: RuleMLOneTx,
-				Detail: fmt.Sprintf("lockId %s: %d rows for a set of %d, in %d transactions", rules.HashKey(id), h.rows, h.n, len(h.xids))})
+				Detail: fmt.Sprintf("lockId %s: %d rows for a set of %d, in %d transactions", rules.HashKey(h.id), h.rows, h.n, len(h.xids))})
 		}
 	}
 	byKey := map[string][]*mlLife{}

@@ -173,7 +173,7 @@ func checkKindsRan(t *testing.T, rep *Report) {
 // what asynchronous replication loses under Patroni. It reports the
 // breakage and fails only if the run itself could not be made.
 func testPatroniAsync(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	p := startPatroni(t, ctx, PatroniOptions{Async: true})
 	rep, err := Run(ctx, p, RunOptions{Faults: patroniFullPlan[:6], Logf: t.Logf, StableTimeout: 4 * time.Minute})

@@ -11,6 +11,7 @@ import (
 	"github.com/syncguard/syncguard-go/rwlock"
 	"github.com/syncguard/syncguard-go/syncguard"
 	"github.com/syncguard/syncguard-go/tests/pgtest/history"
+	"github.com/syncguard/syncguard-go/tests/pgtest/kindcheck"
 )
 
 // The read-write lock under the same faults (issue 30): per adapter, four
@@ -32,8 +33,7 @@ func (r *runner) startRWLock(wg *sync.WaitGroup) {
 	ctx := r.ctx
 	cfg := r.cfg
 	table := cfg.TableName + "_rw"
-	audit := rules.QuoteIdent(cfg.TableName + "_rw_audit")
-	fn := rules.QuoteIdent(cfg.TableName + "_rw_audit_fn")
+	audit, _ := kindcheck.RWLockAudit(cfg.TableName)
 	drop := func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -50,23 +50,10 @@ func (r *runner) startRWLock(wg *sync.WaitGroup) {
 		fail(err)
 		return
 	}
-	for _, q := range []string{
-		`CREATE TABLE ` + audit + ` (id bigserial, at_ms bigint NOT NULL, op text NOT NULL, lock_id text, key text, exclusive boolean, fence bigint, expires_at_ms bigint)`,
-		`CREATE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $a$ BEGIN
-  IF TG_OP = 'DELETE' THEN
-    INSERT INTO ` + audit + ` (at_ms, op, lock_id, key, exclusive, fence, expires_at_ms) VALUES (floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint, 'D', OLD.lock_id, OLD.key, OLD.exclusive, OLD.fence, OLD.expires_at_ms);
-  ELSE
-    INSERT INTO ` + audit + ` (at_ms, op, lock_id, key, exclusive, fence, expires_at_ms) VALUES (floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint, left(TG_OP, 1), NEW.lock_id, NEW.key, NEW.exclusive, NEW.fence, NEW.expires_at_ms);
-  END IF;
-  RETURN NULL;
-END $a$`,
-		`CREATE TRIGGER rw_audit AFTER INSERT OR UPDATE OR DELETE ON ` + rules.QuoteIdent(table) + ` FOR EACH ROW EXECUTE FUNCTION ` + fn + `()`,
-	} {
-		if _, err := r.admin.ExecContext(ctx, q); err != nil {
-			fail(err)
-			drop()
-			return
-		}
+	if err := kindcheck.InstallRWLockAudit(ctx, r.admin, cfg.TableName); err != nil {
+		fail(err)
+		drop()
+		return
 	}
 	var workers sync.WaitGroup
 	var locks []*rwlock.RWLock
@@ -94,7 +81,7 @@ END $a$`,
 		}
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		vs, n, err := rwCheckAudit(cctx, r, audit)
+		vs, n, err := kindcheck.CheckRWLock(cctx, r.admin, cfg.TableName)
 		if err != nil {
 			fail(err)
 		}
@@ -130,87 +117,4 @@ func (r *runner) rwWorker(ctx context.Context, rw *rwlock.RWLock, rng *rand.Rand
 		}
 		l.Close()
 	}
-}
-
-type rwLife struct {
-	key       string
-	lockID    string
-	exclusive bool
-	fence     int64
-	from, to  int64 // server ms, [from, to)
-	exp       int64
-	deleted   int64 // 0: never
-}
-
-// rwCheckAudit rebuilds the leases from the audit and checks them.
-func rwCheckAudit(ctx context.Context, r *runner, audit string) ([]history.Violation, int, error) {
-	rows, err := r.admin.QueryContext(ctx, `SELECT at_ms, op, lock_id, key, exclusive, fence, expires_at_ms FROM `+audit+` ORDER BY id`)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer rows.Close()
-	lives := map[string]*rwLife{}
-	var order []*rwLife
-	for rows.Next() {
-		var (
-			at, fence, exp int64
-			op, id, key    string
-			excl           bool
-		)
-		if err := rows.Scan(&at, &op, &id, &key, &excl, &fence, &exp); err != nil {
-			return nil, 0, err
-		}
-		l := lives[id]
-		switch op {
-		case "I":
-			l = &rwLife{key: key, lockID: id, exclusive: excl, fence: fence, from: at, exp: exp}
-			lives[id] = l
-			order = append(order, l)
-		case "U":
-			if l != nil {
-				l.exp = exp
-			}
-		case "D":
-			if l != nil && l.deleted == 0 {
-				l.deleted = at
-			}
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, 0, err
-	}
-	byKey := map[string][]*rwLife{}
-	for _, l := range order {
-		l.to = l.exp + rules.ToleranceMs
-		if l.deleted != 0 && l.deleted < l.to {
-			l.to = l.deleted
-		}
-		byKey[l.key] = append(byKey[l.key], l)
-	}
-	var vs []history.Violation
-	for key, ls := range byKey {
-		last := int64(0)
-		for i, a := range ls {
-			if a.exclusive {
-				if a.fence <= last {
-					vs = append(vs, history.Violation{Rule: "rwlock: writer fences strictly increase per key", Key: key,
-						Detail: fmt.Sprintf("fence %d admitted at %d after %d", a.fence, a.from, last)})
-				}
-				last = a.fence
-			} else if a.fence != last {
-				vs = append(vs, history.Violation{Rule: "rwlock: a reader's fence is the latest writer fence at its admission", Key: key,
-					Detail: fmt.Sprintf("reader fence %d at %d, latest writer fence %d", a.fence, a.from, last)})
-			}
-			for _, b := range ls[i+1:] {
-				if b.from >= a.to || a.from >= b.to {
-					continue
-				}
-				if a.exclusive || b.exclusive {
-					vs = append(vs, history.Violation{Rule: "rwlock: a writer's lease overlaps no other lease (server clock)", Key: key,
-						Detail: fmt.Sprintf("%+v and %+v", *a, *b)})
-				}
-			}
-		}
-	}
-	return vs, len(order), nil
 }

@@ -5,15 +5,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/semaphore"
 	"github.com/syncguard/syncguard-go/syncguard"
 	"github.com/syncguard/syncguard-go/tests/pgtest/history"
+	"github.com/syncguard/syncguard-go/tests/pgtest/kindcheck"
 )
 
 // The semaphore under the fault schedule (issue 30): semWorkers workers
@@ -53,17 +52,6 @@ type semRun struct {
 
 var semRuns sync.Map // *runner -> *semRun
 
-const semAuditSQL = `CREATE TABLE IF NOT EXISTS %[1]s (slot int, lock_id text, fence bigint, acquired_at_ms bigint, ended_at_ms bigint);
-CREATE OR REPLACE FUNCTION %[2]s() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  IF OLD.lock_id IS NOT NULL AND NEW.lock_id IS DISTINCT FROM OLD.lock_id THEN
-    INSERT INTO %[1]s VALUES (OLD.slot, OLD.lock_id, OLD.fence, OLD.acquired_at_ms, LEAST(NEW.acquired_at_ms, OLD.expires_at_ms + 1000));
-  END IF;
-  RETURN NEW;
-END $$;
-DROP TRIGGER IF EXISTS sem_audit ON %[3]s;
-CREATE TRIGGER sem_audit AFTER UPDATE ON %[3]s FOR EACH ROW EXECUTE FUNCTION %[2]s()`
-
 func (r *runner) semState() *semRun {
 	v, _ := semRuns.LoadOrStore(r, &semRun{last: map[string]int64{}})
 	s := v.(*semRun)
@@ -75,9 +63,9 @@ func (r *runner) semState() *semRun {
 		if s.err = semaphore.SetupSchema(ctx, r.admin, &s.cfg); s.err != nil {
 			return
 		}
-		_, slots, _ := semaphore.Tables(r.cfg.TableName)
-		s.audit = rules.QuoteIdent(r.cfg.TableName + "_sem_audit")
-		_, s.err = r.admin.ExecContext(ctx, fmt.Sprintf(semAuditSQL, s.audit, rules.QuoteIdent(r.cfg.TableName+"_sem_audit_fn"), rules.QuoteIdent(slots)))
+		if s.err = kindcheck.InstallSemaphoreAudit(ctx, r.admin, r.cfg.TableName); s.err == nil {
+			s.audit = kindcheck.SemaphoreAudit(r.cfg.TableName)
+		}
 	})
 	return s
 }
@@ -167,57 +155,21 @@ func (r *runner) checkSemaphore(s *semRun) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rows, err := r.admin.QueryContext(ctx, `SELECT slot, fence, acquired_at_ms, ended_at_ms FROM `+s.audit+` ORDER BY slot, acquired_at_ms, fence`)
+	res, vs, err := kindcheck.CheckSemaphore(ctx, r.admin, r.cfg.TableName, semPermits)
 	if err != nil {
 		r.violate(history.Violation{Rule: "the semaphore's audit can be read", Detail: err.Error()})
 		return
 	}
-	defer rows.Close()
-	type holding struct{ slot, fence, start, end int64 }
-	bySlot := map[int64][]holding{}
-	type ev struct{ at, d int64 }
-	var evs []ev
-	n := 0
-	for rows.Next() {
-		var h holding
-		if err := rows.Scan(&h.slot, &h.fence, &h.start, &h.end); err != nil {
-			r.violate(history.Violation{Rule: "the semaphore's audit can be read", Detail: err.Error()})
-			return
-		}
-		n++
-		bySlot[h.slot] = append(bySlot[h.slot], h)
-		evs = append(evs, ev{h.start, 1}, ev{h.end, -1})
-	}
-	for slot, list := range bySlot {
-		for i := 1; i < len(list); i++ {
-			prev, h := list[i-1], list[i]
-			if h.start < prev.end {
-				r.violate(history.Violation{Rule: "semaphore: one holder per slot at a time (server clock)",
-					Detail: fmt.Sprintf("slot %d fence %d from %d, the previous holder's until %d", slot, h.fence, h.start, prev.end)})
-			}
-			if h.fence <= prev.fence {
-				r.violate(history.Violation{Rule: "semaphore: per-permit fences strictly increase",
-					Detail: fmt.Sprintf("slot %d fence %d after %d", slot, h.fence, prev.fence)})
-			}
-		}
-	}
-	sort.Slice(evs, func(i, j int) bool { return evs[i].at < evs[j].at || evs[i].at == evs[j].at && evs[i].d < evs[j].d })
-	var live, peak int64
-	for _, e := range evs {
-		live += e.d
-		peak = max(peak, live)
-	}
-	if peak > semPermits || len(bySlot) > semPermits {
-		r.violate(history.Violation{Rule: fmt.Sprintf("semaphore: at most %d live holders by the server's clock", semPermits),
-			Detail: fmt.Sprintf("peak %d, %d slots", peak, len(bySlot))})
+	for _, v := range vs {
+		r.violate(v)
 	}
 	s.mu.Lock()
 	acc, rej := s.accepted, s.rejected
 	s.mu.Unlock()
 	if rej > 0 {
-		r.violate(history.Violation{Rule: "semaphore: the per-slot fenced resource never rejects a write made in belief",
+		r.violate(history.Violation{Rule: kindcheck.RuleSemResource,
 			Detail: fmt.Sprintf("%d rejected", rej)})
 	}
 	r.opts.Logf("chaos: semaphore of %d: %d permits acquired (%d abandoned), %d holdings checked on the server's clock, peak %d live holders, writes %d accepted / %d rejected in belief, %d errors",
-		semPermits, s.acquired.Load(), s.abandon.Load(), n, peak, acc, rej, s.errs.Load())
+		semPermits, s.acquired.Load(), s.abandon.Load(), res.Holdings, res.Peak, acc, rej, s.errs.Load())
 }

@@ -2,16 +2,14 @@ package chaos
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 	"github.com/syncguard/syncguard-go/tests/pgtest/history"
+	"github.com/syncguard/syncguard-go/tests/pgtest/kindcheck"
 	"github.com/syncguard/syncguard-go/txguard"
 )
 
@@ -35,9 +33,9 @@ const TxGuardEnv = "SYNCGUARD_CHAOS_TXGUARD"
 // the load (the load's context) waits for the writes in flight, stops
 // later ones and drops them.
 type txResource struct {
-	table, hold, fences string // quoted
-	guards              map[*adapter]*txguard.Guard
-	timeout             time.Duration
+	t       *kindcheck.TxTable
+	guards  map[*adapter]*txguard.Guard
+	timeout time.Duration
 
 	mu     sync.RWMutex // writes hold it shared; the drop exclusively
 	closed bool
@@ -59,22 +57,16 @@ func setupTx(r *runner) *txResource {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	name := strings.TrimSuffix(r.cfg.TableName, "_locks") + "_resource"
-	t := &txResource{table: rules.QuoteIdent(name), hold: rules.QuoteIdent(r.cfg.TableName + "_hold"),
-		fences: rules.QuoteIdent(r.cfg.FenceTableName), guards: map[*adapter]*txguard.Guard{}, timeout: 2 * r.opts.OpTimeout}
+	t := &txResource{guards: map[*adapter]*txguard.Guard{}, timeout: 2 * r.opts.OpTimeout}
 	fail := func(err error) *txResource {
 		r.violate(history.Violation{Rule: "the database resource can be set up", Detail: err.Error()})
 		return nil
 	}
-	if _, err := r.admin.ExecContext(ctx, `CREATE TABLE `+t.table+` ("key" text PRIMARY KEY, "fence" bigint NOT NULL, "writes" bigint NOT NULL)`); err != nil {
+	var err error
+	if t.t, err = kindcheck.SetupTxTable(ctx, r.admin, &r.cfg, name); err != nil {
 		return fail(err)
 	}
 	context.AfterFunc(r.ctx, func() { t.drop(r) })
-	if err := txguard.Setup(ctx, r.admin, &r.cfg); err != nil {
-		return fail(err)
-	}
-	if err := txguard.SetupFenceGuard(ctx, r.admin, name, "fence"); err != nil {
-		return fail(err)
-	}
 	for _, a := range r.adapt {
 		g, err := txguard.New(a.db, &r.cfg)
 		if err != nil {
@@ -93,20 +85,18 @@ func (t *txResource) drop(r *runner) {
 	t.closed = true
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, _ = r.admin.ExecContext(ctx, `DROP TABLE IF EXISTS `+t.table)
-	_, _ = r.admin.ExecContext(ctx, `DROP FUNCTION IF EXISTS `+t.hold+`(text, text), `+
-		rules.QuoteIdent(strings.Trim(t.table, `"`)+"_fence_guard")+`()`)
+	t.t.Drop(ctx, r.admin)
 }
 
-// txOutcome is what became of one write.
-type txOutcome int
+// txOutcome is what became of one write (kindcheck.TxOutcome).
+type txOutcome = kindcheck.TxOutcome
 
 const (
-	txAccepted     txOutcome = iota
-	txLeaseExpired           // Hold or the SQL function: the lease had expired
-	txLeaseGone              // ... no row of the lockId: taken over or released
-	txError                  // a fault; the outcome may be unknown
-	txViolation              // see detail
+	txAccepted     = kindcheck.TxAccepted
+	txLeaseExpired = kindcheck.TxLeaseExpired
+	txLeaseGone    = kindcheck.TxLeaseGone
+	txError        = kindcheck.TxError
+	txViolation    = kindcheck.TxViolation
 )
 
 // write makes one write of worker w with the lease lockID (fence fence)
@@ -142,64 +132,9 @@ func (t *txResource) write(w *worker, key, lockID string, fence int64, viaSQL, n
 }
 
 func (t *txResource) do(w *worker, key, lockID string, fence int64, viaSQL bool, serverMs *int64) (txOutcome, string) {
-	k, err := rules.DeriveKey(key)
-	if err != nil {
-		return txViolation, err.Error()
-	}
-	g := t.guards[w.a]
 	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
 	defer cancel()
-	tx, err := w.a.db.BeginTx(ctx, nil)
-	if err != nil {
-		return txError, err.Error()
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit: no-op
-	upsert := `INSERT INTO ` + t.table + ` AS r ("key", "fence", "writes") `
-	if viaSQL {
-		upsert += `SELECT $1::text, $2::bigint, 1 WHERE ` + t.hold + `($3::text, $1::text) = $2::bigint`
-	} else {
-		held, err := g.Hold(ctx, tx, key, lockID)
-		if err != nil {
-			return classifyLost(err)
-		}
-		if held.Fence != syncguard.Fence(fmt.Sprintf("%015d", fence)) {
-			return txViolation, fmt.Sprintf("Hold returned fence %s for a lease of fence %d", held.Fence, fence)
-		}
-		*serverMs = held.Now.UnixMilli()
-		upsert += `SELECT $1::text, $2::bigint, 1 WHERE $3::text IS NOT NULL`
-	}
-	upsert += ` ON CONFLICT ("key") DO UPDATE SET "fence" = EXCLUDED."fence", "writes" = r."writes" + 1`
-	res, err := tx.ExecContext(ctx, upsert, key, fence, lockID)
-	if err != nil {
-		err = g.Classify(ctx, err)
-		if errors.Is(err, txguard.ErrStaleFence) {
-			return txViolation, "the fence guard rejected a write whose lease check passed: " + err.Error()
-		}
-		return classifyLost(err)
-	}
-	if n, err := res.RowsAffected(); err == nil && n != 1 {
-		return txViolation, fmt.Sprintf("the SQL function returned another fence than %d", fence)
-	}
-	var counter int64
-	if err := tx.QueryRowContext(ctx, `SELECT "fence" FROM `+t.fences+` WHERE "fence_key" = $1`, k.Fence).Scan(&counter); err != nil {
-		return txError, err.Error()
-	}
-	if counter > fence {
-		return txViolation, fmt.Sprintf("lease of fence %d passed the check after fence %d was committed (a newer holder)", fence, counter)
-	}
-	if err := tx.Commit(); err != nil {
-		return txError, err.Error()
-	}
-	return txAccepted, ""
-}
-
-// classifyLost reads a rejection: expired or gone, else a fault.
-func classifyLost(err error) (txOutcome, string) {
-	switch {
-	case !errors.Is(err, syncguard.ErrLockLost):
-		return txError, err.Error()
-	case strings.Contains(err.Error(), "expired"):
-		return txLeaseExpired, ""
-	}
-	return txLeaseGone, ""
+	out, detail, ms := t.t.Write(ctx, w.a.db, t.guards[w.a], key, lockID, fence, viaSQL)
+	*serverMs = ms
+	return out, detail
 }

@@ -121,6 +121,7 @@ func TestFailover(t *testing.T) {
 	if rep.SentinelChecks == 0 {
 		t.Errorf("no sentinel lock was verified after a failover")
 	}
+	checkKindsRan(t, rep)
 
 	primary, err := f.WaitStable(ctx, 2*time.Minute)
 	if err != nil {

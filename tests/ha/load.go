@@ -18,6 +18,7 @@ import (
 
 	"github.com/syncguard/syncguard-go/syncguard"
 	"github.com/syncguard/syncguard-go/tests/pgtest/history"
+	"github.com/syncguard/syncguard-go/tests/pgtest/kindcheck"
 
 	_ "github.com/syncguard/syncguard-go/pgxstd" // registers pgx's dialect
 	_ "github.com/syncguard/syncguard-go/pq"     // registers lib/pq's dialect
@@ -54,6 +55,10 @@ type RunOptions struct {
 	StableTimeout time.Duration
 	// Seed seeds the workers' random choices; 0 picks one.
 	Seed uint64
+	// Dir is where the evidence of a violation goes (the linearizability
+	// checker's counterexample, the lock kinds' audits); default
+	// os.TempDir().
+	Dir  string
 	Logf func(format string, args ...any)
 }
 
@@ -132,6 +137,8 @@ type runner struct {
 	hist *history.History
 	rep  *Report
 	ad   []*adapter
+	// kinds are the lock kinds' handles, load and record (kinds.go).
+	kinds *kindsRun
 
 	ctx   context.Context // the load's; cancelled at the end
 	repMu sync.Mutex
@@ -180,7 +187,8 @@ func (f *Formation) async() bool      { return f.Async }
 func (f *Formation) settings() string { return "failover manager timeouts: " + f.Timeouts.String() }
 
 func (r *runner) open(ctx context.Context) error {
-	for _, c := range r.c.clients() {
+	clients := r.c.clients()
+	for _, c := range clients {
 		name := c.name
 		db, err := c.open("ha-" + name)
 		if err != nil {
@@ -200,10 +208,16 @@ func (r *runner) open(ctx context.Context) error {
 	if err := syncguard.SetupSchema(cctx, r.ad[1].db, nil); err != nil {
 		return err
 	}
-	return r.installAudit(cctx)
+	if err := r.installAudit(cctx); err != nil {
+		return err
+	}
+	return r.setupKinds(cctx, r.ad[1].db, clients)
 }
 
 func (r *runner) close() {
+	if r.kinds != nil {
+		r.kinds.close()
+	}
 	for _, a := range r.ad {
 		a.db.Close()
 	}
@@ -227,6 +241,7 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 		}
 		wg.Go(func() { r.sentinelWorker(a) })
 	}
+	r.startKinds(&wg)
 	t0 := time.Now()
 	err := r.schedule(ctx)
 	stopLoad()
@@ -243,6 +258,7 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 		return r.rep, err
 	}
 	r.rep.SentinelChecks += n
+	r.checkKinds(cctx)
 	r.finish()
 	return r.rep, nil
 }
@@ -252,10 +268,14 @@ func (r *runner) schedule(ctx context.Context) error {
 	sleepCtx(ctx, r.o.Settle)
 	for i, kind := range r.o.Faults {
 		fr := FaultResult{Kind: kind, FirstAcquire: map[string]time.Duration{}, MaxGap: map[string]time.Duration{}, Recovery: map[string]time.Duration{}}
-		var maxFences map[string]int64
-		if err := r.c.fault(ctx, r, i, kind, &fr, func() { maxFences = r.hist.MaxAckedFences(time.Now()) }); err != nil {
+		var maxFences, kindsMax map[string]int64
+		if err := r.c.fault(ctx, r, i, kind, &fr, func() {
+			maxFences = r.hist.MaxAckedFences(time.Now())
+			kindsMax = r.kinds.acks.MaxBefore(time.Now())
+		}); err != nil {
 			return err
 		}
+		r.kinds.cuts = append(r.kinds.cuts, kindcheck.Cut{At: fr.At, Max: kindsMax})
 		// Some load on the new primary, then the checks.
 		sleepCtx(ctx, r.o.Settle)
 		for _, a := range r.ad {
@@ -442,10 +462,15 @@ func (a *adapter) firstSuccessAfter(t time.Time) time.Duration {
 
 // note counts an operation and checks its error.
 func (r *runner) note(a *adapter, op string, outcome string, err error) {
+	r.noteAs(a.name, op, outcome, err)
+}
+
+// noteAs is note for the client named name.
+func (r *runner) noteAs(name, op string, outcome string, err error) {
 	r.repMu.Lock()
 	defer r.repMu.Unlock()
 	if err == nil {
-		r.rep.Ops[a.name+" "+op+" "+outcome]++
+		r.rep.Ops[name+" "+op+" "+outcome]++
 		return
 	}
 	if r.ctx.Err() != nil && syncguard.CodeOf(err) == syncguard.CodeAborted {
@@ -453,21 +478,21 @@ func (r *runner) note(a *adapter, op string, outcome string, err error) {
 	}
 	var se *syncguard.Error
 	if !errors.As(err, &se) {
-		r.rep.Errors[fmt.Sprintf("%s %s untyped: %v", a.name, op, err)]++
+		r.rep.Errors[fmt.Sprintf("%s %s untyped: %v", name, op, err)]++
 		r.rep.Violations = append(r.rep.Violations, history.Violation{Rule: RuleErrors, At: time.Now(),
-			Detail: fmt.Sprintf("%s %s returned an error that is no *syncguard.Error: %v", a.name, op, err)})
+			Detail: fmt.Sprintf("%s %s returned an error that is no *syncguard.Error: %v", name, op, err)})
 		return
 	}
 	code, cause := se.Code, se
 	if code == syncguard.CodeAcquisitionTimeout {
 		var ce *syncguard.Error
 		if !errors.As(se.Err, &ce) {
-			r.rep.Ops[a.name+" "+op+" contended"]++
+			r.rep.Ops[name+" "+op+" contended"]++
 			return // contention, not a fault
 		}
 		cause = ce
 	}
-	key := fmt.Sprintf("%s %s %s", a.name, op, cause.Code)
+	key := fmt.Sprintf("%s %s %s", name, op, cause.Code)
 	if cause.SQLState != "" {
 		key += " " + cause.SQLState
 	}
@@ -475,7 +500,7 @@ func (r *runner) note(a *adapter, op string, outcome string, err error) {
 	r.rep.Errors[key]++
 	if !cause.Code.Retryable() {
 		r.rep.Violations = append(r.rep.Violations, history.Violation{Rule: RuleErrors, At: time.Now(),
-			Detail: fmt.Sprintf("%s %s: %v", a.name, op, err)})
+			Detail: fmt.Sprintf("%s %s: %v", name, op, err)})
 	}
 }
 

@@ -273,7 +273,7 @@ bootstrap:
       use_slots: true
       parameters:
         fsync: "off"
-        max_connections: 60
+        max_connections: 100
         shared_buffers: 32MB
         wal_keep_size: 256MB
   initdb:

@@ -13,6 +13,7 @@ import (
 	"github.com/syncguard/syncguard-go/conformance"
 	"github.com/syncguard/syncguard-go/internal/replication"
 	"github.com/syncguard/syncguard-go/tests/pgtest"
+	"github.com/syncguard/syncguard-go/tests/pgtest/kindcheck"
 )
 
 // startPatroni starts a Patroni cluster for t, or skips t where Patroni,
@@ -111,6 +112,7 @@ func TestPatroni(t *testing.T) {
 		t.Errorf("%s", v)
 	}
 	checkRunHealthy(t, rep)
+	checkKindsRan(t, rep)
 	t.Run("Doctor", func(t *testing.T) { testPatroniDoctor(t, ctx, p) })
 	if patroniMode() == "full" {
 		if err := p.Stop(); err != nil {
@@ -150,11 +152,28 @@ func checkRunHealthy(t *testing.T, rep *Report) {
 	}
 }
 
+// checkKindsRan: every lock kind went through the failovers with work
+// for its checks (the violations themselves are in rep.Violations).
+func checkKindsRan(t *testing.T, rep *Report) {
+	t.Helper()
+	for _, kind := range kindcheck.Kinds {
+		s := rep.Kinds[kind]
+		switch {
+		case s == nil || s.Acquired == 0:
+			t.Errorf("%s: nothing acquired: the lock kind's load did not run", kind)
+		case kind != "txguard" && s.Checked == 0:
+			t.Errorf("%s: the audit check found no holding to check", kind)
+		case kind == "txguard" && s.Committed == 0:
+			t.Errorf("txguard: no write committed")
+		}
+	}
+}
+
 // testPatroniAsync is the same run with synchronous_mode off: it shows
 // what asynchronous replication loses under Patroni. It reports the
 // breakage and fails only if the run itself could not be made.
 func testPatroniAsync(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	p := startPatroni(t, ctx, PatroniOptions{Async: true})
 	rep, err := Run(ctx, p, RunOptions{Faults: patroniFullPlan[:6], Logf: t.Logf, StableTimeout: 4 * time.Minute})

@@ -85,6 +85,12 @@ type Report struct {
 	// operations and the audit (tests/pgtest/linear); its violations are
 	// in Violations too, under linear.Rule.
 	Linear *linear.Result
+	// Kinds are the lock kinds' figures by kind (kindcheck.Kinds); their
+	// violations are in Violations too, under kindcheck's rules.
+	Kinds map[string]*KindStats
+	// KindsDump is the file with the lock kinds' evidence, saved on a
+	// violation of one of their rules ("": none).
+	KindsDump string
 
 	fenceChecks []fenceCheck
 }
@@ -104,7 +110,7 @@ func (r *runner) installAudit(ctx context.Context) error {
 func (r *runner) checkLinear() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	opts := linear.Options{}
+	opts := linear.Options{Dir: r.o.Dir}
 	var err error
 	if opts.Audit, err = history.ReadAudit(ctx, r.ad[1].db, auditTables[0]); err == nil {
 		opts.Audited = true
@@ -214,6 +220,7 @@ func (r *Report) Summary() string {
 	for _, rule := range []string{RuleAcked, RuleFenceTwice, RuleFenceOrder, RuleFenceAfter, RuleOverlap, RuleErrors, linear.Rule} {
 		fmt.Fprintf(&b, "  %4d  %s\n", byRule[rule], rule)
 	}
+	r.kindsSummary(&b)
 	if len(r.Violations) == 0 {
 		b.WriteString("invariants: all held\n")
 	} else {

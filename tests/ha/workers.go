@@ -34,20 +34,22 @@ const (
 	opTimeout          = 3 * time.Second
 )
 
-func (r *runner) lockOptions(a *adapter, autoExtend bool) *syncguard.LockOptions {
+// lockOptions are the options of the load's locks, for the client named
+// client (the mutex workers' adapter, the lock kinds' client).
+func (r *runner) lockOptions(client string, autoExtend bool) *syncguard.LockOptions {
 	return &syncguard.LockOptions{
 		TTL:            hotTTL,
 		AutoExtend:     autoExtend,
 		Acquisition:    syncguard.AcquisitionOptions{Timeout: acquisitionTimeout, RetryDelay: 20 * time.Millisecond, MaxRetries: 1000},
 		ReleaseTimeout: opTimeout,
 		Logger:         discard(),
-		OnReleaseError: func(err error, info syncguard.ReleaseErrorInfo) { r.note(a, "release", "", err) },
+		OnReleaseError: func(err error, info syncguard.ReleaseErrorInfo) { r.noteAs(client, "release", "", err) },
 	}
 }
 
 // withLockWorker runs short critical sections through syncguard.WithLock.
 func (r *runner) withLockWorker(a *adapter, name string, rng *rand.Rand) {
-	opts := r.lockOptions(a, false)
+	opts := r.lockOptions(a.name, false)
 	fails := 0
 	for r.ctx.Err() == nil {
 		key := r.keys[rng.IntN(len(r.keys))]
@@ -79,7 +81,7 @@ func (r *runner) withLockWorker(a *adapter, name string, rng *rand.Rand) {
 // leaseWorker takes a Lease with AutoExtend through syncguard.Lock, holds
 // it for 0.2-2 s (across automatic extensions), and releases it.
 func (r *runner) leaseWorker(a *adapter, name string, rng *rand.Rand) {
-	opts := r.lockOptions(a, true)
+	opts := r.lockOptions(a.name, true)
 	fails := 0
 	for r.ctx.Err() == nil {
 		key := r.keys[rng.IntN(len(r.keys))]

@@ -1,8 +1,12 @@
 package advisory
 
 import (
+	"bufio"
+	"cmp"
 	"fmt"
+	"io"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -132,4 +136,105 @@ func row(b *strings.Builder, cells ...string) {
 		b.WriteString(" |")
 	}
 	b.WriteString("\n")
+}
+
+// DeclareMarkdown declares in r the fixed ids named by the Markdown tables
+// of doc that have a "Lock ID" column: the document Markdown writes (its
+// global locks), or a hand-kept registry ("Lock ID | Component | Purpose |
+// Lock Type | ..."). Ids are written `42424242` or `(1, 2)`; a lock's name
+// is its Name cell, else "Component: Purpose", else "lock ID" (a repeated
+// name gets " (2)", ...); its Kind is Transaction when its Lock Type says
+// so, else Session; source (the document's name) is each Decl.Source.
+// A row that cannot be declared (a malformed id, an id declared already)
+// is skipped and passed to skipped with its line number (from 1) and an
+// InvalidArgument *syncguard.Error. The error is doc's read error.
+func (r *Registry) DeclareMarkdown(doc io.Reader, source string, skipped func(line int, err error)) error {
+	var header []string // lower-cased column names of the current table, nil outside one
+	names := map[string]int{}
+	sc := bufio.NewScanner(doc)
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for line := 1; sc.Scan(); line++ {
+		cells, ok := tableRow(sc.Text())
+		switch {
+		case !ok:
+			header = nil
+			continue
+		case header == nil:
+			header = make([]string, len(cells))
+			for i, c := range cells {
+				header[i] = strings.ToLower(strings.Trim(c, "`* "))
+			}
+			continue
+		case strings.Trim(strings.Join(cells, ""), "-: ") == "": // the separator row
+			continue
+		}
+		col := func(name string) string {
+			if i := slices.Index(header, name); i >= 0 && i < len(cells) {
+				return strings.TrimSpace(strings.Trim(cells[i], "`"))
+			}
+			return ""
+		}
+		idText := col("lock id")
+		if idText == "" {
+			continue
+		}
+		key, ok := parseLockID(idText)
+		if !ok {
+			skipped(line, invalidArg("advisory.declareMarkdown", fmt.Sprintf("lock id %q is neither an integer nor a pair (k1, k2)", idText)))
+			continue
+		}
+		purpose := col("purpose")
+		name := cmp.Or(col("name"), strings.Trim(col("component")+": "+purpose, ": "), "lock "+idText)
+		if names[name]++; names[name] > 1 {
+			name = fmt.Sprintf("%s (%d)", name, names[name])
+		}
+		kind := Session
+		if strings.Contains(strings.ToLower(col("lock type")), "transaction") {
+			kind = Transaction
+		}
+		if _, err := r.Declare(Decl{Name: name, Kind: kind, Purpose: cmp.Or(purpose, "named in "+source), ID: key, Source: source}); err != nil {
+			skipped(line, err)
+		}
+	}
+	return sc.Err()
+}
+
+// tableRow splits a Markdown table row "| a | b |" into its cells,
+// honouring escaped pipes (\|).
+func tableRow(s string) ([]string, bool) {
+	s = strings.TrimSpace(s)
+	if !strings.HasPrefix(s, "|") {
+		return nil, false
+	}
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "|"), "|")
+	var cells []string
+	var cur strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '\\' && i+1 < len(s) && s[i+1] == '|':
+			cur.WriteByte('|')
+			i++
+		case s[i] == '|':
+			cells = append(cells, strings.TrimSpace(cur.String()))
+			cur.Reset()
+		default:
+			cur.WriteByte(s[i])
+		}
+	}
+	return append(cells, strings.TrimSpace(cur.String())), true
+}
+
+// parseLockID reads idText's forms: "42424242" (the bigint form) or
+// "(1, 2)" (two keys).
+func parseLockID(s string) (Key, bool) {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return ID(n), true
+	}
+	k1s, k2s, ok := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(s, "("), ")"), ",")
+	k1, err1 := strconv.ParseInt(strings.TrimSpace(k1s), 10, 32)
+	k2, err2 := strconv.ParseInt(strings.TrimSpace(k2s), 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return Key{}, false
+	}
+	return Pair(int32(k1), int32(k2)), true
 }

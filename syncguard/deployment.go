@@ -18,7 +18,8 @@ type Report struct {
 	Findings []Finding
 }
 
-// Finding is the outcome of one check of CheckDeployment.
+// Finding is the outcome of one check of CheckDeployment (in JSON:
+// check, status, detail, fix; what `syncguard doctor --json` prints).
 type Finding struct {
 	// Check names what was checked: "connection", "lock table", "primary
 	// key" (of the lock table), "lock_id index", "expiry index", "lock
@@ -27,15 +28,15 @@ type Finding struct {
 	// "holders table", "synchronous_commit", "fsync", "primary",
 	// "replication", "synchronous commit", "clock", "pooler", "prepared
 	// statements", "notifications". Later versions may add checks.
-	Check string
+	Check string `json:"check"`
 	// Status is "ok", "warn" (syncguard works, but something deserves a
 	// look) or "fail" (syncguard does not work correctly as deployed).
-	Status string
+	Status string `json:"status"`
 	// Detail says what was found, in one line.
-	Detail string
+	Detail string `json:"detail"`
 	// Fix says what to do about a warning or failure: SQL to run or a
 	// setting to change, possibly several lines. Empty for "ok".
-	Fix string
+	Fix string `json:"fix,omitempty"`
 }
 
 // OK reports whether no check failed (warnings allowed).

@@ -3,6 +3,7 @@ package syncguard
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"regexp"
 	"slices"
@@ -87,5 +88,18 @@ func TestReportErr(t *testing.T) {
 	err := r.Err()
 	if r.OK() || err == nil || !strings.Contains(err.Error(), "lock table privileges: role app lacks DELETE") || !errors.Is(err, ErrInternal) {
 		t.Errorf("a failed check: OK %v, Err %v", r.OK(), err)
+	}
+}
+
+// A Finding's JSON is what `syncguard doctor --json` prints for a check:
+// lower-case names, no fix when there is none.
+func TestFindingJSON(t *testing.T) {
+	for f, want := range map[Finding]string{
+		{Check: "fsync", Status: "warn", Detail: "off", Fix: "fsync = on"}: `{"check":"fsync","status":"warn","detail":"off","fix":"fsync = on"}`,
+		{Check: "clock", Status: "ok", Detail: "in sync"}:                  `{"check":"clock","status":"ok","detail":"in sync"}`,
+	} {
+		if got, err := json.Marshal(f); err != nil || string(got) != want {
+			t.Errorf("json.Marshal(%+v) = %s, %v; want %s", f, got, err, want)
+		}
 	}
 }

@@ -1,13 +1,10 @@
 package cli
 
 import (
-	"bufio"
 	"cmp"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/syncguard/syncguard-go/advisory"
@@ -166,8 +163,8 @@ func orDash(s string) string {
 	return s
 }
 
-// loadRegistry reads the Markdown tables of path that have a "Lock ID"
-// column and declares each fixed id in a Registry.
+// loadRegistry declares the fixed ids that path's Markdown tables name
+// (advisory.Registry.DeclareMarkdown).
 func (a *app) loadRegistry(path string) (*advisory.Registry, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -175,105 +172,11 @@ func (a *app) loadRegistry(path string) (*advisory.Registry, error) {
 	}
 	defer f.Close()
 	reg := advisory.MustNewRegistry("syncguard-cli")
-	var header []string // lower-cased column names of the current table, nil outside one
-	names := map[string]int{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	line := 0
-	for sc.Scan() {
-		line++
-		cells, ok := tableRow(sc.Text())
-		switch {
-		case !ok:
-			header = nil
-			continue
-		case header == nil:
-			header = make([]string, len(cells))
-			for i, c := range cells {
-				header[i] = strings.ToLower(strings.Trim(c, "`* "))
-			}
-			continue
-		case strings.Trim(strings.Join(cells, ""), "-: ") == "": // the separator row
-			continue
-		}
-		col := func(name string) string {
-			if i := slices.Index(header, name); i >= 0 && i < len(cells) {
-				return strings.TrimSpace(strings.Trim(cells[i], "`"))
-			}
-			return ""
-		}
-		idText := col("lock id")
-		if idText == "" {
-			continue
-		}
-		key, ok := parseLockID(idText)
-		if !ok {
-			a.notef("--registry %s:%d: lock id %q is neither an integer nor a pair (k1, k2); skipped", path, line, idText)
-			continue
-		}
-		purpose := col("purpose")
-		name := cmp.Or(col("name"), strings.Trim(col("component")+": "+purpose, ": "), "lock "+idText)
-		if names[name]++; names[name] > 1 {
-			name = fmt.Sprintf("%s (%d)", name, names[name])
-		}
-		if purpose == "" {
-			purpose = "named in " + path
-		}
-		kind := advisory.Session
-		if strings.Contains(strings.ToLower(col("lock type")), "transaction") {
-			kind = advisory.Transaction
-		}
-		if _, err := reg.Declare(advisory.Decl{Name: name, Kind: kind, Purpose: purpose, ID: key, Source: path}); err != nil {
-			_, _, msg := describe(err)
-			a.notef("--registry %s:%d: %s; skipped", path, line, msg)
-		}
-	}
-	if err := sc.Err(); err != nil {
+	if err := reg.DeclareMarkdown(f, path, func(line int, err error) {
+		_, _, msg := describe(err)
+		a.notef("--registry %s:%d: %s; skipped", path, line, msg)
+	}); err != nil {
 		return nil, usageErr("--registry: %v", err)
 	}
 	return reg, nil
-}
-
-// tableRow splits a Markdown table row "| a | b |" into its cells,
-// honouring escaped pipes (\|).
-func tableRow(s string) ([]string, bool) {
-	s = strings.TrimSpace(s)
-	if !strings.HasPrefix(s, "|") {
-		return nil, false
-	}
-	s = strings.TrimSuffix(strings.TrimPrefix(s, "|"), "|")
-	var cells []string
-	var cur strings.Builder
-	for i := 0; i < len(s); i++ {
-		switch {
-		case s[i] == '\\' && i+1 < len(s) && s[i+1] == '|':
-			cur.WriteByte('|')
-			i++
-		case s[i] == '|':
-			cells = append(cells, strings.TrimSpace(cur.String()))
-			cur.Reset()
-		default:
-			cur.WriteByte(s[i])
-		}
-	}
-	return append(cells, strings.TrimSpace(cur.String())), true
-}
-
-// parseLockID reads "42424242" (the bigint form) or "(1, 2)" (two keys).
-func parseLockID(s string) (advisory.Key, bool) {
-	s = strings.TrimSpace(s)
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return advisory.ID(n), true
-	}
-	s = strings.TrimSuffix(strings.TrimPrefix(s, "("), ")")
-	k1s, k2s, ok := strings.Cut(s, ",")
-	if !ok {
-		return advisory.Key{}, false
-	}
-	k1, err1 := strconv.ParseInt(strings.TrimSpace(k1s), 10, 32)
-	k2, err2 := strconv.ParseInt(strings.TrimSpace(k2s), 10, 32)
-	if err1 != nil || err2 != nil {
-		return advisory.Key{}, false
-	}
-	return advisory.Pair(int32(k1), int32(k2)), true
 }

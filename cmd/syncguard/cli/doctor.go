@@ -5,22 +5,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/syncguard/syncguard-go/internal/deploy"
 	"github.com/syncguard/syncguard-go/syncguard"
-)
-
-// finding is one result of doctor, as --json prints it: a
-// syncguard.Finding of syncguard.CheckDeployment.
-type finding struct {
-	Check  string `json:"check"`
-	Status string `json:"status"` // "ok", "warn" or "fail"
-	Detail string `json:"detail"`
-	Fix    string `json:"fix,omitempty"`
-}
-
-const (
-	statusOK   = "ok"
-	statusWarn = "warn"
-	statusFail = "fail"
 )
 
 const doctorHelp = `
@@ -64,10 +50,10 @@ func (a *app) cmdDoctor(args []string) error {
 	// The checks are the library's (syncguard.CheckDeployment), so that a
 	// smoke test and doctor judge a deployment alike.
 	report, connErr := syncguard.CheckDeployment(ctx, db, a.config())
-	var findings []finding
 	failed, warned := 0, 0
-	for _, f := range report.Findings {
-		if f.Check == "connection" && f.Status == statusFail {
+	for i := range report.Findings {
+		f := &report.Findings[i]
+		if f.Check == "connection" && f.Status == deploy.Fail {
 			_, source := a.connSource()
 			f.Fix = fmt.Sprintf("check the connection settings (from %s), that the server is up and accepts connections from here, and the credentials", source)
 		}
@@ -75,28 +61,28 @@ func (a *app) cmdDoctor(args []string) error {
 			// Advice for this command's user, which works when followed
 			// literally: the CLI prepares only when told to.
 			switch {
-			case f.Status == statusOK && !a.prepares():
+			case f.Status == deploy.OK && !a.prepares():
 				f.Detail = "not used (--no-prepare, the default; or default_query_exec_mode in the connection string)"
-			case f.Status == statusFail:
+			case f.Status == deploy.Fail:
 				f.Fix = "drop --no-prepare=false (or SYNCGUARD_NO_PREPARE=false): syncguard's commands do not prepare by default\n" +
 					"or enable prepared statements in the pooler (PgBouncer 1.21+: max_prepared_statements = 100)\n" +
 					"programs that use the library through this path need nothing for syncguard's statements (a Backend detects the pooler and stops preparing); with pgx, their own SQL on the same pool needs default_query_exec_mode=exec in the connection string"
 			}
 		}
-		findings = append(findings, finding{Check: f.Check, Status: f.Status, Detail: oneLine(f.Detail), Fix: f.Fix})
+		f.Detail = oneLine(f.Detail)
 		switch f.Status {
-		case statusFail:
+		case deploy.Fail:
 			failed++
-		case statusWarn:
+		case deploy.Warn:
 			warned++
 		}
 	}
 	if a.json {
-		if err := writeJSON(a.stdout, map[string]any{"ok": failed == 0, "failed": failed, "warnings": warned, "checks": findings}); err != nil {
+		if err := writeJSON(a.stdout, map[string]any{"ok": failed == 0, "failed": failed, "warnings": warned, "checks": report.Findings}); err != nil {
 			return err
 		}
 	} else {
-		printFindings(a.stdout, findings, failed, warned)
+		printFindings(a.stdout, report.Findings, failed, warned)
 	}
 	if connErr != nil {
 		status, _, _ := describe(connErr)
@@ -108,11 +94,11 @@ func (a *app) cmdDoctor(args []string) error {
 	return nil
 }
 
-func printFindings(out io.Writer, findings []finding, failed, warned int) {
+func printFindings(out io.Writer, findings []syncguard.Finding, failed, warned int) {
 	w := table(out)
 	for _, f := range findings {
 		st := f.Status
-		if st == statusFail {
+		if st == deploy.Fail {
 			st = "FAIL"
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\n", st, f.Check, f.Detail)

@@ -82,8 +82,8 @@ func (a *app) runHolding(o *runOpts, lease *syncguard.Lease, ext *extends, sigs 
 			h.extended(err)
 		case <-leaseDone:
 			leaseDone = nil
-			if err := lease.Err(); errors.Is(err, syncguard.ErrLockLost) {
-				h.lose(trim(strings.TrimPrefix(err.Error(), syncguard.ErrLockLost.Error()+": "), 240))
+			if why := lossText(lease); why != "" {
+				h.lose(trim(why, 240))
 			}
 		case <-h.killC:
 			h.killC = nil
@@ -152,6 +152,18 @@ func (h *holding) extended(err error) {
 				o.label(), code, trim(msg, 160), short(max(time.Until(h.lease.HeldUntil()), 0)), o.command[0])
 		}
 	}
+}
+
+// lossText says why lease lost its lock (Lease.LossReason), with the last
+// extend's error when it was not extended in time; "" when it was not lost.
+func lossText(lease *syncguard.Lease) string {
+	why := map[string]string{"gone": "extend found it gone (released, deleted or taken over)", "expired": "extend found it expired",
+		"not-extended": "not extended before its guaranteed lifetime ran out"}[lease.LossReason()]
+	var last *syncguard.Error
+	if why != "" && errors.As(lease.Err(), &last) {
+		why += "; last extend error: " + last.Error()
+	}
+	return why
 }
 
 // lose handles the loss of the lock: stop the tree.

@@ -132,11 +132,17 @@ var kindColumns = []string{"KIND", "KEY", "FENCE", "ACQUIRED", "EXPIRES", "HOLDE
 // (ls: key ""): which kinds have tables (none: not in use), then each
 // kind's List; with revoke, each kind's Revoke of key, which ends them.
 func (a *app) kindRows(ctx context.Context, key string, revoke bool) ([]lockRow, error) {
-	table, _ := a.tableNames()
-	_, slots, _ := semaphore.Tables(table)
+	sem, err := semaphore.New(a.db, a.config(), 1)
+	rw, e := rwlock.New(a.db, a.config())
+	ml, e2 := multilock.New(a.db, a.config())
+	if err = cmp.Or(err, e, e2); err != nil {
+		return nil, err
+	}
+	_, slots, _ := semaphore.Tables(sem.TableName())
+	holders, _, _ := rwlock.Tables(rw.TableName())
 	var in [3]bool
 	if err := a.db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL, to_regclass($3) IS NOT NULL`,
-		rules.QuoteIdent(slots), rules.QuoteIdent(table+"_rw"), rules.QuoteIdent(table+"_ml")).Scan(&in[0], &in[1], &in[2]); err != nil {
+		rules.QuoteIdent(slots), rules.QuoteIdent(holders), rules.QuoteIdent(ml.Tables().Locks)).Scan(&in[0], &in[1], &in[2]); err != nil {
 		return nil, errwrap.Wrap(ctx, a.cmd, pgxstd.Dialect, err)
 	}
 	row := func(kind, key string, f syncguard.Fence, id string, acq, exp time.Time, ident string) lockRow {
@@ -145,11 +151,8 @@ func (a *app) kindRows(ctx context.Context, key string, revoke bool) ([]lockRow,
 			LockIDHash: id, Fence: f, AcquiredAt: acq, ExpiresAt: exp, Identity: ident}}
 	}
 	var rows []lockRow
-	sem, err := semaphore.New(a.db, a.config(), 1)
-	rw, e := rwlock.New(a.db, a.config())
-	ml, e2 := multilock.New(a.db, a.config())
 	semList, rwList, mlList := sem.List, rw.List, ml.List
-	if err = cmp.Or(err, e, e2); err == nil && revoke {
+	if revoke {
 		semList = func(ctx context.Context) ([]*semaphore.Holding, error) { return sem.Revoke(ctx, key) }
 		rwList = func(ctx context.Context) ([]*rwlock.Holding, error) { return rw.Revoke(ctx, key) }
 		mlList = func(ctx context.Context) ([]*multilock.Holding, error) { return ml.Revoke(ctx, key) }

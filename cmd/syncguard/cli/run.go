@@ -268,13 +268,13 @@ func (a *app) lock(ctx context.Context, cancel context.CancelFunc, b runLocker, 
 
 // acquire takes the lock (of any kind: b) with the library's Lock, which
 // waits for up to --wait (forever: until ctx ends) in b's queue, retrying
-// after errors every 125 to 250 ms, and rides an outage out (one warning).
-// Each attempt is bounded by
-// --timeout. The lease extends itself (AutoExtend), reporting to ext.
-//
-// The end of --wait is "busy" (75) unless no attempt got an answer and one
-// failed by itself (refused, --timeout): then that failure (69). An attempt
-// that --wait cut says nothing about the server (docs/errors.md).
+// after errors every 125 to 250 ms, rides an outage out, and says how the
+// wait ended: busy (75) once an attempt got an answer, else the outage's
+// last failure (69), or busy when --wait cut every attempt short (an
+// attempt that --wait cut says nothing about the server: docs/errors.md).
+// Each attempt is bounded by --timeout. The lease extends itself
+// (AutoExtend), reporting to ext. acquire reports the outage (one warning)
+// and, with --verbose, the wait.
 func (a *app) acquire(ctx context.Context, b runLocker, o *runOpts, ext *extends) (*syncguard.Lease, error) {
 	start := time.Now()
 	remaining := func() time.Duration {
@@ -287,31 +287,25 @@ func (a *app) acquire(ctx context.Context, b runLocker, o *runOpts, ext *extends
 	// the wait is over; the Backend stays usable. In the background: its
 	// goroutine may be in a ping, which must not delay COMMAND.
 	defer func() { go b.Close() }()
-	anyAnswer, announced, warned := false, false, false
-	var lastFailure error // the last attempt's own failure
-	var outage time.Time
+	announced, failed := false, false
+	var outage time.Time // the first failure since the last answer
 	onAttempt := func(r syncguard.AcquireResult, err error) {
 		switch {
 		case err == nil:
-			anyAnswer = true
-			if warned && !o.quiet {
+			if !outage.IsZero() && !o.quiet {
 				acquired := map[bool]string{true: "; acquired " + o.label()}[r.OK]
 				a.notef("PostgreSQL answers again after %v%s", short(time.Since(outage)), acquired)
 			}
-			outage, warned = time.Time{}, false
+			outage = time.Time{}
 			if !r.OK && o.verbose && !announced && o.wait > 0 {
 				announced = true
 				a.notef("%s is busy (%s); waiting %s", o.label(), a.holder(b, o), retryingFor(remaining()))
 			}
 		case o.wait > 0 && (ctx.Err() != nil || remaining() <= 0), !syncguard.CodeOf(err).Retryable():
 			// Cut short by the end of --wait (or a signal): no answer yet.
-		default:
-			lastFailure = err
-			if outage.IsZero() {
-				outage = time.Now()
-			}
-			if left := remaining(); !warned && !o.quiet && o.wait > 0 && left > 0 {
-				warned = true
+		case outage.IsZero():
+			failed, outage = true, time.Now()
+			if left := remaining(); !o.quiet && o.wait > 0 && left > 0 {
 				_, code, msg := describe(err)
 				a.errorf("warning", "cannot acquire %s yet (%s: %s); retrying %s", o.label(), code, trim(msg, 160), retryingFor(left))
 			}
@@ -334,7 +328,8 @@ func (a *app) acquire(ctx context.Context, b runLocker, o *runOpts, ext *extends
 		OnReleaseError: func(error, syncguard.ReleaseErrorInfo) {},
 		Logger:         slog.New(slog.DiscardHandler),
 	})
-	switch code := syncguard.CodeOf(err); {
+	code := syncguard.CodeOf(err)
+	switch {
 	case err == nil:
 		if o.verbose {
 			a.notef("acquired %s with fence %s (ttl %v, after %v)", o.label(), lease.Fence(), fmtDuration(o.ttl), time.Since(start).Round(time.Millisecond))
@@ -342,10 +337,15 @@ func (a *app) acquire(ctx context.Context, b runLocker, o *runOpts, ext *extends
 		return lease, nil
 	case ctx.Err() != nil, code != syncguard.CodeAcquisitionTimeout && code != syncguard.CodeNetworkTimeout && code != syncguard.CodeServiceUnavailable:
 		return nil, err // a signal, or an error Lock does not ride out
-	case !anyAnswer && lastFailure != nil:
-		return nil, lastFailure
+	case code != syncguard.CodeAcquisitionTimeout && failed:
+		// No answer, and an attempt failed by itself: that failure (after
+		// a wait, Lock's error wraps the last one).
+		if e := (*syncguard.Error)(nil); o.wait > 0 && errors.As(err, &e) && e.Err != nil {
+			return nil, e.Err
+		}
+		return nil, err
 	}
-	return nil, a.busy(b, o, time.Since(start), !anyAnswer)
+	return nil, a.busy(b, o, time.Since(start), code != syncguard.CodeAcquisitionTimeout)
 }
 
 // bounded is the Locker run's lease goes through: it bounds each attempt

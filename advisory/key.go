@@ -211,5 +211,5 @@ func (k Key) args() []any {
 }
 
 func invalidArg(op, msg string) *syncguard.Error {
-	return &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Msg: msg}
+	return &syncguard.Error{Op: op, Code: syncguard.ErrInvalidArgument, Msg: msg}
 }

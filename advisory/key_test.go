@@ -75,7 +75,7 @@ func TestFromName(t *testing.T) {
 		{"", "x"}, {"a\x00b", "x"}, {"ns", ""}, {"\xff", "x"}, {"ns", "\xff"},
 	} {
 		_, err := FromName(c.ns, c.name)
-		if syncguard.CodeOf(err) != syncguard.CodeInvalidArgument || !errors.Is(err, syncguard.ErrInvalidArgument) {
+		if syncguard.CodeOf(err) != syncguard.ErrInvalidArgument || !errors.Is(err, syncguard.ErrInvalidArgument) {
 			t.Errorf("FromName(%q, %q) error = %v, want InvalidArgument", c.ns, c.name, err)
 		}
 	}

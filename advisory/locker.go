@@ -253,10 +253,10 @@ func (l *Client) waitErr(ctx context.Context, op string, key Key, err error) err
 	}
 	switch {
 	case state == "55P03":
-		e.Code, e.Msg = syncguard.CodeAcquisitionTimeout, "lock_timeout passed while waiting for the advisory lock"
+		e.Code, e.Msg = syncguard.ErrAcquisitionTimeout, "lock_timeout passed while waiting for the advisory lock"
 	case state == "57014" && errors.Is(ctx.Err(), context.DeadlineExceeded):
-		e.Code, e.Msg = syncguard.CodeAcquisitionTimeout, "context deadline passed while waiting for the advisory lock"
-	case ctx.Err() != nil && e.Code == syncguard.CodeAborted:
+		e.Code, e.Msg = syncguard.ErrAcquisitionTimeout, "context deadline passed while waiting for the advisory lock"
+	case ctx.Err() != nil && e.Code == syncguard.ErrAborted:
 		e.Msg = "context cancelled while waiting for the advisory lock"
 	}
 	return e

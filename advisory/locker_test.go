@@ -74,7 +74,7 @@ func TestNewRejects(t *testing.T) {
 		"unregistered driver":   {db, nil},
 	} {
 		_, err := New(c.db, c.cfg)
-		if syncguard.CodeOf(err) != syncguard.CodeInvalidArgument {
+		if syncguard.CodeOf(err) != syncguard.ErrInvalidArgument {
 			t.Errorf("%s: want InvalidArgument, got %v", name, err)
 		}
 	}
@@ -112,7 +112,7 @@ func TestInvalidArgumentBeforeIO(t *testing.T) {
 	}
 	for name, call := range calls {
 		err := call()
-		if syncguard.CodeOf(err) != syncguard.CodeInvalidArgument || !errors.Is(err, syncguard.ErrInvalidArgument) {
+		if syncguard.CodeOf(err) != syncguard.ErrInvalidArgument || !errors.Is(err, syncguard.ErrInvalidArgument) {
 			t.Errorf("%s: want InvalidArgument, got %v", name, err)
 		}
 	}
@@ -131,7 +131,7 @@ func TestDoneContextBeforeIO(t *testing.T) {
 	for _, c := range []struct {
 		ctx  context.Context
 		code syncguard.Code
-	}{{cancelled, syncguard.CodeAborted}, {expired, syncguard.CodeNetworkTimeout}} {
+	}{{cancelled, syncguard.ErrAborted}, {expired, syncguard.ErrNetworkTimeout}} {
 		wantCode(t, l.LockTx(c.ctx, tx, ID(1)), c.code)
 		_, err := l.TryLockTx(c.ctx, tx, ID(1))
 		wantCode(t, err, c.code)
@@ -184,10 +184,10 @@ func TestLockTxWaitErrors(t *testing.T) {
 		state string
 		code  syncguard.Code
 	}{
-		{"40P01", syncguard.CodeServiceUnavailable}, // deadlock: retry the transaction
-		{"55P03", syncguard.CodeAcquisitionTimeout}, // lock_timeout
-		{"57014", syncguard.CodeNetworkTimeout},     // statement_timeout
-		{"25P02", syncguard.CodeInternal},           // the transaction was already aborted
+		{"40P01", syncguard.ErrServiceUnavailable}, // deadlock: retry the transaction
+		{"55P03", syncguard.ErrAcquisitionTimeout}, // lock_timeout
+		{"57014", syncguard.ErrNetworkTimeout},     // statement_timeout
+		{"25P02", syncguard.ErrInternal},           // the transaction was already aborted
 	} {
 		l, db, mock := newMock(t, nil)
 		mock.ExpectBegin()
@@ -220,7 +220,7 @@ func TestLockTxCancelFallsBackToDriver(t *testing.T) {
 		time.AfterFunc(50*time.Millisecond, cancel)
 		start := time.Now()
 		err := l.LockTx(ctx, tx, ID(5))
-		wantCode(t, err, syncguard.CodeAborted)
+		wantCode(t, err, syncguard.ErrAborted)
 		if d := time.Since(start); d > 500*time.Millisecond {
 			t.Fatalf("LockTx returned %v after the cancel", d)
 		}
@@ -249,7 +249,7 @@ func TestLockTxCancelServerSideThenGrace(t *testing.T) {
 		err := l.LockTx(ctx, tx, ID(5))
 		// The mock ignores the cancel, so the driver was cancelled: no server
 		// confirmation, so a deadline is NetworkTimeout.
-		wantCode(t, err, syncguard.CodeNetworkTimeout)
+		wantCode(t, err, syncguard.ErrNetworkTimeout)
 		if d := time.Since(start); d < 140*time.Millisecond || d > time.Second {
 			t.Fatalf("LockTx returned after %v; want about deadline + CancelGrace", d)
 		}
@@ -292,7 +292,7 @@ func TestLockTxNoBackendStartFallsBackToDriver(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(50*time.Millisecond, cancel)
 		start := time.Now()
-		wantCode(t, l.LockTx(ctx, tx, ID(5)), syncguard.CodeAborted)
+		wantCode(t, l.LockTx(ctx, tx, ID(5)), syncguard.ErrAborted)
 		if d := time.Since(start); d > 500*time.Millisecond {
 			t.Fatalf("LockTx returned %v after the cancel", d)
 		}
@@ -318,7 +318,7 @@ func TestLockTxCancelRetriesUntilWaiting(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(50*time.Millisecond, cancel)
 		start := time.Now()
-		wantCode(t, l.LockTx(ctx, tx, ID(5)), syncguard.CodeAborted)
+		wantCode(t, l.LockTx(ctx, tx, ID(5)), syncguard.ErrAborted)
 		// Two retries, then CancelGrace, since the mock ignores the cancel.
 		if d := time.Since(start); d < 50*time.Millisecond+2*cancelRetry+100*time.Millisecond || d > time.Second {
 			t.Fatalf("LockTx returned after %v; want about cancel + 2 retries + CancelGrace", d)
@@ -365,7 +365,7 @@ func TestLockTxCancelFindsNoWaitFallsBackToDriver(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(50*time.Millisecond, cancel)
 		start := time.Now()
-		wantCode(t, l.LockTx(ctx, tx, ID(5)), syncguard.CodeAborted)
+		wantCode(t, l.LockTx(ctx, tx, ID(5)), syncguard.ErrAborted)
 		if d := time.Since(start); d < 50*time.Millisecond+cancelTimeout || d > time.Second {
 			t.Fatalf("LockTx returned after %v; want about cancel + cancelTimeout", d)
 		}
@@ -376,7 +376,15 @@ func TestLockTxCancelFindsNoWaitFallsBackToDriver(t *testing.T) {
 // of its session; a wait ended by the server (57014) leaves the connection
 // usable once it is found to hold nothing.
 func TestLockConnCancelServerSide(t *testing.T) {
+	// Fake time (testing/synctest): the cancel comes 50 ms into the wait
+	// however busy the machine (in real time it could come before the
+	// first statement).
+	synctest.Test(t, testLockConnCancelServerSide)
+}
+
+func testLockConnCancelServerSide(t *testing.T) {
 	l, db, mock := newMock(t, nil)
+	defer db.Close() // the pool's goroutines must end inside the bubble
 	mock.MatchExpectationsInOrder(false)
 	conn, err := db.Conn(context.Background())
 	if err != nil {
@@ -392,13 +400,14 @@ func TestLockConnCancelServerSide(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
 	_, err = l.LockConn(ctx, conn, Pair(1, 2))
-	wantCode(t, err, syncguard.CodeAborted)
+	wantCode(t, err, syncguard.ErrAborted)
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Fatal(err)
 	}
 	if err := conn.PingContext(context.Background()); err != nil {
 		t.Fatalf("the connection stays usable: %v", err)
 	}
+	conn.Close()
 }
 
 // A deadline that the server confirms (57014 while waiting) is
@@ -407,14 +416,14 @@ func TestWaitErrClassification(t *testing.T) {
 	l, _, _ := newMock(t, nil)
 	expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
-	wantCode(t, l.waitErr(expired, "op", ID(1), &pgErr{"57014"}), syncguard.CodeAcquisitionTimeout)
+	wantCode(t, l.waitErr(expired, "op", ID(1), &pgErr{"57014"}), syncguard.ErrAcquisitionTimeout)
 	cancelled, cancel2 := context.WithCancel(context.Background())
 	cancel2()
-	se := wantCode(t, l.waitErr(cancelled, "op", ID(1), &pgErr{"57014"}), syncguard.CodeAborted)
+	se := wantCode(t, l.waitErr(cancelled, "op", ID(1), &pgErr{"57014"}), syncguard.ErrAborted)
 	if se.SQLState != "57014" {
 		t.Errorf("SQLSTATE kept for diagnosis: %+v", se)
 	}
-	wantCode(t, l.waitErr(context.Background(), "op", ID(1), &pgErr{"57014"}), syncguard.CodeNetworkTimeout)
+	wantCode(t, l.waitErr(context.Background(), "op", ID(1), &pgErr{"57014"}), syncguard.ErrNetworkTimeout)
 }
 
 func TestSessionUnlockNotHeld(t *testing.T) {
@@ -430,7 +439,7 @@ func TestSessionUnlockNotHeld(t *testing.T) {
 	}
 	mock.ExpectQuery(queries[formInt64].unlock).WithArgs(int64(9)).WillReturnRows(sqlmock.NewRows([]string{"u"}).AddRow(false))
 	err = lock.Close()
-	se := wantCode(t, err, syncguard.CodeInternal)
+	se := wantCode(t, err, syncguard.ErrInternal)
 	if !errors.Is(err, ErrNotHeld) || !errors.Is(err, syncguard.ErrInternal) || se.Op != "advisory.unlock" {
 		t.Fatalf("want ErrNotHeld, got %v", err)
 	}
@@ -444,7 +453,7 @@ func TestSessionUnlockNotHeld(t *testing.T) {
 		t.Fatalf("the connection is fine after a not-held unlock: %v", err)
 	}
 	mock.ExpectQuery(queries[formInt64].unlock).WithArgs(int64(9)).WillReturnRows(sqlmock.NewRows([]string{"u"}).AddRow(false))
-	if err := l.UnlockConn(context.Background(), conn, ID(9)); !errors.Is(err, ErrNotHeld) || syncguard.CodeOf(err) != syncguard.CodeInternal {
+	if err := l.UnlockConn(context.Background(), conn, ID(9)); !errors.Is(err, ErrNotHeld) || syncguard.CodeOf(err) != syncguard.ErrInternal {
 		t.Fatalf("UnlockConn of a lock not held = %v; want ErrNotHeld (Internal), as SessionLock.Unlock", err)
 	}
 	if err := mock.ExpectationsWereMet(); err != nil {
@@ -462,7 +471,7 @@ func TestSessionUnlockFailureDiscardsConn(t *testing.T) {
 	}
 	mock.ExpectQuery(queries[formInt64].unlock).WithArgs(int64(9)).WillReturnError(&pgErr{"08006"})
 	err = lock.Unlock(context.Background())
-	se := wantCode(t, err, syncguard.CodeServiceUnavailable)
+	se := wantCode(t, err, syncguard.ErrServiceUnavailable)
 	if se.Msg == "" || !errors.Is(err, syncguard.ErrServiceUnavailable) {
 		t.Fatalf("error %v", err)
 	}
@@ -519,7 +528,7 @@ func TestLocksDecodesRows(t *testing.T) {
 	}
 	mock.ExpectQuery(sqlLocks).WithArgs(true).WillReturnError(&pgErr{"42501"})
 	_, err = l.Waiting(context.Background())
-	wantCode(t, err, syncguard.CodeAuthFailed)
+	wantCode(t, err, syncguard.ErrAuthFailed)
 }
 
 // expectWaitingLockTx sets mock up, in any order, for a transaction whose

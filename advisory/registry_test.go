@@ -10,7 +10,7 @@ import (
 
 func wantInvalid(t *testing.T, err error, contains string) {
 	t.Helper()
-	if syncguard.CodeOf(err) != syncguard.CodeInvalidArgument {
+	if syncguard.CodeOf(err) != syncguard.ErrInvalidArgument {
 		t.Fatalf("want InvalidArgument, got %v", err)
 	}
 	if contains != "" && !strings.Contains(err.Error(), contains) {

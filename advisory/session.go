@@ -125,7 +125,7 @@ func (l *Client) UnlockConn(ctx context.Context, conn *sql.Conn, key Key) error 
 // notHeld is the error of an unlock that pg_advisory_unlock answered with
 // false.
 func notHeld(op string, key Key) error {
-	return &syncguard.Error{Op: op, Code: syncguard.CodeInternal, Key: key.String(), Err: ErrNotHeld,
+	return &syncguard.Error{Op: op, Code: syncguard.ErrInternal, Key: key.String(), Err: ErrNotHeld,
 		Msg: "pg_advisory_unlock found no such lock held by this session: it was unlocked elsewhere on the " +
 			"connection, or statements do not reach the same server session (a pooler in transaction mode?)"}
 }
@@ -431,7 +431,7 @@ func (l *Client) newSessionLock(op string, conn *sql.Conn, key Key, b backendID,
 	if owned {
 		conn.Close()
 	}
-	return nil, &syncguard.Error{Op: op, Code: syncguard.CodeInternal, Key: key.String(), Err: ErrConnReturnedHolding,
+	return nil, &syncguard.Error{Op: op, Code: syncguard.ErrInternal, Key: key.String(), Err: ErrConnReturnedHolding,
 		Msg: fmt.Sprintf("this connection's session (pid %d) already held the lock for another SessionLock whose *sql.Conn was closed without "+
 			"Unlock, so it went back to the pool holding the lock and this call only re-entered it; the connection was discarded, "+
 			"which ended that leaked lock: try again", b.pid)}
@@ -462,6 +462,6 @@ func (s *SessionLock) endLeaked(ctx context.Context) string {
 // misuse is the error of an Unlock whose connection went back to the pool
 // while holding the lock; what says what became of the lock.
 func (s *SessionLock) misuse(op, what string) error {
-	return &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Key: s.key.String(), Err: ErrConnReturnedHolding,
+	return &syncguard.Error{Op: op, Code: syncguard.ErrInvalidArgument, Key: s.key.String(), Err: ErrConnReturnedHolding,
 		Msg: "misuse: the *sql.Conn was closed, returning it to the pool, while the session still held the lock (unlock before closing the conn); " + what}
 }

@@ -29,10 +29,10 @@ func init() {
 			tx := a.begin(e.db)
 			pid := a.advPID(tx)
 			ctx, cancel := context.WithCancel(e.ctx)
-			want := syncguard.CodeAborted
+			want := syncguard.ErrAborted
 			if mode == "deadline" {
 				ctx, cancel = context.WithTimeout(e.ctx, e.slow().scale(300*time.Millisecond))
-				want = syncguard.CodeAcquisitionTimeout
+				want = syncguard.ErrAcquisitionTimeout
 			}
 			done := make(chan error, 1)
 			go func() { done <- a.l.LockTx(ctx, tx, key) }()

@@ -241,7 +241,7 @@ func init() {
 			return false
 		})
 		err = <-done
-		if advCode(err) != syncguard.CodeAcquisitionTimeout {
+		if advCode(err) != syncguard.ErrAcquisitionTimeout {
 			e.t.Errorf("rule: a LockSession whose deadline passes while the key is held fails with AcquisitionTimeout; got %v", err)
 		}
 		if n := a.advPIDHolds(waiter); n != 0 {
@@ -256,7 +256,7 @@ func init() {
 		key := a.advKey("notheld")
 		conn := a.advConn(e.db)
 		err := a.l.UnlockConn(e.ctx, conn, key)
-		if !errors.Is(err, advisory.ErrNotHeld) || advCode(err) != syncguard.CodeInternal {
+		if !errors.Is(err, advisory.ErrNotHeld) || advCode(err) != syncguard.ErrInternal {
 			e.t.Errorf("rule: UnlockConn of a lock the session does not hold reports ErrNotHeld, as SessionLock.Unlock does; got %v", err)
 		}
 		lock, err := a.l.LockConn(e.ctx, conn, key)
@@ -265,7 +265,7 @@ func init() {
 			e.t.Errorf("rule: UnlockConn of a held lock succeeds; got %v", err)
 		}
 		err = lock.Close()
-		if !errors.Is(err, advisory.ErrNotHeld) || advCode(err) != syncguard.CodeInternal {
+		if !errors.Is(err, advisory.ErrNotHeld) || advCode(err) != syncguard.ErrInternal {
 			e.t.Errorf("rule: a SessionLock whose lock was unlocked behind its back reports ErrNotHeld on Close; got %v", err)
 		}
 		if err := conn.PingContext(e.ctx); err != nil {
@@ -313,7 +313,7 @@ func init() {
 			took := time.Since(start)
 			timer.Stop()
 			cancel()
-			if advCode(err) != syncguard.CodeAborted {
+			if advCode(err) != syncguard.ErrAborted {
 				e.t.Errorf("rule: a cancel %v after LockTx starts on a held key ends it with Aborted; got %v", delay, err)
 			}
 			if budget := e.slow().scale(advCancelBudget); took > delay+budget {
@@ -365,7 +365,7 @@ func init() {
 			if budget := e.slow().scale(advCancelBudget); took > budget {
 				e.t.Errorf("rule: a cancel while LockConn waits returns within %v (%v × the slowdown); took %v (%s)", budget, advCancelBudget, took, e.slow())
 			}
-			if advCode(err) != syncguard.CodeAborted {
+			if advCode(err) != syncguard.ErrAborted {
 				e.t.Errorf("rule: a cancel while LockConn waits ends it with Aborted; got %v", err)
 			}
 			if err := conn.PingContext(e.ctx); err != nil {
@@ -485,7 +485,7 @@ func init() {
 			switch {
 			case err == nil:
 				ok++
-			case advCode(err) == syncguard.CodeServiceUnavailable && err.(*syncguard.Error).SQLState == "40P01":
+			case advCode(err) == syncguard.ErrServiceUnavailable && err.(*syncguard.Error).SQLState == "40P01":
 				failed++
 				if !err.(*syncguard.Error).Retryable() {
 					e.t.Errorf("rule: a deadlock is retryable; got %v", err)

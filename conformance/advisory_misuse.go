@@ -41,7 +41,7 @@ func init() {
 			e.t.Errorf("rule: after detecting the returned connection no lock is left on its session; pid %d still holds %d advisory locks 10 s later", pid, a.advPIDHolds(pid))
 		}
 		err = first.Unlock(e.ctx)
-		if !errors.Is(err, advisory.ErrConnReturnedHolding) || advCode(err) != syncguard.CodeInvalidArgument {
+		if !errors.Is(err, advisory.ErrConnReturnedHolding) || advCode(err) != syncguard.ErrInvalidArgument {
 			e.t.Errorf("rule: Unlock of a SessionLock whose conn went back to the pool reports the misuse (ErrConnReturnedHolding, InvalidArgument); got %v", err)
 		}
 
@@ -53,7 +53,7 @@ func init() {
 		pid = a.advPID(conn)
 		e.must(conn.Close(), "Conn.Close") // the misuse
 		err = lock.Unlock(e.ctx)
-		if !errors.Is(err, advisory.ErrConnReturnedHolding) || advCode(err) != syncguard.CodeInvalidArgument {
+		if !errors.Is(err, advisory.ErrConnReturnedHolding) || advCode(err) != syncguard.ErrInvalidArgument {
 			e.t.Errorf("rule: Unlock of a SessionLock whose conn went back to the pool reports the misuse (ErrConnReturnedHolding, InvalidArgument); got %v", err)
 		}
 		if !a.advEventually(func() bool { return a.advPIDHolds(pid) == 0 }) {

@@ -124,9 +124,9 @@ func init() {
 				err  error
 				want syncguard.Code
 			}{
-				"cancelled context": {second(b.Acquire(cancelled, k, time.Second)), syncguard.CodeAborted},
-				"past deadline":     {second(b.Release(expired, r.LockID)), syncguard.CodeNetworkTimeout},
-				"malformed lockId":  {second(b.Extend(e.ctx, "nope", time.Second)), syncguard.CodeInvalidArgument},
+				"cancelled context": {second(b.Acquire(cancelled, k, time.Second)), syncguard.ErrAborted},
+				"past deadline":     {second(b.Release(expired, r.LockID)), syncguard.ErrNetworkTimeout},
+				"malformed lockId":  {second(b.Extend(e.ctx, "nope", time.Second)), syncguard.ErrInvalidArgument},
 			} {
 				if got := syncguard.CodeOf(c.err); got != c.want {
 					e.t.Errorf("rule: both drivers classify errors alike; %s on the %s driver gave %q (%v), want %q", what, name, got, c.err, c.want)
@@ -142,7 +142,7 @@ func init() {
 			},
 		} {
 			_, err := db().IsLocked(e.ctx, k)
-			if syncguard.CodeOf(err) != syncguard.CodeInternal || !strings.Contains(fmt.Sprint(err), "SetupSchema") {
+			if syncguard.CodeOf(err) != syncguard.ErrInternal || !strings.Contains(fmt.Sprint(err), "SetupSchema") {
 				e.t.Errorf("rule: both drivers report missing tables as Internal naming SetupSchema; %s driver gave %v", name, err)
 			}
 		}

@@ -26,7 +26,7 @@ type failExtends struct {
 
 func (f *failExtends) Extend(ctx context.Context, lockID string, ttl time.Duration) (syncguard.ExtendResult, error) {
 	if f.fail.Load() {
-		return syncguard.ExtendResult{}, &syncguard.Error{Op: "extend", Code: syncguard.CodeServiceUnavailable, Msg: "conformance: extends fail"}
+		return syncguard.ExtendResult{}, &syncguard.Error{Op: "extend", Code: syncguard.ErrServiceUnavailable, Msg: "conformance: extends fail"}
 	}
 	return f.LockBackend.Extend(ctx, lockID, ttl)
 }

@@ -473,20 +473,20 @@ func (e *mlEnv) validation() {
 	}
 	for what, set := range bad {
 		_, err := l.Acquire(e.ctx, set, time.Minute)
-		if syncguard.CodeOf(err) != syncguard.CodeInvalidArgument {
+		if syncguard.CodeOf(err) != syncguard.ErrInvalidArgument {
 			e.t.Errorf("rule: a bad set (%s) is InvalidArgument before any I/O; got %v", what, err)
 		}
-		if _, err := l.IsLocked(e.ctx, set); syncguard.CodeOf(err) != syncguard.CodeInvalidArgument {
+		if _, err := l.IsLocked(e.ctx, set); syncguard.CodeOf(err) != syncguard.ErrInvalidArgument {
 			e.t.Errorf("rule: IsLocked of a bad set (%s) is InvalidArgument; got %v", what, err)
 		}
 	}
-	if _, err := multilock.Lock(e.ctx, l, []string{"a", "a"}, nil); syncguard.CodeOf(err) != syncguard.CodeInvalidArgument {
+	if _, err := multilock.Lock(e.ctx, l, []string{"a", "a"}, nil); syncguard.CodeOf(err) != syncguard.ErrInvalidArgument {
 		e.t.Errorf("rule: Lock with a duplicate key is InvalidArgument; got %v", err)
 	}
-	if _, err := l.Release(e.ctx, "short"); syncguard.CodeOf(err) != syncguard.CodeInvalidArgument {
+	if _, err := l.Release(e.ctx, "short"); syncguard.CodeOf(err) != syncguard.ErrInvalidArgument {
 		e.t.Errorf("rule: a malformed lockId is InvalidArgument; got %v", err)
 	}
-	if _, err := l.Acquire(e.ctx, multilock.Keys("a"), 0); syncguard.CodeOf(err) != syncguard.CodeInvalidArgument {
+	if _, err := l.Acquire(e.ctx, multilock.Keys("a"), 0); syncguard.CodeOf(err) != syncguard.ErrInvalidArgument {
 		e.t.Errorf("rule: a TTL under 1 ms is InvalidArgument; got %v", err)
 	}
 }

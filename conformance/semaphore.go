@@ -416,10 +416,10 @@ func (e *semEnv) mismatch() {
 		e.t.Fatal("first acquire failed")
 	}
 	_, err := two.Acquire(e.ctx, "n", 30*time.Second)
-	if syncguard.CodeOf(err) != syncguard.CodeInvalidArgument {
+	if syncguard.CodeOf(err) != syncguard.ErrInvalidArgument {
 		e.t.Fatalf("rule: an acquire naming another number of permits fails with InvalidArgument: %v", err)
 	}
-	if _, err := syncguard.Lock(e.ctx, two, "n", nil); syncguard.CodeOf(err) != syncguard.CodeInvalidArgument {
+	if _, err := syncguard.Lock(e.ctx, two, "n", nil); syncguard.CodeOf(err) != syncguard.ErrInvalidArgument {
 		e.t.Fatalf("rule: Lock through a semaphore of another number fails at once with InvalidArgument: %v", err)
 	}
 	for i := range 2 {
@@ -489,7 +489,7 @@ func (e *semEnv) validation() {
 		"lockId":    func() error { _, err := s.Release(e.ctx, "short"); return err },
 		"extend":    func() error { _, err := s.Extend(e.ctx, "short", time.Second); return err },
 	} {
-		if syncguard.CodeOf(f()) != syncguard.CodeInvalidArgument {
+		if syncguard.CodeOf(f()) != syncguard.ErrInvalidArgument {
 			e.t.Errorf("rule: bad input (%s) is InvalidArgument", name)
 		}
 	}

@@ -88,7 +88,7 @@ type Election struct {
 // It does no I/O.
 func New(b syncguard.LockBackend, key string, opts *Options) (*Election, error) {
 	if b == nil {
-		return nil, &syncguard.Error{Op: "election", Code: syncguard.CodeInvalidArgument, Msg: "backend must not be nil"}
+		return nil, &syncguard.Error{Op: "election", Code: syncguard.ErrInvalidArgument, Msg: "backend must not be nil"}
 	}
 	var o Options
 	if opts != nil {
@@ -102,7 +102,7 @@ func New(b syncguard.LockBackend, key string, opts *Options) (*Election, error) 
 		def time.Duration
 	}{{&o.TTL, DefaultTTL}, {&o.PollInterval, DefaultPollInterval}, {&o.Recampaign, DefaultRecampaign}} {
 		if *d.v < 0 {
-			return nil, &syncguard.Error{Op: "election", Code: syncguard.CodeInvalidArgument, Msg: fmt.Sprintf("negative duration %v", *d.v)}
+			return nil, &syncguard.Error{Op: "election", Code: syncguard.ErrInvalidArgument, Msg: fmt.Sprintf("negative duration %v", *d.v)}
 		}
 		if *d.v == 0 {
 			*d.v = d.def

@@ -83,7 +83,7 @@ func TestLeaderContextEndsBeforeExpiryWhenExtendsFail(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fake.Fail(syncguardtest.OpExtend, syncguard.CodeServiceUnavailable, -1)
+		fake.Fail(syncguardtest.OpExtend, syncguard.ErrServiceUnavailable, -1)
 		<-term.Done()
 		if !errors.Is(term.Err(), syncguard.ErrLockLost) {
 			t.Errorf("the term ends with ErrLockLost; got %v", term.Err())
@@ -100,7 +100,7 @@ func TestLeaderContextEndsBeforeExpiryWhenExtendsFail(t *testing.T) {
 		if next.Fence() <= term.Fence() || fake.Now().Before(term.Lease().ExpiresAt().Add(time.Second)) {
 			t.Errorf("follower: term %s after %s at %v (the old lock expired at %v)", next.Fence(), term.Fence(), fake.Now(), term.Lease().ExpiresAt())
 		}
-		fake.Fail(syncguardtest.OpExtend, syncguard.CodeServiceUnavailable, 0)
+		fake.Fail(syncguardtest.OpExtend, syncguard.ErrServiceUnavailable, 0)
 		_ = next.Resign(ctx)
 		_ = term.Resign(ctx)
 	})

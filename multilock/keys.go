@@ -57,7 +57,7 @@ func ParseKeys(set string) ([]string, error) {
 // by storage key (the one order of every statement).
 func parse(op, set string) ([]rules.Key, *syncguard.Error) {
 	bad := func(msg string) ([]rules.Key, *syncguard.Error) {
-		return nil, &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Key: set, Msg: msg}
+		return nil, &syncguard.Error{Op: op, Code: syncguard.ErrInvalidArgument, Key: set, Msg: msg}
 	}
 	body, ok := strings.CutPrefix(set, setPrefix)
 	if !ok {
@@ -172,7 +172,7 @@ func Lock(ctx context.Context, l SetLocker, keys []string, opts *syncguard.LockO
 	}
 	f, err := l.Fences(ctx, lease.LockID())
 	if err == nil && len(f) != len(keys) {
-		err = &syncguard.Error{Op: "lock", Code: syncguard.CodeInternal, Key: set, Msg: "the holding's fences could not be read back",
+		err = &syncguard.Error{Op: "lock", Code: syncguard.ErrInternal, Key: set, Msg: "the holding's fences could not be read back",
 			Err: syncguard.ErrLockLost}
 	}
 	if err != nil {

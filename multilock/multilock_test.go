@@ -31,7 +31,7 @@ func TestParseRejects(t *testing.T) {
 		"no prefix": `["a"]`, "bad JSON": "multilock:[a]", "empty": Keys(), "empty key": Keys(""),
 		"duplicate": Keys("x", "x"), "NUL": Keys("a\x00"), "too many": Keys(strings.Split(strings.Repeat("k,", MaxKeys)+"z", ",")...),
 	} {
-		if _, err := ParseKeys(set); syncguard.CodeOf(err) != syncguard.CodeInvalidArgument {
+		if _, err := ParseKeys(set); syncguard.CodeOf(err) != syncguard.ErrInvalidArgument {
 			t.Errorf("%s: got %v, want InvalidArgument", what, err)
 		}
 	}
@@ -57,10 +57,10 @@ func TestRender(t *testing.T) {
 	if err != nil || !strings.Contains(ddl, `"syncguard_locks_ml_waiters"`) {
 		t.Fatalf("SchemaSQL(nil): %v", err)
 	}
-	if _, err := TablesOf(&syncguard.Config{FenceTableName: "syncguard_locks_ml"}); syncguard.CodeOf(err) != syncguard.CodeInvalidArgument {
+	if _, err := TablesOf(&syncguard.Config{FenceTableName: "syncguard_locks_ml"}); syncguard.CodeOf(err) != syncguard.ErrInvalidArgument {
 		t.Fatalf("a fence table named like a multilock table: got %v", err)
 	}
-	if _, err := TablesOf(&syncguard.Config{TableName: "bad name"}); syncguard.CodeOf(err) != syncguard.CodeInvalidArgument {
+	if _, err := TablesOf(&syncguard.Config{TableName: "bad name"}); syncguard.CodeOf(err) != syncguard.ErrInvalidArgument {
 		t.Fatalf("a bad TableName: got %v", err)
 	}
 }
@@ -68,7 +68,7 @@ func TestRender(t *testing.T) {
 // TestValidationBeforeIO: bad input fails on a Locker whose pool cannot
 // connect, with InvalidArgument, before any I/O.
 func TestValidationBeforeIO(t *testing.T) {
-	if _, err := New(nil, nil); syncguard.CodeOf(err) != syncguard.CodeInvalidArgument {
+	if _, err := New(nil, nil); syncguard.CodeOf(err) != syncguard.ErrInvalidArgument {
 		t.Fatalf("New(nil): %v", err)
 	}
 	db := sql.OpenDB(nilConnector{})
@@ -78,17 +78,17 @@ func TestValidationBeforeIO(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, set := range []string{Keys(), Keys("a", "a"), "a"} {
-		if _, err := l.Acquire(ctx, set, time.Second); syncguard.CodeOf(err) != syncguard.CodeInvalidArgument {
+		if _, err := l.Acquire(ctx, set, time.Second); syncguard.CodeOf(err) != syncguard.ErrInvalidArgument {
 			t.Errorf("Acquire(%q): %v", set, err)
 		}
 	}
-	if _, err := l.Acquire(ctx, Keys("a"), 0); syncguard.CodeOf(err) != syncguard.CodeInvalidArgument {
+	if _, err := l.Acquire(ctx, Keys("a"), 0); syncguard.CodeOf(err) != syncguard.ErrInvalidArgument {
 		t.Errorf("ttl 0: %v", err)
 	}
-	if _, err := l.Extend(ctx, "x", time.Second); syncguard.CodeOf(err) != syncguard.CodeInvalidArgument {
+	if _, err := l.Extend(ctx, "x", time.Second); syncguard.CodeOf(err) != syncguard.ErrInvalidArgument {
 		t.Errorf("Extend bad lockId: %v", err)
 	}
-	if _, err := Lock(ctx, l, []string{"a", ""}, nil); syncguard.CodeOf(err) != syncguard.CodeInvalidArgument {
+	if _, err := Lock(ctx, l, []string{"a", ""}, nil); syncguard.CodeOf(err) != syncguard.ErrInvalidArgument {
 		t.Errorf("Lock empty key: %v", err)
 	}
 }

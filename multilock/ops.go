@@ -85,7 +85,7 @@ func (l *Locker) acquire(ctx context.Context, set string, ttl time.Duration, ide
 	}
 	if !d.ok || !d.held {
 		if d.ok && d.exhausted {
-			return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.CodeInternal, Key: set,
+			return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.ErrInternal, Key: set,
 				Msg: fmt.Sprintf("the fence counter of a key of the set reached its maximum (%d); nothing was committed", int64(rules.FenceMax))}
 		}
 		res := syncguard.AcquireResult{Reason: syncguard.ReasonLocked}
@@ -99,13 +99,13 @@ func (l *Locker) acquire(ctx context.Context, set string, ttl time.Duration, ide
 	}
 	fences := strings.Split(d.fences.String, ",")
 	if !d.expires.Valid || len(fences) != len(ks) {
-		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.CodeInternal, Key: set, Msg: "malformed rows returned by acquire"}
+		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.ErrInternal, Key: set, Msg: "malformed rows returned by acquire"}
 	}
 	kf := make([]KeyFence, len(ks))
 	var top string
 	for i, k := range ks {
 		if _, err := rules.ParseFence(fences[i]); err != nil {
-			return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.CodeInternal, Key: set, Msg: "malformed fence returned by acquire"}
+			return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.ErrInternal, Key: set, Msg: "malformed fence returned by acquire"}
 		}
 		kf[i] = KeyFence{Key: k.Norm, Fence: syncguard.Fence(fences[i])}
 		top = max(top, fences[i])
@@ -211,7 +211,7 @@ func (l *Locker) runFresh(ctx context.Context, op string, o int, args []any, fre
 			continue
 		}
 		if err == nil && !*fresh {
-			err = &syncguard.Error{Op: op, Code: syncguard.CodeServiceUnavailable,
+			err = &syncguard.Error{Op: op, Code: syncguard.ErrServiceUnavailable,
 				Msg: fmt.Sprintf("the keys kept changing under %d runs of the %s; nothing was done", maxReruns, op)}
 		}
 		return err

@@ -40,7 +40,7 @@ func tablesOf(op string, cfg *syncguard.Config) (Tables, error) {
 	}
 	for _, n := range names(table) {
 		if strings.EqualFold(n, fences) {
-			return Tables{}, &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument,
+			return Tables{}, &syncguard.Error{Op: op, Code: syncguard.ErrInvalidArgument,
 				Msg: fmt.Sprintf("FenceTableName %q is the name of one of multilock's tables or indexes for TableName %q: choose another name", fences, table)}
 		}
 	}

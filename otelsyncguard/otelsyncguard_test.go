@@ -32,7 +32,7 @@ func TestLossValue(t *testing.T) {
 
 // Each operation's syncguard.outcome, reason and error.type.
 func TestOutcome(t *testing.T) {
-	down := &syncguard.Error{Code: syncguard.CodeServiceUnavailable}
+	down := &syncguard.Error{Code: syncguard.ErrServiceUnavailable}
 	for _, tc := range []struct {
 		op                    syncguard.TraceOp
 		outcome, reason, code string

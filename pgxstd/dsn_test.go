@@ -37,7 +37,7 @@ func TestMalformedDSNIsInvalidArgument(t *testing.T) {
 		cancel()
 		db.Close()
 		var se *syncguard.Error
-		if !errors.As(err, &se) || se.Code != syncguard.CodeInvalidArgument || se.Retryable() {
+		if !errors.As(err, &se) || se.Code != syncguard.ErrInvalidArgument || se.Retryable() {
 			t.Errorf("%q: Acquire = %v; want a non-retryable InvalidArgument", dsn, err)
 			continue
 		}

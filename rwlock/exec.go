@@ -61,7 +61,7 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, ide
 	}
 	rw.k.Woke(ctx, d.woke.String, []string{waiting.Channel(channelPrefix(rw.k.Table), k.Storage)}, rw.k.NotifyDB != nil)
 	if d.exhausted.Bool {
-		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.CodeInternal, Key: key,
+		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.ErrInternal, Key: key,
 			Msg: fmt.Sprintf("writer fence counter for this key reached its maximum (%d); nothing was committed", int64(rules.FenceMax))}
 	}
 	if !d.ok.Bool {
@@ -76,7 +76,7 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, ide
 		return res, nil
 	}
 	if !d.fence.Valid || !d.expires.Valid {
-		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.CodeInternal, Key: key, Msg: "malformed row returned by acquire"}
+		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.ErrInternal, Key: key, Msg: "malformed row returned by acquire"}
 	}
 	var age time.Duration
 	if q != nil {

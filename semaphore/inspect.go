@@ -190,7 +190,7 @@ func (s *Semaphore) Lock(ctx context.Context, key string, opts *syncguard.LockOp
 	if err != nil || h == nil {
 		lease.Close()
 		if err == nil {
-			err = &syncguard.Error{Op: "lock", Code: syncguard.CodeInvalidArgument, Key: lease.Key(), Err: syncguard.ErrLockLost,
+			err = &syncguard.Error{Op: "lock", Code: syncguard.ErrInvalidArgument, Key: lease.Key(), Err: syncguard.ErrLockLost,
 				Msg: "the permit was lost before its slot could be read"}
 		}
 		return nil, err

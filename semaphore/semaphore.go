@@ -164,10 +164,10 @@ func (s *Semaphore) acquire(ctx context.Context, key string, ttl time.Duration, 
 	}
 	switch {
 	case r.state == "mismatch":
-		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Key: key, Err: ErrPermitsMismatch,
+		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.ErrInvalidArgument, Key: key, Err: ErrPermitsMismatch,
 			Msg: fmt.Sprintf("this key is a semaphore of %d permits, not %d (the first acquire of a key fixes its number of permits); nothing was taken", r.permits.Int64, s.permits)}
 	case r.exhausted:
-		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.CodeInternal, Key: key,
+		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.ErrInternal, Key: key,
 			Msg: fmt.Sprintf("a slot's fence counter reached its maximum (%d); nothing was committed", int64(rules.FenceMax))}
 	}
 	if !r.slot.Valid || !r.expires.Valid || !r.fence.Valid {
@@ -182,7 +182,7 @@ func (s *Semaphore) acquire(ctx context.Context, key string, ttl time.Duration, 
 	}
 	fence, ferr := rules.FormatFence(r.fence.Int64)
 	if ferr != nil {
-		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.CodeInternal, Key: key, Msg: "malformed fence returned by acquire"}
+		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.ErrInternal, Key: key, Msg: "malformed fence returned by acquire"}
 	}
 	s.took(k.Norm, lockID, int(r.slot.Int64), r.fence.Int64, fence)
 	if w != nil {

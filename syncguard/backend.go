@@ -28,7 +28,7 @@ func New(db *sql.DB, cfg *Config) (*Backend, error) {
 	if r.Dialect == nil {
 		d, ok := driver.Lookup(db.Driver())
 		if !ok {
-			return nil, &Error{Op: "new", Code: CodeInvalidArgument, Msg: fmt.Sprintf(
+			return nil, &Error{Op: "new", Code: ErrInvalidArgument, Msg: fmt.Sprintf(
 				"no syncguard dialect registered for database/sql driver %T: import an adapter, "+
 					`_ "github.com/syncguard/syncguard-go/pq" (lib/pq) or _ "github.com/syncguard/syncguard-go/pgxstd" (pgx/v5/stdlib), `+
 					"or set Config.Dialect (registered: %s)", db.Driver(), strings.Join(driver.Registered(), ", "))}
@@ -246,7 +246,7 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 		return AcquireResult{}, e
 	}
 	if d.exhausted {
-		return AcquireResult{}, &Error{Op: op, Code: CodeInternal, Key: key,
+		return AcquireResult{}, &Error{Op: op, Code: ErrInternal, Key: key,
 			Msg: fmt.Sprintf("fence counter for this key reached its maximum (%d); nothing was committed", int64(rules.FenceMax))}
 	}
 	if !d.gotID.Valid || d.gotID.String != lockID {
@@ -267,7 +267,7 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 	}
 	fence, ferr := rules.ParseFence(d.fence.String)
 	if !d.expires.Valid || !d.fence.Valid || ferr != nil {
-		return AcquireResult{}, &Error{Op: op, Code: CodeInternal, Key: key, Msg: "malformed row returned by acquire"}
+		return AcquireResult{}, &Error{Op: op, Code: ErrInternal, Key: key, Msg: "malformed row returned by acquire"}
 	}
 	var age time.Duration
 	if q != nil && d.acquired.Valid {
@@ -289,7 +289,7 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 // a connection or shutdown class SQLSTATE (any other rejection did not).
 func outcomeUnknown(ctx context.Context, e *Error) bool {
 	st := e.SQLState
-	return ctx.Err() != nil || (e.Code == CodeServiceUnavailable || e.Code == CodeNetworkTimeout) &&
+	return ctx.Err() != nil || (e.Code == ErrServiceUnavailable || e.Code == ErrNetworkTimeout) &&
 		(st == "" || strings.HasPrefix(st, "08") || strings.HasPrefix(st, "57P"))
 }
 

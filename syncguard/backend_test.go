@@ -34,21 +34,21 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	for _, c := range bad {
 		c.Dialect = fakeDialect{}
 		_, err := New(db, &c)
-		wantCode(t, err, CodeInvalidArgument)
+		wantCode(t, err, ErrInvalidArgument)
 	}
 	ok := Config{TableName: strings.Repeat("a", 51), FenceTableName: "MixedCase_Fences", Dialect: fakeDialect{}}
 	if _, err := New(db, &ok); err != nil {
 		t.Fatalf("valid config rejected: %v", err)
 	}
 	_, err := New(nil, nil)
-	wantCode(t, err, CodeInvalidArgument)
+	wantCode(t, err, ErrInvalidArgument)
 }
 
 func TestNewUnregisteredDriverNamesAdapters(t *testing.T) {
 	db, _, _ := sqlmock.New()
 	defer db.Close()
 	_, err := New(db, nil)
-	wantCode(t, err, CodeInvalidArgument)
+	wantCode(t, err, ErrInvalidArgument)
 	for _, want := range []string{"github.com/syncguard/syncguard-go/pq", "github.com/syncguard/syncguard-go/pgxstd", "Config.Dialect"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)
@@ -65,25 +65,25 @@ func TestValidationBeforeIO(t *testing.T) {
 	badKeys := []string{"", strings.Repeat("a", 511) + "é", "a\x00b", "\xff\xfe"}
 	for _, k := range badKeys {
 		_, err := b.Acquire(ctx, k, time.Second)
-		wantCode(t, err, CodeInvalidArgument)
+		wantCode(t, err, ErrInvalidArgument)
 		_, err = b.IsLocked(ctx, k)
-		wantCode(t, err, CodeInvalidArgument)
+		wantCode(t, err, ErrInvalidArgument)
 		_, err = b.LookupKey(ctx, k)
-		wantCode(t, err, CodeInvalidArgument)
+		wantCode(t, err, ErrInvalidArgument)
 	}
 	for _, ttl := range []time.Duration{0, -time.Second, 999 * time.Microsecond} {
 		_, err := b.Acquire(ctx, "k", ttl)
-		wantCode(t, err, CodeInvalidArgument)
+		wantCode(t, err, ErrInvalidArgument)
 		_, err = b.Extend(ctx, goodID, ttl)
-		wantCode(t, err, CodeInvalidArgument)
+		wantCode(t, err, ErrInvalidArgument)
 	}
 	for _, id := range []string{"", "short", goodID + "A", "AAAAAAAAAAAAAAAAAAAAA/", "AAAAAAAAAAAAAAAAAAAAA\x00"} {
 		_, err := b.Release(ctx, id)
-		wantCode(t, err, CodeInvalidArgument)
+		wantCode(t, err, ErrInvalidArgument)
 		_, err = b.Extend(ctx, id, time.Second)
-		wantCode(t, err, CodeInvalidArgument)
+		wantCode(t, err, ErrInvalidArgument)
 		_, err = b.LookupID(ctx, id)
-		wantCode(t, err, CodeInvalidArgument)
+		wantCode(t, err, ErrInvalidArgument)
 	}
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Fatal(err)
@@ -95,25 +95,25 @@ func TestCancelledContextBeforeIO(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := b.Acquire(ctx, "k", time.Second)
-	wantCode(t, err, CodeAborted)
+	wantCode(t, err, ErrAborted)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Aborted error should wrap context.Canceled: %v", err)
 	}
 	_, err = b.Release(ctx, goodID)
-	wantCode(t, err, CodeAborted)
+	wantCode(t, err, ErrAborted)
 	_, err = b.Extend(ctx, goodID, time.Second)
-	wantCode(t, err, CodeAborted)
+	wantCode(t, err, ErrAborted)
 	_, err = b.IsLocked(ctx, "k")
-	wantCode(t, err, CodeAborted)
+	wantCode(t, err, ErrAborted)
 	_, err = b.LookupKey(ctx, "k")
-	wantCode(t, err, CodeAborted)
+	wantCode(t, err, ErrAborted)
 	_, err = b.LookupID(ctx, goodID)
-	wantCode(t, err, CodeAborted)
+	wantCode(t, err, ErrAborted)
 
 	dctx, dcancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer dcancel()
 	_, err = b.Acquire(dctx, "k", time.Second)
-	wantCode(t, err, CodeNetworkTimeout)
+	wantCode(t, err, ErrNetworkTimeout)
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestOwnCancellationBeats57014(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var err error = classifier{dialect: fakeDialect{}}.wrap(ctx, "extend", &pgErr{code: "57014"})
-	wantCode(t, err, CodeAborted)
+	wantCode(t, err, ErrAborted)
 	var pe *pgErr
 	if !errors.As(err, &pe) || !errors.Is(err, context.Canceled) {
 		t.Errorf("Aborted must wrap both the context error and the driver error: %v", err)
@@ -134,7 +134,7 @@ func TestOwnCancellationBeats57014(t *testing.T) {
 	b, mock := newMock(t, nil)
 	mock.ExpectQuery(`UPDATE "syncguard_locks"`).WillReturnError(&pgErr{code: "57014"})
 	_, err = b.Extend(context.Background(), goodID, time.Second)
-	wantCode(t, err, CodeNetworkTimeout)
+	wantCode(t, err, ErrNetworkTimeout)
 	if !errors.As(err, &pe) {
 		t.Errorf("errors.As must reach the driver error: %v", err)
 	}
@@ -149,7 +149,7 @@ func TestCancelInFlight(t *testing.T) {
 	time.AfterFunc(20*time.Millisecond, cancel)
 	start := time.Now()
 	_, err := b.Acquire(ctx, "k", time.Second)
-	wantCode(t, err, CodeAborted)
+	wantCode(t, err, ErrAborted)
 	// Only a call that ignored the cancel waits for the minute-long
 	// statement: 30 s holds on any machine.
 	if d := time.Since(start); d > 30*time.Second {
@@ -162,32 +162,32 @@ func TestErrorClassification(t *testing.T) {
 		err  error
 		want Code
 	}{
-		{&pgErr{code: "28P01", severity: "FATAL"}, CodeAuthFailed},
-		{&pgErr{code: "28000"}, CodeAuthFailed},
-		{&pgErr{code: "42501"}, CodeAuthFailed},
-		{&pgErr{code: "53300", severity: "FATAL"}, CodeRateLimited},
-		{&pgErr{code: "53200"}, CodeServiceUnavailable},
-		{&pgErr{code: "57014"}, CodeNetworkTimeout},
-		{&pgErr{code: "55P03"}, CodeNetworkTimeout},
-		{&pgErr{code: "57P01", severity: "FATAL"}, CodeServiceUnavailable},
-		{&pgErr{code: "08006"}, CodeServiceUnavailable},
-		{&pgErr{code: "40P01"}, CodeServiceUnavailable},
-		{&pgErr{code: "40001"}, CodeServiceUnavailable},
-		{&pgErr{code: "25006"}, CodeServiceUnavailable},
-		{&pgErr{code: "22021"}, CodeInvalidArgument},
-		{&pgErr{code: "23505"}, CodeInvalidArgument},
-		{&pgErr{code: "42P01"}, CodeInternal},
-		{&pgErr{code: "XX000"}, CodeInternal},
-		{&pgBouncerErr{pgErr{code: "08P01"}}, CodeAuthFailed},
-		{&pgErr{code: "08P01"}, CodeServiceUnavailable},
-		{&pgErr{code: "XX000", severity: "FATAL"}, CodeServiceUnavailable},
-		{sqldriver.ErrBadConn, CodeServiceUnavailable},
-		{sql.ErrConnDone, CodeServiceUnavailable},
-		{io.ErrUnexpectedEOF, CodeServiceUnavailable},
-		{&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, CodeServiceUnavailable},
-		{&net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}, CodeNetworkTimeout},
-		{context.DeadlineExceeded, CodeNetworkTimeout},
-		{errors.New("something odd"), CodeInternal},
+		{&pgErr{code: "28P01", severity: "FATAL"}, ErrAuthFailed},
+		{&pgErr{code: "28000"}, ErrAuthFailed},
+		{&pgErr{code: "42501"}, ErrAuthFailed},
+		{&pgErr{code: "53300", severity: "FATAL"}, ErrRateLimited},
+		{&pgErr{code: "53200"}, ErrServiceUnavailable},
+		{&pgErr{code: "57014"}, ErrNetworkTimeout},
+		{&pgErr{code: "55P03"}, ErrNetworkTimeout},
+		{&pgErr{code: "57P01", severity: "FATAL"}, ErrServiceUnavailable},
+		{&pgErr{code: "08006"}, ErrServiceUnavailable},
+		{&pgErr{code: "40P01"}, ErrServiceUnavailable},
+		{&pgErr{code: "40001"}, ErrServiceUnavailable},
+		{&pgErr{code: "25006"}, ErrServiceUnavailable},
+		{&pgErr{code: "22021"}, ErrInvalidArgument},
+		{&pgErr{code: "23505"}, ErrInvalidArgument},
+		{&pgErr{code: "42P01"}, ErrInternal},
+		{&pgErr{code: "XX000"}, ErrInternal},
+		{&pgBouncerErr{pgErr{code: "08P01"}}, ErrAuthFailed},
+		{&pgErr{code: "08P01"}, ErrServiceUnavailable},
+		{&pgErr{code: "XX000", severity: "FATAL"}, ErrServiceUnavailable},
+		{sqldriver.ErrBadConn, ErrServiceUnavailable},
+		{sql.ErrConnDone, ErrServiceUnavailable},
+		{io.ErrUnexpectedEOF, ErrServiceUnavailable},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, ErrServiceUnavailable},
+		{&net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}, ErrNetworkTimeout},
+		{context.DeadlineExceeded, ErrNetworkTimeout},
+		{errors.New("something odd"), ErrInternal},
 	}
 	cl := classifier{dialect: fakeDialect{}}
 	for _, c := range cases {
@@ -195,7 +195,7 @@ func TestErrorClassification(t *testing.T) {
 		if got.Code != c.want {
 			t.Errorf("%v: got %s, want %s", c.err, got.Code, c.want)
 		}
-		if !errors.Is(got, c.err) && !errors.Is(got, c.want.sentinel()) {
+		if !errors.Is(got, c.err) && !errors.Is(got, c.want) {
 			t.Errorf("%v: cause not reachable", c.err)
 		}
 	}
@@ -233,7 +233,7 @@ func TestAcquireOutcomesFromRow(t *testing.T) {
 	// Fence counter at its maximum: Internal, and the statement committed nothing.
 	mock.ExpectQuery("INSERT INTO").WillReturnRows(sqlmock.NewRows(cols).AddRow(nil, nil, nil, nil, true, int64(1500), false, false, int64(0)))
 	_, err = b.Acquire(context.Background(), "k", time.Second)
-	wantCode(t, err, CodeInternal)
+	wantCode(t, err, ErrInternal)
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Fatal(err)
 	}
@@ -312,12 +312,12 @@ func TestLookupSanitizesAndChecksLiveness(t *testing.T) {
 }
 
 func TestErrorStringHidesRawValues(t *testing.T) {
-	e := &Error{Op: "release", Code: CodeServiceUnavailable, Key: "user@example.com", LockID: goodID, Err: io.EOF}
+	e := &Error{Op: "release", Code: ErrServiceUnavailable, Key: "user@example.com", LockID: goodID, Err: io.EOF}
 	s := e.Error()
 	if strings.Contains(s, "user@example.com") || strings.Contains(s, goodID) {
 		t.Fatalf("raw key or lockId in %q", s)
 	}
-	if !strings.Contains(s, HashKey("user@example.com")) || !e.Retryable() || CodeOf(e) != CodeServiceUnavailable {
+	if !strings.Contains(s, HashKey("user@example.com")) || !e.Retryable() || CodeOf(e) != ErrServiceUnavailable {
 		t.Fatalf("unexpected %q", s)
 	}
 }
@@ -350,7 +350,7 @@ func TestPoolSerializationFailureRerunsInReadCommitted(t *testing.T) {
 	mock.ExpectQuery("DELETE FROM").WillReturnError(&pgErr{code: "40001"})
 	mock.ExpectRollback()
 	_, err := b.Release(context.Background(), rules.GenerateLockID())
-	wantCode(t, err, CodeServiceUnavailable)
+	wantCode(t, err, ErrServiceUnavailable)
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Fatal(err)
 	}
@@ -365,14 +365,14 @@ func TestOutcomeUnknown(t *testing.T) {
 		e    *Error
 		want bool
 	}{
-		{cancelled, &Error{Code: CodeAborted}, true},
-		{bg, &Error{Code: CodeServiceUnavailable}, true},                    // EOF, reset: no answer
-		{bg, &Error{Code: CodeServiceUnavailable, SQLState: "57P01"}, true}, // terminated mid-statement
-		{bg, &Error{Code: CodeServiceUnavailable, SQLState: "08006"}, true},
-		{bg, &Error{Code: CodeNetworkTimeout, SQLState: "57014"}, false}, // statement_timeout: rolled back
-		{bg, &Error{Code: CodeServiceUnavailable, SQLState: "53200"}, false},
-		{bg, &Error{Code: CodeInternal, SQLState: "42P01"}, false},
-		{bg, &Error{Code: CodeAuthFailed}, false},
+		{cancelled, &Error{Code: ErrAborted}, true},
+		{bg, &Error{Code: ErrServiceUnavailable}, true},                    // EOF, reset: no answer
+		{bg, &Error{Code: ErrServiceUnavailable, SQLState: "57P01"}, true}, // terminated mid-statement
+		{bg, &Error{Code: ErrServiceUnavailable, SQLState: "08006"}, true},
+		{bg, &Error{Code: ErrNetworkTimeout, SQLState: "57014"}, false}, // statement_timeout: rolled back
+		{bg, &Error{Code: ErrServiceUnavailable, SQLState: "53200"}, false},
+		{bg, &Error{Code: ErrInternal, SQLState: "42P01"}, false},
+		{bg, &Error{Code: ErrAuthFailed}, false},
 	}
 	for _, c := range cases {
 		if got := outcomeUnknown(c.ctx, c.e); got != c.want {
@@ -423,7 +423,7 @@ func TestPrivilegeErrorSaysWhatLacksWhich(t *testing.T) {
 		b, mock := newMock(t, &Config{TableName: "L", FenceTableName: "F"})
 		mock.ExpectQuery("").WillReturnError(&msgErr{pgErr{code: "42501"}, c.server})
 		err := c.op(b)
-		wantCode(t, err, CodeAuthFailed)
+		wantCode(t, err, ErrAuthFailed)
 		for _, w := range c.want {
 			if err == nil || !strings.Contains(err.Error(), w) {
 				t.Errorf("server said %q: the error must say %q; got %v", c.server, w, err)

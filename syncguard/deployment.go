@@ -66,7 +66,7 @@ func (r Report) Err() error {
 	for i, f := range failed {
 		parts[i] = f.Check + ": " + f.Detail
 	}
-	return &Error{Op: "checkDeployment", Code: CodeInternal,
+	return &Error{Op: "checkDeployment", Code: ErrInternal,
 		Msg: fmt.Sprintf("%d deployment checks failed: %s", len(failed), strings.Join(parts, "; "))}
 }
 

@@ -10,67 +10,49 @@ import (
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
-// Code classifies every error this package returns. The names are the
+// Code classifies every error this package returns: each code is an error
+// value of its own, the sentinel that errors.Is matches. The names are the
 // spec's LockError codes, so Go and Node services log the same words.
 type Code string
 
-const (
-	// CodeServiceUnavailable: PostgreSQL could not be reached, the connection
-	// broke, or the server is out of resources. Retryable.
-	CodeServiceUnavailable Code = "ServiceUnavailable"
-	// CodeAuthFailed: the server rejected the credentials or a privilege is
-	// missing.
-	CodeAuthFailed Code = "AuthFailed"
-	// CodeInvalidArgument: bad input (key, lockId, ttl, configuration),
-	// reported before any I/O.
-	CodeInvalidArgument Code = "InvalidArgument"
-	// CodeRateLimited: a pool or server connection limit was hit. Retryable.
-	CodeRateLimited Code = "RateLimited"
-	// CodeNetworkTimeout: a deadline passed (the context's, or a server-side
-	// statement or lock timeout). Retryable.
-	CodeNetworkTimeout Code = "NetworkTimeout"
-	// CodeAcquisitionTimeout: the lock helper ran out of time or retries
-	// while the lock stayed contended.
-	CodeAcquisitionTimeout Code = "AcquisitionTimeout"
-	// CodeAborted: the caller's context was cancelled.
-	CodeAborted Code = "Aborted"
-	// CodeInternal: anything else, including a missing schema and fence
-	// overflow.
-	CodeInternal Code = "Internal"
-)
-
-// Sentinels, one per Code, for errors.Is:
+// The codes. Each is also the sentinel for errors.Is, in the manner of
+// io/fs.ErrNotExist:
 //
 //	if errors.Is(err, syncguard.ErrInvalidArgument) { ... }
-var (
-	ErrServiceUnavailable = errors.New("syncguard: service unavailable")
-	ErrAuthFailed         = errors.New("syncguard: authentication failed")
-	ErrInvalidArgument    = errors.New("syncguard: invalid argument")
-	ErrRateLimited        = errors.New("syncguard: rate limited")
-	ErrNetworkTimeout     = errors.New("syncguard: network timeout")
-	ErrAcquisitionTimeout = errors.New("syncguard: acquisition timeout")
-	ErrAborted            = errors.New("syncguard: aborted")
-	ErrInternal           = errors.New("syncguard: internal error")
+//	switch syncguard.CodeOf(err) { case syncguard.ErrAborted: ... }
+const (
+	// ErrServiceUnavailable: PostgreSQL could not be reached, the
+	// connection broke, or the server is out of resources. Retryable.
+	ErrServiceUnavailable Code = "ServiceUnavailable"
+	// ErrAuthFailed: the server rejected the credentials or a privilege is
+	// missing.
+	ErrAuthFailed Code = "AuthFailed"
+	// ErrInvalidArgument: bad input (key, lockId, ttl, configuration),
+	// reported before any I/O.
+	ErrInvalidArgument Code = "InvalidArgument"
+	// ErrRateLimited: a pool or server connection limit was hit. Retryable.
+	ErrRateLimited Code = "RateLimited"
+	// ErrNetworkTimeout: a deadline passed (the context's, or a server-side
+	// statement or lock timeout). Retryable.
+	ErrNetworkTimeout Code = "NetworkTimeout"
+	// ErrAcquisitionTimeout: the lock helper ran out of time or retries
+	// while the lock stayed contended.
+	ErrAcquisitionTimeout Code = "AcquisitionTimeout"
+	// ErrAborted: the caller's context was cancelled.
+	ErrAborted Code = "Aborted"
+	// ErrInternal: anything else, including a missing schema and fence
+	// overflow.
+	ErrInternal Code = "Internal"
 )
 
-var sentinels = map[Code]error{
-	CodeServiceUnavailable: ErrServiceUnavailable, CodeAuthFailed: ErrAuthFailed, CodeInvalidArgument: ErrInvalidArgument,
-	CodeRateLimited: ErrRateLimited, CodeNetworkTimeout: ErrNetworkTimeout, CodeAcquisitionTimeout: ErrAcquisitionTimeout,
-	CodeAborted: ErrAborted,
-}
-
-func (c Code) sentinel() error {
-	if s, ok := sentinels[c]; ok {
-		return s
-	}
-	return ErrInternal
-}
+// Error returns the code's name, as the spec spells it ("Aborted").
+func (c Code) Error() string { return string(c) }
 
 // Retryable reports whether an operation that failed with this code may
 // succeed if tried again unchanged: ServiceUnavailable, RateLimited and
 // NetworkTimeout.
 func (c Code) Retryable() bool {
-	return c == CodeServiceUnavailable || c == CodeRateLimited || c == CodeNetworkTimeout
+	return c == ErrServiceUnavailable || c == ErrRateLimited || c == ErrNetworkTimeout
 }
 
 // Error is the one error type of this package, in the manner of
@@ -118,8 +100,8 @@ func (e *Error) Error() string {
 // errors.Is reaches context.Canceled or context.DeadlineExceeded.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is makes errors.Is(err, ErrXxx) true for the sentinel of e.Code.
-func (e *Error) Is(target error) bool { return target == e.Code.sentinel() }
+// Is makes errors.Is(err, ErrXxx) true for e's Code.
+func (e *Error) Is(target error) bool { c, ok := target.(Code); return ok && c == e.Code }
 
 // Retryable reports whether e.Code is transient (see Code.Retryable).
 func (e *Error) Retryable() bool { return e.Code.Retryable() }
@@ -151,7 +133,7 @@ func sqlState(err error) string {
 }
 
 func invalidArg(op, msg string) *Error {
-	return &Error{Op: op, Code: CodeInvalidArgument, Msg: msg}
+	return &Error{Op: op, Code: ErrInvalidArgument, Msg: msg}
 }
 
 // plural is "1 attempt", "2 attempts": n and noun, plural unless n is 1.
@@ -171,7 +153,7 @@ func plural(n int, noun string) string {
 // holderGone, when not 0, is how long ago the holder's lock stopped being
 // live while the attempts since got no answer: they waited for its row.
 func waitError(key string, attempts, refused int, elapsed time.Duration, answered bool, lastErr, realErr, cause error, holderGone time.Duration) error {
-	e := &Error{Op: "lock", Code: CodeAcquisitionTimeout, Key: key, Err: cause,
+	e := &Error{Op: "lock", Code: ErrAcquisitionTimeout, Key: key, Err: cause,
 		Msg: fmt.Sprintf("lock still held by another owner after %s in %v", plural(attempts, "attempt"), elapsed)}
 	switch {
 	case !answered && realErr == nil:
@@ -202,7 +184,7 @@ func waitError(key string, attempts, refused int, elapsed time.Duration, answere
 // that long past the holder's expiry waits for a row lock: an open
 // transaction that checked the lease (txguard's Hold), or a slow server.
 func holderGone(holderEnds time.Time, lastErr error) time.Duration {
-	if holderEnds.IsZero() || CodeOf(lastErr) != CodeNetworkTimeout { // a wait, not a refused connection
+	if holderEnds.IsZero() || CodeOf(lastErr) != ErrNetworkTimeout { // a wait, not a refused connection
 		return 0
 	}
 	return max(time.Since(holderEnds), 0)

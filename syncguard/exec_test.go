@@ -67,7 +67,7 @@ func TestLostPreparedStatementInTx(t *testing.T) {
 	}
 	tx, _ := db.Begin()
 	_, err := b.WithTx(tx).Release(context.Background(), id)
-	if CodeOf(err) != CodeInternal || !strings.Contains(err.Error(), "26000") {
+	if CodeOf(err) != ErrInternal || !strings.Contains(err.Error(), "26000") {
 		t.Fatalf("the lost statement's error must reach the caller inside a transaction; got %v", err)
 	}
 	if b.shared.prep.Load() != prepOff {

@@ -9,7 +9,7 @@ import (
 func wantInvalid(t *testing.T, err error, what string) {
 	t.Helper()
 	var e *Error
-	if !errors.As(err, &e) || e.Code != CodeInvalidArgument {
+	if !errors.As(err, &e) || e.Code != ErrInvalidArgument {
 		t.Fatalf("%s: invalid input must give a typed InvalidArgument, got %v", what, err)
 	}
 }

@@ -99,12 +99,12 @@ func TestWithLockValidatesBeforeIO(t *testing.T) {
 		"bad jitter":     {Acquisition: syncguard.AcquisitionOptions{Jitter: "some"}},
 		"sub-ms TTL":     {TTL: time.Microsecond},
 	} {
-		requireCode(t, syncguard.WithLock(ctx, b, "k", fn, opts), syncguard.CodeInvalidArgument)
+		requireCode(t, syncguard.WithLock(ctx, b, "k", fn, opts), syncguard.ErrInvalidArgument)
 		_ = name
 	}
-	requireCode(t, syncguard.WithLock(ctx, b, "", fn, nil), syncguard.CodeInvalidArgument)
-	requireCode(t, syncguard.WithLock(ctx, b, "k", nil, nil), syncguard.CodeInvalidArgument)
-	requireCode(t, syncguard.WithLock(ctx, nil, "k", fn, nil), syncguard.CodeInvalidArgument)
+	requireCode(t, syncguard.WithLock(ctx, b, "", fn, nil), syncguard.ErrInvalidArgument)
+	requireCode(t, syncguard.WithLock(ctx, b, "k", nil, nil), syncguard.ErrInvalidArgument)
+	requireCode(t, syncguard.WithLock(ctx, nil, "k", fn, nil), syncguard.ErrInvalidArgument)
 	if n := b.Calls(syncguardtest.OpAcquire); n != 0 {
 		t.Fatalf("invalid input must fail before any I/O; %d acquires ran", n)
 	}
@@ -132,7 +132,7 @@ func TestAcquireExponentialDelaysExactAndTimeout(t *testing.T) {
 			attempts := sendTimes(b, syncguardtest.OpAcquire)
 			start := time.Now()
 			_, err := syncguard.Lock(t.Context(), scheduleOnly(b), "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Jitter: "none", MaxRetries: c.maxRetries}})
-			e := requireCode(t, err, syncguard.CodeAcquisitionTimeout)
+			e := requireCode(t, err, syncguard.ErrAcquisitionTimeout)
 			if got := gaps(attempts()); fmt.Sprint(got) != fmt.Sprint(c.gaps) {
 				t.Errorf("%s: delays between attempts: want %v, got %v", c.name, c.gaps, got)
 			}
@@ -154,7 +154,7 @@ func TestAcquireMaxRetriesCountsAttempts(t *testing.T) {
 		start := time.Now()
 		_, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{
 			MaxRetries: 3, RetryDelay: 200 * time.Millisecond, Backoff: "fixed", Jitter: "none", Timeout: time.Hour}})
-		e := requireCode(t, err, syncguard.CodeAcquisitionTimeout)
+		e := requireCode(t, err, syncguard.ErrAcquisitionTimeout)
 		if got, want := gaps(attempts()), ms(200, 200, 200); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("fixed backoff: want delays %v, got %v", want, got)
 		}
@@ -173,7 +173,7 @@ func TestAcquireNoRetries(t *testing.T) {
 		hold(t, b, "k")
 		start := time.Now()
 		_, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{MaxRetries: -1}})
-		requireCode(t, err, syncguard.CodeAcquisitionTimeout)
+		requireCode(t, err, syncguard.ErrAcquisitionTimeout)
 		if n := b.Calls(syncguardtest.OpAcquire) - 1; n != 1 || time.Since(start) != 0 {
 			t.Errorf("-1: want one attempt and no wait, got %d attempts in %v", n, time.Since(start))
 		}
@@ -192,7 +192,7 @@ func TestAcquireJitterBounds(t *testing.T) {
 				attempts := sendTimes(b, syncguardtest.OpAcquire)
 				_, err := syncguard.Lock(t.Context(), scheduleOnly(b), "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{
 					MaxRetries: 8, Jitter: jitter, Timeout: time.Hour}})
-				requireCode(t, err, syncguard.CodeAcquisitionTimeout)
+				requireCode(t, err, syncguard.ErrAcquisitionTimeout)
 				got := gaps(attempts())
 				if len(got) != 8 {
 					t.Fatalf("want 8 waits, got %v", got)
@@ -292,7 +292,7 @@ func TestAcquireUntilContextAndHooks(t *testing.T) {
 		defer cancel()
 		start = time.Now()
 		_, err = syncguard.Lock(ctx, b, "k2", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: -1}})
-		requireCode(t, err, syncguard.CodeAcquisitionTimeout)
+		requireCode(t, err, syncguard.ErrAcquisitionTimeout)
 		if el := time.Since(start); el != 2*time.Hour {
 			t.Errorf("want the wait to end at ctx's deadline, 2 h; ended at %v", el)
 		}
@@ -305,7 +305,7 @@ func TestAcquireBackendErrorReturnedAtOnce(t *testing.T) {
 	for _, c := range []struct {
 		code     syncguard.Code
 		failFast bool
-	}{{syncguard.CodeAuthFailed, false}, {syncguard.CodeInternal, false}, {syncguard.CodeServiceUnavailable, true}, {syncguard.CodeNetworkTimeout, true}} {
+	}{{syncguard.ErrAuthFailed, false}, {syncguard.ErrInternal, false}, {syncguard.ErrServiceUnavailable, true}, {syncguard.ErrNetworkTimeout, true}} {
 		synctest.Test(t, func(t *testing.T) {
 			b := syncguardtest.New()
 			boom := &syncguard.Error{Op: "acquire", Code: c.code, Msg: "down"}
@@ -334,7 +334,7 @@ func TestAcquireRidesOutAnOutage(t *testing.T) {
 	for _, down := range []time.Duration{3 * time.Second, time.Hour} {
 		synctest.Test(t, func(t *testing.T) {
 			b := syncguardtest.New()
-			boom := &syncguard.Error{Op: "acquire", Code: syncguard.CodeServiceUnavailable, Msg: "connection refused"}
+			boom := &syncguard.Error{Op: "acquire", Code: syncguard.ErrServiceUnavailable, Msg: "connection refused"}
 			start := time.Now()
 			attempts := 0
 			b.SetHook(func(_ context.Context, call syncguardtest.Call) error {
@@ -354,7 +354,7 @@ func TestAcquireRidesOutAnOutage(t *testing.T) {
 				lease.Close()
 				return
 			}
-			requireCode(t, err, syncguard.CodeServiceUnavailable)
+			requireCode(t, err, syncguard.ErrServiceUnavailable)
 			if errors.Is(err, syncguard.ErrAcquisitionTimeout) || !errors.Is(err, boom) || time.Since(start) != 30*time.Second || attempts < 3 {
 				t.Fatalf("rule: an outage longer than Timeout ends at the Timeout with ServiceUnavailable wrapping the last error; got %v after %v, %d attempts", err, time.Since(start), attempts)
 			}
@@ -396,7 +396,7 @@ func TestAcquireCancelWhileWaitingAbortsAtOnce(t *testing.T) {
 		time.AfterFunc(150*time.Millisecond, cancel)
 		start := time.Now()
 		_, err := syncguard.Lock(ctx, scheduleOnly(b), "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Jitter: "none"}})
-		requireCode(t, err, syncguard.CodeAborted)
+		requireCode(t, err, syncguard.ErrAborted)
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("the cause must be context.Canceled: %v", err)
 		}
@@ -416,7 +416,7 @@ func TestAcquireContextDeadlineWhileWaiting(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 250*time.Millisecond)
 		defer cancel()
 		_, err := syncguard.Lock(ctx, b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Jitter: "none"}})
-		requireCode(t, err, syncguard.CodeAcquisitionTimeout)
+		requireCode(t, err, syncguard.ErrAcquisitionTimeout)
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("the caller's deadline is the cause: %v", err)
 		}
@@ -430,7 +430,7 @@ func TestAcquireAttemptBoundedByTimeout(t *testing.T) {
 		start := time.Now()
 		_, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: time.Second}})
 		// No answer at all: NetworkTimeout, not a busy key.
-		requireCode(t, err, syncguard.CodeNetworkTimeout)
+		requireCode(t, err, syncguard.ErrNetworkTimeout)
 		if el := time.Since(start); el != time.Second {
 			t.Fatalf("a hanging attempt ends at the acquisition timeout (1s), not at ctx's end; returned at %v", el)
 		}
@@ -458,7 +458,7 @@ func TestWithLockReleasesAfterContextCancelledDuringFn(t *testing.T) {
 
 func TestWithLockReleaseErrorGoesToCallbackNotResult(t *testing.T) {
 	b := syncguardtest.New()
-	relErr := &syncguard.Error{Op: "release", Code: syncguard.CodeServiceUnavailable, Msg: "down"}
+	relErr := &syncguard.Error{Op: "release", Code: syncguard.ErrServiceUnavailable, Msg: "down"}
 	b.SetHook(failOp(syncguardtest.OpRelease, relErr))
 	for _, fnErr := range []error{nil, errFn} {
 		var got []syncguard.ReleaseErrorInfo
@@ -484,7 +484,7 @@ func TestWithLockReleaseErrorGoesToCallbackNotResult(t *testing.T) {
 
 func TestDefaultReleaseErrorHandlerLogsWithoutKeyOrLockID(t *testing.T) {
 	b := syncguardtest.New()
-	b.SetHook(failOp(syncguardtest.OpRelease, &syncguard.Error{Op: "release", Code: syncguard.CodeServiceUnavailable, Msg: "down"}))
+	b.SetHook(failOp(syncguardtest.OpRelease, &syncguard.Error{Op: "release", Code: syncguard.ErrServiceUnavailable, Msg: "down"}))
 	logger, buf := captureLogger()
 	const key = "customer:alice@example.com"
 	var lockID string
@@ -519,7 +519,7 @@ func TestWithLockReleaseBoundedByReleaseTimeout(t *testing.T) {
 		if el := time.Since(start); el != 2*time.Second {
 			t.Errorf("the release must be bounded by ReleaseTimeout (2s); WithLock took %v", el)
 		}
-		requireCode(t, got, syncguard.CodeNetworkTimeout)
+		requireCode(t, got, syncguard.ErrNetworkTimeout)
 	})
 }
 

@@ -131,7 +131,7 @@ func (b *Backend) LastFence(ctx context.Context, key string) (Fence, time.Time, 
 	}
 	f, err := rules.FormatFence(n.Int64)
 	if err != nil {
-		return "", time.Time{}, &Error{Op: op, Code: CodeInternal, Key: key, Msg: "fence counter out of range: " + err.Error()}
+		return "", time.Time{}, &Error{Op: op, Code: ErrInternal, Key: key, Msg: "fence counter out of range: " + err.Error()}
 	}
 	return Fence(f), msToTime(now), nil
 }

@@ -63,7 +63,7 @@ func TestListShapesTheAnswer(t *testing.T) {
 	// A failed read is a classified *Error.
 	mock.ExpectQuery(`FROM "syncguard_locks" AS l`).WillReturnError(&pgErr{code: "42P01"})
 	_, err = b.List(ctx, nil)
-	wantCode(t, err, CodeInternal)
+	wantCode(t, err, ErrInternal)
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Fatal(err)
 	}
@@ -86,11 +86,11 @@ func TestLastFence(t *testing.T) {
 	}
 	// Bad keys fail before I/O; a cancelled context too.
 	_, _, err = b.LastFence(ctx, "")
-	wantCode(t, err, CodeInvalidArgument)
+	wantCode(t, err, ErrInvalidArgument)
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	_, _, err = b.LastFence(cctx, "job")
-	if e := (*Error)(nil); !errors.As(err, &e) || e.Code != CodeAborted || e.Key != "job" {
+	if e := (*Error)(nil); !errors.As(err, &e) || e.Code != ErrAborted || e.Key != "job" {
 		t.Fatalf("cancelled: %v", err)
 	}
 	if err := mock.ExpectationsWereMet(); err != nil {

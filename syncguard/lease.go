@@ -193,7 +193,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) (ExtendResult, er
 
 // endedError is the error of an extend on a lease that has ended.
 func (l *Lease) endedError() error {
-	return &Error{Op: "extend", Code: CodeInvalidArgument, Key: l.key, LockID: l.lockID,
+	return &Error{Op: "extend", Code: ErrInvalidArgument, Key: l.key, LockID: l.lockID,
 		Msg: "the lease has ended", Err: l.Err()}
 }
 
@@ -275,7 +275,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration, manual bool) (res
 // have committed, as far as a Locker tells; treating a rejection as unknown
 // only ends a lease early.
 func mayHaveCommitted(err error) bool {
-	return CodeOf(err) != CodeInvalidArgument
+	return CodeOf(err) != ErrInvalidArgument
 }
 
 // checkLifetime runs when the watchdog fires.

@@ -101,7 +101,7 @@ func TestAutoExtendFailureAfterManualExtendKeepsRetryDelay(t *testing.T) {
 				return nil
 			}
 			if n.Add(1) == 2 { // the automatic extend after the manual one
-				return &syncguard.Error{Op: string(c.Op), Code: syncguard.CodeServiceUnavailable}
+				return &syncguard.Error{Op: string(c.Op), Code: syncguard.ErrServiceUnavailable}
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -133,7 +133,7 @@ func TestAutoExtendFailureAfterManualExtendKeepsRetryDelay(t *testing.T) {
 func TestLeaseCloseInsideOnReleaseError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := syncguardtest.New()
-		down := failOp(syncguardtest.OpRelease, &syncguard.Error{Op: "release", Code: syncguard.CodeServiceUnavailable})
+		down := failOp(syncguardtest.OpRelease, &syncguard.Error{Op: "release", Code: syncguard.ErrServiceUnavailable})
 		var l *syncguard.Lease
 		calls := 0
 		l, _ = syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{OnReleaseError: func(err error, info syncguard.ReleaseErrorInfo) {
@@ -160,7 +160,7 @@ func TestWithLockCloseInsideOnReleaseError(t *testing.T) {
 		calls := 0
 		err := syncguard.WithLock(t.Context(), b, "k", func(ctx context.Context, l *syncguard.Lease) error {
 			lease = l
-			b.SetHook(failOp(syncguardtest.OpRelease, &syncguard.Error{Op: "release", Code: syncguard.CodeServiceUnavailable}))
+			b.SetHook(failOp(syncguardtest.OpRelease, &syncguard.Error{Op: "release", Code: syncguard.ErrServiceUnavailable}))
 			return nil
 		}, &syncguard.LockOptions{AutoExtend: true, OnReleaseError: func(error, syncguard.ReleaseErrorInfo) {
 			calls++

@@ -90,11 +90,11 @@ func TestLeaseCloseErrorGoesToOnReleaseError(t *testing.T) {
 	b := syncguardtest.New()
 	var calls []syncguard.ReleaseErrorInfo
 	l, _ := syncguard.Lock(context.Background(), b, "k", &syncguard.LockOptions{OnReleaseError: func(err error, info syncguard.ReleaseErrorInfo) {
-		requireCode(t, err, syncguard.CodeServiceUnavailable)
+		requireCode(t, err, syncguard.ErrServiceUnavailable)
 		calls = append(calls, info)
 	}})
 	b.SetHook(func(context.Context, syncguardtest.Call) error {
-		return &syncguard.Error{Op: "release", Code: syncguard.CodeServiceUnavailable}
+		return &syncguard.Error{Op: "release", Code: syncguard.ErrServiceUnavailable}
 	})
 	l.Close()
 	l.Close()
@@ -136,7 +136,7 @@ func TestLeaseReleaseWaitRespectsContext(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
 		defer cancel()
 		_, err := l.Release(ctx)
-		requireCode(t, err, syncguard.CodeNetworkTimeout)
+		requireCode(t, err, syncguard.ErrNetworkTimeout)
 		<-done
 	})
 }
@@ -287,7 +287,7 @@ func TestAutoExtendLossWhenExtendsKeepFailing(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := syncguardtest.New()
 				b.SetLatency(latency)
-				down := &syncguard.Error{Op: "extend", Code: syncguard.CodeServiceUnavailable, Msg: "down"}
+				down := &syncguard.Error{Op: "extend", Code: syncguard.ErrServiceUnavailable, Msg: "down"}
 				cause, at, serverExpiry, l := lostCase(t, b, func(*syncguard.Lease) {
 					b.SetHook(failOp(syncguardtest.OpExtend, down))
 				})
@@ -317,7 +317,7 @@ func TestAutoExtendHangingExtendCutAtDeadline(t *testing.T) {
 			b.SetHook(func(ctx context.Context, c syncguardtest.Call) error {
 				if c.Op == syncguardtest.OpExtend {
 					<-ctx.Done() // an extend that never answers
-					return syncguardtest.Err(c.Op, syncguard.CodeNetworkTimeout)
+					return syncguardtest.Err(c.Op, syncguard.ErrNetworkTimeout)
 				}
 				return nil
 			})
@@ -333,7 +333,7 @@ func TestAutoExtendRetriesTransientFailure(t *testing.T) {
 			b.SetHook(func(_ context.Context, c syncguardtest.Call) error {
 				if c.Op == syncguardtest.OpExtend && failures < 3 {
 					failures++
-					return &syncguard.Error{Op: string(c.Op), Code: syncguard.CodeNetworkTimeout}
+					return &syncguard.Error{Op: string(c.Op), Code: syncguard.ErrNetworkTimeout}
 				}
 				return nil
 			})

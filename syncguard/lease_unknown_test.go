@@ -16,7 +16,7 @@ import (
 // ran it, as when the connection breaks after the commit: the caller cannot
 // tell whether the extend ran.
 func loseNextExtend(b *syncguardtest.Backend) {
-	b.FailAfter(syncguardtest.OpExtend, syncguard.CodeServiceUnavailable, 1)
+	b.FailAfter(syncguardtest.OpExtend, syncguard.ErrServiceUnavailable, 1)
 }
 
 // waitLoss waits for the lease to end and checks that it ended as lost
@@ -104,7 +104,7 @@ func TestAutoExtendUnknownOutcomeAfterLongManualExtend(t *testing.T) {
 			case c.Op == syncguardtest.OpLookup:
 				return nil
 			case lost.Load():
-				return syncguardtest.Err(c.Op, syncguard.CodeServiceUnavailable)
+				return syncguardtest.Err(c.Op, syncguard.ErrServiceUnavailable)
 			case c.Op == syncguardtest.OpExtend:
 				lost.Store(true)
 			}

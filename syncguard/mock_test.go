@@ -100,7 +100,7 @@ func wantCode(t *testing.T, err error, code Code) {
 	if !errors.As(err, &e) {
 		t.Fatalf("want *Error %s, got %T %v", code, err, err)
 	}
-	if e.Code != code || !errors.Is(err, code.sentinel()) {
+	if e.Code != code || !errors.Is(err, code) {
 		t.Fatalf("want code %s, got %s (%v)", code, e.Code, err)
 	}
 }

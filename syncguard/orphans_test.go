@@ -74,7 +74,7 @@ func TestPoolWaitTimeoutStartsNoBackgroundRelease(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 		_, err := b.Acquire(ctx, "k", time.Minute)
 		cancel()
-		wantCode(t, err, CodeNetworkTimeout)
+		wantCode(t, err, ErrNetworkTimeout)
 	}
 	n, running := b.shared.orphans.pendingCount(), !b.shared.orphans.idle()
 	if n != 0 || running {
@@ -97,7 +97,7 @@ func TestCancelledAfterSendQueuesBackgroundRelease(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	_, err := b.Acquire(ctx, "k", 300*time.Millisecond)
-	wantCode(t, err, CodeNetworkTimeout)
+	wantCode(t, err, ErrNetworkTimeout)
 	n := b.shared.orphans.pendingCount()
 	if n != 1 {
 		t.Fatalf("want the lockId queued for release, got %d pending", n)

@@ -50,7 +50,7 @@ func TestPollingBacksOffWhileTheHolderStays(t *testing.T) {
 		opts := &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: time.Minute},
 			OnAttempt: func(syncguard.AcquireResult, error) { attempts++ }}
 		_, err := syncguard.Lock(t.Context(), pollingQueue{b}, "k", opts)
-		requireCode(t, err, syncguard.CodeAcquisitionTimeout)
+		requireCode(t, err, syncguard.ErrAcquisitionTimeout)
 		// 2 s of scheduled retries (about 20), the doubling to a second
 		// (about 15), then one a second: about 95.
 		if attempts > 150 || attempts < 40 {

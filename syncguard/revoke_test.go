@@ -73,7 +73,7 @@ func TestAutoExtendOutageLogsOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b.Fail(syncguardtest.OpExtend, syncguard.CodeServiceUnavailable, 4) // 4 retries, 1 s apart
+		b.Fail(syncguardtest.OpExtend, syncguard.ErrServiceUnavailable, 4) // 4 retries, 1 s apart
 		time.Sleep(10 * time.Second)
 		if lease.Err() != nil {
 			t.Fatalf("the lease ended: %v", lease.Err())
@@ -86,7 +86,7 @@ func TestAutoExtendOutageLogsOnce(t *testing.T) {
 		}
 
 		buf.Reset()
-		b.Fail(syncguardtest.OpExtend, syncguard.CodeServiceUnavailable, -1)
+		b.Fail(syncguardtest.OpExtend, syncguard.ErrServiceUnavailable, -1)
 		<-lease.Done()
 		synctest.Wait()
 		lines = strings.Split(strings.TrimSpace(buf.String()), "\n")

@@ -62,13 +62,13 @@ func TestSchemaObjectNameCollisionsRejectedBeforeIO(t *testing.T) {
 	} {
 		c.Dialect = fakeDialect{}
 		_, err := New(db, &c)
-		wantCode(t, err, CodeInvalidArgument)
+		wantCode(t, err, ErrInvalidArgument)
 		if err != nil && !strings.Contains(err.Error(), "SetupSchema would skip") {
 			t.Errorf("%+v: the message must say what collides: %v", c, err)
 		}
 		_, err = SchemaSQL(&c)
-		wantCode(t, err, CodeInvalidArgument)
-		wantCode(t, SetupSchema(context.Background(), db, &c), CodeInvalidArgument)
+		wantCode(t, err, ErrInvalidArgument)
+		wantCode(t, SetupSchema(context.Background(), db, &c), ErrInvalidArgument)
 	}
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Fatalf("no I/O for a rejected configuration: %v", err)

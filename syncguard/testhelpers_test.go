@@ -25,14 +25,14 @@ const (
 
 // sentinels is each Code's sentinel, as documented on the Err variables.
 var sentinels = map[syncguard.Code]error{
-	syncguard.CodeServiceUnavailable: syncguard.ErrServiceUnavailable,
-	syncguard.CodeAuthFailed:         syncguard.ErrAuthFailed,
-	syncguard.CodeInvalidArgument:    syncguard.ErrInvalidArgument,
-	syncguard.CodeRateLimited:        syncguard.ErrRateLimited,
-	syncguard.CodeNetworkTimeout:     syncguard.ErrNetworkTimeout,
-	syncguard.CodeAcquisitionTimeout: syncguard.ErrAcquisitionTimeout,
-	syncguard.CodeAborted:            syncguard.ErrAborted,
-	syncguard.CodeInternal:           syncguard.ErrInternal,
+	syncguard.ErrServiceUnavailable: syncguard.ErrServiceUnavailable,
+	syncguard.ErrAuthFailed:         syncguard.ErrAuthFailed,
+	syncguard.ErrInvalidArgument:    syncguard.ErrInvalidArgument,
+	syncguard.ErrRateLimited:        syncguard.ErrRateLimited,
+	syncguard.ErrNetworkTimeout:     syncguard.ErrNetworkTimeout,
+	syncguard.ErrAcquisitionTimeout: syncguard.ErrAcquisitionTimeout,
+	syncguard.ErrAborted:            syncguard.ErrAborted,
+	syncguard.ErrInternal:           syncguard.ErrInternal,
 }
 
 func requireCode(t *testing.T, err error, code syncguard.Code) *syncguard.Error {

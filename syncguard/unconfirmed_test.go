@@ -82,7 +82,7 @@ func TestResultAfterContextEndIsNotReported(t *testing.T) {
 		if res.OK || err == nil {
 			t.Fatalf("acquire whose context ended while it ran: got %+v, %v; want an error of unknown outcome", res, err)
 		}
-		wantCode(t, err, CodeAborted)
+		wantCode(t, err, ErrAborted)
 
 		ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
 		b2, _ := New(sql.OpenDB(&answerAfterCancel{cancel: cancel}), &Config{Dialect: fakeDialect{}, DisablePrepare: true})

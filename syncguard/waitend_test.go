@@ -33,17 +33,17 @@ func slowAfter(b *syncguardtest.Backend, n int, d time.Duration, before error) *
 		case <-time.After(d):
 			return nil
 		case <-ctx.Done():
-			return &syncguard.Error{Op: "acquire", Code: syncguard.CodeNetworkTimeout, Msg: "context deadline exceeded", Err: ctx.Err()}
+			return &syncguard.Error{Op: "acquire", Code: syncguard.ErrNetworkTimeout, Msg: "context deadline exceeded", Err: ctx.Err()}
 		}
 	})
 	return calls
 }
 
-var refused = &syncguard.Error{Op: "acquire", Code: syncguard.CodeServiceUnavailable, Msg: "dial tcp 127.0.0.1:1: connect: connection refused"}
+var refused = &syncguard.Error{Op: "acquire", Code: syncguard.ErrServiceUnavailable, Msg: "dial tcp 127.0.0.1:1: connect: connection refused"}
 
 func wantBusy(t *testing.T, what string, err error) {
 	t.Helper()
-	requireCode(t, err, syncguard.CodeAcquisitionTimeout)
+	requireCode(t, err, syncguard.ErrAcquisitionTimeout)
 	if errors.Is(err, syncguard.ErrNetworkTimeout) || errors.Is(err, syncguard.ErrServiceUnavailable) {
 		t.Errorf("%s: the key was seen held; an outage code in the chain makes callers (and syncguard run) report an unreachable server: %v", what, err)
 	}
@@ -114,7 +114,7 @@ func TestWaitEndNoAnswerCarriesRealCause(t *testing.T) {
 		b := syncguardtest.New()
 		calls := slowAfter(b, 4, time.Hour, refused) // refused 3 times, then a hang the deadline cuts
 		_, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: 2 * time.Second, RetryDelay: 50 * time.Millisecond}})
-		requireCode(t, err, syncguard.CodeServiceUnavailable)
+		requireCode(t, err, syncguard.ErrServiceUnavailable)
 		if *calls < 4 || !errors.Is(err, refused) || errors.Is(err, syncguard.ErrAcquisitionTimeout) || !strings.Contains(err.Error(), "connection refused") {
 			t.Fatalf("want ServiceUnavailable carrying the refused connection after %d attempts; got %v", *calls, err)
 		}
@@ -127,7 +127,7 @@ func TestWaitEndSingleAttemptNoAnswer(t *testing.T) {
 		b := syncguardtest.New()
 		slowAfter(b, 1, time.Hour, nil)
 		_, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{MaxRetries: -1, Timeout: time.Second}})
-		requireCode(t, err, syncguard.CodeNetworkTimeout)
+		requireCode(t, err, syncguard.ErrNetworkTimeout)
 	})
 }
 
@@ -135,7 +135,7 @@ func TestWaitEndSingleAttemptNoAnswer(t *testing.T) {
 // error: the wait goes on and takes the key once connections are free;
 // FailFast returns it at once.
 func TestWaitRidesOutRateLimited(t *testing.T) {
-	tooMany := &syncguard.Error{Op: "acquire", Code: syncguard.CodeRateLimited, SQLState: "53300", Msg: "too many connections"}
+	tooMany := &syncguard.Error{Op: "acquire", Code: syncguard.ErrRateLimited, SQLState: "53300", Msg: "too many connections"}
 	for _, failFast := range []bool{false, true} {
 		synctest.Test(t, func(t *testing.T) {
 			b := syncguardtest.New()
@@ -150,7 +150,7 @@ func TestWaitRidesOutRateLimited(t *testing.T) {
 			})
 			lease, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{FailFast: failFast}})
 			if failFast {
-				requireCode(t, err, syncguard.CodeRateLimited)
+				requireCode(t, err, syncguard.ErrRateLimited)
 				return
 			}
 			if err != nil || n != 4 {
@@ -166,7 +166,7 @@ func TestWaitRidesOutRateLimited(t *testing.T) {
 // looking for a network fault. With some attempts unanswered it counts
 // both.
 func TestWaitEndEveryAttemptRefusedSaysSo(t *testing.T) {
-	full := &syncguard.Error{Op: "acquire", Code: syncguard.CodeServiceUnavailable, SQLState: "53200", Msg: "server out of shared memory"}
+	full := &syncguard.Error{Op: "acquire", Code: syncguard.ErrServiceUnavailable, SQLState: "53200", Msg: "server out of shared memory"}
 	for _, mixed := range []bool{false, true} {
 		synctest.Test(t, func(t *testing.T) {
 			b := syncguardtest.New()
@@ -181,7 +181,7 @@ func TestWaitEndEveryAttemptRefusedSaysSo(t *testing.T) {
 				return full
 			})
 			_, err := syncguard.Lock(t.Context(), b, "k", &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: 5 * time.Second}})
-			requireCode(t, err, syncguard.CodeServiceUnavailable)
+			requireCode(t, err, syncguard.ErrServiceUnavailable)
 			msg := err.Error()
 			if strings.Contains(msg, "no answer from the server") || !strings.Contains(msg, "answered") {
 				t.Errorf("mixed %v, %d attempts: %v", mixed, n, msg)

@@ -85,7 +85,7 @@ func (l *waitLoop) run() (AcquireResult, time.Time, error) {
 			if errors.Is(l.ctx.Err(), context.DeadlineExceeded) {
 				return l.giveUp(context.Cause(l.ctx))
 			}
-			return AcquireResult{}, time.Time{}, &Error{Op: "lock", Code: CodeAborted, Key: l.key, Err: context.Cause(l.ctx),
+			return AcquireResult{}, time.Time{}, &Error{Op: "lock", Code: ErrAborted, Key: l.key, Err: context.Cause(l.ctx),
 				Msg: fmt.Sprintf("context cancelled while waiting for the lock after %s", plural(l.attempts, "attempt"))}
 		}
 		timer.Stop()
@@ -129,7 +129,7 @@ func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err e
 	} else {
 		cut = l.ctx.Err() == nil && !l.deadline.IsZero() && !time.Now().Before(l.deadline) || errors.Is(l.ctx.Err(), context.DeadlineExceeded)
 		if cut {
-			err = &Error{Op: "lock", Code: CodeNetworkTimeout, Key: l.key, Err: err,
+			err = &Error{Op: "lock", Code: ErrNetworkTimeout, Key: l.key, Err: err,
 				Msg: fmt.Sprintf("attempt %d got no answer before the end of the wait (%v)", l.attempts, time.Since(l.start).Round(time.Millisecond))}
 		} else {
 			l.realErr = err

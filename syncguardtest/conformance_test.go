@@ -22,7 +22,7 @@ func target(t *testing.T) conformance.Target {
 	b := syncguardtest.New()
 	down := syncguardtest.New()
 	for _, op := range []syncguardtest.Op{syncguardtest.OpAcquire, syncguardtest.OpRelease, syncguardtest.OpExtend, syncguardtest.OpIsLocked, syncguardtest.OpLookup} {
-		down.Fail(op, syncguard.CodeServiceUnavailable, -1)
+		down.Fail(op, syncguard.ErrServiceUnavailable, -1)
 	}
 	return conformance.Target{
 		Backend: b,

@@ -58,7 +58,7 @@ func ExampleBackend_Fail() {
 	ctx := context.Background()
 	locks := syncguardtest.New()
 
-	locks.Fail(syncguardtest.OpAcquire, syncguard.CodeServiceUnavailable, 1)
+	locks.Fail(syncguardtest.OpAcquire, syncguard.ErrServiceUnavailable, 1)
 	_, err := locks.Acquire(ctx, "k", time.Minute)
 	fmt.Println(errors.Is(err, syncguard.ErrServiceUnavailable), syncguard.CodeOf(err).Retryable())
 
@@ -80,7 +80,7 @@ func ExampleBackend_Fail() {
 func ExampleBackend_FailAfter() {
 	ctx := context.Background()
 	locks := syncguardtest.New()
-	locks.FailAfter(syncguardtest.OpAcquire, syncguard.CodeNetworkTimeout, 1)
+	locks.FailAfter(syncguardtest.OpAcquire, syncguard.ErrNetworkTimeout, 1)
 	_, err := locks.Acquire(ctx, "k", time.Minute)
 	locked, _ := locks.IsLocked(ctx, "k")
 	fmt.Println(syncguard.CodeOf(err), locked)

@@ -11,8 +11,8 @@ import (
 
 // Fail makes the next n calls of op fail with a *syncguard.Error of code
 // before they take effect (n < 0: every call, until Fail(op, code, 0)).
-// Validation still comes first, as in the real backend. For CodeAborted
-// and CodeNetworkTimeout the error wraps context.Canceled and
+// Validation still comes first, as in the real backend. For ErrAborted
+// and ErrNetworkTimeout the error wraps context.Canceled and
 // context.DeadlineExceeded, as the real ones do.
 func (b *Backend) Fail(op Op, code syncguard.Code, n int) { b.setFail(op, code, n, false) }
 
@@ -73,9 +73,9 @@ func (b *Backend) Contend(key string, n int) error {
 func Err(op Op, code syncguard.Code) *syncguard.Error {
 	e := &syncguard.Error{Op: string(op), Code: code, Msg: "injected by syncguardtest"}
 	switch code {
-	case syncguard.CodeAborted:
+	case syncguard.ErrAborted:
 		e.Err = context.Canceled
-	case syncguard.CodeNetworkTimeout:
+	case syncguard.ErrNetworkTimeout:
 		e.Err = context.DeadlineExceeded
 	}
 	return e
@@ -132,14 +132,14 @@ func (b *Backend) Heal() {
 
 // partitionErr is the error of c in a partitioned process.
 func partitionErr(c Call) error {
-	e := Err(c.Op, syncguard.CodeServiceUnavailable)
+	e := Err(c.Op, syncguard.ErrServiceUnavailable)
 	e.Key, e.LockID, e.Msg = c.Key, c.LockID, "partitioned by syncguardtest"
 	return e
 }
 
 // crashedErr is the error of op on the lock of a crashed holder.
 func crashedErr(op Op, lockID string) error {
-	e := Err(op, syncguard.CodeServiceUnavailable)
+	e := Err(op, syncguard.ErrServiceUnavailable)
 	e.LockID, e.Msg = lockID, "the holder crashed (syncguardtest Crash)"
 	return e
 }

@@ -115,7 +115,7 @@ func overlaps(a, b []string) bool {
 func (s *mlStore) take(keys []string, ttlMs int64, identity string, now int64) (*mlHold, error) {
 	for _, k := range keys {
 		if s.fences[k] >= rules.FenceMax {
-			return nil, &syncguard.Error{Op: "acquire", Code: syncguard.CodeInternal, Msg: "the fence counter of a key of the set reached its maximum"}
+			return nil, &syncguard.Error{Op: "acquire", Code: syncguard.ErrInternal, Msg: "the fence counter of a key of the set reached its maximum"}
 		}
 	}
 	h := &mlHold{id: rules.GenerateLockID(), expiresMs: now + ttlMs, acqMs: now, identity: identity}
@@ -181,10 +181,10 @@ func check(op, set string, ttl time.Duration, ctx context.Context) ([]string, er
 		return nil, err
 	}
 	if ttl.Milliseconds() < 1 {
-		return nil, &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Key: set, Msg: "ttl must be at least 1ms"}
+		return nil, &syncguard.Error{Op: op, Code: syncguard.ErrInvalidArgument, Key: set, Msg: "ttl must be at least 1ms"}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, &syncguard.Error{Op: op, Code: syncguard.CodeAborted, Key: set, Err: err, Msg: "context done"}
+		return nil, &syncguard.Error{Op: op, Code: syncguard.ErrAborted, Key: set, Err: err, Msg: "context done"}
 	}
 	return keys, nil
 }
@@ -213,7 +213,7 @@ func (m *MultiLock) Acquire(ctx context.Context, set string, ttl time.Duration) 
 // Release implements syncguard.Locker.
 func (m *MultiLock) Release(ctx context.Context, lockID string) (syncguard.ReleaseResult, error) {
 	if err := rules.ValidateLockID(lockID); err != nil {
-		return syncguard.ReleaseResult{}, &syncguard.Error{Op: "release", Code: syncguard.CodeInvalidArgument, Msg: err.Error()}
+		return syncguard.ReleaseResult{}, &syncguard.Error{Op: "release", Code: syncguard.ErrInvalidArgument, Msg: err.Error()}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -242,7 +242,7 @@ func (s *mlStore) drop(h *mlHold) {
 // Extend implements syncguard.Locker.
 func (m *MultiLock) Extend(ctx context.Context, lockID string, ttl time.Duration) (syncguard.ExtendResult, error) {
 	if err := rules.ValidateLockID(lockID); err != nil || ttl.Milliseconds() < 1 {
-		return syncguard.ExtendResult{}, &syncguard.Error{Op: "extend", Code: syncguard.CodeInvalidArgument, Msg: "bad lockId or ttl"}
+		return syncguard.ExtendResult{}, &syncguard.Error{Op: "extend", Code: syncguard.ErrInvalidArgument, Msg: "bad lockId or ttl"}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

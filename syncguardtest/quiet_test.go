@@ -27,7 +27,7 @@ func TestLeasesQuietByDefault(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		locks := syncguardtest.New()
-		locks.Fail(syncguardtest.OpExtend, syncguard.CodeServiceUnavailable, -1)
+		locks.Fail(syncguardtest.OpExtend, syncguard.ErrServiceUnavailable, -1)
 		outage := func() error {
 			return syncguard.WithLock(ctx, locks, "jobs:quiet", func(ctx context.Context, _ *syncguard.Lease) error {
 				<-ctx.Done()
@@ -69,7 +69,7 @@ func TestLeasesQuietThroughAWrapper(t *testing.T) {
 	defer slog.SetDefault(old)
 	synctest.Test(t, func(t *testing.T) {
 		locks := syncguardtest.New()
-		locks.Fail(syncguardtest.OpExtend, syncguard.CodeServiceUnavailable, -1)
+		locks.Fail(syncguardtest.OpExtend, syncguard.ErrServiceUnavailable, -1)
 		err := syncguard.WithLock(context.Background(), unwrapper{locks}, "jobs:quiet", func(ctx context.Context, _ *syncguard.Lease) error {
 			<-ctx.Done()
 			return context.Cause(ctx)

@@ -103,7 +103,7 @@ func rwCheck(ctx context.Context, op, key string) (rules.Key, error) {
 		if errors.As(err, &ae) {
 			msg = ae.Msg
 		}
-		return k, &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Key: key, Msg: msg}
+		return k, &syncguard.Error{Op: op, Code: syncguard.ErrInvalidArgument, Key: key, Msg: msg}
 	}
 	if err := ctx.Err(); err != nil {
 		e := errwrap.Wrap(ctx, op, nil, err)
@@ -115,7 +115,7 @@ func rwCheck(ctx context.Context, op, key string) (rules.Key, error) {
 
 func rwCheckID(ctx context.Context, op, id string) error {
 	if err := rules.ValidateLockID(id); err != nil {
-		return &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, LockID: id, Msg: err.Error()}
+		return &syncguard.Error{Op: op, Code: syncguard.ErrInvalidArgument, LockID: id, Msg: err.Error()}
 	}
 	if err := ctx.Err(); err != nil {
 		return errwrap.Wrap(ctx, op, nil, err)
@@ -125,7 +125,7 @@ func rwCheckID(ctx context.Context, op, id string) error {
 
 func rwTTL(op string, ttl time.Duration) error {
 	if ttl.Milliseconds() < 1 {
-		return &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Msg: fmt.Sprintf("ttl must be at least 1ms, got %v", ttl)}
+		return &syncguard.Error{Op: op, Code: syncguard.ErrInvalidArgument, Msg: fmt.Sprintf("ttl must be at least 1ms, got %v", ttl)}
 	}
 	return nil
 }

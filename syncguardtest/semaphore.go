@@ -109,7 +109,7 @@ func (s *Semaphore) Holders(key string) map[int]syncguard.Fence {
 func (st *semStore) nowMs() int64 { return time.Now().Add(st.offset).UnixMilli() }
 
 func semInvalid(op, key, msg string) *syncguard.Error {
-	return &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Key: key, Msg: msg}
+	return &syncguard.Error{Op: op, Code: syncguard.ErrInvalidArgument, Key: key, Msg: msg}
 }
 
 // Acquire implements syncguard.Locker: one plain attempt.
@@ -127,7 +127,7 @@ func (s *Semaphore) attempt(ctx context.Context, key string, ttl time.Duration, 
 		return syncguard.AcquireResult{}, semInvalid(op, key, fmt.Sprintf("ttl must be at least 1ms, got %v", ttl))
 	}
 	if err := ctx.Err(); err != nil {
-		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.CodeAborted, Key: key, Err: err}
+		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.ErrAborted, Key: key, Err: err}
 	}
 	st := s.st
 	st.mu.Lock()
@@ -150,7 +150,7 @@ func (s *Semaphore) attempt(ctx context.Context, key string, ttl time.Duration, 
 		st.keys[k.Norm] = sk
 	}
 	if sk.permits != s.permits {
-		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Key: key,
+		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.ErrInvalidArgument, Key: key,
 			Msg: fmt.Sprintf("this key is a semaphore of %d permits, not %d; nothing was taken", sk.permits, s.permits)}
 	}
 	ahead := 0
@@ -227,7 +227,7 @@ func (st *semStore) wakeNext(sk *semKey, now int64) {
 // first live waiter in the same step (woken), or becomes free.
 func (s *Semaphore) Release(ctx context.Context, lockID string) (syncguard.ReleaseResult, error) {
 	if err := rules.ValidateLockID(lockID); err != nil {
-		return syncguard.ReleaseResult{}, &syncguard.Error{Op: "release", Code: syncguard.CodeInvalidArgument, Msg: err.Error()}
+		return syncguard.ReleaseResult{}, &syncguard.Error{Op: "release", Code: syncguard.ErrInvalidArgument, Msg: err.Error()}
 	}
 	s.st.mu.Lock()
 	defer s.st.mu.Unlock()
@@ -261,7 +261,7 @@ func (st *semStore) release(lockID string) syncguard.ReleaseResult {
 // Extend implements syncguard.Locker.
 func (s *Semaphore) Extend(ctx context.Context, lockID string, ttl time.Duration) (syncguard.ExtendResult, error) {
 	if err := rules.ValidateLockID(lockID); err != nil {
-		return syncguard.ExtendResult{}, &syncguard.Error{Op: "extend", Code: syncguard.CodeInvalidArgument, Msg: err.Error()}
+		return syncguard.ExtendResult{}, &syncguard.Error{Op: "extend", Code: syncguard.ErrInvalidArgument, Msg: err.Error()}
 	}
 	if ttl.Milliseconds() < 1 {
 		return syncguard.ExtendResult{}, semInvalid("extend", "", fmt.Sprintf("ttl must be at least 1ms, got %v", ttl))

@@ -278,7 +278,7 @@ func (b *Backend) SetFence(key string, n int64) error {
 		return err
 	}
 	if n < 0 {
-		return &syncguard.Error{Op: "setFence", Code: syncguard.CodeInvalidArgument, Key: key, Msg: "fence counter must not be negative"}
+		return &syncguard.Error{Op: "setFence", Code: syncguard.ErrInvalidArgument, Key: key, Msg: "fence counter must not be negative"}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -328,7 +328,7 @@ func (b *Backend) acquire(ctx context.Context, key string, ttl time.Duration, id
 func (b *Backend) take(norm, key string, ttlMs int64, ident string, now int64) (*record, error) {
 	next := b.fences[norm] + 1
 	if next > rules.FenceMax {
-		return nil, &syncguard.Error{Op: string(OpAcquire), Code: syncguard.CodeInternal, Key: key,
+		return nil, &syncguard.Error{Op: string(OpAcquire), Code: syncguard.ErrInternal, Key: key,
 			Msg: fmt.Sprintf("fence counter for this key reached its maximum (%d); nothing was committed", int64(rules.FenceMax))}
 	}
 	text, err := rules.FormatFence(next)

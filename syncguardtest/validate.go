@@ -52,7 +52,7 @@ func probe(ctx context.Context, op func(ctx context.Context) error) error {
 		return op(ctx) // validation error, else ctx's own error
 	}
 	err := op(done)
-	if syncguard.CodeOf(err) == syncguard.CodeAborted {
+	if syncguard.CodeOf(err) == syncguard.ErrAborted {
 		return nil // valid: it got as far as the context check
 	}
 	return err

@@ -243,7 +243,7 @@ func TestTelemetryDropsAndCountsWhenFull(t *testing.T) {
 func TestTelemetryErrorsAndSlogSink(t *testing.T) {
 	b := syncguardtest.New()
 	b.SetHook(func(_ context.Context, c syncguardtest.Call) error {
-		return &syncguard.Error{Op: string(c.Op), Code: syncguard.CodeServiceUnavailable, Key: "secret-key", Msg: "down"}
+		return &syncguard.Error{Op: string(c.Op), Code: syncguard.ErrServiceUnavailable, Key: "secret-key", Msg: "down"}
 	})
 	logger, buf := captureLogger()
 	_, tb := traced(b, telemetry.Options{OnEvent: telemetry.SlogSink(logger, slog.LevelDebug)})

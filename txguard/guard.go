@@ -132,7 +132,7 @@ func (g *Guard) holdRow(ctx context.Context, tx syncguard.Tx, kd kind, key, lock
 		what := map[kind]string{kindMutex: "lock", kindSemaphore: "permit", kindRWLock: "reader or writer"}[kd]
 		return Held{}, lost(op, key, lockID, "no "+what+" has this lockId (released, taken over, or never acquired)")
 	case rowKey.String != k.Storage:
-		return Held{}, &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Key: key, LockID: lockID,
+		return Held{}, &syncguard.Error{Op: op, Code: syncguard.ErrInvalidArgument, Key: key, LockID: lockID,
 			Msg: "this lockId holds the lock of another key", Err: syncguard.ErrLockLost}
 	case expires.Int64 <= now:
 		return Held{}, lost(op, key, lockID, fmt.Sprintf("expired %d ms ago by the server's clock", now-expires.Int64))
@@ -208,7 +208,7 @@ func (g *Guard) Classify(ctx context.Context, err error) error {
 	}
 	e := g.wrap(ctx, "write", "", "", err)
 	if cause := map[string]error{SQLStateLeaseLost: syncguard.ErrLockLost, SQLStateStaleFence: ErrStaleFence}[e.SQLState]; cause != nil {
-		return &syncguard.Error{Op: "write", Code: syncguard.CodeInvalidArgument, SQLState: e.SQLState,
+		return &syncguard.Error{Op: "write", Code: syncguard.ErrInvalidArgument, SQLState: e.SQLState,
 			Msg: g.dialect.Inspect(err).Message, Err: errors.Join(cause, err)}
 	}
 	return e
@@ -229,7 +229,7 @@ func (g *Guard) wrap(ctx context.Context, op, key, lockID string, err error) *sy
 }
 
 func lost(op, key, lockID, why string) *syncguard.Error {
-	return &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Key: key, LockID: lockID,
+	return &syncguard.Error{Op: op, Code: syncguard.ErrInvalidArgument, Key: key, LockID: lockID,
 		Msg: "lease not held: " + why + "; roll the transaction back", Err: syncguard.ErrLockLost}
 }
 
@@ -384,7 +384,7 @@ func (g *Guard) holdSet(ctx context.Context, tx syncguard.Tx, set, lockID string
 	case int64(len(h.Fences)) != n:
 		return Held{}, lost(op, set, lockID, fmt.Sprintf("this lockId holds %d of its set's %d keys (the others were taken over)", len(h.Fences), n))
 	case !slices.Equal(got, want):
-		return Held{}, &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Key: set, LockID: lockID,
+		return Held{}, &syncguard.Error{Op: op, Code: syncguard.ErrInvalidArgument, Key: set, LockID: lockID,
 			Msg: "this lockId holds the lock of another set", Err: syncguard.ErrLockLost}
 	case expires <= now:
 		return Held{}, lost(op, set, lockID, fmt.Sprintf("expired %d ms ago by the server's clock", now-expires))

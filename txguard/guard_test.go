@@ -101,7 +101,7 @@ func TestBadInputBeforeIO(t *testing.T) {
 		{"nil lease", func() error { _, err := g.HoldLease(ctx, tx, nil); return err }()},
 	}
 	for _, c := range cases {
-		if se := wantCode(t, c.err, syncguard.CodeInvalidArgument); errors.Is(se, syncguard.ErrLockLost) {
+		if se := wantCode(t, c.err, syncguard.ErrInvalidArgument); errors.Is(se, syncguard.ErrLockLost) {
 			t.Errorf("%s: bad input must not read as a lost lease: %v", c.name, se)
 		}
 	}
@@ -129,14 +129,14 @@ func TestBadInputBeforeIO(t *testing.T) {
 		{"empty permit", &semaphore.Permit{}, "lease must not be nil"},
 	} {
 		_, err := g.HoldLease(ctx, tx, c.lease)
-		if se := wantCode(t, err, syncguard.CodeInvalidArgument); errors.Is(err, syncguard.ErrLockLost) || !strings.Contains(se.Msg, c.want) {
+		if se := wantCode(t, err, syncguard.ErrInvalidArgument); errors.Is(err, syncguard.ErrLockLost) || !strings.Contains(se.Msg, c.want) {
 			t.Errorf("%s: HoldLease: %v, want %q", c.name, err, c.want)
 		}
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	_, err = g.Hold(cctx, tx, "k", lockID)
-	wantCode(t, err, syncguard.CodeAborted)
+	wantCode(t, err, syncguard.ErrAborted)
 	for _, c := range []struct {
 		cfg  *syncguard.Config
 		want string
@@ -145,13 +145,13 @@ func TestBadInputBeforeIO(t *testing.T) {
 		{&syncguard.Config{}, "db must not be nil"},
 	} {
 		_, err := New(nil, c.cfg)
-		if se := wantCode(t, err, syncguard.CodeInvalidArgument); !strings.Contains(se.Msg, c.want) {
+		if se := wantCode(t, err, syncguard.ErrInvalidArgument); !strings.Contains(se.Msg, c.want) {
 			t.Errorf("New(%+v): %v, want %q", c.cfg, err, c.want)
 		}
 	}
 	for _, tc := range [][2]string{{"a.b.c", "f"}, {"t", "bad col"}, {strings.Repeat("x", 60), "f"}} {
 		_, err := FenceGuardSQL(tc[0], tc[1])
-		wantCode(t, err, syncguard.CodeInvalidArgument)
+		wantCode(t, err, syncguard.ErrInvalidArgument)
 	}
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Error(err)
@@ -171,12 +171,12 @@ func TestHoldOutcomes(t *testing.T) {
 		msgPart string
 	}{
 		{"held", []any{"k", "000000000000007", int64(2000), int64(1000)}, nil, "", false, ""},
-		{"expired", []any{"k", "000000000000007", int64(1000), int64(1500)}, nil, syncguard.CodeInvalidArgument, true, "expired 500 ms ago"},
-		{"expired at the instant", []any{"k", "000000000000007", int64(1000), int64(1000)}, nil, syncguard.CodeInvalidArgument, true, "expired 0 ms ago"},
-		{"gone", []any{nil, nil, nil, int64(1000)}, nil, syncguard.CodeInvalidArgument, true, "no lock has this lockId"},
-		{"other key", []any{"other", "000000000000007", int64(2000), int64(1000)}, nil, syncguard.CodeInvalidArgument, true, "another key"},
-		{"serialization", nil, &pgErr{"40001", "could not serialize access due to concurrent update"}, syncguard.CodeServiceUnavailable, false, "after this transaction's snapshot"},
-		{"deadlock", nil, &pgErr{"40P01", "deadlock detected"}, syncguard.CodeServiceUnavailable, false, "deadlock"},
+		{"expired", []any{"k", "000000000000007", int64(1000), int64(1500)}, nil, syncguard.ErrInvalidArgument, true, "expired 500 ms ago"},
+		{"expired at the instant", []any{"k", "000000000000007", int64(1000), int64(1000)}, nil, syncguard.ErrInvalidArgument, true, "expired 0 ms ago"},
+		{"gone", []any{nil, nil, nil, int64(1000)}, nil, syncguard.ErrInvalidArgument, true, "no lock has this lockId"},
+		{"other key", []any{"other", "000000000000007", int64(2000), int64(1000)}, nil, syncguard.ErrInvalidArgument, true, "another key"},
+		{"serialization", nil, &pgErr{"40001", "could not serialize access due to concurrent update"}, syncguard.ErrServiceUnavailable, false, "after this transaction's snapshot"},
+		{"deadlock", nil, &pgErr{"40P01", "deadlock detected"}, syncguard.ErrServiceUnavailable, false, "deadlock"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -217,12 +217,12 @@ func TestClassify(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := g.Classify(ctx, &pgErr{SQLStateLeaseLost, "syncguard: lease not held: expired 5 ms ago by the server's clock"})
-	if se := wantCode(t, err, syncguard.CodeInvalidArgument); !errors.Is(err, syncguard.ErrLockLost) || !strings.Contains(se.Msg, "expired 5 ms") {
+	if se := wantCode(t, err, syncguard.ErrInvalidArgument); !errors.Is(err, syncguard.ErrLockLost) || !strings.Contains(se.Msg, "expired 5 ms") {
 		t.Errorf("SG001: %v", err)
 	}
 	err = g.Classify(ctx, &pgErr{SQLStateStaleFence, "syncguard: stale fence: res.fence 4 is below the stored 5"})
-	if wantCode(t, err, syncguard.CodeInvalidArgument); !errors.Is(err, ErrStaleFence) || errors.Is(err, syncguard.ErrLockLost) {
+	if wantCode(t, err, syncguard.ErrInvalidArgument); !errors.Is(err, ErrStaleFence) || errors.Is(err, syncguard.ErrLockLost) {
 		t.Errorf("SG002: %v", err)
 	}
-	wantCode(t, g.Classify(ctx, &pgErr{"57014", "canceling statement"}), syncguard.CodeNetworkTimeout)
+	wantCode(t, g.Classify(ctx, &pgErr{"57014", "canceling statement"}), syncguard.ErrNetworkTimeout)
 }

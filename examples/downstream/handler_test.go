@@ -67,7 +67,7 @@ func TestChargeHandler(t *testing.T) {
 		// The database is down for the whole wait: the handler reports it
 		// (no attempt got an answer: the wait ends with the outage's
 		// code), and nothing is charged.
-		locks.Fail(syncguardtest.OpAcquire, syncguard.CodeServiceUnavailable, -1)
+		locks.Fail(syncguardtest.OpAcquire, syncguard.ErrServiceUnavailable, -1)
 		if err := h.Handle(ctx, "inv-3"); !errors.Is(err, syncguard.ErrServiceUnavailable) {
 			t.Errorf("with the database down: %v", err)
 		}
@@ -75,7 +75,7 @@ func TestChargeHandler(t *testing.T) {
 			t.Error("charged without the lock")
 		}
 		// A blip is ridden out within the wait.
-		locks.Fail(syncguardtest.OpAcquire, syncguard.CodeServiceUnavailable, 1)
+		locks.Fail(syncguardtest.OpAcquire, syncguard.ErrServiceUnavailable, 1)
 		if err := h.Handle(ctx, "inv-3"); err != nil {
 			t.Errorf("after a one-attempt outage: %v", err)
 		}

@@ -66,7 +66,7 @@ func TestCreateOrder(t *testing.T) {
 	}
 
 	// The lock table cannot be reached: the transaction rolls back.
-	locks.Fail(syncguardtest.OpAcquire, syncguard.CodeServiceUnavailable, 1)
+	locks.Fail(syncguardtest.OpAcquire, syncguard.ErrServiceUnavailable, 1)
 	mock.ExpectBegin()
 	mock.ExpectExec("INSERT INTO orders").WithArgs("o-3").WillReturnResult(sqlmock.NewResult(0, 1))
 	mock.ExpectRollback()

@@ -15,7 +15,7 @@ import (
 
 // InvalidArg is an InvalidArgument error of op.
 func InvalidArg(op, msg string) *syncguard.Error {
-	return &syncguard.Error{Op: op, Code: syncguard.CodeInvalidArgument, Msg: msg}
+	return &syncguard.Error{Op: op, Code: syncguard.ErrInvalidArgument, Msg: msg}
 }
 
 // RuleErr reports a broken rule (internal/rules) of op as InvalidArgument.

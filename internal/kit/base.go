@@ -289,7 +289,7 @@ func (b *Base) WindowMs(ctx context.Context) int64 {
 // failed without an answer).
 func OutcomeUnknown(ctx context.Context, e *syncguard.Error) bool {
 	st := e.SQLState
-	return ctx.Err() != nil || (e.Code == syncguard.CodeServiceUnavailable || e.Code == syncguard.CodeNetworkTimeout) &&
+	return ctx.Err() != nil || (e.Code == syncguard.ErrServiceUnavailable || e.Code == syncguard.ErrNetworkTimeout) &&
 		(st == "" || strings.HasPrefix(st, "08") || strings.HasPrefix(st, "57P"))
 }
 

@@ -80,7 +80,7 @@ func orphanRun(t *testing.T, srv *pgtest.Server, drv string, d time.Duration) {
 				r, err := b.Acquire(actx, keys[(w+int(rand.N(3)))%3], 30*time.Second)
 				cancel()
 				switch {
-				case err != nil && (syncguard.CodeOf(err) == syncguard.CodeNetworkTimeout || syncguard.CodeOf(err) == syncguard.CodeAborted):
+				case err != nil && (syncguard.CodeOf(err) == syncguard.ErrNetworkTimeout || syncguard.CodeOf(err) == syncguard.ErrAborted):
 					cancelled.Add(1)
 				case err != nil:
 					other.Add(1)

@@ -123,7 +123,7 @@ func (w *worker) runSemaphore() {
 			Acquisition: syncguard.AcquisitionOptions{Timeout: acquisitionTimeout}}
 		p, err := sem.Lock(r.ctx, s.key, opts)
 		if err != nil {
-			if syncguard.CodeOf(err) != syncguard.CodeAcquisitionTimeout && r.ctx.Err() == nil {
+			if syncguard.CodeOf(err) != syncguard.ErrAcquisitionTimeout && r.ctx.Err() == nil {
 				s.errs.Add(1)
 				fails++
 				w.backoff(fails)

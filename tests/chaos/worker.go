@@ -232,7 +232,7 @@ func (w *worker) runHelper() {
 		}
 		var se *syncguard.Error
 		switch {
-		case errors.As(err, &se) && se.Code == syncguard.CodeAcquisitionTimeout && syncguard.CodeOf(se.Err) != "":
+		case errors.As(err, &se) && se.Code == syncguard.ErrAcquisitionTimeout && syncguard.CodeOf(se.Err) != "":
 			// An attempt was cut by the acquisition deadline: a fault, whose
 			// cause must be transient.
 			cause := syncguard.CodeOf(se.Err)
@@ -244,7 +244,7 @@ func (w *worker) runHelper() {
 			fails++
 			w.backoff(fails)
 			continue
-		case err != nil && syncguard.CodeOf(err) == syncguard.CodeAcquisitionTimeout:
+		case err != nil && syncguard.CodeOf(err) == syncguard.ErrAcquisitionTimeout:
 			r.note(w.a, w.name, key, "lock", sent, dur, "contended", nil, bound+time.Second)
 			fails = 0
 			stop()
@@ -337,7 +337,7 @@ func (w *worker) runWithLock() {
 		case err == nil:
 			fails = 0
 			r.note(w.a, w.name, key, "withlock", sent, dur, "ok", nil, bound+time.Second)
-		case syncguard.CodeOf(err) == syncguard.CodeAcquisitionTimeout:
+		case syncguard.CodeOf(err) == syncguard.ErrAcquisitionTimeout:
 			fails = 0
 			r.note(w.a, w.name, key, "withlock", sent, dur, "contended", nil, bound+time.Second)
 		default:

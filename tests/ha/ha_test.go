@@ -163,7 +163,7 @@ func testReadOnlyStandby(t *testing.T, ctx context.Context, f *Formation, standb
 			t.Errorf("%s: acquire on the standby %s succeeded: %+v", drv.adapter, standby.Name, res)
 		case !errors.As(err, &se):
 			t.Errorf("%s: untyped error: %v", drv.adapter, err)
-		case se.SQLState != "25006" || se.Code != syncguard.CodeServiceUnavailable || !se.Retryable():
+		case se.SQLState != "25006" || se.Code != syncguard.ErrServiceUnavailable || !se.Retryable():
 			t.Errorf("%s: got %v (code %s, SQLSTATE %q), want ServiceUnavailable with SQLSTATE 25006", drv.adapter, err, se.Code, se.SQLState)
 		case !strings.Contains(se.Msg, "standby") || !strings.Contains(se.Msg, "retryable"):
 			t.Errorf("%s: the 25006 message must say the server is a standby and that the error is retryable: %q", drv.adapter, se.Msg)
@@ -219,7 +219,7 @@ func testStalledStandby(t *testing.T, ctx context.Context, f *Formation, standby
 		cancel()
 		if err == nil || res.OK {
 			t.Errorf("%s: acquire while the synchronous standby is stalled reported %+v, %v: a commit the standby does not have", p.name, res, err)
-		} else if c := syncguard.CodeOf(err); c != syncguard.CodeNetworkTimeout {
+		} else if c := syncguard.CodeOf(err); c != syncguard.ErrNetworkTimeout {
 			t.Errorf("%s: acquire while the standby is stalled: %v, want NetworkTimeout", p.name, err)
 		}
 		cctx, cancel = context.WithTimeout(ctx, 700*time.Millisecond)

@@ -201,7 +201,7 @@ func (r *runner) acquired(kc *kindsClient, kind, worker, lockID string, sent tim
 // failed notes a failed acquire and backs off after a fault.
 func (r *runner) failed(kc *kindsClient, kind string, err error, rng *rand.Rand, fails *int) {
 	r.noteAs(kc.name, kind+"-acquire", "", err)
-	if syncguard.CodeOf(err) != syncguard.CodeAcquisitionTimeout {
+	if syncguard.CodeOf(err) != syncguard.ErrAcquisitionTimeout {
 		*fails++
 		backoff(r.ctx, rng, *fails)
 	}

@@ -473,7 +473,7 @@ func (r *runner) noteAs(name, op string, outcome string, err error) {
 		r.rep.Ops[name+" "+op+" "+outcome]++
 		return
 	}
-	if r.ctx.Err() != nil && syncguard.CodeOf(err) == syncguard.CodeAborted {
+	if r.ctx.Err() != nil && syncguard.CodeOf(err) == syncguard.ErrAborted {
 		return // the run ended
 	}
 	var se *syncguard.Error
@@ -484,7 +484,7 @@ func (r *runner) noteAs(name, op string, outcome string, err error) {
 		return
 	}
 	code, cause := se.Code, se
-	if code == syncguard.CodeAcquisitionTimeout {
+	if code == syncguard.ErrAcquisitionTimeout {
 		var ce *syncguard.Error
 		if !errors.As(se.Err, &ce) {
 			r.rep.Ops[name+" "+op+" contended"]++

@@ -68,7 +68,7 @@ func (r *runner) withLockWorker(a *adapter, name string, rng *rand.Rand) {
 		case err == nil:
 			fails = 0
 			r.note(a, "withlock", "ok", nil)
-		case syncguard.CodeOf(err) == syncguard.CodeAcquisitionTimeout:
+		case syncguard.CodeOf(err) == syncguard.ErrAcquisitionTimeout:
 			r.note(a, "withlock", "", err)
 		default:
 			r.note(a, "withlock", "", err)
@@ -91,7 +91,7 @@ func (r *runner) leaseWorker(a *adapter, name string, rng *rand.Rand) {
 		if err != nil {
 			stop()
 			r.note(a, "lock", "", err)
-			if syncguard.CodeOf(err) != syncguard.CodeAcquisitionTimeout {
+			if syncguard.CodeOf(err) != syncguard.ErrAcquisitionTimeout {
 				fails++
 				backoff(r.ctx, rng, fails)
 			}

@@ -33,7 +33,7 @@ func TestUnknownDatabaseIsConfigurationError(t *testing.T) {
 			defer cancel()
 			_, err = b.Acquire(ctx, "jobs:unknown-db", time.Minute)
 			var se *syncguard.Error
-			if !errors.As(err, &se) || se.Code != syncguard.CodeInvalidArgument || se.Retryable() || se.SQLState != "3D000" {
+			if !errors.As(err, &se) || se.Code != syncguard.ErrInvalidArgument || se.Retryable() || se.SQLState != "3D000" {
 				t.Fatalf("Acquire on a database that does not exist = %v; want a non-retryable InvalidArgument with SQLSTATE 3D000", err)
 			}
 			calls := 0

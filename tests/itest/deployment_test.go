@@ -272,5 +272,5 @@ func TestCheckDeploymentPgxCacheBehindTransactionPooler(t *testing.T) {
 }
 
 func errorsIsUnavailable(err error) bool {
-	return syncguard.CodeOf(err) == syncguard.CodeServiceUnavailable
+	return syncguard.CodeOf(err) == syncguard.ErrServiceUnavailable
 }

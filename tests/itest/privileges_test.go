@@ -68,20 +68,20 @@ func TestPrivilegeErrorsNameTheObject(t *testing.T) {
 			exec(`GRANT USAGE ON SCHEMA sg_priv_empty TO sg_priv_user`)
 			db, _ := open("sg_priv_empty")
 			check("SetupSchema without CREATE on the schema", syncguard.SetupSchema(ctx, db, &syncguard.Config{Dialect: d.Dialect}),
-				syncguard.CodeAuthFailed, `role "sg_priv_user" needs CREATE on schema "sg_priv_empty"`,
+				syncguard.ErrAuthFailed, `role "sg_priv_user" needs CREATE on schema "sg_priv_empty"`,
 				`GRANT CREATE ON SCHEMA "sg_priv_empty" TO "sg_priv_user";`)
 
 			// No USAGE on the schema holding the tables: search_path skips it.
 			exec(`REVOKE ALL ON SCHEMA sg_priv FROM sg_priv_user`)
 			_, b := open("sg_priv")
 			_, err := b.Acquire(ctx, "priv:k", time.Minute)
-			check("no USAGE on the tables' schema", err, syncguard.CodeInternal, "lacks USAGE on its schema")
+			check("no USAGE on the tables' schema", err, syncguard.ErrInternal, "lacks USAGE on its schema")
 
 			// USAGE on the schema, nothing on the tables.
 			exec(`GRANT USAGE ON SCHEMA sg_priv TO sg_priv_user`)
 			_, b = open("sg_priv")
 			_, err = b.Acquire(ctx, "priv:k", time.Minute)
-			check("USAGE on the schema, no table privileges", err, syncguard.CodeAuthFailed,
+			check("USAGE on the schema, no table privileges", err, syncguard.ErrAuthFailed,
 				"privilege on table syncguard_", "acquire needs USAGE on the schema of", "SELECT, INSERT, UPDATE on both")
 			exec(`REVOKE ALL ON SCHEMA sg_priv, sg_priv_empty FROM sg_priv_user`)
 		})
@@ -165,7 +165,7 @@ func TestSetupSchemaWithoutCreateWhenTablesExist(t *testing.T) {
 	}
 	defer db.Close()
 	err = syncguard.SetupSchema(ctx, db, nil)
-	if syncguard.CodeOf(err) != syncguard.CodeAuthFailed ||
+	if syncguard.CodeOf(err) != syncguard.ErrAuthFailed ||
 		!strings.Contains(err.Error(), `GRANT CREATE ON SCHEMA "sg_nocreate" TO "sg_nocreate_user";`) {
 		t.Errorf("rule: SetupSchema with an index to create and no CREATE names the schema and role in the GRANT; got %v", err)
 	}

@@ -22,7 +22,7 @@ func TestTxGuardHungHolderGiveUp(t *testing.T) {
 	tx, pid := e.begin(nil)
 	mustHold(t, e, tx, key, res)
 	_, err = syncguard.Lock(e.ctx, e.b, key, &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{Timeout: 4 * time.Second}})
-	if syncguard.CodeOf(err) != syncguard.CodeAcquisitionTimeout {
+	if syncguard.CodeOf(err) != syncguard.ErrAcquisitionTimeout {
 		t.Fatalf("the waiter behind a hung guarded holder: %v", err)
 	}
 	if msg := err.Error(); !strings.Contains(msg, "expired") || !strings.Contains(msg, "transaction") {

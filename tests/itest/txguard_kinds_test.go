@@ -328,7 +328,7 @@ func runTxGuardKinds(t *testing.T, drv suite.Driver) {
 				tx, _ := e.begin()
 				_, err := e.g.HoldLease(e.ctx, tx, l)
 				var se *syncguard.Error
-				if !errors.Is(err, syncguard.ErrLockLost) || !errors.As(err, &se) || se.Code != syncguard.CodeInvalidArgument {
+				if !errors.Is(err, syncguard.ErrLockLost) || !errors.As(err, &se) || se.Code != syncguard.ErrInvalidArgument {
 					t.Fatalf("HoldLease of a %s lease taken over: %v, want an InvalidArgument ErrLockLost", k.name, err)
 				}
 				if l.Err() != nil {
@@ -436,7 +436,7 @@ func TestTxGuardKindsRefusedBeforeIO(t *testing.T) {
 		l := e.lock(k, "tgk:other:"+k.name, time.Minute)
 		_, err := g2.HoldLease(e.ctx, nil, l)
 		var se *syncguard.Error
-		if !errors.As(err, &se) || se.Code != syncguard.CodeInvalidArgument || errors.Is(err, syncguard.ErrLockLost) || !strings.Contains(se.Msg, "this Guard checks") {
+		if !errors.As(err, &se) || se.Code != syncguard.ErrInvalidArgument || errors.Is(err, syncguard.ErrLockLost) || !strings.Contains(se.Msg, "this Guard checks") {
 			t.Errorf("%s: HoldLease through a Guard of other tables: %v, want InvalidArgument naming the tables", k.name, err)
 		}
 	}

@@ -407,7 +407,7 @@ func TestTxGuardUnprivileged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	if _, err := g.Hold(e.ctx, tx, "tg:priv", res.LockID); syncguard.CodeOf(err) != syncguard.CodeAuthFailed {
+	if _, err := g.Hold(e.ctx, tx, "tg:priv", res.LockID); syncguard.CodeOf(err) != syncguard.ErrAuthFailed {
 		t.Fatalf("Hold without UPDATE on the lock table: %v, want AuthFailed", err)
 	}
 }

@@ -232,7 +232,7 @@ func TestLostLeaseCountsOneLoss(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			locks.Fail(syncguardtest.OpExtend, syncguard.CodeServiceUnavailable, -1) // an outage
+			locks.Fail(syncguardtest.OpExtend, syncguard.ErrServiceUnavailable, -1) // an outage
 			<-lease.Done()
 			locks.Fail(syncguardtest.OpExtend, "", 0)
 			lease.Close()
@@ -309,9 +309,9 @@ func TestErrorsAndTimeouts(t *testing.T) {
 		ctx := context.Background()
 		locks := syncguardtest.New()
 		r := newRig(t, locks)
-		locks.Fail(syncguardtest.OpAcquire, syncguard.CodeServiceUnavailable, 1)
+		locks.Fail(syncguardtest.OpAcquire, syncguard.ErrServiceUnavailable, 1)
 		err := r.WithLock(ctx, "k", nop, &syncguard.LockOptions{Acquisition: syncguard.AcquisitionOptions{FailFast: true}})
-		if syncguard.CodeOf(err) != syncguard.CodeServiceUnavailable {
+		if syncguard.CodeOf(err) != syncguard.ErrServiceUnavailable {
 			t.Fatalf("WithLock = %v, want ServiceUnavailable", err)
 		}
 		if err := locks.Contend("k", 1000); err != nil {

@@ -62,7 +62,7 @@ func TestWhatEachOperationRecords(t *testing.T) {
 				if c, err := r.Acquire(ctx, "jobs:a", time.Minute); err != nil || c.OK {
 					t.Fatalf("contended acquire = %+v, %v", c, err)
 				}
-				locks.Fail(syncguardtest.OpAcquire, syncguard.CodeServiceUnavailable, 1)
+				locks.Fail(syncguardtest.OpAcquire, syncguard.ErrServiceUnavailable, 1)
 				if _, err := r.Acquire(ctx, "jobs:b", time.Minute); err == nil {
 					t.Fatal("acquire with an injected failure succeeded")
 				}
@@ -92,11 +92,11 @@ func TestWhatEachOperationRecords(t *testing.T) {
 				must(err)
 				_, err = r.LookupKey(ctx, "jobs:a")
 				must(err)
-				locks.Fail(syncguardtest.OpExtend, syncguard.CodeNetworkTimeout, 1)
+				locks.Fail(syncguardtest.OpExtend, syncguard.ErrNetworkTimeout, 1)
 				if _, err := r.Extend(ctx, b.LockID, time.Minute); err == nil {
 					t.Fatal("extend with an injected failure succeeded")
 				}
-				locks.Fail(syncguardtest.OpRelease, syncguard.CodeServiceUnavailable, 1)
+				locks.Fail(syncguardtest.OpRelease, syncguard.ErrServiceUnavailable, 1)
 				if _, err := r.Release(ctx, b.LockID); err == nil {
 					t.Fatal("release with an injected failure succeeded")
 				}
@@ -268,7 +268,7 @@ func TestAttributeKeysAreExported(t *testing.T) {
 		}
 		r.Release(ctx, a.LockID)
 		r.Release(ctx, a.LockID)
-		locks.Fail(syncguardtest.OpAcquire, syncguard.CodeServiceUnavailable, 1)
+		locks.Fail(syncguardtest.OpAcquire, syncguard.ErrServiceUnavailable, 1)
 		r.Acquire(ctx, "jobs:a", time.Minute)
 		// A wait that gives up, and a lease that loses its lock.
 		if err := locks.Contend("jobs:a", 1000); err != nil {

@@ -358,16 +358,16 @@ type cliError struct {
 func (e *cliError) Error() string { return e.code + ": " + e.msg }
 
 func usageErr(format string, args ...any) error {
-	return &cliError{status: ExitUsage, code: string(syncguard.CodeInvalidArgument), msg: fmt.Sprintf(format, args...), usage: true}
+	return &cliError{status: ExitUsage, code: string(syncguard.ErrInvalidArgument), msg: fmt.Sprintf(format, args...), usage: true}
 }
 
 // exitCodes maps syncguard error codes onto exit statuses; any other is
 // ExitInternal. AuthFailed is no outage: the same credentials and grants
 // fail again until an operator changes them.
 var exitCodes = map[syncguard.Code]int{
-	syncguard.CodeInvalidArgument: ExitUsage, syncguard.CodeAuthFailed: ExitNoPerm,
-	syncguard.CodeServiceUnavailable: ExitUnavailable, syncguard.CodeNetworkTimeout: ExitUnavailable, syncguard.CodeRateLimited: ExitUnavailable,
-	syncguard.CodeAcquisitionTimeout: ExitBusy, syncguard.CodeAborted: 128 + 2,
+	syncguard.ErrInvalidArgument: ExitUsage, syncguard.ErrAuthFailed: ExitNoPerm,
+	syncguard.ErrServiceUnavailable: ExitUnavailable, syncguard.ErrNetworkTimeout: ExitUnavailable, syncguard.ErrRateLimited: ExitUnavailable,
+	syncguard.ErrAcquisitionTimeout: ExitBusy, syncguard.ErrAborted: 128 + 2,
 }
 
 // missingTablesMsg replaces the library's message for an undefined table
@@ -398,7 +398,7 @@ func describe(err error) (status int, code, msg string) {
 		}
 		return cmp.Or(exitCodes[se.Code], ExitInternal), string(se.Code), m
 	}
-	return ExitInternal, string(syncguard.CodeInternal), err.Error()
+	return ExitInternal, string(syncguard.ErrInternal), err.Error()
 }
 
 // oneLine folds a message onto one line.

@@ -67,7 +67,7 @@ func (a *app) runHolding(o *runOpts, lease *syncguard.Lease, ext *extends, sigs 
 		if errors.As(err, &pe) {
 			return startError(o.command[0], err)
 		}
-		return &cliError{status: ExitInternal, code: string(syncguard.CodeInternal), msg: err.Error()}
+		return &cliError{status: ExitInternal, code: string(syncguard.ErrInternal), msg: err.Error()}
 	}
 	h.sup = sup
 	if o.verbose {
@@ -117,7 +117,7 @@ func (a *app) runHolding(o *runOpts, lease *syncguard.Lease, ext *extends, sigs 
 	case h.stopped != 0:
 		return &cliError{status: 128 + int(h.stopped), silent: true}
 	case h.gone != nil:
-		return &cliError{status: ExitInternal, code: string(syncguard.CodeInternal),
+		return &cliError{status: ExitInternal, code: string(syncguard.ErrInternal),
 			msg: fmt.Sprintf("the supervisor of %s died (%s); its processes were killed", o.command[0], h.gone.err)}
 	}
 	if o.verbose {
@@ -322,7 +322,7 @@ func (a *app) release(o *runOpts, lease *syncguard.Lease, sigs <-chan os.Signal)
 			return nil
 		case s := <-sigs:
 			if abortsWait(s) {
-				a.errorf(string(syncguard.CodeAborted), "got %s while releasing the lock on %s; not waiting for PostgreSQL: the lock expires by itself within %v (--ttl)",
+				a.errorf(string(syncguard.ErrAborted), "got %s while releasing the lock on %s; not waiting for PostgreSQL: the lock expires by itself within %v (--ttl)",
 					signalName(s), o.label(), fmtDuration(o.ttl))
 				return &cliError{status: 128 + signalNumber(s), silent: true}
 			}

@@ -204,7 +204,7 @@ func (a *app) cmdRun(args []string) error {
 		return err
 	}
 	if sig != nil {
-		return &cliError{status: 128 + signalNumber(sig), code: string(syncguard.CodeAborted),
+		return &cliError{status: 128 + signalNumber(sig), code: string(syncguard.ErrAborted),
 			msg: fmt.Sprintf("got %s while waiting for the lock on %s; nothing is held and %s did not run", signalName(sig), o.label(), o.command[0])}
 	}
 	if o.env, err = kindEnv(lk, &o, lease); err != nil {
@@ -335,9 +335,9 @@ func (a *app) acquire(ctx context.Context, b runLocker, o *runOpts, ext *extends
 			a.notef("acquired %s with fence %s (ttl %v, after %v)", o.label(), lease.Fence(), fmtDuration(o.ttl), time.Since(start).Round(time.Millisecond))
 		}
 		return lease, nil
-	case ctx.Err() != nil, code != syncguard.CodeAcquisitionTimeout && code != syncguard.CodeNetworkTimeout && code != syncguard.CodeServiceUnavailable:
+	case ctx.Err() != nil, code != syncguard.ErrAcquisitionTimeout && code != syncguard.ErrNetworkTimeout && code != syncguard.ErrServiceUnavailable:
 		return nil, err // a signal, or an error Lock does not ride out
-	case code != syncguard.CodeAcquisitionTimeout && failed:
+	case code != syncguard.ErrAcquisitionTimeout && failed:
 		// No answer, and an attempt failed by itself: that failure (after
 		// a wait, Lock's error wraps the last one).
 		if e := (*syncguard.Error)(nil); o.wait > 0 && errors.As(err, &e) && e.Err != nil {
@@ -345,7 +345,7 @@ func (a *app) acquire(ctx context.Context, b runLocker, o *runOpts, ext *extends
 		}
 		return nil, err
 	}
-	return nil, a.busy(b, o, time.Since(start), code != syncguard.CodeAcquisitionTimeout)
+	return nil, a.busy(b, o, time.Since(start), code != syncguard.ErrAcquisitionTimeout)
 }
 
 // bounded is the Locker run's lease goes through: it bounds each attempt
@@ -374,7 +374,7 @@ func (w boundedWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguar
 	r, err := w.Waiter.Attempt(actx, ttl)
 	if err != nil && ctx.Err() == nil && actx.Err() != nil {
 		// --timeout ran out, not the wait: an outage.
-		err = &syncguard.Error{Op: "lock", Code: syncguard.CodeNetworkTimeout, Key: w.key, Err: err,
+		err = &syncguard.Error{Op: "lock", Code: syncguard.ErrNetworkTimeout, Key: w.key, Err: err,
 			Msg: "no answer from PostgreSQL within --timeout " + fmtDuration(w.timeout)}
 	}
 	return r, err
@@ -425,7 +425,7 @@ func (a *app) holder(b runLocker, o *runOpts) string {
 // busy is the error when --wait ran out while the lock was busy, or while
 // an attempt was still in flight without any answer yet (noAnswer).
 func (a *app) busy(b runLocker, o *runOpts, waited time.Duration, noAnswer bool) error {
-	e := &cliError{status: o.busyExit, code: string(syncguard.CodeAcquisitionTimeout), silent: o.quiet}
+	e := &cliError{status: o.busyExit, code: string(syncguard.ErrAcquisitionTimeout), silent: o.quiet}
 	if o.quiet {
 		return e
 	}

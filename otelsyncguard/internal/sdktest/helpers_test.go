@@ -41,7 +41,7 @@ type killable struct {
 
 func (k *killable) down(op string) error {
 	if k.dead.Load() {
-		return &syncguard.Error{Op: op, Code: syncguard.CodeServiceUnavailable, Msg: "process killed or partitioned"}
+		return &syncguard.Error{Op: op, Code: syncguard.ErrServiceUnavailable, Msg: "process killed or partitioned"}
 	}
 	return nil
 }

@@ -1,6 +1,6 @@
 # syncguard-go: every module's tests, the demo, benchmarks.
 #
-#   make test    the everyday run (at most 5 minutes on 2 cores): vet, then
+#   make test    the everyday run (5-6 minutes on 2 cores): vet, then
 #                under -race the core with its integration tests, the
 #                conformance suite on both adapters and the unit tests of
 #                the CLI, bench and otelsyncguard (EVERYDAY); it prints what
@@ -51,7 +51,7 @@ EVERYDAY_ITEST := ^Test(Conformance|Semaphore|RWLockConformance|MultiLockConform
 
 .PHONY: test check test-modules vet demo bench schema tidy fuzz deps release release-check test-min-go test-loaded
 
-# The everyday run, at most 5 minutes on 2 cores: vet, then EVERYDAY's
+# The everyday run, 5-6 minutes on 2 cores: vet, then EVERYDAY's
 # packages under -race with the long suites skipped (they say so).
 test: deps vet
 	@echo "== make test: left to make check: $(LONG_SUITES)"
@@ -62,7 +62,7 @@ test: deps vet
 
 # Everything, as CI runs it (.ci/run): make test's tests with the long
 # suites (SYNCGUARD_LONG=1), fuzzing, the release check and the core's
-# tests with the oldest Go it claims. About 19 minutes on 2 cores.
+# tests with the oldest Go it claims. About 28 minutes on 2 cores.
 check: deps vet fuzz release-check test-min-go
 	@$(MAKE) --no-print-directory test-modules SYNCGUARD_LONG=1
 

@@ -35,19 +35,17 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (AcquireR
 
 // waitLoop is the state of one acquire.
 type waitLoop struct {
-	ctx             context.Context
-	w               Waiter
-	b               Locker
-	key             string
-	c               *lockConfig
-	trace           bool      // its attempts go to c.Tracer
-	start, deadline time.Time // deadline zero: no Timeout, only ctx
-
-	attempts, retries int
-	answered          bool      // some attempt got an answer
-	refused           int       // attempts the server answered with an error (a SQLSTATE)
-	holderEnds        time.Time // when the holder's lock stops being live, as the last answer said (zero: unknown)
-	lastErr, realErr  error     // the last attempt's error since an answer; the last not cut by the deadline
+	ctx                        context.Context
+	w                          Waiter
+	b                          Locker
+	key                        string
+	c                          *lockConfig
+	trace                      bool      // its attempts go to c.Tracer
+	start, deadline            time.Time // deadline zero: no Timeout, only ctx
+	attempts, retries, refused int       // refused: attempts the server answered with an error (a SQLSTATE)
+	answered                   bool      // some attempt got an answer
+	holderEnds                 time.Time // when the holder's lock stops being live, as the last answer said (zero: unknown)
+	lastErr, realErr           error     // the last attempt's error since an answer; the last not cut by the deadline
 }
 
 func (l *waitLoop) run() (AcquireResult, time.Time, error) {
@@ -147,6 +145,6 @@ func (l *waitLoop) attempt() (res AcquireResult, sent time.Time, cut bool, err e
 
 // giveUp ends the wait without the lock (cause: ctx's, if done).
 func (l *waitLoop) giveUp(cause error) (AcquireResult, time.Time, error) {
-	elapsed := time.Since(l.start).Round(time.Millisecond)
-	return AcquireResult{}, time.Time{}, waitError(l.key, l.attempts, l.refused, elapsed, l.answered, l.lastErr, l.realErr, cause, holderGone(l.holderEnds, l.lastErr))
+	return AcquireResult{}, time.Time{}, waitError(l.key, l.attempts, l.refused, time.Since(l.start).Round(time.Millisecond),
+		l.answered, l.lastErr, l.realErr, cause, holderGone(l.holderEnds, l.lastErr))
 }

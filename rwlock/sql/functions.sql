@@ -331,6 +331,11 @@ BEGIN
       WITH a AS MATERIALIZED (SELECT p_key AS "key")
       DELETE FROM {{holders}} AS h WHERE h."key" = (SELECT a."key" FROM a) AND h."exclusive" AND NOT ({{live(h, v_now)}});
       SELECT k."fence" INTO v_fence FROM {{keys}} AS k WHERE k."key" = p_key;
+      -- the lease is stamped now, not when the key row's lock was granted:
+      -- a writer releases beside readers (FOR SHARE), so the snapshot that
+      -- found no live writer may include a release that committed after
+      -- that grant; the reader's lease starts after what it saw end
+      v_now := {{now_ms}};
     END IF;
     INSERT INTO {{holders}} ("key", "lock_id", "exclusive", "expires_at_ms", "acquired_at_ms", "fence", "user_key", "identity")
     VALUES (p_key, p_lock_id, p_exclusive, v_now + p_ttl_ms, v_now, v_fence, p_user_key, p_identity);

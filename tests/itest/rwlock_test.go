@@ -98,6 +98,7 @@ type rwEvent struct {
 	excl     bool
 	from, to int64 // server ms
 	fence    int64
+	id       string
 }
 
 // rwMix runs readers:writers = 100:1 on one key: 100 reader goroutines
@@ -108,6 +109,7 @@ type rwEvent struct {
 // batches) came between a writer's queueing and its turn.
 func rwMix(t *testing.T, d suite.Driver, dsn string, rounds int) {
 	rw, db, cfg := rwTarget(t, d, dsn)
+	audit := newRWAudit(t, db, cfg.TableName)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	key := "mix"
@@ -125,7 +127,7 @@ func rwMix(t *testing.T, d suite.Driver, dsn string, rounds int) {
 		}
 		f, _ := l.Fence().Int64()
 		mu.Lock()
-		leases = append(leases, rwEvent{excl: excl, from: acq, fence: f})
+		leases = append(leases, rwEvent{excl: excl, from: acq, fence: f, id: l.LockID()})
 		i := len(leases) - 1
 		mu.Unlock()
 		time.Sleep(time.Duration(2+rand.IntN(4)) * time.Millisecond)
@@ -190,7 +192,7 @@ func rwMix(t *testing.T, d suite.Driver, dsn string, rounds int) {
 			if a.excl || b.excl {
 				// touching at the same millisecond is a hand-off, not an overlap
 				if b.from < a.to && a.from < b.to && !(b.from == a.to || a.from == b.to) {
-					t.Errorf("rule: a writer overlaps no other lease: %+v and %+v", a, b)
+					t.Errorf("rule: a writer overlaps no other lease: %+v and %+v\n%s", a, b, audit.dump(ctx, min(a.from, b.from)-30, max(a.to, b.to)+30, a.id, b.id))
 				}
 			}
 		}

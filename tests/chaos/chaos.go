@@ -292,6 +292,7 @@ func (r *runner) load(ctx context.Context) []Sample {
 		case <-ctx.Done():
 		}
 	}
+	r.awaitRecovery(ctx)
 	r.running.Store(false)
 	stopLoad()
 	<-sampled
@@ -305,6 +306,41 @@ func (r *runner) load(ctx context.Context) []Sample {
 	}
 	opts.Logf("chaos: load ended after %v", time.Since(start).Round(time.Millisecond))
 	return samples
+}
+
+// awaitRecovery keeps the load on past its duration until every adapter
+// has an operation that started after the last fault ended and succeeded,
+// or the 10 s that recovery is allowed have passed (computeRecovery judges
+// it): on a loaded machine the last fault (a restart) can end as the load
+// does.
+func (r *runner) awaitRecovery(ctx context.Context) {
+	for {
+		r.mu.Lock()
+		var end time.Time
+		for _, f := range r.faults {
+			if f.End.After(end) {
+				end = f.End
+			}
+		}
+		recovered := 0
+		for _, a := range r.adapt {
+			for _, s := range r.successes[a.name] {
+				if !s[0].Before(end) {
+					recovered++
+					break
+				}
+			}
+		}
+		r.mu.Unlock()
+		if end.IsZero() || recovered == len(r.adapt) || time.Since(end) > 10*time.Second {
+			return
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // startWorkers starts every adapter's workers on r.ctx; the channel is

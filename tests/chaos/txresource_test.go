@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/syncguard/syncguard-go/tests/pgtest"
@@ -14,14 +15,23 @@ func TestChaosTxGuard(t *testing.T) {
 	pgtest.Long(t, "the fault suite with lease-checked writes")
 	t.Setenv(TxGuardEnv, "1")
 	srv := pgtest.Require(t)
-	rep := runReported(t, srv, Options{Duration: envDuration(t, "SYNCGUARD_CHAOS_TXGUARD_DURATION"), Logf: t.Logf}, "chaos (txguard)")
-	if !rep.Resource.Tx {
-		t.Fatal("no write went to the database resource")
-	}
-	if rep.Resource.ZombieAccepted != 0 {
-		t.Errorf("zombie writes accepted: %d, want 0", rep.Resource.ZombieAccepted)
-	}
-	if rep.Resource.ZombieRejected == 0 || rep.Resource.Accepted == 0 {
-		t.Errorf("the run made %d accepted writes and %d zombie writes: too few to say anything", rep.Resource.Accepted, rep.Resource.ZombieRejected)
+	// A run that happened to make no zombie write (no holder lost a lease
+	// before its pause: a loaded machine's faults land differently) says
+	// nothing about them: run again, up to three runs in all.
+	for run := 1; ; run++ {
+		rep := runReported(t, srv, Options{Duration: envDuration(t, "SYNCGUARD_CHAOS_TXGUARD_DURATION"), Logf: t.Logf}, fmt.Sprintf("chaos (txguard), run %d", run))
+		if !rep.Resource.Tx {
+			t.Fatal("no write went to the database resource")
+		}
+		if rep.Resource.ZombieAccepted != 0 {
+			t.Errorf("zombie writes accepted: %d, want 0", rep.Resource.ZombieAccepted)
+		}
+		if rep.Resource.ZombieRejected > 0 && rep.Resource.Accepted > 0 || t.Failed() {
+			return
+		}
+		if run == 3 {
+			t.Fatalf("%d runs made %d accepted writes and %d zombie writes in the last: too few to say anything", run, rep.Resource.Accepted, rep.Resource.ZombieRejected)
+		}
+		t.Logf("run %d made %d accepted writes and %d zombie writes: running again", run, rep.Resource.Accepted, rep.Resource.ZombieRejected)
 	}
 }

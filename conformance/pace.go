@@ -221,6 +221,20 @@ func (p *pace) scale(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * p.deadline)
 }
 
+// kindCaseContext is a lock kind's case context: it ends after timeout ×
+// the run's deadline slowdown (CPU measured at the start of the run, at
+// least the CI floor in CI) and carries p for the case's waits.
+func kindCaseContext(p *pace, timeout time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.scale(timeout))
+	return context.WithValue(ctx, paceKey{}, p), cancel
+}
+
+// autoExtendTTL is the TTL of a case that checks that AutoExtend keeps a
+// lease past its TTL: 3 s on the reference machine (a runner with both
+// cores busy stalls an extend for a second), stretched by the deadline
+// slowdown, so that only a lease that is never extended ends.
+func autoExtendTTL(ctx context.Context) time.Duration { return paceOf(ctx).scale(3 * time.Second) }
+
 // rounds is how many times a case repeats a race it repeats n times on the
 // reference machine: n divided by the slowdown, at least least (enough for
 // the case to still find a real bug).

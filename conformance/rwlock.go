@@ -66,12 +66,13 @@ func RunRWLock(t *testing.T, h RWLockHarness) {
 	if timeout <= 0 {
 		timeout = 60 * time.Second
 	}
+	p := newPace(t, 0, nil)
 	for _, c := range rwCases {
 		t.Run(c.name, func(t *testing.T) {
 			if h.Parallel {
 				t.Parallel()
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			ctx, cancel := kindCaseContext(p, timeout)
 			defer cancel()
 			tg := h.New(t)
 			if tg.Shared == nil || tg.Exclusive == nil || tg.WriterFence == nil {
@@ -403,7 +404,7 @@ func rwExpiry(e *rwEnv) {
 func rwLeases(e *rwEnv) {
 	const rule = "syncguard.Lock gives both sides leases with AutoExtend, Extend and Release"
 	// a TTL with room for extends delayed by a loaded machine
-	opts := &syncguard.LockOptions{TTL: 3 * time.Second, AutoExtend: true}
+	opts := &syncguard.LockOptions{TTL: autoExtendTTL(e.ctx), AutoExtend: true}
 	var wg sync.WaitGroup
 	var rs []*syncguard.Lease
 	for range 2 {
@@ -413,7 +414,7 @@ func rwLeases(e *rwEnv) {
 		}
 		rs = append(rs, l)
 	}
-	time.Sleep(4200 * time.Millisecond) // past the TTL and its 1 s tolerance: AutoExtend keeps them
+	time.Sleep(opts.TTL + 1200*time.Millisecond) // past the TTL and its 1 s tolerance: AutoExtend keeps them
 	for _, l := range rs {
 		if err := l.Err(); err != nil {
 			e.t.Fatalf("rule: %s: a reader's lease was lost: %v", rule, err)

@@ -58,7 +58,7 @@ func New(db *sql.DB, cfg *syncguard.Config) (*Locker, error) {
 	}
 	l := &Locker{k: kit.NewBase("multilock", db, c), tables: t, recent: map[string][]KeyFence{}}
 	l.k.Inline, l.k.Funcs = true, t.Locks
-	l.ops = kit.Ops{Acquire: l.acquire, Release: l.Release, Leave: l.leave, Granted: l.granted}
+	l.ops = kit.Ops{Acquire: l.acquire, Release: l.Release, Leave: l.leave}
 	l.k.Tables = []string{t.Locks, t.Fences, t.Waiters}
 	l.sql.statements = t.statements()
 	l.sql.placeholder = kit.StripComments(t.render("placeholder.sql"))

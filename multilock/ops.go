@@ -56,9 +56,7 @@ func (l *Locker) acquire(ctx context.Context, set string, ttl time.Duration, ide
 	}
 	dest := []any{&d.ok, &d.present, &d.held, &d.expires, &d.acquired, &d.fences, &d.busyUntil, &d.exhausted, &d.ahead, &d.now}
 	var err error
-	var sent time.Time // of the last statement
 	for i := 0; ; i++ {
-		sent = time.Now()
 		err = l.runOp(ctx, opAcquire, args, dest...)
 		if err == nil && !d.present && i < maxReruns {
 			var one int
@@ -95,14 +93,22 @@ func (l *Locker) acquire(ctx context.Context, set string, ttl time.Duration, ide
 			res.RetryIn = kit.RetryIn(d.busyUntil.Int64, d.now)
 		}
 		if q != nil && d.ok {
-			q.Answered(sent, d.now)
 			q.Listen()
 		}
 		return res, nil
 	}
-	kf, top, ok := keyFences(ks, strings.Split(d.fences.String, ","))
-	if !d.expires.Valid || !ok {
+	fences := strings.Split(d.fences.String, ",")
+	if !d.expires.Valid || len(fences) != len(ks) {
 		return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.ErrInternal, Key: set, Msg: "malformed rows returned by acquire"}
+	}
+	kf := make([]KeyFence, len(ks))
+	var top string
+	for i, k := range ks {
+		if _, err := rules.ParseFence(fences[i]); err != nil {
+			return syncguard.AcquireResult{}, &syncguard.Error{Op: op, Code: syncguard.ErrInternal, Key: set, Msg: "malformed fence returned by acquire"}
+		}
+		kf[i] = KeyFence{Key: k.Norm, Fence: syncguard.Fence(fences[i])}
+		top = max(top, fences[i])
 	}
 	if ctx.Err() != nil {
 		// The commit may be on the primary only: not reported as done.
@@ -116,41 +122,6 @@ func (l *Locker) acquire(ctx context.Context, set string, ttl time.Duration, ide
 	}
 	return syncguard.AcquireResult{OK: true, LockID: lockID, Fence: syncguard.Fence(top),
 		ExpiresAt: time.UnixMilli(d.expires.Int64), HandedOver: age}, nil
-}
-
-// keyFences pairs the keys ks with their fences (in the same order): the
-// holding's fences and the largest; ok false when they do not fit.
-func keyFences(ks []rules.Key, fences []string) (kf []KeyFence, top string, ok bool) {
-	if len(fences) != len(ks) {
-		return nil, "", false
-	}
-	kf = make([]KeyFence, len(ks))
-	for i, k := range ks {
-		if _, err := rules.ParseFence(fences[i]); err != nil {
-			return nil, "", false
-		}
-		kf[i] = KeyFence{Key: k.Norm, Fence: syncguard.Fence(fences[i])}
-		top = max(top, fences[i])
-	}
-	return kf, top, true
-}
-
-// granted is the waiter q's holding that a release handed it and said so
-// in its grant notification (release.sql's nt, kit.Waiter's granted: g
-// verified, its start age ago by the waiter's bound): g.Fence is the
-// set's fences in key order, joined by ".".
-func (l *Locker) granted(q *kit.Waiter, g waiting.Grant, age time.Duration) (syncguard.AcquireResult, bool) {
-	ks, e := parse("acquire", q.Key)
-	if e != nil {
-		return syncguard.AcquireResult{}, false
-	}
-	kf, top, ok := keyFences(ks, strings.Split(g.Fence, "."))
-	if !ok {
-		return syncguard.AcquireResult{}, false
-	}
-	l.remember(q.LockID, kf)
-	return syncguard.AcquireResult{OK: true, LockID: q.LockID, Fence: syncguard.Fence(top),
-		ExpiresAt: time.UnixMilli(g.NowMs + g.TTLMs), HandedOver: age}, true
 }
 
 // Release implements syncguard.Locker: it deletes every key of the

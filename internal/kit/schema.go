@@ -51,9 +51,8 @@ type Schema struct {
 var queueValues = map[string]string{"now_us": "floor(extract(epoch FROM statement_timestamp()) * 1000000)::bigint", "waiter_gc": "60000", "rank_cap": "64"}
 
 // Render expands the statement file name for lock table table: quoted
-// names, values, and the {{sql(file)}}, {{wake_channel(expr)}},
-// {{wake_payload(expr)}} and {{grant_payload(lockID, fence, nowMs, ttlMs)}}
-// calls.
+// names, values, and the {{sql(file)}}, {{wake_channel(expr)}} and
+// {{wake_payload(expr)}} calls.
 func (s *Schema) Render(name, table string) string { return s.RenderWith(name, table, nil) }
 
 // RenderWith is Render with more values, by placeholder.
@@ -68,7 +67,6 @@ func (s *Schema) RenderWith(name, table string, values map[string]string) string
 		text = replaceCalls(text, "wake_channel", func(arg string) string { return waiting.ChannelSQL(prefix, arg) })
 	}
 	text = replaceCalls(text, "wake_payload", waiting.PayloadSQL)
-	text = replaceCalls(text, "grant_payload", grantPayload)
 	n := s.Names(table)
 	for k, v := range n {
 		n[k] = rules.QuoteIdent(v)
@@ -87,16 +85,6 @@ func (s *Schema) RenderWith(name, table string, values map[string]string) string
 		panic(s.Kind + ": sql/" + name + ": " + err.Error()) // embedded; each kind's TestRender renders every file
 	}
 	return out
-}
-
-// grantPayload is {{grant_payload(lockID, fences, nowMs, ttlMs)}}, its
-// arguments separated by ", ": waiting.GrantPayloadSQL.
-func grantPayload(args string) string {
-	a := strings.Split(args, ", ")
-	if len(a) != 4 {
-		panic("kit: {{grant_payload(...)}} takes 4 arguments, got " + args) // embedded; each kind's TestRender renders every file
-	}
-	return waiting.GrantPayloadSQL(a[0], a[1], a[2], a[3])
 }
 
 // kitFiles are the parts of statement files that the kinds share

@@ -22,12 +22,6 @@ type Ops struct {
 	// meanwhile: whether it released a lease, and whether q's row was
 	// there (waiting.Place.Leave).
 	Leave func(ctx context.Context, q *Waiter) (ok, left bool, err error)
-	// Granted, if set, makes the holding that a verified grant
-	// notification handed q (waiting.ParseGrant; g.Fence the kind's text of
-	// its fences) its result, started age ago by the waiter's bound, with
-	// no statement: ok false when g does not fit q (the waiter attempts as
-	// usual).
-	Granted func(q *Waiter, g waiting.Grant, age time.Duration) (res syncguard.AcquireResult, ok bool)
 }
 
 // Waiter is a kind's syncguard.Waiter, the waiter of one Lock or WithLock
@@ -56,8 +50,6 @@ type Waiter struct {
 	mu             sync.Mutex
 	rank, rank0    int64     // the last attempt's rank, the first's
 	rankAt, joined time.Time // when they were seen
-	sent           time.Time // when the last answered queued attempt's statement was sent
-	sentNow        int64     // its server time (ms)
 }
 
 // NewWaiter returns a waiter on key (first: its storage key, or a set's
@@ -80,9 +72,6 @@ func (w *Waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.Acqu
 	q := w
 	if !w.Queued {
 		q = nil
-	} else if res, ok := w.granted(ttl); ok && ctx.Err() == nil {
-		w.Close()
-		return res, nil // a release handed it the key, and said so in its notification
 	}
 	res, err := w.pace.Attempt(ctx, w.b.ReleaseTimeout, func(err error) error { return w.b.WrapKey(ctx, "acquire", w.Key, "", err) },
 		func(ctx context.Context) (syncguard.AcquireResult, error) {
@@ -92,49 +81,6 @@ func (w *Waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.Acqu
 		w.Close()
 	}
 	return res, err
-}
-
-// Answered records a queued attempt whose statement, sent at sent, read
-// the server's time nowMs and found the key not the waiter's: a grant
-// notification that came before sent is forgotten (its commit was in that
-// statement's snapshot, so that holding is gone).
-func (w *Waiter) Answered(sent time.Time, nowMs int64) {
-	w.mu.Lock()
-	w.sent, w.sentNow = sent, nowMs
-	w.mu.Unlock()
-	w.DropGrant(sent)
-}
-
-// granted returns the holding that a release handed the waiter and said
-// so in its grant notification (waiting.ParseGrant, Ops.Granted), for an
-// attempt of ttl, without a statement, as syncguard's waiter does: the
-// holding's start in local time is bounded below by the last answered
-// attempt (that attempt did not see the grant, so the release either
-// started after it was sent, or at most its server time minus the
-// release's before it), and the lease counts from that bound, so it never
-// believes in a longer holding than the server's. With less than half the
-// TTL left by that bound, or no valid grant, ok is false and the waiter
-// attempts as usual.
-func (w *Waiter) granted(ttl time.Duration) (syncguard.AcquireResult, bool) {
-	if w.ops.Granted == nil {
-		return syncguard.AcquireResult{}, false
-	}
-	w.mu.Lock()
-	sent, sentNow := w.sent, w.sentNow
-	w.mu.Unlock()
-	if sent.IsZero() {
-		return syncguard.AcquireResult{}, false
-	}
-	g, ok := waiting.ParseGrant(w.LockID, w.Grant())
-	if !ok || g.TTLMs != ttl.Milliseconds() {
-		return syncguard.AcquireResult{}, false
-	}
-	start := sent.Add(-time.Duration(max(sentNow-g.NowMs, 0)) * time.Millisecond)
-	age := time.Since(start)
-	if age > ttl/2 {
-		return syncguard.AcquireResult{}, false
-	}
-	return w.ops.Granted(w, g, age)
 }
 
 // Next implements syncguard.Waiter: the wake-up once queued, a renewal

@@ -23,14 +23,8 @@
 -- wd:    their queue rows go; gf: their keys' counters +1 (every involved
 --        counter's "ver" +1 when anything changed); gl: their lock rows,
 --        each with its own TTL from now, written after d (count(*) of d).
--- gs:    each admitted waiter's grant: its fences (in key order, joined
---        by "."), the hand-off's now and its TTL.
--- nt:    a wake-up per admitted waiter on the channel of its first key:
---        a grant notification (internal/waiting/grant.go) naming it (a
---        hash of its lockId) and carrying what its confirming attempt
---        would read, with a mac only its lockId makes; the waiter that
---        verifies it holds the set without a statement, any other payload
---        is a hint (its attempt finds the rows).
+-- nt:    a wake-up per admitted waiter on the channel of its first key,
+--        naming it (a hash of its lockId): a hint, its attempt finds the rows.
 -- sc:    when nothing was handed over, and each key it deletes had at
 --        most {{async_release_max}} ms left, the commit does not wait for
 --        the WAL flush (synchronous_commit off for this transaction only,
@@ -127,19 +121,13 @@ gl AS (
   WHERE (SELECT count(*) FROM d) >= 0
   ORDER BY wd."key" COLLATE "C"
   {{sql(lock_upsert.sql)}}
-  RETURNING l."lock_id", l."key", l."fence", l."acquired_at_ms", l."expires_at_ms"
-),
-gs AS (
-  SELECT gl."lock_id", string_agg(gl."fence", '.' ORDER BY gl."key" COLLATE "C") AS fences,
-    min(gl."acquired_at_ms") AS now_ms, min(gl."expires_at_ms" - gl."acquired_at_ms") AS ttl_ms
-  FROM gl GROUP BY gl."lock_id"
+  RETURNING l."lock_id"
 ),
 wk AS (
-  SELECT DISTINCT wd."lock_id", wd."channel_key", gs."fences", gs."now_ms", gs."ttl_ms"
-  FROM wd JOIN gs ON gs."lock_id" = wd."lock_id"
+  SELECT DISTINCT wd."lock_id", wd."channel_key" FROM wd
 ),
 nt AS (
-  SELECT pg_notify({{wake_channel(wk."channel_key")}}, {{grant_payload(wk."lock_id", wk."fences", wk."now_ms", wk."ttl_ms")}}) AS v FROM wk WHERE $2::boolean
+  SELECT pg_notify({{wake_channel(wk."channel_key")}}, {{wake_payload(wk."lock_id")}}) AS v FROM wk WHERE $2::boolean
 ),
 sc AS (
   SELECT set_config('synchronous_commit', 'off', true) AS v FROM chk
@@ -152,8 +140,8 @@ SELECT
   (SELECT max(mine."n") FROM mine) AS n,
   (SELECT max(mine."expires_at_ms") FROM mine) AS seen_expires,
   t.now_ms,
-  (SELECT string_agg({{grant_payload(wk."lock_id", wk."fences", wk."now_ms", wk."ttl_ms")}}, ',' ORDER BY wk."lock_id") FROM wk) AS woke,
-  (SELECT string_agg({{wake_channel(wk."channel_key")}}, ',' ORDER BY wk."lock_id") FROM wk) AS woke_channels,
+  (SELECT string_agg({{wake_payload(wk."lock_id")}}, ',') FROM wk) AS woke,
+  (SELECT string_agg({{wake_channel(wk."channel_key")}}, ',') FROM wk) AS woke_channels,
   EXISTS (SELECT 1 FROM mw WHERE mw.live) AS left_queue,
   (SELECT count(*) FROM gl) AS granted,
   (SELECT count(*) FROM nt) AS notified

@@ -25,6 +25,17 @@
 --        each with its own TTL from now, written after d (count(*) of d).
 -- nt:    a wake-up per admitted waiter on the channel of its first key,
 --        naming it (a hash of its lockId): a hint, its attempt finds the rows.
+-- sc:    when nothing was handed over, and each key it deletes had at
+--        most {{async_release_max}} ms left, the commit does not wait for
+--        the WAL flush (synchronous_commit off for this transaction only,
+--        as the mutex's release: docs/design-operations.md, "Durability of
+--        a release"). It wrote no holder and no fence, only deletes, "ver"
+--        and queue rows (UNLOGGED): a release lost in a crash leaves the
+--        set held until its TTL, which is safe and bounded, and the commit
+--        of any later write that depends on it (a take of one of its keys,
+--        which waits for its flush) flushes the WAL up to itself, the
+--        release included. A hand-off is always flushed: its fences must
+--        not be handed out twice.
 WITH
 {{sql(mine.sql)}},
 mw AS (
@@ -63,7 +74,7 @@ chk AS MATERIALIZED (
 d AS (
   DELETE FROM {{locks}} AS l USING t, chk
   WHERE l."lock_id" = $1::text AND {{live(l)}} AND chk.fresh
-  RETURNING l."key"
+  RETURNING l."key", l."expires_at_ms" - t.now_ms AS left_ms
 ),
 adm AS MATERIALIZED (
   SELECT c."lock_id" FROM cand AS c, t, chk
@@ -117,6 +128,11 @@ wk AS (
 ),
 nt AS (
   SELECT pg_notify({{wake_channel(wk."channel_key")}}, {{wake_payload(wk."lock_id")}}) AS v FROM wk WHERE $2::boolean
+),
+sc AS (
+  SELECT set_config('synchronous_commit', 'off', true) AS v FROM chk
+  WHERE chk.fresh AND NOT EXISTS (SELECT 1 FROM wd)
+    AND NOT EXISTS (SELECT 1 FROM d WHERE d.left_ms > {{async_release_max}})
 )
 SELECT
   chk.fresh,
@@ -130,3 +146,4 @@ SELECT
   (SELECT count(*) FROM gl) AS granted,
   (SELECT count(*) FROM nt) AS notified
 FROM t, chk
+WHERE (SELECT count(*) FROM sc) >= 0

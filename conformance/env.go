@@ -339,8 +339,8 @@ func errIs(err, want error) bool { return err != nil && errors.Is(err, want) }
 // debugLookuper is implemented by backends that also return the raw key
 // and lockId of a lock (for debugging).
 type debugLookuper interface {
-	LookupKeyDebug(ctx context.Context, key string) (*syncguard.LockInfoDebug, error)
-	LookupIDDebug(ctx context.Context, lockID string) (*syncguard.LockInfoDebug, error)
+	LookupKeyDebug(ctx context.Context, key string) (*syncguard.LockInfo, error)
+	LookupIDDebug(ctx context.Context, lockID string) (*syncguard.LockInfo, error)
 }
 
 // keyOps runs every key operation of b once and returns its error by name.

@@ -127,7 +127,7 @@ func init() {
 		e.must(err, "LookupKeyDebug")
 		di, err := dl.LookupIDDebug(e.ctx, r.LockID)
 		e.must(err, "LookupIDDebug")
-		for mode, d := range map[string]*syncguard.LockInfoDebug{"key": dk, "lockId": di} {
+		for mode, d := range map[string]*syncguard.LockInfo{"key": dk, "lockId": di} {
 			if d == nil || d.Key != norm || d.LockID != r.LockID || d.Fence != r.Fence || d.KeyHash != syncguard.HashKey(norm) {
 				e.t.Errorf("rule: the debug lookups add the normalized key and the lockId to LockInfo; by %s got %+v, want key %q lockId %q fence %s", mode, d, norm, r.LockID, r.Fence)
 			}

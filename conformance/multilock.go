@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/multilock"
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -21,7 +22,7 @@ import (
 // encoded sets (multilock.Keys) that reports per-key fences.
 type MultiLocker interface {
 	syncguard.LockBackend
-	syncguard.Queuer
+	kit.Queuer
 	multilock.SetLocker
 }
 

@@ -25,7 +25,7 @@ type RWLockHarness struct {
 }
 
 // RWLockTarget is one case's read-write lock: its two sides, both
-// syncguard.LockBackend and syncguard.Queuer.
+// syncguard.LockBackend with a queue (Queue).
 type RWLockTarget struct {
 	Shared, Exclusive syncguard.LockBackend
 	// WriterFence returns the key's latest writer fence (required).

@@ -9,14 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
-// SemaphoreTarget is a counting semaphore under test: a syncguard.Queuer
+// SemaphoreTarget is a counting semaphore under test: a Locker with a queue (Queue)
 // (so that syncguard.Lock waits in its queue) whose permits each hold a
 // slot, as package semaphore's Semaphore and syncguardtest's Semaphore.
 type SemaphoreTarget interface {
-	syncguard.Queuer
+	kit.Queuer
 	// Slot returns the slot (1..permits) of the permit lockID as this
 	// target took or was handed it.
 	Slot(lockID string) (int, bool)
@@ -361,7 +362,7 @@ func (e *semEnv) handOff() {
 func (e *semEnv) keptForWaiter() {
 	s, other := e.open(1), e.open(1)
 	var crashed syncguard.AcquireResult
-	var w syncguard.Waiter
+	var w kit.Wait
 	// The crashed holder's TTL must outlast the waiter's first attempt: a
 	// loaded machine that made it expire first makes the case again with
 	// a TTL 4 times longer.

@@ -155,7 +155,7 @@ func init() {
 		var role string
 		e.must(e.db.QueryRowContext(e.ctx, `SELECT current_setting('synchronous_commit')`).Scan(&role), "reading synchronous_commit")
 		if role == "off" {
-			e.t.Skip("the role's synchronous_commit is off: every commit skips the flush (CheckDeployment fails that setting)")
+			e.t.Skip("the role's synchronous_commit is off: every commit skips the flush (doctor.Check fails that setting)")
 		}
 		last := func() string {
 			var sc string

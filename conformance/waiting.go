@@ -233,7 +233,7 @@ func init() {
 
 	registerSQL("Waiting/WakeThroughCallersWrapper", func(e *sqlEnv) {
 		// The waiter's Backend is wrapped in a Locker of the caller's own
-		// (tracing, metrics) that forwards syncguard.Queuer: waiting
+		// (tracing, metrics) that forwards Queue: waiting
 		// through it is woken on release as on the Backend itself, and
 		// every attempt goes through the wrapper.
 		w := &callersLocker{Locker: e.pb2, queue: true}
@@ -254,7 +254,7 @@ func init() {
 
 	registerSQL("Waiting/WakeAfterExpiryThroughPlainWrapper", func(e *sqlEnv) {
 		// The same through a caller's wrapper that forwards only Acquire
-		// (not syncguard.Queuer): Lock polls through it, and what the
+		// (no Queue): Lock polls through it, and what the
 		// failed attempt's result says of the holder's expiry (RetryIn)
 		// still ends the wait then, not at the retry an hour away.
 		e.takeOverCrashed(&callersLocker{Locker: e.pb2},

@@ -5,12 +5,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
 // callersLocker is a Locker of a caller's own around a Backend, as a team
 // writes for tracing: it counts acquires and passes ctx on. With queue it
-// also forwards syncguard.Queuer, counting its waiters' attempts too;
+// also forwards Queue, counting its waiters' attempts too;
 // without, Lock polls through it.
 type callersLocker struct {
 	syncguard.Locker
@@ -23,15 +24,15 @@ func (c *callersLocker) Acquire(ctx context.Context, key string, ttl time.Durati
 	return c.Locker.Acquire(ctx, key, ttl)
 }
 
-func (c *callersLocker) Queue(key, identity string, once bool) syncguard.Waiter {
-	return forwardQueue(c.Locker, c.queue, key, identity, once, func(ctx context.Context, w syncguard.Waiter, ttl time.Duration) (syncguard.AcquireResult, error) {
+func (c *callersLocker) Queue(key, identity string, once bool) kit.Wait {
+	return forwardQueue(c.Locker, c.queue, key, identity, once, func(ctx context.Context, w kit.Wait, ttl time.Duration) (syncguard.AcquireResult, error) {
 		c.acquires.Add(1)
 		return w.Attempt(ctx, ttl)
 	})
 }
 
 // gatedLocker passes attempts on until closed is set; then each attempt
-// waits for open to be closed first. It forwards syncguard.Queuer.
+// waits for open to be closed first. It forwards Queue.
 type gatedLocker struct {
 	syncguard.Locker
 	closed atomic.Bool
@@ -52,8 +53,8 @@ func (g *gatedLocker) Acquire(ctx context.Context, key string, ttl time.Duration
 	return g.Locker.Acquire(ctx, key, ttl)
 }
 
-func (g *gatedLocker) Queue(key, identity string, once bool) syncguard.Waiter {
-	return forwardQueue(g.Locker, true, key, identity, once, func(ctx context.Context, w syncguard.Waiter, ttl time.Duration) (syncguard.AcquireResult, error) {
+func (g *gatedLocker) Queue(key, identity string, once bool) kit.Wait {
+	return forwardQueue(g.Locker, true, key, identity, once, func(ctx context.Context, w kit.Wait, ttl time.Duration) (syncguard.AcquireResult, error) {
 		g.gate(ctx)
 		return w.Attempt(ctx, ttl)
 	})
@@ -61,8 +62,8 @@ func (g *gatedLocker) Queue(key, identity string, once bool) syncguard.Waiter {
 
 // forwardQueue is a wrapper's Queue: the inner Locker's waiter, whose
 // attempts go through attempt (nil when on is false or inner has no queue).
-func forwardQueue(inner syncguard.Locker, on bool, key, identity string, once bool, attempt func(context.Context, syncguard.Waiter, time.Duration) (syncguard.AcquireResult, error)) syncguard.Waiter {
-	q, ok := inner.(syncguard.Queuer)
+func forwardQueue(inner syncguard.Locker, on bool, key, identity string, once bool, attempt func(context.Context, kit.Wait, time.Duration) (syncguard.AcquireResult, error)) kit.Wait {
+	q, ok := inner.(kit.Queuer)
 	if !on || !ok {
 		return nil
 	}
@@ -70,14 +71,14 @@ func forwardQueue(inner syncguard.Locker, on bool, key, identity string, once bo
 	if w == nil {
 		return nil
 	}
-	return &forwardedWaiter{Waiter: w, attempt: attempt}
+	return &forwardedWaiter{Wait: w, attempt: attempt}
 }
 
 type forwardedWaiter struct {
-	syncguard.Waiter
-	attempt func(context.Context, syncguard.Waiter, time.Duration) (syncguard.AcquireResult, error)
+	kit.Wait
+	attempt func(context.Context, kit.Wait, time.Duration) (syncguard.AcquireResult, error)
 }
 
 func (f *forwardedWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
-	return f.attempt(ctx, f.Waiter, ttl)
+	return f.attempt(ctx, f.Wait, ttl)
 }

@@ -5,7 +5,7 @@
 // clock) but tables of its own (TablesOf), so that a key locked here is
 // independent of the mutex of the same name.
 //
-// A Locker is a syncguard.LockBackend and syncguard.Queuer whose key is an
+// A Locker is a syncguard.LockBackend with a queue (Queue) whose key is an
 // encoded set (Keys("b", "a") == Keys("a", "b")): syncguard.Lock and
 // WithLock work on it unchanged, one lockId and one Lease for the set, and
 // Lock and WithLock of this package return the per-key fences too:

@@ -14,7 +14,7 @@ import (
 
 var (
 	_ syncguard.LockBackend = (*Locker)(nil)
-	_ syncguard.Queuer      = (*Locker)(nil)
+	_ kit.Queuer            = (*Locker)(nil)
 	_ SetLocker             = (*Locker)(nil)
 )
 
@@ -22,7 +22,7 @@ var (
 // one statement, with a fence per key. Its key argument is an encoded set
 // (Keys), so syncguard.Lock and WithLock work on it unchanged (one lockId
 // and one Lease for the set: Extend and Close act on every key at once),
-// and it is a syncguard.Queuer: waiters keep one place in one queue
+// and it has a queue (Queue): waiters keep one place in one queue
 // across all their keys. Lock (this package) wraps syncguard.Lock and
 // returns the per-key fences. Safe for concurrent use.
 type Locker struct {

@@ -218,7 +218,7 @@ func (l *Locker) runFresh(ctx context.Context, op string, o int, args []any, fre
 	}
 }
 
-// Queue implements syncguard.Queuer: the waiter of one Lock or WithLock
+// Queue implements kit.Queuer: the waiter of one Lock or WithLock
 // call for set. Its attempts keep one place (the server's clock at its
 // first attempt) in one queue for all its keys: a set is taken only when
 // every key is free and no waiter placed earlier wants any of them, so
@@ -226,7 +226,7 @@ func (l *Locker) runFresh(ctx context.Context, op string, o int, args []any, fre
 // set once its keys' holders are gone. It listens on its first key's
 // channel, where its tombstone goes when it leaves. With once, or an
 // invalid set, its attempts are plain ones.
-func (l *Locker) Queue(set, identity string, once bool) syncguard.Waiter {
+func (l *Locker) Queue(set, identity string, once bool) kit.Wait {
 	ks, e := parse("lock", set)
 	var first rules.Key
 	if e == nil {

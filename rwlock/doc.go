@@ -5,8 +5,8 @@
 // per-key writer fence (strictly increasing) and, on a reader's lease, its
 // writer generation (the key's latest writer fence at its admission).
 //
-// RWLock.Shared and RWLock.Exclusive are syncguard.LockBackends and
-// syncguard.Queuers: syncguard.Lock and WithLock give their leases a TTL,
+// RWLock.Shared and RWLock.Exclusive are syncguard.LockBackends with a
+// queue (a Queue method): syncguard.Lock and WithLock give their leases a TTL,
 // AutoExtend, the loss signal and a place in the key's queue. The tables
 // ("<TableName>_rw", "_rw_keys", "_rw_waiters") and SQL functions are the
 // package's own (SetupSchema, SchemaSQL): a key used as a read-write lock

@@ -138,11 +138,11 @@ func (l *Locker) Extend(ctx context.Context, lockID string, ttl time.Duration) (
 	return syncguard.ExtendResult{Reason: kit.FailReason(seen, now)}, nil
 }
 
-// Queue implements syncguard.Queuer: the waiter of one Lock or WithLock
+// Queue implements kit.Queuer: the waiter of one Lock or WithLock
 // call, which waits as the mutex's waiters do (docs/rwlock.md); it
 // listens on its key's channel from its first attempt. With once, or for
 // an invalid key, its attempts are plain ones.
-func (l *Locker) Queue(key, identity string, once bool) syncguard.Waiter {
+func (l *Locker) Queue(key, identity string, once bool) kit.Wait {
 	k, err := rules.DeriveKey(key)
 	return l.rw.k.NewWaiter(key, k, waiting.Channel(channelPrefix(l.rw.k.Table), k.Storage), identity, !once && err == nil, &l.ops)
 }

@@ -121,7 +121,7 @@ func (rw *RWLock) WriterFence(ctx context.Context, key string) (syncguard.Fence,
 }
 
 // Locker is one side of an RWLock: Shared or Exclusive. It is a
-// syncguard.LockBackend and a syncguard.Queuer, so syncguard.Lock and
+// syncguard.LockBackend with a queue (Queue), so syncguard.Lock and
 // WithLock give its leases a TTL, AutoExtend, the loss signal and a queue
 // place. A lease's Fence is, for a writer, its writer fence (strictly
 // increasing per key); for a reader, its writer generation (the key's
@@ -134,7 +134,7 @@ type Locker struct {
 
 var (
 	_ syncguard.LockBackend = (*Locker)(nil)
-	_ syncguard.Queuer      = (*Locker)(nil)
+	_ kit.Queuer            = (*Locker)(nil)
 )
 
 // IsExclusive reports whether l is the Exclusive side.

@@ -8,7 +8,7 @@
 //	defer p.Close()
 //	write(p.FenceKey(), p.Fence()) // the resource keeps the highest fence per FenceKey
 //
-// A Semaphore is a syncguard.LockBackend and a syncguard.Queuer: the
+// A Semaphore is a syncguard.LockBackend with a queue (Queue): the
 // core's Lock and WithLock wait for a permit in the key's queue and give
 // a *syncguard.Lease, so everything built on leases (the CLI's run,
 // telemetry, otelsyncguard) works with permits unchanged. Semaphore.Lock

@@ -29,7 +29,7 @@ const staleRetries = 8
 
 // Semaphore is a PostgreSQL counting semaphore: Permits permits per key,
 // each a lease with its own slot and fence. It implements
-// syncguard.LockBackend and syncguard.Queuer, so syncguard.Lock and
+// syncguard.LockBackend with a queue (Queue), so syncguard.Lock and
 // WithLock (or Semaphore.Lock, which also returns the permit's slot) wait
 // for a permit in FIFO order and give a *syncguard.Lease with TTL,
 // AutoExtend, loss signal and release. Safe for concurrent use.
@@ -297,12 +297,12 @@ func (s *Semaphore) Extend(ctx context.Context, lockID string, ttl time.Duration
 // its key's channel (as syncguard's Backend does).
 const listenRank = 3
 
-// Queue implements syncguard.Queuer: the waiter of one Lock or WithLock
+// Queue implements kit.Queuer: the waiter of one Lock or WithLock
 // call for a permit of key, with one place in the key's queue (a release
 // hands its slot to the first waiter in its own commit), listening within
 // listenRank of the permits from the head (kit.Waiter.Near). With once,
 // or for an invalid key, its attempts are plain ones.
-func (s *Semaphore) Queue(key, identity string, once bool) syncguard.Waiter {
+func (s *Semaphore) Queue(key, identity string, once bool) kit.Wait {
 	k, err := rules.DeriveKey(key)
 	w := s.k.NewWaiter(key, k, waiting.Channel(s.prefix, k.Storage), identity, !once && err == nil, &s.ops)
 	w.Near = int64(s.permits) + listenRank

@@ -18,8 +18,11 @@ import (
 // WithTelemetry, SlogSink, the seven event types) moved to package
 // telemetry, behind the one hook (Tracer, TraceOp, TraceLock). 52: the
 // eight codes are their own sentinels (ErrAborted is a Code; the Code*
-// constants went).
-const maxExported = 52
+// constants went). 45: the deployment doctor is package doctor
+// (CheckDeployment, Report, Finding), Revoke a method of Backend,
+// LockInfoDebug folded into LockInfo, and Lock's queue (Queuer, Waiter)
+// is internal/kit's.
+const maxExported = 45
 
 // parsePackage parses the non-test files of this package.
 func parsePackage(t *testing.T) (*token.FileSet, map[string]*ast.File) {

@@ -1,10 +1,6 @@
 package syncguard
 
 import (
-	"context"
-	"database/sql"
-	"encoding/json"
-	"errors"
 	"regexp"
 	"slices"
 	"strings"
@@ -13,7 +9,7 @@ import (
 	"github.com/syncguard/syncguard-go/internal/deploy"
 )
 
-// TestDeploymentGrantsCoverStatements: the privileges CheckDeployment asks
+// TestDeploymentGrantsCoverStatements: the privileges doctor.Check asks
 // for are exactly those the statement files use on each table.
 var upsertRE = regexp.MustCompile(`INSERT INTO \{\{(locks|fences|waiters)\}\}[^;]*?ON CONFLICT[^;]*?DO UPDATE`)
 
@@ -60,46 +56,7 @@ func TestDeploymentGrantsCoverStatements(t *testing.T) {
 		w := slices.Clone(want)
 		slices.Sort(w)
 		if !slices.Equal(got, w) {
-			t.Errorf("%s: the statements use %v, CheckDeployment asks for %v", tbl, got, w)
-		}
-	}
-}
-
-func TestCheckDeploymentRejectsBadInputBeforeIO(t *testing.T) {
-	if _, err := CheckDeployment(context.Background(), nil, nil); !errors.Is(err, ErrInvalidArgument) {
-		t.Errorf("nil db: %v", err)
-	}
-	if _, err := CheckDeployment(context.Background(), &sql.DB{}, &Config{TableName: "bad-name"}); !errors.Is(err, ErrInvalidArgument) {
-		t.Errorf("bad table name: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := CheckDeployment(ctx, &sql.DB{}, nil); !errors.Is(err, ErrAborted) {
-		t.Errorf("cancelled context: %v", err)
-	}
-}
-
-func TestReportErr(t *testing.T) {
-	r := Report{Findings: []Finding{{Check: "a", Status: "ok"}, {Check: "b", Status: "warn"}}}
-	if !r.OK() || r.Err() != nil {
-		t.Errorf("warnings only: OK %v, Err %v", r.OK(), r.Err())
-	}
-	r.Findings = append(r.Findings, Finding{Check: "lock table privileges", Status: "fail", Detail: "role app lacks DELETE"})
-	err := r.Err()
-	if r.OK() || err == nil || !strings.Contains(err.Error(), "lock table privileges: role app lacks DELETE") || !errors.Is(err, ErrInternal) {
-		t.Errorf("a failed check: OK %v, Err %v", r.OK(), err)
-	}
-}
-
-// A Finding's JSON is what `syncguard doctor --json` prints for a check:
-// lower-case names, no fix when there is none.
-func TestFindingJSON(t *testing.T) {
-	for f, want := range map[Finding]string{
-		{Check: "fsync", Status: "warn", Detail: "off", Fix: "fsync = on"}: `{"check":"fsync","status":"warn","detail":"off","fix":"fsync = on"}`,
-		{Check: "clock", Status: "ok", Detail: "in sync"}:                  `{"check":"clock","status":"ok","detail":"in sync"}`,
-	} {
-		if got, err := json.Marshal(f); err != nil || string(got) != want {
-			t.Errorf("json.Marshal(%+v) = %s, %v; want %s", f, got, err, want)
+			t.Errorf("%s: the statements use %v, doctor.Check asks for %v", tbl, got, w)
 		}
 	}
 }

@@ -18,8 +18,8 @@ type ListOptions struct {
 	// Expired also returns the rows of expired locks (left until their key
 	// is acquired again); LockList.Live tells the two apart.
 	Expired bool
-	// Raw fills LockInfoDebug.Key and .LockID. Default false: only the
-	// HashKey forms. The raw values are sensitive (see LockInfoDebug).
+	// Raw fills LockInfo.Key and .LockID. Default false: only the
+	// HashKey forms. The raw values are sensitive (see LockInfo).
 	Raw bool
 }
 
@@ -30,7 +30,7 @@ type LockList struct {
 	Now time.Time
 	// Locks are the rows, newest acquisition first (then by key). Key and
 	// LockID are empty unless ListOptions.Raw was set.
-	Locks []LockInfoDebug
+	Locks []LockInfo
 	// More is true when ListOptions.Limit left rows out.
 	More bool
 }
@@ -74,7 +74,7 @@ func (b *Backend) List(ctx context.Context, opts *ListOptions) (*LockList, error
 		return nil, b.shared.cl.wrap(ctx, op, err)
 	}
 	defer rows.Close()
-	list := &LockList{Locks: []LockInfoDebug{}}
+	list := &LockList{Locks: []LockInfo{}}
 	for rows.Next() {
 		var now int64
 		var key, id, fence, ident sql.NullString
@@ -86,11 +86,11 @@ func (b *Backend) List(ctx context.Context, opts *ListOptions) (*LockList, error
 		if !id.Valid {
 			continue // the one row of an empty answer
 		}
-		d := LockInfoDebug{LockInfo: LockInfo{
+		d := LockInfo{
 			KeyHash: rules.HashKey(key.String), LockIDHash: rules.HashKey(id.String),
 			ExpiresAt: msToTime(expires.Int64), AcquiredAt: msToTime(acquired.Int64), Fence: Fence(fence.String),
 			Identity: ident.String,
-		}}
+		}
 		if o.Raw {
 			d.Key, d.LockID = key.String, id.String
 		}
@@ -159,12 +159,12 @@ func (b *Backend) LookupID(ctx context.Context, lockID string) (*LockInfo, error
 }
 
 // lookup is the lookup of key, or of lockID, traced.
-func (b *Backend) lookup(ctx context.Context, key, lockID string, byID bool) (*LockInfoDebug, error) {
+func (b *Backend) lookup(ctx context.Context, key, lockID string, byID bool) (*LockInfo, error) {
 	var o opTrace
 	if b.shared.cfg.Tracer != nil {
 		o, ctx = b.startOp(ctx, "lookup", key, lockID)
 	}
-	var d *LockInfoDebug
+	var d *LockInfo
 	var err error
 	if !byID {
 		d, err = b.lookupKey(ctx, key)
@@ -175,20 +175,22 @@ func (b *Backend) lookup(ctx context.Context, key, lockID string, byID bool) (*L
 	return d, err
 }
 
-func sanitized(d *LockInfoDebug, err error) (*LockInfo, error) {
+// sanitized is d without its raw key and lockId.
+func sanitized(d *LockInfo, err error) (*LockInfo, error) {
 	if d == nil || err != nil {
 		return nil, err
 	}
-	return &d.LockInfo, nil
+	d.Key, d.LockID = "", ""
+	return d, nil
 }
 
 // LookupKeyDebug is LookupKey with the raw key and lockId (the spec's
-// getByKeyRaw). The result is sensitive; see LockInfoDebug.
-func (b *Backend) LookupKeyDebug(ctx context.Context, key string) (*LockInfoDebug, error) {
+// getByKeyRaw). The result is sensitive; see LockInfo.Key.
+func (b *Backend) LookupKeyDebug(ctx context.Context, key string) (*LockInfo, error) {
 	return b.lookup(ctx, key, "", false)
 }
 
-func (b *Backend) lookupKey(ctx context.Context, key string) (*LockInfoDebug, error) {
+func (b *Backend) lookupKey(ctx context.Context, key string) (*LockInfo, error) {
 	const op = "lookup"
 	k, e := checkKey(op, key)
 	if e != nil {
@@ -203,12 +205,12 @@ func (b *Backend) lookupKey(ctx context.Context, key string) (*LockInfoDebug, er
 }
 
 // LookupIDDebug is LookupID with the raw key and lockId (the spec's
-// getByIdRaw). The result is sensitive; see LockInfoDebug.
-func (b *Backend) LookupIDDebug(ctx context.Context, lockID string) (*LockInfoDebug, error) {
+// getByIdRaw). The result is sensitive; see LockInfo.Key.
+func (b *Backend) LookupIDDebug(ctx context.Context, lockID string) (*LockInfo, error) {
 	return b.lookup(ctx, "", lockID, true)
 }
 
-func (b *Backend) lookupID(ctx context.Context, lockID string) (*LockInfoDebug, error) {
+func (b *Backend) lookupID(ctx context.Context, lockID string) (*LockInfo, error) {
 	const op = "lookup"
 	if e := checkLockID(op, lockID); e != nil {
 		return nil, e
@@ -224,20 +226,18 @@ func (b *Backend) lookupID(ctx context.Context, lockID string) (*LockInfoDebug, 
 	return r.info(), nil
 }
 
-func (r *lockRow) info() *LockInfoDebug {
+func (r *lockRow) info() *LockInfo {
 	if !r.live() {
 		return nil
 	}
-	return &LockInfoDebug{
-		LockInfo: LockInfo{
-			KeyHash:    rules.HashKey(r.userKey.String),
-			LockIDHash: rules.HashKey(r.lockID.String),
-			ExpiresAt:  msToTime(r.expires.Int64),
-			AcquiredAt: msToTime(r.acquired.Int64),
-			Fence:      Fence(r.fence.String),
-			Identity:   r.identity.String,
-		},
-		Key:    r.userKey.String,
-		LockID: r.lockID.String,
+	return &LockInfo{
+		KeyHash:    rules.HashKey(r.userKey.String),
+		LockIDHash: rules.HashKey(r.lockID.String),
+		ExpiresAt:  msToTime(r.expires.Int64),
+		AcquiredAt: msToTime(r.acquired.Int64),
+		Fence:      Fence(r.fence.String),
+		Identity:   r.identity.String,
+		Key:        r.userKey.String,
+		LockID:     r.lockID.String,
 	}
 }

@@ -35,7 +35,7 @@ func TestListShapesTheAnswer(t *testing.T) {
 	}
 	// Live is the liveness rule at the list's server time: expired 500 ms
 	// ago is still live (tolerance 1 s).
-	if !l.Live(l.Locks[1].LockInfo) {
+	if !l.Live(l.Locks[1]) {
 		t.Error("a lock expired 500 ms ago is live within the tolerance")
 	}
 	if l.Live(LockInfo{ExpiresAt: time.UnixMilli(now - rules.ToleranceMs)}) {

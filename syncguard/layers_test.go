@@ -7,7 +7,7 @@ import (
 
 // The layers of the repository (docs/design.md, Layout), bottom up: the
 // internal packages; the core (syncguard, driver); what is built on the
-// core's exported API (the adapters pq and pgxstd, election, advisory, txguard,
+// core's exported API (the adapters pq and pgxstd, doctor, election, advisory, txguard,
 // conformance, syncguardtest, otelsyncguard); the CLI. Outside them, the
 // test suites, tools, examples and benchmarks (tests/, tools/, examples/,
 // bench/) may import anything, and nothing of the library imports them.
@@ -16,7 +16,7 @@ import (
 
 // aboveInternal are the packages (with their subpackages) that no internal
 // package may import: the core and what is built on it.
-var aboveInternal = []string{"syncguard", "election", "conformance", "advisory", "syncguardtest", "txguard", "semaphore", "multilock", "rwlock"}
+var aboveInternal = []string{"syncguard", "doctor", "election", "conformance", "advisory", "syncguardtest", "txguard", "semaphore", "multilock", "rwlock"}
 
 // outsideLibrary are the folders of programs and suites outside the
 // library, which its non-test code must not import.
@@ -53,9 +53,17 @@ func TestInternalImportsNoHigherLayer(t *testing.T) {
 			}
 		}
 	}
+	outside := func(p *srcPkg) bool { // tests/, tools/, examples/, bench/: anything
+		for _, out := range outsideLibrary {
+			if underPath(p.dir, out) {
+				return true
+			}
+		}
+		return false
+	}
 	for _, p := range tr.sortedPackages() {
 		for _, imp := range sortedKeys(p.imports) {
-			if !above[imp] {
+			if !above[imp] || outside(p) {
 				continue
 			}
 			if tr.isInternal(p) && !above[p.path] || p.path == tr.modulePath+"/syncguard" || !tr.isInternal(p) && !isAbove(p.path) && !tr.isCLI(p) {

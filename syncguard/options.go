@@ -17,7 +17,7 @@ const (
 
 // AcquisitionOptions are the limits of waiting for a contended key in Lock
 // and WithLock; the zero value means the reference implementation's
-// defaults. On a Queuer (a *Backend) waiters also attempt when the key is
+// defaults. On a Locker with a queue (a *Backend) waiters also attempt when the key is
 // released or its holder's lock expires, and take the key in arrival order
 // (but for a waiter far back that comes near late: it keeps its place, not
 // its turn; "Waiting" in docs/design.md); those attempts are not retries, and one

@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 	"github.com/syncguard/syncguard-go/syncguard"
 	"github.com/syncguard/syncguard-go/syncguardtest"
@@ -17,18 +18,18 @@ import (
 // not confirmed (a probe timed out on a loaded server, a pooler).
 type pollingQueue struct{ *syncguardtest.Backend }
 
-func (q pollingQueue) Queue(key, identity string, once bool) syncguard.Waiter {
-	return &pollingWaiter{Waiter: q.Backend.Queue(key, identity, once)}
+func (q pollingQueue) Queue(key, identity string, once bool) kit.Wait {
+	return &pollingWaiter{Wait: q.Backend.Queue(key, identity, once)}
 }
 
 type pollingWaiter struct {
-	syncguard.Waiter
+	kit.Wait
 	pace waiting.Pace
 }
 
 func (w *pollingWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
 	sent := time.Now()
-	res, err := w.Waiter.Attempt(ctx, ttl)
+	res, err := w.Wait.Attempt(ctx, ttl)
 	w.pace.Attempted(sent, err == nil, err == nil && res.OK, res.RetryIn)
 	return res, err
 }
@@ -118,7 +119,7 @@ type scriptedQueue struct {
 	w *scriptedWaiter
 }
 
-func (q scriptedQueue) Queue(string, string, bool) syncguard.Waiter { return q.w }
+func (q scriptedQueue) Queue(string, string, bool) kit.Wait { return q.w }
 
 // After a long hold has slowed the polling to a second, a hand-off resets
 // it: behind holders that each hold 100 ms the waiter polls every 25 ms

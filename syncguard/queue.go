@@ -8,10 +8,12 @@ import (
 	"github.com/syncguard/syncguard-go/internal/waiting"
 )
 
-// Queue implements Queuer. On the pool, the waiter's attempts run under
-// one lockId and keep its place in the key's queue. Inside WithTx, with
-// once, or when the key is invalid, its attempts are plain ones.
-func (b *Backend) Queue(key, identity string, once bool) Waiter {
+// Queue is for Lock and WithLock: it returns the waiter of one call for
+// key, held by identity ("": Config.Identity). On the pool, the waiter's
+// attempts run under one lockId and keep its place in the key's queue.
+// Inside WithTx, with once, or when the key is invalid, its attempts are
+// plain ones. A wrapper of a Backend keeps the queue by forwarding it.
+func (b *Backend) Queue(key, identity string, once bool) waiter {
 	if identity == "" {
 		identity = b.shared.cfg.Identity
 	}
@@ -25,7 +27,7 @@ func (b *Backend) Queue(key, identity string, once bool) Waiter {
 	return w
 }
 
-// queueWaiter is the Waiter of a Backend.
+// queueWaiter is the waiter of a Backend.
 type queueWaiter struct {
 	b        *Backend
 	key      string
@@ -35,7 +37,7 @@ type queueWaiter struct {
 	later    <-chan attemptOutcome // the outcome of an attempt the wait's end left running
 }
 
-// Attempt implements Waiter: an acquire as the waiter. On the pool it is
+// Attempt implements waiter: an acquire as the waiter. On the pool it is
 // detached from ctx's end (waiting.Detach): an attempt still running when
 // the wait ends finishes in the background, and Leave undoes it.
 func (w *queueWaiter) Attempt(ctx context.Context, ttl time.Duration) (AcquireResult, error) {
@@ -75,7 +77,7 @@ type attemptOutcome struct {
 	err error
 }
 
-// Next implements Waiter: woken once queued; its next attempt by its
+// Next implements waiter: woken once queued; its next attempt by its
 // place (queueState.next); polling while it is within listenRank of the
 // head and its key's channel is not listened on; without the caller's
 // retries when further back.
@@ -149,9 +151,9 @@ func (w *queueWaiter) leave(ctx context.Context) error {
 // the release timeout). The wait returns once it has left, but not after
 // an outage (it leaves in the background), nor more than a tenth of the
 // release timeout after an attempt the wait's end left unanswered (a
-// half-open connection must not hold Lock past its Timeout). A Waiter
+// half-open connection must not hold Lock past its Timeout). A waiter
 // that cannot leave now cleans up after itself.
-func leave(ctx context.Context, w Waiter, timeout time.Duration, outage, unanswered bool) {
+func leave(ctx context.Context, w waiter, timeout time.Duration, outage, unanswered bool) {
 	left := make(chan struct{})
 	go func() {
 		defer close(left)
@@ -171,10 +173,10 @@ func leave(ctx context.Context, w Waiter, timeout time.Duration, outage, unanswe
 	}
 }
 
-// waiterFor is the Waiter of one wait for key on b: its queue's (a
-// Queuer's), else one that polls.
-func waiterFor(b Locker, key string, c *lockConfig) Waiter {
-	if q, ok := b.(Queuer); ok {
+// waiterFor is the waiter of one wait for key on b: its queue's (a
+// queuer's), else one that polls.
+func waiterFor(b Locker, key string, c *lockConfig) waiter {
+	if q, ok := b.(queuer); ok {
 		if w := q.Queue(key, c.Identity, c.maxRetries == 0); w != nil {
 			return w
 		}
@@ -182,7 +184,7 @@ func waiterFor(b Locker, key string, c *lockConfig) Waiter {
 	return &pollWaiter{b: b, key: key}
 }
 
-// pollWaiter is the Waiter of a Locker without a queue: it attempts on
+// pollWaiter is the waiter of a Locker without a queue: it attempts on
 // the retry schedule and when the holder's lock, as its last attempt saw
 // it, is no longer live.
 type pollWaiter struct {
@@ -191,17 +193,17 @@ type pollWaiter struct {
 	pace waiting.Pace
 }
 
-// Attempt implements Waiter: an Acquire.
+// Attempt implements waiter: an Acquire.
 func (w *pollWaiter) Attempt(ctx context.Context, ttl time.Duration) (AcquireResult, error) {
 	return paced(&w.pace, func() (AcquireResult, error) { return w.b.Acquire(ctx, w.key, ttl) })
 }
 
-// Next implements Waiter: the retry schedule and the holder's expiry.
+// Next implements waiter: the retry schedule and the holder's expiry.
 func (w *pollWaiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
 	return w.pace.Next(retry, waiting.Hint{})
 }
 
-// Leave implements Waiter: a polling waiter has no place to leave.
+// Leave implements waiter: a polling waiter has no place to leave.
 func (w *pollWaiter) Leave(context.Context) error { return nil }
 
 // paced runs an attempt and tells p its outcome.

@@ -173,7 +173,7 @@ func TestFirstWaiterConfirmsItsFirstAttempt(t *testing.T) {
 			AddRow("holder", now+60000, now, fence, false, now, false, false, ahead)
 	}
 	renew := b.shared.waitCfg.window * 2 / 3
-	attempt := func(w Waiter, rows *sqlmock.Rows) time.Duration {
+	attempt := func(w waiter, rows *sqlmock.Rows) time.Duration {
 		t.Helper()
 		mock.ExpectQuery("a AS MATERIALIZED").WillReturnRows(rows)
 		if r, err := w.Attempt(context.Background(), time.Second); err != nil || r.OK {

@@ -1,9 +1,6 @@
 package syncguard
 
-import (
-	"context"
-	"fmt"
-)
+import "context"
 
 // Revoke forces the holder of key out (a stuck job, a leader to depose) and
 // returns the holding it ended, or nil when key had no live holding to end.
@@ -14,28 +11,14 @@ import (
 // alone (nil). The holder learns it at its next extend: its lease ends with
 // ErrLockLost (with AutoExtend within a third of its TTL; an election's
 // term ends then), and fences reject its writes once the next holder has
-// written. backend needs raw lookups (*Backend, syncguardtest's Backend).
-func Revoke(ctx context.Context, backend LockBackend, key string) (*LockInfo, error) {
-	d, ok := backend.(debugLookuper)
-	if !ok {
-		return nil, noDebug(backend)
-	}
-	h, err := d.LookupKeyDebug(ctx, key)
+// written. The lock kinds have their own (semaphore.Semaphore.Revoke, ...).
+func (b *Backend) Revoke(ctx context.Context, key string) (*LockInfo, error) {
+	h, err := b.LookupKeyDebug(ctx, key)
 	if err != nil || h == nil {
 		return nil, err
 	}
-	if r, err := backend.Release(ctx, h.LockID); err != nil || !r.OK {
+	if r, err := b.Release(ctx, h.LockID); err != nil || !r.OK {
 		return nil, err
 	}
-	return &h.LockInfo, nil
-}
-
-// debugLookuper is a backend with raw lookups (*Backend).
-type debugLookuper interface {
-	LookupKeyDebug(ctx context.Context, key string) (*LockInfoDebug, error)
-	LookupIDDebug(ctx context.Context, lockID string) (*LockInfoDebug, error)
-}
-
-func noDebug(b LockBackend) *Error {
-	return invalidArg("lookup", fmt.Sprintf("backend %T has no raw lookups (LookupKeyDebug, LookupIDDebug)", b))
+	return sanitized(h, nil)
 }

@@ -20,7 +20,7 @@ func TestRevokeEndsTheHolder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		b := syncguardtest.New()
-		if h, err := syncguard.Revoke(ctx, b, "jobs:revoke"); h != nil || err != nil {
+		if h, err := b.Revoke(ctx, "jobs:revoke"); h != nil || err != nil {
 			t.Fatalf("a free key: %v, %v; want nil, nil", h, err)
 		}
 		lease, err := syncguard.Lock(ctx, b, "jobs:revoke", &syncguard.LockOptions{TTL: 3 * time.Second, AutoExtend: true})
@@ -37,7 +37,7 @@ func TestRevokeEndsTheHolder(t *testing.T) {
 			got <- next
 		}()
 		synctest.Wait() // the waiter waits
-		h, err := syncguard.Revoke(ctx, b, "jobs:revoke")
+		h, err := b.Revoke(ctx, "jobs:revoke")
 		if err != nil || h == nil || h.Fence != lease.Fence() || h.LockIDHash != syncguard.HashKey(lease.LockID()) {
 			t.Fatalf("Revoke: %+v, %v; want the holding of fence %s", h, err, lease.Fence())
 		}
@@ -54,7 +54,7 @@ func TestRevokeEndsTheHolder(t *testing.T) {
 		if !errors.Is(lease.Err(), syncguard.ErrLockLost) || time.Since(start) > time.Second {
 			t.Errorf("the revoked lease: %v after %v; want ErrLockLost within a third of its TTL", lease.Err(), time.Since(start))
 		}
-		if h, err := syncguard.Revoke(ctx, b, "jobs:revoke"); err != nil || h == nil || h.Fence != next.Fence() {
+		if h, err := b.Revoke(ctx, "jobs:revoke"); err != nil || h == nil || h.Fence != next.Fence() {
 			t.Errorf("revoking the next holder: %+v, %v", h, err)
 		}
 	})

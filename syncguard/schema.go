@@ -354,7 +354,7 @@ func runDDL(ctx context.Context, db *sql.DB, ddl string) error {
 
 //go:generate go run ../tools/genschema ../schema.sql
 
-// funcSigs are the signatures of fs, for CheckDeployment.
+// funcSigs are the signatures of fs, for doctor.Check.
 func funcSigs(fs []stmtfunc.Func) []string {
 	var out []string
 	for _, f := range fs {

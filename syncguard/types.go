@@ -7,9 +7,11 @@ import (
 
 // Locker is the part of a LockBackend that Lock, WithLock and a Lease use.
 // Wrap a backend in a Locker of your own to add tracing or metrics, and
-// pass ctx on: it carries the deadline of each attempt. Lock polls a
-// Locker on its retry schedule; one that is also a Queuer (a wrapper that
-// forwards Queue) keeps its waiters in the key's queue instead.
+// pass ctx on: it carries the deadline of each attempt (for tracing and
+// metrics, Config.Tracer or LockOptions.Tracer need no wrapper). Lock
+// polls a Locker on its retry schedule; one with a queue (a *Backend, the
+// lock kinds) keeps its waiters in the key's queue instead, through a
+// wrapper too if it forwards the method Queue.
 //
 // Every method validates its input before any I/O and returns a *Error on
 // failure. Contention is not an error: Acquire returns OK == false.
@@ -70,25 +72,29 @@ type AcquireResult struct {
 	HandedOver time.Duration
 }
 
-// Queuer is a Locker that keeps the callers of Lock and WithLock waiting
+// queuer is a Locker that keeps the callers of Lock and WithLock waiting
 // for a key in the key's queue, in arrival order (a *Backend's waiter far
 // back that comes near late keeps its place, not its turn), so that a
 // release hands the key to the first of them in its own commit: *Backend,
-// and the wrappers that forward Queue.
-type Queuer interface {
+// the lock kinds, syncguardtest's fakes, and the wrappers that forward
+// Queue (internal/kit.Queuer names it for them).
+type queuer interface {
 	Locker
 	// Queue returns the waiter of one Lock or WithLock call for key, whose
 	// holder is named identity ("": the backend's default). It does no I/O:
 	// the first attempt reports an invalid key. With once, the call makes
-	// a single attempt and takes no place in the queue. A nil Waiter means
+	// a single attempt and takes no place in the queue. A nil waiter means
 	// no queue (a wrapper around a Locker without one): Lock polls.
-	Queue(key, identity string, once bool) Waiter
+	Queue(key, identity string, once bool) waiter
 }
 
-// Waiter is one caller's wait for a key, made by Queuer.Queue: its
+// waiter is one caller's wait for a key, made by queuer.Queue: its
 // attempts keep one place in the key's queue. Lock uses it from one
-// goroutine, and ends it with Leave unless an attempt took the key.
-type Waiter interface {
+// goroutine, and ends it with Leave unless an attempt took the key. It is
+// an alias of an interface type literal, so that the packages built on
+// this one return the identical type (internal/kit.Wait) from their Queue
+// methods without a name of this package.
+type waiter = interface {
 	// Attempt is one acquire attempt as the waiter, as Locker.Acquire.
 	Attempt(ctx context.Context, ttl time.Duration) (AcquireResult, error)
 	// Next says, after a failed attempt, when the waiter attempts again:
@@ -138,11 +144,11 @@ type ExtendResult struct {
 	ExpiresAt time.Time
 }
 
-// LockInfo describes a live lock without exposing its key or lockId, as
-// LookupKey and LookupID return it. Lookups are diagnostics: the answer
-// describes an instant that has passed when it arrives, so never use it to
-// decide a release or a write (Release and Extend check ownership
-// atomically; fences protect the resource).
+// LockInfo describes a live lock, as LookupKey and LookupID return it:
+// without its key or lockId, only their HashKey forms. Lookups are
+// diagnostics: the answer describes an instant that has passed when it
+// arrives, so never use it to decide a release or a write (Release and
+// Extend check ownership atomically; fences protect the resource).
 type LockInfo struct {
 	KeyHash    string    // HashKey of the normalized key
 	LockIDHash string    // HashKey of the lockId
@@ -152,15 +158,12 @@ type LockInfo struct {
 	// Identity is the holder's Config.Identity or LockOptions.Identity,
 	// "" when it set none (or is a process of another implementation).
 	Identity string
-}
-
-// LockInfoDebug is LockInfo with the raw key and lockId, as
-// Backend.LookupKeyDebug, Backend.LookupIDDebug and Backend.List return it.
-// It is for debugging only: the lockId lets its bearer release the lock,
-// and keys may hold personal data. Never log it in production.
-type LockInfoDebug struct {
-	LockInfo
-	Key    string // the normalized user key
+	// Key (the normalized user key) and LockID are the raw values, set
+	// only by Backend.LookupKeyDebug, Backend.LookupIDDebug and
+	// Backend.List with ListOptions.Raw; empty otherwise. They are for
+	// debugging only: the lockId lets its bearer release the lock, and
+	// keys may hold personal data. Never log them in production.
+	Key    string
 	LockID string
 }
 

@@ -11,7 +11,7 @@ import (
 // acquire is the waiting loop of Lock and WithLock ("When a waiter
 // attempts" in docs/design.md). It returns the successful result and its
 // request's send time (moved back by the lock's age for a hand-off). Its
-// attempts go through one Waiter (a Queuer's, else one that polls on the
+// attempts go through one waiter (a queuer's, else one that polls on the
 // retry schedule), which says when it attempts next; the loop waits for
 // that, the deadline or ctx. A waiter that gives up leaves the queue
 // before Lock returns (in the background after an outage or an attempt
@@ -36,7 +36,7 @@ func acquire(ctx context.Context, b Locker, key string, c *lockConfig) (AcquireR
 // waitLoop is the state of one acquire.
 type waitLoop struct {
 	ctx                        context.Context
-	w                          Waiter
+	w                          waiter
 	b                          Locker
 	key                        string
 	c                          *lockConfig

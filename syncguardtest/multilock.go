@@ -49,7 +49,7 @@ type mlHold struct {
 
 var (
 	_ syncguard.LockBackend = (*MultiLock)(nil)
-	_ syncguard.Queuer      = (*MultiLock)(nil)
+	_ kit.Queuer            = (*MultiLock)(nil)
 	_ multilock.SetLocker   = (*MultiLock)(nil)
 )
 
@@ -325,7 +325,7 @@ func (m *MultiLock) Capabilities() syncguard.Capabilities {
 	return syncguard.Capabilities{Backend: "memory", SupportsFencing: true, TimeAuthority: "client"}
 }
 
-// mlWaiter is the syncguard.Waiter of one wait.
+// mlWaiter is the kit.Wait of one wait.
 type mlWaiter struct {
 	m        *MultiLock
 	set      string
@@ -344,15 +344,15 @@ type mlWaiter struct {
 
 func (w *mlWaiter) liveWaiter() bool { return time.Since(w.seen) < queueWindow }
 
-// Queue implements syncguard.Queuer.
-func (m *MultiLock) Queue(set, identity string, once bool) syncguard.Waiter {
+// Queue implements kit.Queuer.
+func (m *MultiLock) Queue(set, identity string, once bool) kit.Wait {
 	if identity == "" {
 		identity = m.identity
 	}
 	return &mlWaiter{m: m, set: set, identity: identity, plain: once, wake: make(chan struct{}, 1)}
 }
 
-// Attempt implements syncguard.Waiter.
+// Attempt implements kit.Wait.
 func (w *mlWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
 	return w.pace.Attempt(func() (syncguard.AcquireResult, error) { return w.attempt(ctx, ttl) })
 }
@@ -390,13 +390,13 @@ func (w *mlWaiter) attempt(ctx context.Context, ttl time.Duration) (syncguard.Ac
 	return syncguard.AcquireResult{Reason: syncguard.ReasonLocked, RetryIn: s.retryIn(keys, now)}, nil
 }
 
-// Next implements syncguard.Waiter: its wake channel, a renewal at half
+// Next implements kit.Wait: its wake channel, a renewal at half
 // the queue window; never poll.
 func (w *mlWaiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
 	return fakeNext(&w.pace, retry, w.plain, w.wake, queueWindow/2)
 }
 
-// Leave implements syncguard.Waiter: out of the queue; a set handed to it
+// Leave implements kit.Wait: out of the queue; a set handed to it
 // meanwhile is released and handed on.
 func (w *mlWaiter) Leave(context.Context) error {
 	if w.plain {

@@ -11,7 +11,7 @@ import (
 )
 
 // The queue of waiters of syncguard.Lock and WithLock, as the PostgreSQL
-// backend keeps it (docs/design.md, "Waiting"), behind syncguard.Queuer:
+// backend keeps it (docs/design.md, "Waiting"), behind Queue:
 //
 //   - Lock asks Queue for one waiter per wait and makes every attempt
 //     through it; a waiter takes its place in the key's queue at its first
@@ -45,9 +45,9 @@ const queueWindow = 15 * time.Second
 // deadWaiter: a waiter not seen for this long leaves the queue.
 const deadWaiter = time.Minute
 
-var _ syncguard.Queuer = (*Backend)(nil)
+var _ kit.Queuer = (*Backend)(nil)
 
-// waiter is the syncguard.Waiter of one wait.
+// waiter is the kit.Wait of one wait.
 type waiter struct {
 	b        *Backend // the view it was made on: its process and identity
 	key      string   // as passed to Queue
@@ -64,19 +64,19 @@ type waiter struct {
 	lock  *record   // the lock taken as this waiter: handed to it, or taken by an attempt whose answer may have been lost
 }
 
-// Queue implements syncguard.Queuer: the waiter of one wait of Lock or
+// Queue implements kit.Queuer: the waiter of one wait of Lock or
 // WithLock for key, whose locks carry identity ("": the view's, as set by
 // WithIdentity). With once, or on a WithTx view, its attempts are plain
 // single ones (with identity) and it takes no place in the queue. It does
 // nothing until its first attempt, which reports an invalid key.
-func (b *Backend) Queue(key, identity string, once bool) syncguard.Waiter {
+func (b *Backend) Queue(key, identity string, once bool) kit.Wait {
 	if identity == "" {
 		identity = b.identity
 	}
 	return &waiter{b: b, key: key, identity: identity, plain: once || b.tx != nil, wake: make(chan struct{}, 1)}
 }
 
-// Attempt implements syncguard.Waiter: one acquire as the waiter. It
+// Attempt implements kit.Wait: one acquire as the waiter. It
 // returns the lock a step handed the waiter (HandedOver: how long that lock
 // existed), takes a free key when no live waiter is queued before it, or
 // else queues the waiter (or renews its place) and reports "locked" with
@@ -90,7 +90,7 @@ func (w *waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.Acqu
 	return w.pace.Attempt(func() (syncguard.AcquireResult, error) { return w.b.acquire(ctx, w.key, ttl, w.identity, q) })
 }
 
-// Next implements syncguard.Waiter: the wake channel and a renewal at
+// Next implements kit.Wait: the wake channel and a renewal at
 // half the queue window; never poll (every waiter is reachable). A plain
 // waiter has none: Lock waits for its retries and the holder's expiry.
 func (w *waiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
@@ -107,7 +107,7 @@ func fakeNext(p *kit.Pace, retry time.Time, plain bool, wake <-chan struct{}, re
 	return p.Next(retry, waiting.Hint{Wake: wake, Renew: renew})
 }
 
-// Leave implements syncguard.Waiter: the waiter leaves the queue, a lock
+// Leave implements kit.Wait: the waiter leaves the queue, a lock
 // taken as it (handed to it, or taken by an attempt whose answer was lost)
 // is released, and a free key goes to the next live waiter. It is no Call
 // (no hook, failure, latency or count), but a partitioned process cannot

@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/syncguard"
 	"github.com/syncguard/syncguard-go/syncguardtest"
 )
@@ -246,7 +247,7 @@ func TestGivingUpLeavesTheQueue(t *testing.T) {
 // forwarding is a Locker of a caller's own (tracing, metrics) that
 // forwards Queue; polling is one that does not.
 type (
-	forwarding struct{ syncguard.Queuer }
+	forwarding struct{ kit.Queuer }
 	polling    struct{ syncguard.Locker }
 )
 
@@ -257,11 +258,11 @@ type (
 func TestHandOffThroughCallersWrapper(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		wrap func(syncguard.Queuer) syncguard.Locker
+		wrap func(kit.Queuer) syncguard.Locker
 		now  bool
 	}{
-		{"forwarding Queue", func(q syncguard.Queuer) syncguard.Locker { return forwarding{q} }, true},
-		{"without Queue", func(q syncguard.Queuer) syncguard.Locker { return polling{q} }, false},
+		{"forwarding Queue", func(q kit.Queuer) syncguard.Locker { return forwarding{q} }, true},
+		{"without Queue", func(q kit.Queuer) syncguard.Locker { return polling{q} }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -413,7 +414,7 @@ func TestQueueWindow(t *testing.T) {
 		locks := syncguardtest.New()
 		held, _ := locks.Acquire(ctx, "k", time.Minute)
 		idle, w2, w3 := locks.Queue("k", "idle", false), locks.Queue("k", "w2", false), locks.Queue("k", "w3", false)
-		for _, w := range []syncguard.Waiter{idle, w2, w3} {
+		for _, w := range []kit.Wait{idle, w2, w3} {
 			w.Attempt(ctx, time.Minute)
 		}
 		for range 3 { // w2 and w3 renew every 5 s; idle does not
@@ -465,7 +466,7 @@ func TestPlainWaiters(t *testing.T) {
 	locks := syncguardtest.New()
 	for _, tc := range []struct {
 		name, identity string
-		w              syncguard.Waiter
+		w              kit.Wait
 	}{
 		{"once", "w", locks.Queue("k", "w", true)},
 		{"WithTx", "w", locks.WithTx(&stubTx{}).Queue("k", "w", false)},

@@ -52,20 +52,18 @@ func failReason(r *record, now int64) string {
 	return ""
 }
 
-func info(r *record) *syncguard.LockInfoDebug {
+func info(r *record) *syncguard.LockInfo {
 	if r == nil {
 		return nil
 	}
-	return &syncguard.LockInfoDebug{
-		LockInfo: syncguard.LockInfo{
-			KeyHash:    syncguard.HashKey(r.key),
-			LockIDHash: syncguard.HashKey(r.lockID),
-			ExpiresAt:  time.UnixMilli(r.expiresMs),
-			AcquiredAt: time.UnixMilli(r.acquired),
-			Fence:      r.fence,
-			Identity:   r.identity,
-		},
-		Key:    r.key,
-		LockID: r.lockID,
+	return &syncguard.LockInfo{
+		KeyHash:    syncguard.HashKey(r.key),
+		LockIDHash: syncguard.HashKey(r.lockID),
+		ExpiresAt:  time.UnixMilli(r.expiresMs),
+		AcquiredAt: time.UnixMilli(r.acquired),
+		Fence:      r.fence,
+		Identity:   r.identity,
+		Key:        r.key,
+		LockID:     r.lockID,
 	}
 }

@@ -22,7 +22,7 @@ import (
 // generation (the key's latest writer fence when it was admitted). Expiry
 // follows the spec's liveness rule (1 s tolerance) on the fake's clock,
 // which Advance moves. Shared and Exclusive are syncguard.LockBackends and
-// syncguard.Queuers, for syncguard.Lock and WithLock.
+// queues (a Queue method) for syncguard.Lock and WithLock.
 type RWLock struct {
 	mu      sync.Mutex
 	offset  time.Duration
@@ -208,7 +208,7 @@ type RWSide struct {
 
 var (
 	_ syncguard.LockBackend = (*RWSide)(nil)
-	_ syncguard.Queuer      = (*RWSide)(nil)
+	_ kit.Queuer            = (*RWSide)(nil)
 )
 
 // Acquire implements syncguard.Locker: one attempt that never queues.
@@ -377,8 +377,8 @@ func (s *RWSide) Capabilities() syncguard.Capabilities {
 	return syncguard.Capabilities{Backend: "syncguardtest", SupportsFencing: true, TimeAuthority: "server"}
 }
 
-// Queue implements syncguard.Queuer.
-func (s *RWSide) Queue(key, identity string, once bool) syncguard.Waiter {
+// Queue implements kit.Queuer.
+func (s *RWSide) Queue(key, identity string, once bool) kit.Wait {
 	return &rwWaiter{side: s, key: key, once: once, lockID: rules.GenerateLockID(), wake: make(chan struct{}, 1)}
 }
 
@@ -419,7 +419,7 @@ func (w *rwWaiter) remove() {
 	}
 }
 
-// Attempt implements syncguard.Waiter.
+// Attempt implements kit.Wait.
 func (w *rwWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
 	return w.pace.Attempt(func() (syncguard.AcquireResult, error) {
 		if w.once {
@@ -429,13 +429,13 @@ func (w *rwWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.Ac
 	})
 }
 
-// Next implements syncguard.Waiter: woken by hand-offs, renewing at half
+// Next implements kit.Wait: woken by hand-offs, renewing at half
 // the queue window.
 func (w *rwWaiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
 	return fakeNext(&w.pace, retry, w.once, w.wake, queueWindow/2)
 }
 
-// Leave implements syncguard.Waiter: out of the queue, releasing a lease
+// Leave implements kit.Wait: out of the queue, releasing a lease
 // handed to it meanwhile, and handing on what its leaving frees.
 func (w *rwWaiter) Leave(context.Context) error {
 	rw := w.side.rw

@@ -20,7 +20,7 @@ import (
 // (time.Now plus Advance); waiters in strict FIFO order (a later caller
 // never takes a permit while an earlier live waiter waits); a release
 // hands its slot to the first live waiter in the same step and wakes it.
-// It is a syncguard.Queuer, so syncguard.Lock waits on it; it passes
+// It has a queue (Queue), so syncguard.Lock waits on it; it passes
 // conformance.RunSemaphore. Safe for concurrent use; Process returns
 // another view (a process) of the same store.
 type Semaphore struct {
@@ -54,7 +54,7 @@ type semHolder struct {
 	slot int
 }
 
-var _ syncguard.Queuer = (*Semaphore)(nil)
+var _ kit.Queuer = (*Semaphore)(nil)
 
 // NewSemaphore returns an empty in-memory semaphore store and a view of
 // it with permits permits per key (at least 1).
@@ -281,7 +281,7 @@ func (s *Semaphore) Extend(ctx context.Context, lockID string, ttl time.Duration
 	return syncguard.ExtendResult{OK: true, ExpiresAt: time.UnixMilli(sl.expiresMs)}, nil
 }
 
-// semWaiter is the Semaphore's syncguard.Waiter.
+// semWaiter is the Semaphore's kit.Wait.
 type semWaiter struct {
 	s        *Semaphore
 	key      string
@@ -297,8 +297,8 @@ type semWaiter struct {
 	queued      bool
 }
 
-// Queue implements syncguard.Queuer.
-func (s *Semaphore) Queue(key, identity string, once bool) syncguard.Waiter {
+// Queue implements kit.Queuer.
+func (s *Semaphore) Queue(key, identity string, once bool) kit.Wait {
 	if identity == "" {
 		identity = s.identity
 	}
@@ -324,7 +324,7 @@ func (sk *semKey) dequeue(w *semWaiter) {
 	}
 }
 
-// Attempt implements syncguard.Waiter.
+// Attempt implements kit.Wait.
 func (w *semWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
 	q := w
 	if w.plain {
@@ -333,13 +333,13 @@ func (w *semWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.A
 	return w.pace.Attempt(func() (syncguard.AcquireResult, error) { return w.s.attempt(ctx, w.key, ttl, w.identity, q) })
 }
 
-// Next implements syncguard.Waiter: woken by a hand-off, renewing at
+// Next implements kit.Wait: woken by a hand-off, renewing at
 // half the queue window; never polling.
 func (w *semWaiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
 	return fakeNext(&w.pace, retry, w.plain, w.wake, queueWindow/2)
 }
 
-// Leave implements syncguard.Waiter: out of the queue; a slot handed to
+// Leave implements kit.Wait: out of the queue; a slot handed to
 // the waiter meanwhile goes to the next waiter.
 func (w *semWaiter) Leave(context.Context) error {
 	st := w.s.st

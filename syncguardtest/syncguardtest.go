@@ -40,7 +40,7 @@
 //   - tracing: SetTracer sets a syncguard.Tracer, as Config.Tracer does
 //     for a Backend (its operations, and Lock's waits and holdings on it).
 //
-// Waiting: the Backend is a syncguard.Queuer, so syncguard.Lock and
+// Waiting: the Backend has a queue (Queue), so syncguard.Lock and
 // WithLock wait on it as on the PostgreSQL backend (on a WithTx view, as
 // there, they poll with plain attempts). A waiter queues at its first contended attempt and keeps its place; a
 // release hands the key to the first live waiter in the same step and
@@ -413,12 +413,12 @@ func (b *Backend) isLocked(ctx context.Context, key string) (bool, error) {
 	return locked && err == nil, err
 }
 
-func (b *Backend) lookupKey(ctx context.Context, key string) (*syncguard.LockInfoDebug, error) {
+func (b *Backend) lookupKey(ctx context.Context, key string) (*syncguard.LockInfo, error) {
 	norm, err := b.check.lookupKey(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	var d *syncguard.LockInfoDebug
+	var d *syncguard.LockInfo
 	err = b.do(ctx, Call{Op: OpLookup, Key: key, Tx: b.tx}, func(now int64) error {
 		d = info(b.live(b.locks[norm], now))
 		return nil
@@ -429,11 +429,11 @@ func (b *Backend) lookupKey(ctx context.Context, key string) (*syncguard.LockInf
 	return d, nil
 }
 
-func (b *Backend) lookupID(ctx context.Context, lockID string) (*syncguard.LockInfoDebug, error) {
+func (b *Backend) lookupID(ctx context.Context, lockID string) (*syncguard.LockInfo, error) {
 	if err := b.check.lookupID(ctx, lockID); err != nil {
 		return nil, err
 	}
-	var d *syncguard.LockInfoDebug
+	var d *syncguard.LockInfo
 	err := b.do(ctx, Call{Op: OpLookup, LockID: lockID, Tx: b.tx}, func(now int64) error {
 		d = info(b.live(b.record(lockID), now))
 		return nil

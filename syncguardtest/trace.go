@@ -109,26 +109,42 @@ func (b *Backend) LookupID(ctx context.Context, lockID string) (*syncguard.LockI
 	return sanitized(b.LookupIDDebug(ctx, lockID))
 }
 
-func sanitized(d *syncguard.LockInfoDebug, err error) (*syncguard.LockInfo, error) {
+// sanitized is d without its raw key and lockId.
+func sanitized(d *syncguard.LockInfo, err error) (*syncguard.LockInfo, error) {
 	if d == nil || err != nil {
 		return nil, err
 	}
-	return &d.LockInfo, nil
+	d.Key, d.LockID = "", ""
+	return d, nil
 }
 
-func found(d *syncguard.LockInfoDebug) (bool, string, string) { return d != nil, "", "" }
+func found(d *syncguard.LockInfo) (bool, string, string) { return d != nil, "", "" }
 
 // LookupKeyDebug is LookupKey with the raw key and lockId, as the
 // PostgreSQL backend's.
-func (b *Backend) LookupKeyDebug(ctx context.Context, key string) (*syncguard.LockInfoDebug, error) {
-	return traced(b, ctx, syncguard.TraceOp{Op: string(OpLookup), Key: key}, func(ctx context.Context) (*syncguard.LockInfoDebug, error) {
+func (b *Backend) LookupKeyDebug(ctx context.Context, key string) (*syncguard.LockInfo, error) {
+	return traced(b, ctx, syncguard.TraceOp{Op: string(OpLookup), Key: key}, func(ctx context.Context) (*syncguard.LockInfo, error) {
 		return b.lookupKey(ctx, key)
 	}, found)
 }
 
 // LookupIDDebug is LookupID with the raw key and lockId.
-func (b *Backend) LookupIDDebug(ctx context.Context, lockID string) (*syncguard.LockInfoDebug, error) {
-	return traced(b, ctx, syncguard.TraceOp{Op: string(OpLookup), LockID: lockID}, func(ctx context.Context) (*syncguard.LockInfoDebug, error) {
+func (b *Backend) LookupIDDebug(ctx context.Context, lockID string) (*syncguard.LockInfo, error) {
+	return traced(b, ctx, syncguard.TraceOp{Op: string(OpLookup), LockID: lockID}, func(ctx context.Context) (*syncguard.LockInfo, error) {
 		return b.lookupID(ctx, lockID)
 	}, found)
+}
+
+// Revoke forces the holder of key out and returns the holding it ended,
+// or nil when key had no live holding, as the PostgreSQL backend's
+// (syncguard.Backend.Revoke): a lookup, then a release by its lockId.
+func (b *Backend) Revoke(ctx context.Context, key string) (*syncguard.LockInfo, error) {
+	h, err := b.LookupKeyDebug(ctx, key)
+	if err != nil || h == nil {
+		return nil, err
+	}
+	if r, err := b.Release(ctx, h.LockID); err != nil || !r.OK {
+		return nil, err
+	}
+	return sanitized(h, nil)
 }

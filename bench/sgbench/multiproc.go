@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -68,7 +69,7 @@ type ProcResult struct {
 }
 
 // countLocker counts the statements a Locker runs. It is a
-// syncguard.Queuer whenever the Locker beneath is one (a wrapper that is
+// kit.Queuer whenever the Locker beneath is one (a wrapper that is
 // not would make Lock poll without a place in the queue), and counts its
 // Waiters' attempts too.
 type countLocker struct {
@@ -76,10 +77,10 @@ type countLocker struct {
 	attempts, releases *atomic.Int64
 }
 
-// Queue implements syncguard.Queuer: the Locker's Waiter, counted; nil (no
+// Queue implements kit.Queuer: the Locker's Waiter, counted; nil (no
 // queue: Lock polls) when the Locker has none.
-func (c countLocker) Queue(key, identity string, once bool) syncguard.Waiter {
-	q, ok := c.Locker.(syncguard.Queuer)
+func (c countLocker) Queue(key, identity string, once bool) kit.Wait {
+	q, ok := c.Locker.(kit.Queuer)
 	if !ok {
 		return nil
 	}
@@ -91,13 +92,13 @@ func (c countLocker) Queue(key, identity string, once bool) syncguard.Waiter {
 }
 
 type countWaiter struct {
-	syncguard.Waiter
+	kit.Wait
 	attempts *atomic.Int64
 }
 
 func (w countWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
 	w.attempts.Add(1)
-	return w.Waiter.Attempt(ctx, ttl)
+	return w.Wait.Attempt(ctx, ttl)
 }
 
 func (c countLocker) Acquire(ctx context.Context, key string, ttl time.Duration) (syncguard.AcquireResult, error) {

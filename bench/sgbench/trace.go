@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
@@ -95,9 +96,9 @@ type traceLocker struct {
 	t *Tracer
 }
 
-// Queue implements syncguard.Queuer (nil when l has no queue: Lock polls).
-func (c traceLocker) Queue(key, identity string, once bool) syncguard.Waiter {
-	q, ok := c.Locker.(syncguard.Queuer)
+// Queue implements kit.Queuer (nil when l has no queue: Lock polls).
+func (c traceLocker) Queue(key, identity string, once bool) kit.Wait {
+	q, ok := c.Locker.(kit.Queuer)
 	if !ok {
 		return nil
 	}
@@ -105,7 +106,7 @@ func (c traceLocker) Queue(key, identity string, once bool) syncguard.Waiter {
 	if w == nil {
 		return nil
 	}
-	return &traceWaiter{Waiter: w, t: c.t, key: key, id: c.t.waits.Add(1), start: time.Now()}
+	return &traceWaiter{Wait: w, t: c.t, key: key, id: c.t.waits.Add(1), start: time.Now()}
 }
 
 // Release records each release: {"ev":"release","id":..,"at_ms":..,
@@ -123,7 +124,7 @@ type placer interface {
 }
 
 type traceWaiter struct {
-	syncguard.Waiter
+	kit.Wait
 	t        *Tracer
 	key      string
 	id       int64
@@ -151,7 +152,7 @@ func (w *traceWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard
 	// cued it (as waiting.Pace infers it: receiving from the channel here
 	// would take a wake-up from the loop)
 	woken := w.wake != nil && (w.at.IsZero() || sent.Before(w.at))
-	res, err := w.Waiter.Attempt(ctx, ttl)
+	res, err := w.Wait.Attempt(ctx, ttl)
 	dur := time.Since(sent)
 	w.n++
 	rec := map[string]any{"ev": "attempt", "key": w.key, "wait": w.id, "n": w.n, "t_ms": ms(sent.Sub(w.start)), "at_ms": unixMs(sent),
@@ -164,7 +165,7 @@ func (w *traceWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard
 		rec["fence"] = string(res.Fence)
 		rec["handed_over_ms"] = ms(res.HandedOver)
 	}
-	if p, ok := w.Waiter.(placer); ok {
+	if p, ok := w.Wait.(placer); ok {
 		rec["rank"], rec["holder_fence"], rec["listened"] = p.TracePlace()
 	}
 	w.last = rec
@@ -176,7 +177,7 @@ func (w *traceWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard
 }
 
 func (w *traceWaiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
-	wake, at := w.Waiter.Next(retry)
+	wake, at := w.Wait.Next(retry)
 	now := time.Now()
 	w.wake, w.at = wake, at
 	if w.last != nil {
@@ -196,7 +197,7 @@ func (w *traceWaiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
 func (w *traceWaiter) Leave(ctx context.Context) error {
 	w.flushLast()
 	w.end(false)
-	return w.Waiter.Leave(ctx)
+	return w.Wait.Leave(ctx)
 }
 
 func (w *traceWaiter) end(ok bool) {

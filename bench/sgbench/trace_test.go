@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/syncguard"
 	"github.com/syncguard/syncguard-go/syncguardtest"
 )
@@ -22,7 +23,7 @@ func TestTraceRecordsAttemptsAndWaits(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "trace.jsonl")
 	tr := NewTracer(path)
 	l := tr.Wrap(b)
-	if _, ok := l.(syncguard.Queuer); !ok {
+	if _, ok := l.(kit.Queuer); !ok {
 		t.Fatal("the traced Locker is not a Queuer")
 	}
 	held, err := b.Acquire(ctx, "k", time.Minute)

@@ -124,7 +124,7 @@ type noListen struct{ fwdDialect }
 
 // pollingOnly is a Locker without the waiting machinery: Lock retries on
 // its schedule only, as it did before issue 15. It is not a
-// syncguard.Queuer, so Lock takes no place in the queue: its attempts are
+// kit.Queuer, so Lock takes no place in the queue: its attempts are
 // plain acquires, and a release finds no waiter to hand to. (It also hides
 // the attempt's context values, through which the Backend found Lock's
 // waiting record before the Queuer seam.)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncguard/syncguard-go/doctor"
 	_ "github.com/syncguard/syncguard-go/pgxstd" // registers the "pgx" driver and its dialect
 	"github.com/syncguard/syncguard-go/syncguard"
 )
@@ -25,7 +26,7 @@ func TestDeploymentSmoke(t *testing.T) {
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	report, err := syncguard.CheckDeployment(ctx, db, &syncguard.Config{TableName: "app_locks", FenceTableName: "app_fences"})
+	report, err := doctor.Check(ctx, db, &syncguard.Config{TableName: "app_locks", FenceTableName: "app_fences"})
 	if err != nil {
 		t.Fatal(err) // the database cannot be reached
 	}

@@ -1,7 +1,8 @@
-// Package deploy holds the checks of syncguard.CheckDeployment (and so of
-// `syncguard doctor`). Package syncguard resolves the configuration and
-// turns the findings into its Report; the checks send their statements
-// unprepared, as a Backend behind a pooler does (internal/pooler).
+// Package deploy holds the checks of doctor.Check (and so of `syncguard
+// doctor`). Package syncguard resolves the configuration (Run), package
+// doctor turns the findings into its Report; the checks send their
+// statements unprepared, as a Backend behind a pooler does
+// (internal/pooler).
 package deploy
 
 import (
@@ -17,7 +18,13 @@ import (
 	"github.com/syncguard/syncguard-go/internal/rules"
 )
 
-// Finding is the outcome of one check (syncguard.Finding documents it).
+// Run resolves cfg (a *syncguard.Config; nil: the defaults) as package
+// syncguard does, runs Check on db and classifies its error as a
+// *syncguard.Error. Package syncguard sets it (this package is below it,
+// so cannot call it); package doctor calls it.
+var Run func(ctx context.Context, db *sql.DB, cfg any) ([]Finding, error)
+
+// Finding is the outcome of one check (doctor.Finding documents it).
 type Finding struct {
 	Check, Status, Detail, Fix string
 }

@@ -96,7 +96,7 @@ func TestChecksRunOnTheBackendsStatementPath(t *testing.T) {
 
 // TestLostPreparedStatementIsOneRule: an 08P01 from a Bind that reached
 // another client's statement is a lost prepared statement for
-// CheckDeployment as for the Backend (pooler.StatementLost): the failed
+// doctor.Check as for the Backend (pooler.StatementLost): the failed
 // "prepared statements" finding, once.
 func TestLostPreparedStatementIsOneRule(t *testing.T) {
 	d, _ := newTest(t, fakeDialect{})

@@ -88,7 +88,7 @@ func parseSchema(ddl string, names map[string]string) (schemaLayout, error) {
 	return schemaLayout{locks: *locks, fences: *fences}, nil
 }
 
-// indexSpec is one index CheckDeployment looks for.
+// indexSpec is one index doctor.Check looks for.
 type indexSpec struct {
 	check, name, col string
 	unique, primary  bool

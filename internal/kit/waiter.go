@@ -24,7 +24,7 @@ type Ops struct {
 	Leave func(ctx context.Context, q *Waiter) (ok, left bool, err error)
 }
 
-// Waiter is a kind's syncguard.Waiter, the waiter of one Lock or WithLock
+// Waiter is a kind's Wait, the waiter of one Lock or WithLock
 // call: its attempts run under one lockId and keep one place in the
 // queue when Queued (else they are plain ones), paced as every waiter is
 // (Flight). Its Leave takes a queued waiter out (Ops.Leave), in the
@@ -66,7 +66,7 @@ func (b *Base) NewWaiter(key string, first rules.Key, channel, identity string, 
 	return w
 }
 
-// Attempt implements syncguard.Waiter: one attempt, detached from ctx's
+// Attempt implements Wait: one attempt, detached from ctx's
 // end (Flight.Attempt).
 func (w *Waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
 	q := w
@@ -83,7 +83,7 @@ func (w *Waiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.Acqu
 	return res, err
 }
 
-// Next implements syncguard.Waiter: the wake-up once queued, a renewal
+// Next implements Wait: the wake-up once queued, a renewal
 // (half the window, or by rank: Near), and polling while no notification
 // reaches the waiter.
 func (w *Waiter) Next(retry time.Time) (<-chan struct{}, time.Time) {
@@ -130,7 +130,7 @@ func (w *Waiter) next() time.Duration {
 
 const approachMin = 10 * time.Millisecond
 
-// Leave implements syncguard.Waiter: the queued waiter leaves its queue
+// Leave implements Wait: the queued waiter leaves its queue
 // (Ops.Leave, waiting.Place.Leave), and a lease that an attempt still
 // running reports is released when it answers (Flight.Leave).
 func (w *Waiter) Leave(ctx context.Context) error {

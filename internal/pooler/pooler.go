@@ -4,7 +4,7 @@
 // server (Detect) and whether it runs a connection's statements in several
 // server sessions (TransactionMode), which errors mean it lost a prepared
 // statement (StatementLost), and how to send a statement it cannot lose
-// (Unprepared). The Backend and CheckDeployment both use it, so that they
+// (Unprepared). The Backend and doctor.Check both use it, so that they
 // judge a deployment alike.
 package pooler
 

@@ -60,7 +60,7 @@ func TestStatementOneShotArgsFirst(t *testing.T) {
 }
 
 // TestStatementLost is the one rule for "a pooler lost a prepared
-// statement", which the Backend and CheckDeployment share.
+// statement", which the Backend and doctor.Check share.
 func TestStatementLost(t *testing.T) {
 	for _, c := range []struct {
 		state, msg string

@@ -2,7 +2,7 @@
 // acknowledged locks across a failover: connected to a primary, which
 // standbys stream from it, and whether the commit that acknowledges an
 // acquire waits for them. It is the one home of these rules, used by
-// `syncguard doctor` (and by syncguard.CheckDeployment); docs/ha.md explains
+// `syncguard doctor` (and by doctor.Check); docs/ha.md explains
 // them.
 //
 // What it cannot see: replication below PostgreSQL (storage-level

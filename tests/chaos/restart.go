@@ -86,7 +86,7 @@ func retryAfterRestart(fn func() error) error {
 // fence of its key is larger.
 func (r *runner) checkSentinel(ctx context.Context, s sentinel) {
 	const held = "a lock acknowledged before a crash is still held after it"
-	var info *syncguard.LockInfoDebug
+	var info *syncguard.LockInfo
 	err := retryAfterRestart(func() (err error) { info, err = r.adminB.LookupIDDebug(ctx, s.res.LockID); return err })
 	switch {
 	case err != nil:

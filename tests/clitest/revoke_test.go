@@ -116,7 +116,7 @@ func TestRevokeLeader(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 
 	b := backend(t, openDB(t, d), nil)
-	h, err := syncguard.Revoke(ctxT(t), b, k)
+	h, err := b.Revoke(ctxT(t), k)
 	if err != nil || h == nil || h.Identity != "first" || h.Fence != first.Fence() {
 		t.Fatalf("Revoke: %+v %v; want the first leader's holding (term %s)", h, err, first.Fence())
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/syncguard/syncguard-go/cmd/syncguard/cli"
 	"github.com/syncguard/syncguard-go/conformance"
+	"github.com/syncguard/syncguard-go/doctor"
 	"github.com/syncguard/syncguard-go/internal/replication"
 	"github.com/syncguard/syncguard-go/syncguard"
 	"github.com/syncguard/syncguard-go/tests/pgtest"
@@ -232,7 +233,7 @@ func testStalledStandby(t *testing.T, ctx context.Context, f *Formation, standby
 }
 
 // testReplicationChecks: replication.Read/Findings, `syncguard doctor`
-// and syncguard.CheckDeployment on the synchronous formation, on its
+// and doctor.Check on the synchronous formation, on its
 // standby, and after the standby is made asynchronous.
 func testReplicationChecks(t *testing.T, ctx context.Context, f *Formation, standby *Node) {
 	db, err := sql.Open("pgx", f.DSN("ha-checks"))
@@ -290,7 +291,7 @@ func testReplicationChecks(t *testing.T, ctx context.Context, f *Formation, stan
 	expectDoctor(t, "doctor with an asynchronous standby", runDoctor(t, f.DSN("ha-doctor")), replication.CheckStandbys, "warn", "synchronous_standby_names")
 	// The library's own check, as a smoke test after a deployment runs it.
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
-	rep, err := syncguard.CheckDeployment(cctx, db, nil)
+	rep, err := doctor.Check(cctx, db, nil)
 	cancel()
 	if err != nil {
 		t.Fatal(err)
@@ -299,7 +300,7 @@ func testReplicationChecks(t *testing.T, ctx context.Context, f *Formation, stan
 	for _, f := range rep.Findings {
 		lib = append(lib, doctorCheck{f.Check, f.Status, f.Detail, f.Fix})
 	}
-	expectDoctor(t, "CheckDeployment with an asynchronous standby", lib, replication.CheckStandbys, "warn", "synchronous_standby_names")
+	expectDoctor(t, "doctor.Check with an asynchronous standby", lib, replication.CheckStandbys, "warn", "synchronous_standby_names")
 }
 
 type doctorCheck struct{ Check, Status, Detail, Fix string }

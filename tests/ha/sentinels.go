@@ -125,7 +125,7 @@ func (r *runner) checkSentinels(ctx context.Context, t time.Time) (int, error) {
 			if !s.held || !s.acked.Before(t) {
 				continue
 			}
-			var info *syncguard.LockInfoDebug
+			var info *syncguard.LockInfo
 			var err error
 			for attempt := 0; ; attempt++ {
 				info, err = a.b.LookupIDDebug(ctx, s.lockID)

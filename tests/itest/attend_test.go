@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncguard/syncguard-go/doctor"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
 
@@ -73,15 +74,15 @@ func TestAsleepWaiterKeepsItsPlaceNotItsTurn(t *testing.T) {
 
 // TestWaitersTableOfAnOlderVersion: a waiters table without the "near"
 // column (created by an older version, or its DDL applied by a migration
-// tool) is reported by CheckDeployment with the fix, and a contended Lock
+// tool) is reported by doctor.Check with the fix, and a contended Lock
 // still gets the key (the Backend goes on without the queue, warning
 // once); SetupSchema adds the column.
 func TestWaitersTableOfAnOlderVersion(t *testing.T) {
 	e := newWaitEnv(t, "older")
 	mustExec(e.ctx, t, e.admin, `ALTER TABLE older_locks_waiters DROP COLUMN "near"`)
-	finding := func() syncguard.Finding {
+	finding := func() doctor.Finding {
 		t.Helper()
-		report, err := syncguard.CheckDeployment(e.ctx, e.admin, e.cfg)
+		report, err := doctor.Check(e.ctx, e.admin, e.cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,10 +92,10 @@ func TestWaitersTableOfAnOlderVersion(t *testing.T) {
 			}
 		}
 		t.Fatal("no waiters table finding")
-		return syncguard.Finding{}
+		return doctor.Finding{}
 	}
 	if f := finding(); f.Status != "warn" || !strings.Contains(f.Detail, `lacks the column "near"`) || !strings.Contains(f.Fix, "setup") {
-		t.Errorf("rule: CheckDeployment reports a waiters table without the near column, with the fix; got %+v", f)
+		t.Errorf("rule: doctor.Check reports a waiters table without the near column, with the fix; got %+v", f)
 	}
 	holder, waiter := e.backend(), e.backend()
 	held, err := syncguard.Lock(e.ctx, holder, "old:key", &syncguard.LockOptions{TTL: time.Minute})

@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncguard/syncguard-go/doctor"
 	"github.com/syncguard/syncguard-go/syncguard"
 	"github.com/syncguard/syncguard-go/tests/pgtest"
 )
 
 // TestCheckDeploymentAsLeastPrivilegedRole: the tables are created by their
 // owner; the service's role has exactly the grants the operations need and
-// no CREATE. CheckDeployment, run as that role, reports every check ok
+// no CREATE. doctor.Check, run as that role, reports every check ok
 // (except fsync, off in this throwaway cluster), creates nothing, and
 // names what is wrong once a grant or an index goes missing.
 func TestCheckDeploymentAsLeastPrivilegedRole(t *testing.T) {
@@ -46,11 +47,11 @@ func TestCheckDeploymentAsLeastPrivilegedRole(t *testing.T) {
 		return n
 	}
 	before := objects()
-	report, err := syncguard.CheckDeployment(ctx, svc, cfg)
+	report, err := doctor.Check(ctx, svc, cfg)
 	if err != nil {
-		t.Fatalf("CheckDeployment as %s: %v", role, err)
+		t.Fatalf("doctor.Check as %s: %v", role, err)
 	}
-	byCheck := map[string]syncguard.Finding{}
+	byCheck := map[string]doctor.Finding{}
 	for _, f := range report.Findings {
 		byCheck[f.Check] = f
 		t.Logf("%-22s %-4s %s", f.Check, f.Status, f.Detail)
@@ -71,9 +72,9 @@ func TestCheckDeploymentAsLeastPrivilegedRole(t *testing.T) {
 		}
 	}
 	if after := objects(); after != before {
-		t.Errorf("CheckDeployment created something: %d relations before, %d after", before, after)
+		t.Errorf("doctor.Check created something: %d relations before, %d after", before, after)
 	}
-	// The role's operations work: the grants CheckDeployment asks for are
+	// The role's operations work: the grants doctor.Check asks for are
 	// enough (and it asked for no more).
 	b, err := syncguard.New(svc, cfg)
 	if err != nil {
@@ -96,11 +97,11 @@ func TestCheckDeploymentAsLeastPrivilegedRole(t *testing.T) {
 	}
 	mustExec(ctx, t, admin, `REVOKE EXECUTE ON FUNCTION `+fn+` FROM PUBLIC`)
 	t.Cleanup(func() { _, _ = admin.Exec(`GRANT EXECUTE ON FUNCTION ` + fn + ` TO PUBLIC`) })
-	report, err = syncguard.CheckDeployment(ctx, svc, cfg)
+	report, err = doctor.Check(ctx, svc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	failed := map[string]syncguard.Finding{}
+	failed := map[string]doctor.Finding{}
 	for _, f := range report.Failed() {
 		failed[f.Check] = f
 	}
@@ -131,7 +132,7 @@ func TestCheckDeploymentAsLeastPrivilegedRole(t *testing.T) {
 	}
 
 	// Missing tables: named, with how to create them.
-	report, err = syncguard.CheckDeployment(ctx, svc, &syncguard.Config{TableName: "nope_locks", FenceTableName: "nope_fences"})
+	report, err = doctor.Check(ctx, svc, &syncguard.Config{TableName: "nope_locks", FenceTableName: "nope_fences"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +149,7 @@ func TestCheckDeploymentUnreachable(t *testing.T) {
 	}
 	srv := pgtest.Require(t)
 	db := open(t, srv.RefusedDSN())
-	report, err := syncguard.CheckDeployment(context.Background(), db, nil)
+	report, err := doctor.Check(context.Background(), db, nil)
 	if !errorsIsUnavailable(err) || len(report.Findings) != 1 || report.Findings[0].Check != "connection" || report.Findings[0].Status != "fail" {
 		t.Errorf("an unreachable database gives ServiceUnavailable and one failed connection finding; got %v, %+v", err, report)
 	}
@@ -172,11 +173,11 @@ func TestCheckDeploymentSeesTransactionPooler(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := open(t, bouncer.DSN+"&default_query_exec_mode=exec")
-	report, err := syncguard.CheckDeployment(ctx, db, &syncguard.Config{DisablePrepare: true})
+	report, err := doctor.Check(ctx, db, &syncguard.Config{DisablePrepare: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	byCheck := map[string]syncguard.Finding{}
+	byCheck := map[string]doctor.Finding{}
 	for _, f := range report.Findings {
 		byCheck[f.Check] = f
 	}
@@ -191,7 +192,7 @@ func TestCheckDeploymentSeesTransactionPooler(t *testing.T) {
 
 // TestCheckDeploymentPgxCacheBehindTransactionPooler: pgx's default
 // statement cache behind PgBouncer in transaction mode. Two server sessions
-// already hold the statement CheckDeployment starts with (prepared there by
+// already hold the statement doctor.Check starts with (prepared there by
 // another client). The checks send their statements unprepared, as a
 // Backend does (internal/pooler), so every one of them runs; the statement
 // that the "prepared statements" check prepares on purpose is lost (26000)
@@ -212,7 +213,7 @@ func TestCheckDeploymentPgxCacheBehindTransactionPooler(t *testing.T) {
 	if err := syncguard.SetupSchema(ctx, admin, nil); err != nil {
 		t.Fatal(err)
 	}
-	// Another client prepares CheckDeployment's first statement in both
+	// Another client prepares doctor.Check's first statement in both
 	// server sessions: two transactions open at once hold both.
 	other := open(t, bouncer.DSN)
 	var txs []*sql.Tx
@@ -232,11 +233,11 @@ func TestCheckDeploymentPgxCacheBehindTransactionPooler(t *testing.T) {
 	}
 
 	db := open(t, bouncer.DSN) // pgx's default: the statement cache
-	report, err := syncguard.CheckDeployment(ctx, db, nil)
+	report, err := doctor.Check(ctx, db, nil)
 	if err != nil {
-		t.Fatalf("rule: CheckDeployment's error is only for checks that could not run at all; a prepared-statement clash behind a pooler is a finding; got %v", err)
+		t.Fatalf("rule: doctor.Check's error is only for checks that could not run at all; a prepared-statement clash behind a pooler is a finding; got %v", err)
 	}
-	var prepared *syncguard.Finding
+	var prepared *doctor.Finding
 	for i, f := range report.Findings {
 		t.Logf("%-22s %-4s %s", f.Check, f.Status, f.Detail)
 		if f.Check == "prepared statements" {

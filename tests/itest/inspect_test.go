@@ -60,13 +60,13 @@ func TestInspect(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if len(l.Locks) == 3 && !l.Live(l.Locks[0].LockInfo) || time.Now().After(deadline) {
+				if len(l.Locks) == 3 && !l.Live(l.Locks[0]) || time.Now().After(deadline) {
 					break
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
-			if len(l.Locks) != 3 || l.Locks[0].Key != "gone" || l.Live(l.Locks[0].LockInfo) ||
-				l.Locks[1].Key != "c" || !l.Live(l.Locks[1].LockInfo) || l.Locks[2].LockID != held[1].LockID {
+			if len(l.Locks) != 3 || l.Locks[0].Key != "gone" || l.Live(l.Locks[0]) ||
+				l.Locks[1].Key != "c" || !l.Live(l.Locks[1]) || l.Locks[2].LockID != held[1].LockID {
 				t.Fatalf("rule: Expired lists every row newest first, the expired one not live; got %+v", l.Locks)
 			}
 

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/multilock"
 	"github.com/syncguard/syncguard-go/rwlock"
@@ -82,7 +83,7 @@ func checkPlans(ctx context.Context, t *testing.T, db *sql.DB, table string) []s
 // holds, then the waiter's withdrawal: the statements of a Lock call that
 // waits and gives up, without its wall-clock bound (an attempt that the
 // end of a short wait cut off would cost the connection, and the counts).
-func queuedBehind(ctx context.Context, t *testing.T, q syncguard.Queuer, key string) {
+func queuedBehind(ctx context.Context, t *testing.T, q kit.Queuer, key string) {
 	t.Helper()
 	w := q.Queue(key, "", false)
 	if res, err := w.Attempt(ctx, time.Minute); err != nil || res.OK {
@@ -345,7 +346,7 @@ func autoExplained(ctx context.Context, t *testing.T, srv *pgtest.Server) (db *s
 // and gives up. It returns the acquired lockId.
 func opRound(ctx context.Context, t *testing.T, l interface {
 	syncguard.Locker
-	syncguard.Queuer
+	kit.Queuer
 }, key, held string) string {
 	t.Helper()
 	res, err := l.Acquire(ctx, key, time.Minute)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncguard/syncguard-go/doctor"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/internal/waiting"
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -148,7 +149,7 @@ func TestNotifyDBOnADatabaseOfItsOwn(t *testing.T) {
 
 // TestNotifyDBBehindATransactionPooler: the lock pool goes through
 // PgBouncer in transaction mode, NotifyDB straight to PostgreSQL. Waiting
-// is woken (not polling), CheckDeployment says so, and a release hands the
+// is woken (not polling), doctor.Check says so, and a release hands the
 // waiter the key.
 func TestNotifyDBBehindATransactionPooler(t *testing.T) {
 	srv := pgtest.Require(t)
@@ -160,7 +161,7 @@ func TestNotifyDBBehindATransactionPooler(t *testing.T) {
 	e.dsn = bouncer.DSN + "&default_query_exec_mode=exec"
 	e.cfg.DisablePrepare = true
 	e.cfg.NotifyDB = open(t, srv.DSN)
-	report, err := syncguard.CheckDeployment(e.ctx, open(t, e.dsn), e.cfg)
+	report, err := doctor.Check(e.ctx, open(t, e.dsn), e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

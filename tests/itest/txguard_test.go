@@ -175,7 +175,7 @@ func TestTxGuardTakeoversWait(t *testing.T) {
 			return err
 		}},
 		{"revoke", false, func(key string, _ syncguard.AcquireResult) error {
-			_, err := syncguard.Revoke(e.ctx, e.b, key)
+			_, err := e.b.Revoke(e.ctx, key)
 			return err
 		}},
 		{"reference acquire (SELECT ... FOR UPDATE)", true, func(key string, _ syncguard.AcquireResult) error {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/syncguard/syncguard-go/doctor"
 	"github.com/syncguard/syncguard-go/internal/deploy"
 	"github.com/syncguard/syncguard-go/syncguard"
 )
@@ -47,9 +48,9 @@ func (a *app) cmdDoctor(args []string) error {
 	defer db.Close()
 	ctx, cancel := a.ctx()
 	defer cancel()
-	// The checks are the library's (syncguard.CheckDeployment), so that a
+	// The checks are the library's (doctor.Check), so that a
 	// smoke test and doctor judge a deployment alike.
-	report, connErr := syncguard.CheckDeployment(ctx, db, a.config())
+	report, connErr := doctor.Check(ctx, db, a.config())
 	failed, warned := 0, 0
 	for i := range report.Findings {
 		f := &report.Findings[i]
@@ -94,7 +95,7 @@ func (a *app) cmdDoctor(args []string) error {
 	return nil
 }
 
-func printFindings(out io.Writer, findings []syncguard.Finding, failed, warned int) {
+func printFindings(out io.Writer, findings []doctor.Finding, failed, warned int) {
 	w := table(out)
 	for _, f := range findings {
 		st := f.Status

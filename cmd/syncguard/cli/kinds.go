@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/syncguard/syncguard-go/internal/errwrap"
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/multilock"
 	"github.com/syncguard/syncguard-go/pgxstd"
@@ -30,7 +31,7 @@ var kindVars = []string{keyEnv, "SYNCGUARD_SLOT", "SYNCGUARD_FENCE_KEY", "SYNCGU
 // a read-write lock's side or a set, each waiting in its queue (Queuer).
 type runLocker interface {
 	syncguard.LockBackend
-	syncguard.Queuer
+	kit.Queuer
 	Close() error
 }
 

@@ -30,7 +30,7 @@ status), 64/69/70/77 on errors.`)
 	}
 	defer done()
 
-	h, err := syncguard.Revoke(ctx, b, key)
+	h, err := b.Revoke(ctx, key)
 	var others []lockRow
 	var now time.Time
 	if err == nil {

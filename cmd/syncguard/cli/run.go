@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncguard/syncguard-go/internal/kit"
 	"github.com/syncguard/syncguard-go/internal/rules"
 	"github.com/syncguard/syncguard-go/multilock"
 	"github.com/syncguard/syncguard-go/syncguard"
@@ -359,19 +360,19 @@ type bounded struct {
 }
 
 type boundedWaiter struct {
-	syncguard.Waiter
+	kit.Wait
 	timeout time.Duration
 	key     string
 }
 
-func (b *bounded) Queue(key, identity string, once bool) syncguard.Waiter {
+func (b *bounded) Queue(key, identity string, once bool) kit.Wait {
 	return boundedWaiter{b.runLocker.Queue(key, identity, once), b.timeout, key}
 }
 
 func (w boundedWaiter) Attempt(ctx context.Context, ttl time.Duration) (syncguard.AcquireResult, error) {
 	actx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
-	r, err := w.Waiter.Attempt(actx, ttl)
+	r, err := w.Wait.Attempt(actx, ttl)
 	if err != nil && ctx.Err() == nil && actx.Err() != nil {
 		// --timeout ran out, not the wait: an outage.
 		err = &syncguard.Error{Op: "lock", Code: syncguard.ErrNetworkTimeout, Key: w.key, Err: err,

@@ -53,7 +53,7 @@ is-active), 64/69/70/77 on errors.`)
 			out["lastFence"] = string(last)
 		}
 		if info != nil {
-			lockJSON(out, info.LockInfo)
+			lockJSON(out, *info)
 			out["expiresInMs"] = info.ExpiresAt.Sub(now).Milliseconds()
 			if *raw {
 				out["lockId"] = info.LockID
@@ -75,7 +75,7 @@ is-active), 64/69/70/77 on errors.`)
 		fmt.Fprintf(w, "state\tfree\nlast fence\t%s\n", lastText)
 	} else {
 		fmt.Fprintf(w, "state\theld\nfence\t%s\nexpires\t%s (%s)\nacquired\t%s (%s)\nholder\t%s\n", info.Fence,
-			rel(info.ExpiresAt, now), stamp(info.ExpiresAt), rel(info.AcquiredAt, now), stamp(info.AcquiredAt), holderText(info.LockInfo))
+			rel(info.ExpiresAt, now), stamp(info.ExpiresAt), rel(info.AcquiredAt, now), stamp(info.AcquiredAt), holderText(*info))
 	}
 	if *raw && info != nil {
 		fmt.Fprintf(w, "lockId\t%s (%s)\n", info.LockID, sensitiveNote)
@@ -152,7 +152,7 @@ uses.`); err != nil {
 	now, locks, show := list.Now, []lockRow{}, *raw || *keys
 	for _, r := range list.Locks {
 		locks = append(locks, lockRow{kind: "mutex", keys: []string{r.Key}, hashes: []string{r.KeyHash}, fences: []syncguard.Fence{r.Fence},
-			lockID: r.LockID, live: list.Live(r.LockInfo), LockInfo: r.LockInfo})
+			lockID: r.LockID, live: list.Live(r), LockInfo: r})
 	}
 
 	if a.json {

@@ -29,14 +29,17 @@ func runSelf(t *testing.T, pattern, helper string, env ...string) (string, bool)
 	return string(out), err != nil
 }
 
-// TestHangingCaseFailsByNameWithoutCrashing runs the Lifecycle group against
-// a backend whose operations outlive their context (a hang) until the
-// watchdog has reported the case, with a short case timeout. Each case must
-// fail by its name and the rule, on its own, and the binary must go on to
-// run the next test. The hang ends on the report, not after a fixed time,
-// so a loaded machine that runs the watchdog late cannot end the hang
-// before it is reported; a watchdog that never reports lets the hang end
-// after hangCap, and the report is missing.
+// TestHangingCaseFailsByNameWithoutCrashing runs the Lifecycle group with a
+// short case timeout against a target whose setup (BackendHarness.New, part
+// of the case) ignores the case's context and hangs until the watchdog has
+// reported the case. Each case must fail by its name and the rule, on its
+// own, and the binary must go on to run the next test. The hang is in the
+// setup, not in a backend operation, and ends on the report, not after a
+// fixed time: on a machine so loaded that a case's 400 ms passed before its
+// first operation, an operation's hang was never reached (the operation
+// failed at once on the expired context), and a watchdog run late could
+// find a fixed-length hang already over. A watchdog that never reports
+// lets the hang end after hangCap, and the report is missing.
 func TestHangingCaseFailsByNameWithoutCrashing(t *testing.T) {
 	if os.Getenv(helperEnv) != "" {
 		t.Skip("helper run")
@@ -76,17 +79,12 @@ func TestHelperHang(t *testing.T) {
 		Slowdown:    1,
 		Groups:      []string{"Lifecycle"},
 		New: func(t *testing.T) conformance.Target {
-			b := syncguardtest.New()
-			b.SetHook(func(ctx context.Context, _ syncguardtest.Call) error {
-				<-ctx.Done()
-				// Ignores its context until the case is reported as
-				// still running (the watchdog fails t), or hangCap.
-				for end := time.Now().Add(hangCap); !t.Failed() && time.Now().Before(end); {
-					time.Sleep(10 * time.Millisecond)
-				}
-				return syncguardtest.Err(syncguardtest.OpAcquire, "NetworkTimeout")
-			})
-			return conformance.Target{Backend: b}
+			// Ignores the case's context until the case is reported as
+			// still running (the watchdog fails t), or hangCap.
+			for end := time.Now().Add(hangCap); !t.Failed() && time.Now().Before(end); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			return conformance.Target{Backend: syncguardtest.New()}
 		},
 	})
 }

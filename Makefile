@@ -1,9 +1,10 @@
 # syncguard-go: every module's tests, the demo, benchmarks.
 #
-#   make test    the everyday run (5-6 minutes on 2 cores): vet, then
-#                under -race the core with its integration tests, the
-#                conformance suite on both adapters and the unit tests of
-#                the CLI, bench and otelsyncguard (EVERYDAY); it prints what
+#   make test    the everyday run (its measured time is in README.md):
+#                vet, then under -race the core with its integration
+#                tests and the unit tests of the CLI, bench and
+#                otelsyncguard (EVERYDAY), and beside them the conformance
+#                groups on both adapters (EVERYDAY_ITEST); it prints what
 #                it leaves to make check
 #   make test-fresh  make demo and make test in a fresh clone of HEAD
 #   make check   everything CI runs (.ci/run): make test plus the long
@@ -60,7 +61,7 @@ SUBMAKE := $(MAKE)
 
 .PHONY: test check test-modules test-everyday-modules vet demo bench schema tidy fuzz deps release release-check test-min-go test-loaded
 
-# The everyday run, 4-5 minutes on 2 cores: vet, then under -race
+# The everyday run (its time: README.md): vet, then under -race
 # EVERYDAY's packages one after another, while the conformance runs, which
 # mostly wait on timers, run beside them (scripts/run-jobs.sh: each job's
 # output as one block when it ends, then a summary naming the failed

@@ -356,7 +356,9 @@ func (e *semEnv) handOff() {
 // does.
 func (e *semEnv) keptForWaiter() {
 	s, other := e.open(1), e.open(1)
-	crashed := e.acquire(s, "kept", 500*time.Millisecond)
+	// The TTL stretches by the slowdown: at load 30-40 the waiter's first
+	// attempt came after 500 ms + the 1 s tolerance, to a permit already free.
+	crashed := e.acquire(s, "kept", paceOf(e.ctx).scale(500*time.Millisecond))
 	if !crashed.OK {
 		e.t.Fatal("first acquire failed")
 	}

@@ -1,9 +1,10 @@
 # syncguard-go: every module's tests, the demo, benchmarks.
 #
-#   make test    the everyday run (5-6 minutes on 2 cores): vet, then
-#                under -race the core with its integration tests, the
-#                conformance suite on both adapters and the unit tests of
-#                the CLI, bench and otelsyncguard (EVERYDAY); it prints what
+#   make test    the everyday run (its measured time is in README.md):
+#                vet, then under -race the core with its integration
+#                tests and the unit tests of the CLI, bench and
+#                otelsyncguard (EVERYDAY), and beside them the conformance
+#                groups on both adapters (EVERYDAY_ITEST); it prints what
 #                it leaves to make check
 #   make test-fresh  make demo and make test in a fresh clone of HEAD
 #   make check   everything CI runs (.ci/run): make test plus the long
@@ -46,19 +47,40 @@ LONG_SUITES := tests/itest beyond the conformance groups (PgBouncer, pool kinds,
 EVERYDAY := .:./... pq:./... pgxstd:./... cmd/syncguard:./... bench:./... otelsyncguard:./... \
 	examples:./quickstart/... tests/pgtest:./...
 # and from tests/itest the published conformance groups (mutex, election,
-# semaphore, rwlock, multilock) on both adapters, directly, and across them.
-EVERYDAY_ITEST := ^Test(Conformance|Semaphore|RWLockConformance|MultiLockConformance)(PQ|PGX)$$|^TestCrossDriver$$
+# semaphore, rwlock, multilock) on both adapters, directly, and across them:
+# EVERYDAY_ITEST, run as two processes side by side (ITEST_PQ, ITEST_PGX),
+# each with a server of its own.
+ITEST_GROUPS := ^Test(Conformance|Semaphore|RWLockConformance|MultiLockConformance)
+ITEST_PQ := $(ITEST_GROUPS)PQ$$
+ITEST_PGX := $(ITEST_GROUPS)PGX$$|^TestCrossDriver$$
+EVERYDAY_ITEST := $(ITEST_PQ)|$(ITEST_PGX)
+# The flags of the tests/itest binary built once for both runs.
+ITEST_RUN_FLAGS ?= -test.count=1 -test.timeout=25m
+# $(MAKE) at parse time: a recipe line naming $(MAKE) itself runs under make -n.
+SUBMAKE := $(MAKE)
 
-.PHONY: test check test-modules vet demo bench schema tidy fuzz deps release release-check test-min-go test-loaded
+.PHONY: test check test-modules test-everyday-modules vet demo bench schema tidy fuzz deps release release-check test-min-go test-loaded
 
-# The everyday run, 5-6 minutes on 2 cores: vet, then EVERYDAY's
-# packages under -race with the long suites skipped (they say so).
+# The everyday run (its time: README.md): vet, then under -race
+# EVERYDAY's packages one after another, while the conformance runs, which
+# mostly wait on timers, run beside them (scripts/run-jobs.sh: each job's
+# output as one block when it ends, then a summary naming the failed
+# tests). The long suites are skipped (they say so).
 test: deps vet
 	@echo "== make test: left to make check: $(LONG_SUITES)"
-	@set -e; export SYNCGUARD_LONG=; for mp in $(EVERYDAY); do m=$${mp%%:*}; p=$${mp#*:}; \
+	@set -e; export SYNCGUARD_LONG=; bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; \
+	echo "== go test -c tests/itest (run twice below: $(ITEST_PQ) and $(ITEST_PGX))"; \
+	(cd tests/itest && $(GO) test $(filter -race,$(TEST_FLAGS)) -c -o "$$bin/itest.test" .); \
+	scripts/run-jobs.sh \
+		"modules=$(SUBMAKE) --no-print-directory test-everyday-modules" \
+		"tests/itest PQ=cd tests/itest && $$bin/itest.test $(ITEST_RUN_FLAGS) -test.run '$(ITEST_PQ)'" \
+		"tests/itest PGX, cross-driver=cd tests/itest && $$bin/itest.test $(ITEST_RUN_FLAGS) -test.run '$(ITEST_PGX)'"
+
+# EVERYDAY's packages, one module after another (part of make test).
+test-everyday-modules:
+	@set -e; for mp in $(EVERYDAY); do m=$${mp%%:*}; p=$${mp#*:}; \
 		echo "== go test $$m $$p"; (cd $$m && $(GO) test $(TEST_FLAGS) $$p); \
-	done; echo "== go test tests/itest -run '$(EVERYDAY_ITEST)'"; \
-	cd tests/itest && $(GO) test $(TEST_FLAGS) -run '$(EVERYDAY_ITEST)' .
+	done
 
 # Everything, as CI runs it (.ci/run): make test's tests with the long
 # suites (SYNCGUARD_LONG=1), fuzzing, the release check and the core's

@@ -63,7 +63,12 @@ func init() {
 					e.t.Errorf("rule: fn's context is cancelled when the lock is lost (%s); it never was", name)
 				}
 				return cause
-			}, &syncguard.LockOptions{TTL: 3 * time.Second, AutoExtend: true})
+				// The TTL stretches by the slowdown: at 36x CPU and 23 ms
+				// round trips 3 s left no extend the time to come back
+				// with "expired" before the lifetime ran out, nor the
+				// clock read after the cancellation the time to come
+				// back before the original expiry.
+			}, &syncguard.LockOptions{TTL: e.slow().scale(3 * time.Second), AutoExtend: true})
 			if !errors.Is(cause, syncguard.ErrLockLost) || !errors.Is(err, syncguard.ErrLockLost) {
 				e.t.Fatalf("rule: the cancellation cause of a lost lock is ErrLockLost; cause %v, WithLock returned %v", cause, err)
 			}

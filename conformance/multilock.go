@@ -89,9 +89,10 @@ func RunMultiLock(t *testing.T, h MultiLockHarness) {
 	if timeout <= 0 {
 		timeout = 60 * time.Second
 	}
+	p := newPace(t, 0, nil)
 	for _, c := range multiCases {
 		t.Run(c.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			ctx, cancel := kindCaseContext(p, timeout)
 			defer cancel()
 			tg := h.New(t)
 			if tg.Locker == nil {
@@ -329,7 +330,9 @@ func (e *mlEnv) oneTimeout() {
 	for _, k := range []string{"a", "b", "c"} {
 		held = append(held, e.mustAcquire(e.tg.Locker, time.Minute, k))
 	}
-	const timeout = time.Second
+	// Stretched by the slowdown: at load 30-40 a first attempt had no
+	// answer within 1 s (NetworkTimeout, rightly, not AcquisitionTimeout).
+	timeout := paceOf(e.ctx).scale(time.Second)
 	start := time.Now()
 	_, err := multilock.Lock(e.ctx, e.other(0), e.keys("a", "b", "c"), &syncguard.LockOptions{TTL: time.Minute,
 		Acquisition: syncguard.AcquisitionOptions{Timeout: timeout}})
